@@ -1,0 +1,58 @@
+"""The ``fa-hetdp`` command line.
+
+Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
+``run_command(args) -> int``; this module only wires them together.
+
+- ``fa-hetdp run [SCENARIO]``            Flower simulation of a scenario (:mod:`fa_hetdp.launch`)
+- ``fa-hetdp reproduce``                 the paper's tables and figures (:mod:`fa_hetdp.reproduce`)
+- ``fa-hetdp bench-noise SCENARIO``      distributed vs central noise, AGM vs CGM
+  (:mod:`fa_hetdp.bench_noise`)
+- ``fa-hetdp data download NAME``        fetch a dataset with torchvision (:mod:`fa_hetdp.data`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from fa_hetdp.errors import FaHetdpError
+
+_SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("run", "fa_hetdp.launch", "run a Flower simulation of a scenario and print the results"),
+    ("reproduce", "fa_hetdp.reproduce", "reproduce the paper's Tables 1-5 and Figure 1"),
+    ("bench-noise", "fa_hetdp.bench_noise", "distributed vs central noise, AGM vs CGM"),
+    ("data", "fa_hetdp.data", "dataset utilities (download)"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="fa-hetdp",
+        description="Differentially private measurement of statistical heterogeneity.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name, help_text in _SUBCOMMANDS:
+        module = importlib.import_module(module_name)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(_handler=module.run_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``fa-hetdp`` script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args._handler(args)
+    except FaHetdpError as exc:
+        print(f"fa-hetdp {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
