@@ -1,0 +1,477 @@
+"""Tables (CSV and Markdown) and figures (PNG) for the experiments of Section 4.
+
+Everything here works on plain numbers: a :class:`Table` is a title, row and column labels and
+a grid of floats; the figure functions take arrays keyed by label. The experiment engine
+(:mod:`fa_hetdp.engine`), ``fa-hetdp reproduce`` (:mod:`fa_hetdp.reproduce`) and
+``fa-hetdp bench-noise`` (:mod:`fa_hetdp.bench_noise`) build their outputs from these pieces.
+
+Figures are drawn with matplotlib's object API on the Agg canvas (no ``pyplot`` state, no
+display needed), so they can be produced in CI and in worker processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats as _scipy_stats
+
+from fa_hetdp._types import FloatArray
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "RatioInterval",
+    "Table",
+    "format_value",
+    "mean_percentage_change",
+    "percentage_change",
+    "plot_emse_vs_epsilon",
+    "plot_ratio_bands",
+    "ratio_confidence_interval",
+    "write_table",
+]
+
+
+def format_value(value: float, *, digits: int = 4) -> str:
+    """Format one table entry for Markdown.
+
+    Parameters
+    ----------
+    value
+        The number; NaN prints as an em dash, infinities as ``inf`` / ``-inf``.
+    digits
+        Significant digits.
+
+    Returns
+    -------
+    str
+        Scientific notation (``4.665e-08``) for magnitudes below 1e-3 or at least 1e5,
+        otherwise a fixed-point number with ``digits`` significant digits.
+    """
+    if math.isnan(value):
+        return "—"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == 0.0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude < 1e-3 or magnitude >= 1e5:
+        return f"{value:.{digits - 1}e}"
+    return f"{value:.{digits}g}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """A labelled grid of numbers that can be written as CSV and Markdown.
+
+    Parameters
+    ----------
+    name
+        File stem used by :func:`write_table` (``table1_dispersion`` -> ``table1_dispersion.csv``).
+    title
+        One-line title (printed above the Markdown table).
+    row_labels, column_labels
+        Labels of the rows and columns.
+    values
+        ``len(row_labels)`` rows of ``len(column_labels)`` floats each (NaN = not applicable).
+    row_header
+        Header of the label column.
+    note
+        Caption printed under the Markdown table (definitions, sign conventions, caveats).
+    """
+
+    name: str
+    title: str
+    row_labels: tuple[str, ...]
+    column_labels: tuple[str, ...]
+    values: tuple[tuple[float, ...], ...]
+    row_header: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.values) != len(self.row_labels):
+            raise ValueError(
+                f"table {self.name!r}: {len(self.values)} rows of values for "
+                f"{len(self.row_labels)} row labels; they must match"
+            )
+        for label, row in zip(self.row_labels, self.values, strict=True):
+            if len(row) != len(self.column_labels):
+                raise ValueError(
+                    f"table {self.name!r}: row {label!r} has {len(row)} values for "
+                    f"{len(self.column_labels)} columns; they must match"
+                )
+
+    @classmethod
+    def from_array(
+        cls,
+        name: str,
+        title: str,
+        row_labels: Sequence[str],
+        column_labels: Sequence[str],
+        values: npt.ArrayLike,
+        *,
+        row_header: str = "",
+        note: str = "",
+    ) -> Table:
+        """Build a table from a 2-D array-like of numbers.
+
+        Parameters
+        ----------
+        name, title, row_labels, column_labels, row_header, note
+            As in :class:`Table`.
+        values
+            Array-like of shape ``(len(row_labels), len(column_labels))``.
+
+        Returns
+        -------
+        Table
+            The table, with the values converted to Python floats.
+        """
+        array = np.asarray(values, dtype=np.float64)
+        if array.ndim != 2:
+            raise ValueError(f"table {name!r}: values must be 2-D, got shape {array.shape}")
+        rows = tuple(tuple(float(v) for v in row) for row in array)
+        return cls(
+            name=name,
+            title=title,
+            row_labels=tuple(row_labels),
+            column_labels=tuple(column_labels),
+            values=rows,
+            row_header=row_header,
+            note=note,
+        )
+
+    def as_array(self) -> FloatArray:
+        """Return the values as a float64 array of shape (rows, columns)."""
+        return np.array(self.values, dtype=np.float64).reshape(
+            len(self.row_labels), len(self.column_labels)
+        )
+
+    def value(self, row: str, column: str) -> float:
+        """Return the entry at the named row and column.
+
+        Raises
+        ------
+        KeyError
+            If the row or the column label is not in the table.
+        """
+        try:
+            i = self.row_labels.index(row)
+        except ValueError:
+            raise KeyError(f"row {row!r} not in table {self.name!r}: {self.row_labels}") from None
+        try:
+            j = self.column_labels.index(column)
+        except ValueError:
+            raise KeyError(
+                f"column {column!r} not in table {self.name!r}: {self.column_labels}"
+            ) from None
+        return self.values[i][j]
+
+    def to_csv(self) -> str:
+        """Return the table as CSV text (full float precision, ``nan`` for missing)."""
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow([self.row_header or "row", *self.column_labels])
+        for label, row in zip(self.row_labels, self.values, strict=True):
+            writer.writerow([label, *(repr(float(v)) for v in row)])
+        return buffer.getvalue()
+
+    def to_markdown(self, *, digits: int = 4) -> str:
+        """Return the table as GitHub-flavoured Markdown with its title and note.
+
+        Parameters
+        ----------
+        digits
+            Significant digits of every entry (see :func:`format_value`).
+        """
+        lines = [f"**{self.title}**", ""]
+        lines.append("| " + " | ".join([self.row_header, *self.column_labels]) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * len(self.column_labels)) + "|")
+        for label, row in zip(self.row_labels, self.values, strict=True):
+            cells = [format_value(v, digits=digits) for v in row]
+            lines.append("| " + " | ".join([label, *cells]) + " |")
+        if self.note:
+            lines.extend(["", self.note])
+        return "\n".join(lines) + "\n"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_table(table: Table, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``<name>.csv`` and ``<name>.md`` into ``directory`` (created if missing).
+
+    Parameters
+    ----------
+    table
+        The table.
+    directory
+        Output folder.
+
+    Returns
+    -------
+    tuple of Path
+        The CSV path and the Markdown path.
+    """
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path = folder / f"{table.name}.csv"
+    md_path = folder / f"{table.name}.md"
+    _atomic_write_text(csv_path, table.to_csv())
+    _atomic_write_text(md_path, table.to_markdown())
+    return csv_path, md_path
+
+
+def percentage_change(new: npt.ArrayLike, base: npt.ArrayLike) -> FloatArray:
+    """Percentage change from ``base`` to ``new``: ``(new - base) / base * 100``.
+
+    The sign convention of the paper's Table 5: with ``new`` = EMSE of the statistically
+    heterogeneous (SH) sample and ``base`` = EMSE of the non-SH sample, a negative value means
+    the SH sample has the *smaller* error.
+
+    Parameters
+    ----------
+    new, base
+        Broadcastable arrays; ``base`` must be non-zero (a zero base gives NaN, not an error,
+        so one degenerate cell does not hide a whole table).
+
+    Returns
+    -------
+    FloatArray
+        The elementwise percentage change.
+    """
+    new_a = np.asarray(new, dtype=np.float64)
+    base_a = np.asarray(base, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = (new_a - base_a) / base_a * 100.0
+    return np.where(base_a == 0.0, np.nan, change).astype(np.float64)
+
+
+def mean_percentage_change(new: npt.ArrayLike, base: npt.ArrayLike) -> float:
+    """Mean over ε of the per-ε percentage change (Table 5's "averaged over all ε").
+
+    Parameters
+    ----------
+    new, base
+        EMSE at each ε of the grid (same shape), for the compared and the reference setting.
+
+    Returns
+    -------
+    float
+        ``mean_ε (new_ε - base_ε) / base_ε * 100``; NaN entries (zero base) are skipped.
+    """
+    changes = percentage_change(new, base)
+    finite = changes[np.isfinite(changes)]
+    if finite.size == 0:
+        return float("nan")
+    return float(np.mean(finite))
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A ratio of two Monte-Carlo means with a confidence interval.
+
+    Attributes
+    ----------
+    ratio
+        ``mean_a / mean_b``.
+    low, high
+        Bounds of the interval at ``level``.
+    level
+        Confidence level (e.g. 0.95).
+    """
+
+    ratio: float
+    low: float
+    high: float
+    level: float
+
+
+def ratio_confidence_interval(
+    mean_a: float,
+    sd_a: float,
+    count_a: int,
+    mean_b: float,
+    sd_b: float,
+    count_b: int,
+    *,
+    level: float = 0.95,
+) -> RatioInterval:
+    """Delta-method confidence interval for the ratio of two independent sample means.
+
+    On the log scale, ``Var(log(ā/b̄)) ≈ sd_a²/(count_a ā²) + sd_b²/(count_b b̄²)`` (delta
+    method; the samples are independent Monte-Carlo runs), and the interval is
+    ``exp(log(ā/b̄) ± z · se)`` with ``z`` the normal quantile of ``(1 + level) / 2``.
+
+    Parameters
+    ----------
+    mean_a, sd_a, count_a
+        Mean, standard deviation (ddof 1) and size of the numerator sample.
+    mean_b, sd_b, count_b
+        The same for the denominator sample.
+    level
+        Confidence level in (0, 1).
+
+    Returns
+    -------
+    RatioInterval
+        The ratio and its interval; NaN bounds if either mean is not positive.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got level={level}")
+    if count_a < 2 or count_b < 2:
+        raise ValueError(f"need at least 2 repeats per sample, got {count_a} and {count_b}")
+    if not (mean_a > 0.0 and mean_b > 0.0):
+        return RatioInterval(float("nan"), float("nan"), float("nan"), level)
+    ratio = mean_a / mean_b
+    se = math.sqrt(sd_a**2 / (count_a * mean_a**2) + sd_b**2 / (count_b * mean_b**2))
+    z = float(_scipy_stats.norm.ppf(0.5 + level / 2.0))
+    return RatioInterval(ratio, ratio * math.exp(-z * se), ratio * math.exp(z * se), level)
+
+
+def _new_figure(
+    ncols: int, *, width: float = 4.6, height: float = 3.8
+) -> tuple[Figure, list[Axes]]:
+    # Local imports keep ``import fa_hetdp.report`` cheap and never touch pyplot.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width * ncols, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, ncols, squeeze=False)[0]
+    return figure, list(axes)
+
+
+def plot_emse_vs_epsilon(
+    panels: Mapping[str, Mapping[str, tuple[npt.ArrayLike, npt.ArrayLike]]],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "",
+    ylabel: str = "EMSE",
+) -> Path:
+    """Figure 1 style: error against ε, one line per setting, log y, one panel per statistic.
+
+    Parameters
+    ----------
+    panels
+        ``{panel title: {line label: (epsilons, values)}}``. Non-positive values cannot be
+        drawn on a log axis and are left out of the line (a gap).
+    path
+        Output PNG path (parent folders are created).
+    title
+        Figure title.
+    ylabel
+        Label of the y axis.
+
+    Returns
+    -------
+    Path
+        The written PNG.
+    """
+    if not panels:
+        raise ValueError("plot_emse_vs_epsilon needs at least one panel")
+    figure, axes = _new_figure(len(panels))
+    markers = ("o", "s", "^", "v", "D", "P", "X", "*")
+    for ax, (panel_title, lines) in zip(axes, panels.items(), strict=True):
+        for k, (label, (eps, values)) in enumerate(lines.items()):
+            x = np.asarray(eps, dtype=np.float64)
+            y = np.asarray(values, dtype=np.float64)
+            y = np.where(y > 0.0, y, np.nan)
+            ax.plot(
+                x, y, marker=markers[k % len(markers)], markersize=3.5, linewidth=1.2, label=label
+            )
+        ax.set_yscale("log")
+        ax.set_xlabel("ε (total privacy budget)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel_title)
+        ax.grid(True, which="major", alpha=0.35)
+        ax.legend(fontsize=7)
+    if title:
+        figure.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    return out
+
+
+def plot_ratio_bands(
+    panels: Mapping[
+        str, Mapping[str, tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]]
+    ],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "",
+    reference: float | None = 1.0,
+    log_y: bool = True,
+) -> Path:
+    """Ratios against ε with shaded confidence bands, one panel per comparison.
+
+    Parameters
+    ----------
+    panels
+        ``{panel title: {line label: (epsilons, ratio, low, high)}}``.
+    path
+        Output PNG path.
+    title
+        Figure title.
+    reference
+        Draw a dashed horizontal line at this ratio (``None`` for none).
+    log_y
+        Log-scale y axis.
+
+    Returns
+    -------
+    Path
+        The written PNG.
+    """
+    if not panels:
+        raise ValueError("plot_ratio_bands needs at least one panel")
+    figure, axes = _new_figure(len(panels))
+    for ax, (panel_title, lines) in zip(axes, panels.items(), strict=True):
+        for label, (eps, ratio, low, high) in lines.items():
+            x = np.asarray(eps, dtype=np.float64)
+            (line,) = ax.plot(
+                x,
+                np.asarray(ratio, dtype=np.float64),
+                marker="o",
+                markersize=3.5,
+                linewidth=1.2,
+                label=label,
+            )
+            ax.fill_between(
+                x,
+                np.asarray(low, dtype=np.float64),
+                np.asarray(high, dtype=np.float64),
+                alpha=0.25,
+                color=line.get_color(),
+                label=f"{label}: 95% CI",
+            )
+        if reference is not None:
+            ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("ε (total privacy budget)")
+        ax.set_ylabel("EMSE ratio")
+        ax.set_title(panel_title)
+        ax.grid(True, which="major", alpha=0.35)
+        ax.legend(fontsize=7)
+    if title:
+        figure.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    return out
