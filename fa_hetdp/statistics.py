@@ -1,0 +1,313 @@
+"""The heterogeneity statistics of Section 2.1, computed exactly (no noise).
+
+Every statistic is per coordinate (a ``d``-vector); :meth:`TrueStatistics.summary` gives the
+coordinate averages that reports print.
+
+Input policy (DESIGN.md, "Data model"): client data are an ``(n, d)`` array of floats,
+``n >= 2``, ``d >= 1``. Non-finite values (NaN, +-inf) are rejected with
+:class:`~fa_hetdp.errors.InputDataError`. Finite values outside ``[0, 1]`` are clipped into
+``[0, 1]`` -- the clipping a client does before it contributes -- and the number of clipped
+values is returned and reported, never silently dropped.
+
+Departures from the paper (each fixed by DESIGN.md):
+
+- weights are ``w_i = 1 / max(s_i^2, v_min)``: the paper's ``1/s_i^2`` is unbounded, so no
+  finite noise can make the weighted stages private;
+- the weighted mean (Def. 2.5) has no stray ``1/n`` in the numerator, so ``s_i^2 = const``
+  gives ``mu_bar = mu`` as the paper's own remark requires;
+- ``Q`` is a sum (Cochran's Q), not the average of Def. 2.8, because Def. 3.12 needs the sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError, PrivacyParameterError
+
+__all__ = [
+    "MAX_WITHIN_VARIANCE",
+    "TrueStatistics",
+    "check_variance_floor",
+    "client_weights",
+    "i_squared",
+    "true_statistics",
+    "validate_clients",
+    "within_variance",
+]
+
+MAX_WITHIN_VARIANCE = 0.25
+"""Largest possible within-vector variance of a vector in ``[0, 1]^d`` (ddof 0)."""
+
+
+def check_variance_floor(variance_floor: float) -> float:
+    """Validate the variance floor ``v_min`` and return it as a float.
+
+    Parameters
+    ----------
+    variance_floor : float
+        ``v_min`` in ``(0, 1/4]``. Larger values would give every client the same weight
+        (``s_i^2 <= 1/4`` always), which is allowed by nothing in the design.
+
+    Returns
+    -------
+    float
+        The validated floor.
+
+    Raises
+    ------
+    PrivacyParameterError
+        If the floor is not a finite number in ``(0, 0.25]`` (it fixes the sensitivity
+        ``W = 1/v_min`` of the weighted releases, hence a privacy parameter).
+    """
+    try:
+        value = float(variance_floor)
+    except (TypeError, ValueError) as exc:
+        raise PrivacyParameterError(
+            f"variance_floor must be a number in (0, 0.25], got variance_floor={variance_floor!r}."
+        ) from exc
+    if not (np.isfinite(value) and 0.0 < value <= MAX_WITHIN_VARIANCE):
+        raise PrivacyParameterError(
+            f"variance_floor must be in (0, 0.25], got variance_floor={value!r}."
+        )
+    return value
+
+
+def validate_clients(x: npt.ArrayLike) -> tuple[FloatArray, int]:
+    """Check client data and clip it into ``[0, 1]``.
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        One row per client (``x_i`` in the paper), real numbers.
+
+    Returns
+    -------
+    x_clipped : FloatArray, shape (n, d)
+        A new float64 array with every value clipped into ``[0, 1]``.
+    n_clipped : int
+        How many values were outside ``[0, 1]`` and were clipped (DESIGN.md: the client clips
+        and reports the count).
+
+    Raises
+    ------
+    InputDataError
+        If ``x`` is not numeric, is not two-dimensional, has ``n < 2`` rows or ``d < 1``
+        columns, or holds NaN or infinite values.
+    """
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise InputDataError(f"client data must be a numeric (n, d) array: {exc}") from exc
+    if arr.dtype.kind not in "biuf":
+        raise InputDataError(
+            f"client data must be real numbers, got dtype {arr.dtype}; "
+            "convert to float (n, d) with values in [0, 1]."
+        )
+    if arr.ndim != 2:
+        raise InputDataError(
+            f"client data must have shape (n, d) with n >= 2 clients and d >= 1 coordinates, "
+            f"got an array with shape {arr.shape} (ndim={arr.ndim})."
+        )
+    n, d = arr.shape
+    if n < 2:
+        raise InputDataError(f"need n >= 2 clients (one row each), got shape {arr.shape} (n={n}).")
+    if d < 1:
+        raise InputDataError(f"need d >= 1 coordinates, got shape {arr.shape} (d={d}).")
+    values = np.array(arr, dtype=np.float64, copy=True)
+    finite = np.isfinite(values)
+    if not finite.all():
+        bad = int(values.size - np.count_nonzero(finite))
+        row, col = (int(i[0]) for i in np.nonzero(~finite))
+        raise InputDataError(
+            f"client data must be finite; found {bad} NaN/inf value(s), first at "
+            f"[{row}, {col}] = {values[row, col]!r}. Allowed: finite values (clipped into [0, 1])."
+        )
+    outside = (values < 0.0) | (values > 1.0)
+    n_clipped = int(np.count_nonzero(outside))
+    if n_clipped:
+        np.clip(values, 0.0, 1.0, out=values)
+    return values, n_clipped
+
+
+def within_variance(x: FloatArray) -> FloatArray:
+    """Within-vector variance ``s_i^2`` of every client (Def. 2.5; ddof 0 over coordinates).
+
+    Parameters
+    ----------
+    x : FloatArray, shape (n, d)
+        Validated client data in ``[0, 1]`` (see :func:`validate_clients`).
+
+    Returns
+    -------
+    FloatArray, shape (n,)
+        ``s_i^2 = (1/d) sum_j (x_ij - xbar_i)^2``, in ``[0, 1/4]``.
+    """
+    return np.asarray(np.var(x, axis=1), dtype=np.float64)  # Def. 2.5: s_i^2, ddof 0
+
+
+def client_weights(x: FloatArray, *, variance_floor: float) -> tuple[FloatArray, int]:
+    """Inverse-variance weights with a floor (Def. 2.5, bounded as DESIGN.md requires).
+
+    Parameters
+    ----------
+    x : FloatArray, shape (n, d)
+        Validated client data in ``[0, 1]``.
+    variance_floor : float
+        ``v_min`` in ``(0, 1/4]``; weights are at most ``W = 1/v_min``.
+
+    Returns
+    -------
+    weights : FloatArray, shape (n,)
+        ``w_i = 1 / max(s_i^2, v_min)``, in ``[4, W]``.
+    n_at_floor : int
+        Number of clients with ``s_i^2 <= v_min`` (whose weight is ``W``).
+
+    Notes
+    -----
+    The paper's ``w_i = 1/s_i^2`` is unbounded (a constant vector has infinite weight), so its
+    weighted stages cannot be made private; the floor bounds the sensitivity by ``W``.
+    """
+    floor = check_variance_floor(variance_floor)
+    s2 = within_variance(x)
+    at_floor = s2 <= floor
+    weights = 1.0 / np.maximum(s2, floor)  # Def. 2.5: w_i = 1/s_i^2, floored (DESIGN.md)
+    return weights, int(np.count_nonzero(at_floor))
+
+
+def i_squared(q: FloatArray, n: int) -> FloatArray:
+    """``I^2 = max(0, 1 - (n-1)/Q)`` per coordinate (Def. 3.12).
+
+    Parameters
+    ----------
+    q : FloatArray
+        Cochran's Q (a sum), any shape; may be noisy and non-positive.
+    n : int
+        Number of clients.
+
+    Returns
+    -------
+    FloatArray
+        ``I^2`` in ``[0, 1)``; 0 wherever ``Q <= n - 1`` (including ``Q <= 0``, where the
+        formula is undefined -- the paper's convention "if Q < n-1 assume Q = n-1").
+    """
+    q = np.asarray(q, dtype=np.float64)
+    above = q > (n - 1)
+    safe = np.where(above, q, 1.0)
+    return np.where(above, 1.0 - (n - 1) / safe, 0.0)  # Def. 3.12
+
+
+@dataclass(frozen=True)
+class TrueStatistics:
+    """The exact statistics of one round (no privacy).
+
+    Attributes
+    ----------
+    mean : FloatArray, shape (d,)
+        ``mu = (1/n) sum x_i`` (Def. 2.4).
+    dispersion : FloatArray, shape (d,)
+        ``D = (1/n) sum (x_i - mu)^2`` (Def. 2.6-2.7, p = 2).
+    weighted_mean : FloatArray, shape (d,)
+        ``mu_bar = sum w_i x_i / sum w_i`` (Def. 2.5 without the stray 1/n).
+    q : FloatArray, shape (d,)
+        Cochran's ``Q = sum w_i (x_i - mu_bar)^2`` (a sum; Def. 3.12).
+    i2 : FloatArray, shape (d,)
+        ``I^2 = max(0, 1 - (n-1)/Q)`` (Def. 3.12).
+    weights : FloatArray, shape (n,)
+        ``w_i = 1/max(s_i^2, v_min)``.
+    n_at_floor : int
+        Clients whose weight is the maximum ``W`` (variance at or below the floor).
+    n_clipped : int
+        Values clipped into ``[0, 1]`` on input.
+    n, d : int
+        Number of clients and coordinates.
+    variance_floor : float
+        ``v_min`` used for the weights.
+    """
+
+    mean: FloatArray
+    dispersion: FloatArray
+    weighted_mean: FloatArray
+    q: FloatArray
+    i2: FloatArray
+    weights: FloatArray
+    n_at_floor: int
+    n_clipped: int
+    n: int
+    d: int
+    variance_floor: float
+
+    @property
+    def weight_sum(self) -> float:
+        """``B = sum w_i`` (the denominator of the weighted mean)."""
+        return float(np.sum(self.weights))
+
+    def summary(self) -> dict[str, float]:
+        """Coordinate averages of every statistic, plus the counts.
+
+        Returns
+        -------
+        dict[str, float]
+            Keys ``mean, dispersion, weighted_mean, q, i2`` (coordinate means) and
+            ``n, d, n_at_floor, n_clipped``.
+        """
+        return {
+            "mean": float(np.mean(self.mean)),
+            "dispersion": float(np.mean(self.dispersion)),
+            "weighted_mean": float(np.mean(self.weighted_mean)),
+            "q": float(np.mean(self.q)),
+            "i2": float(np.mean(self.i2)),
+            "n": float(self.n),
+            "d": float(self.d),
+            "n_at_floor": float(self.n_at_floor),
+            "n_clipped": float(self.n_clipped),
+        }
+
+
+def true_statistics(x: npt.ArrayLike, *, variance_floor: float = 0.01) -> TrueStatistics:
+    """Compute the exact heterogeneity statistics of Section 2.1 and Def. 3.12.
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        Client data; validated and clipped into ``[0, 1]`` by :func:`validate_clients`.
+    variance_floor : float, default 0.01
+        ``v_min`` in ``(0, 1/4]`` for the weights ``w_i = 1/max(s_i^2, v_min)``.
+
+    Returns
+    -------
+    TrueStatistics
+        Mean, dispersion, weighted mean, Q and I^2 per coordinate, with the weights and
+        the counts of floored weights and clipped values.
+
+    Raises
+    ------
+    InputDataError
+        For bad client data (see :func:`validate_clients`).
+    PrivacyParameterError
+        For a variance floor outside ``(0, 1/4]``.
+    """
+    values, n_clipped = validate_clients(x)
+    n, d = values.shape
+    weights, n_at_floor = client_weights(values, variance_floor=variance_floor)
+    mean = values.mean(axis=0)  # Def. 2.4: mu = (1/n) sum x_i
+    dispersion = np.mean((values - mean) ** 2, axis=0)  # Def. 2.6-2.7 (p = 2)
+    b = float(weights.sum())
+    weighted_mean = (weights @ values) / b  # Def. 2.5 without the stray 1/n
+    q = weights @ (values - weighted_mean) ** 2  # Def. 3.12: Q = sum w_i (x_i - mu_bar)^2
+    return TrueStatistics(
+        mean=mean,
+        dispersion=dispersion,
+        weighted_mean=np.clip(weighted_mean, 0.0, 1.0),
+        q=q,
+        i2=i_squared(q, n),  # Def. 3.12
+        weights=weights,
+        n_at_floor=n_at_floor,
+        n_clipped=n_clipped,
+        n=n,
+        d=d,
+        variance_floor=float(variance_floor),
+    )
