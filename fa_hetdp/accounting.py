@@ -1,0 +1,504 @@
+"""Privacy budget: split a total ``(epsilon, delta)`` over releases and account what was spent.
+
+Planning (:func:`plan_budget`) turns a total budget and a list of Gaussian releases
+(:class:`ReleaseSpec`) into per-release noise (:class:`BudgetPlan`):
+
+* ``composition="basic"`` (the paper's way, Thm 3.3 and the theorems built like it):
+  release ``k`` gets ``epsilon_k = epsilon w_k/sum(w)`` and ``delta_k = delta w_k/sum(w)``
+  and ``sigma_k = calibrate_sigma(epsilon_k, delta_k, Delta_k, mechanism)``; the total is
+  ``(sum epsilon_k, sum delta_k)``.
+* ``composition="gdp"``: exact composition of Gaussian mechanisms (Dong, Roth & Su, Gaussian
+  differential privacy, Cor. 3.3: releases with ``mu_k = Delta_k/sigma_k`` compose to
+  ``mu = sqrt(sum mu_k**2)``-GDP, and ``mu``-GDP is ``(epsilon, delta)``-DP exactly when a
+  single Gaussian with ``sigma/Delta = 1/mu`` is, i.e. Thm 2.10). So
+  ``mu = 1/calibrate_sigma(epsilon, delta, 1, "agm")``, ``mu_k = mu sqrt(w_k/sum(w))`` and
+  ``sigma_k = Delta_k/mu_k``. The per-release noise is smaller than under basic
+  composition for the same total (about 2.2x for 4 equal releases at ``epsilon = 1``,
+  ``delta = 1e-5``; see the tests).
+
+Releases with ``counts_for_privacy=False`` (the paper's extra noise on ``I^2'''``, which is
+post-processing of already private releases) get a budget share as the paper gives them
+one, but are left out of the privacy actually spent (:func:`privacy_spent`).
+
+Accounting (:func:`privacy_spent`) composes the counted releases exactly (Dong-Roth-Su
+Cor. 3.3) with the noise that actually arrived (dropouts in the distributed placement leave
+a fraction ``m/t`` of the planned noise variance) and reports the total ``(epsilon, delta)``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Final, Literal
+
+from fa_hetdp.calibration import (
+    Mechanism,
+    _check_delta,
+    _check_mechanism,
+    _check_positive,
+    achieved_delta,
+    achieved_epsilon,
+    calibrate_sigma,
+    cgm_sigma,
+)
+from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
+
+__all__ = [
+    "BudgetPlan",
+    "CalibratedRelease",
+    "Composition",
+    "PrivacySpent",
+    "ReleaseSpec",
+    "ReleaseSpent",
+    "plan_budget",
+    "privacy_spent",
+]
+
+Composition = Literal["basic", "gdp"]
+"""``"basic"``: sum of (epsilon_k, delta_k); ``"gdp"``: exact Gaussian composition."""
+
+CGM_BASELINE_LABEL: Final = "CGM at epsilon_k >= 1 is not a DP guarantee (baseline)"
+"""Label carried by a :class:`BudgetPlan` whose CGM releases include ``epsilon_k >= 1``."""
+
+
+def _check_composition(composition: object) -> Composition:
+    """Validate the composition rule."""
+    if composition == "basic":
+        return "basic"
+    if composition == "gdp":
+        return "gdp"
+    raise PrivacyParameterError(
+        f"composition must be one of 'basic', 'gdp', got composition={composition!r}"
+    )
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """One Gaussian release to be planned: its name, L2 sensitivity and budget weight.
+
+    Parameters
+    ----------
+    name : str
+        Unique, non-empty name (e.g. ``"mean"``, ``"dispersion"``).
+    sensitivity : float
+        L2 sensitivity ``Delta_k`` of the released sum or vector, finite and ``> 0``.
+    weight : float, optional
+        Relative share of the budget, finite and ``> 0``. Default 1.
+    counts_for_privacy : bool, optional
+        ``False`` for noise added to post-processed output (the paper's ``I^2'''``): it gets
+        a budget share (as in the paper) but is left out of :func:`privacy_spent`.
+
+    Raises
+    ------
+    PrivacyParameterError
+        If the name is empty, or the sensitivity or weight is not a finite number ``> 0``.
+    """
+
+    name: str
+    sensitivity: float
+    weight: float = 1.0
+    counts_for_privacy: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise PrivacyParameterError(
+                f"release name must be a non-empty string, got name={self.name!r}"
+            )
+        object.__setattr__(
+            self, "sensitivity", _check_positive(f"sensitivity of {self.name!r}", self.sensitivity)
+        )
+        object.__setattr__(self, "weight", _check_positive(f"weight of {self.name!r}", self.weight))
+        if not isinstance(self.counts_for_privacy, bool):
+            raise PrivacyParameterError(
+                f"counts_for_privacy must be a bool, got counts_for_privacy="
+                f"{self.counts_for_privacy!r}"
+            )
+
+
+@dataclass(frozen=True)
+class CalibratedRelease:
+    """A planned release: its noise and its share of the budget.
+
+    Attributes
+    ----------
+    name : str
+        Release name.
+    sensitivity : float
+        L2 sensitivity ``Delta_k``.
+    sigma : float
+        Standard deviation of the (total) Gaussian noise of this release.
+    epsilon_share, delta_share : float or None
+        ``(epsilon_k, delta_k)`` under basic composition; ``None`` under ``"gdp"``, where a
+        release has no separate ``(epsilon, delta)`` of its own (only ``mu_share``).
+    counts_for_privacy : bool
+        Whether the release enters :func:`privacy_spent`.
+    mu_share : float or None
+        Gaussian-DP parameter ``mu_k`` of the release (Dong-Roth-Su): the planned
+        ``mu sqrt(w_k/sum(w))`` under ``"gdp"``, ``Delta_k/sigma_k`` under ``"basic"``.
+    """
+
+    name: str
+    sensitivity: float
+    sigma: float
+    epsilon_share: float | None
+    delta_share: float | None
+    counts_for_privacy: bool
+    mu_share: float | None = None
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """Per-release noise for a total budget ``(epsilon, delta)``.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The total budget.
+    mechanism : {"agm", "cgm"}
+        Calibration rule (paper Thm 2.10 / Alg. 1, or Thm 2.9).
+    composition : {"basic", "gdp"}
+        How the total was split (see the module docstring).
+    releases : tuple of CalibratedRelease
+        The planned releases, in the order given.
+    labels : tuple of str
+        Human-readable caveats (e.g. :data:`CGM_BASELINE_LABEL`).
+    """
+
+    epsilon: float
+    delta: float
+    mechanism: Mechanism
+    composition: Composition
+    releases: tuple[CalibratedRelease, ...]
+    labels: tuple[str, ...] = ()
+
+    def release(self, name: str) -> CalibratedRelease:
+        """Return the planned release called ``name``.
+
+        Raises
+        ------
+        PrivacyParameterError
+            If no release has that name.
+        """
+        for rel in self.releases:
+            if rel.name == name:
+                return rel
+        known = ", ".join(repr(r.name) for r in self.releases)
+        raise PrivacyParameterError(f"no release named {name!r} in the plan; known: {known}")
+
+    def sigma(self, name: str) -> float:
+        """Noise standard deviation of the release called ``name``."""
+        return self.release(name).sigma
+
+    @property
+    def is_baseline(self) -> bool:
+        """``True`` for CGM with some ``epsilon_k >= 1`` (Thm 2.9 does not apply)."""
+        return self.mechanism == "cgm" and any(
+            r.epsilon_share is not None and r.epsilon_share >= 1.0 for r in self.releases
+        )
+
+
+@dataclass(frozen=True)
+class ReleaseSpent:
+    """Noise that one release actually received, and its Gaussian-DP parameter.
+
+    Attributes
+    ----------
+    name : str
+        Release name.
+    planned_sigma : float
+        Planned noise standard deviation.
+    noise_variance_fraction : float
+        Arrived noise variance / planned, in ``[0, 1]``.
+    effective_sigma : float
+        ``planned_sigma sqrt(noise_variance_fraction)``.
+    mu : float
+        ``Delta_k/effective_sigma`` (``inf`` if no noise arrived).
+    counts_for_privacy : bool
+        Whether the release enters the total.
+    """
+
+    name: str
+    planned_sigma: float
+    noise_variance_fraction: float
+    effective_sigma: float
+    mu: float
+    counts_for_privacy: bool
+
+
+@dataclass(frozen=True)
+class PrivacySpent:
+    """Total privacy spent under exact composition (Dong, Roth & Su, Cor. 3.3).
+
+    Attributes
+    ----------
+    epsilon : float
+        Smallest ``epsilon`` at ``delta`` (``inf`` if a counted release got no noise).
+    delta : float
+        The plan's ``delta``, at which ``epsilon`` is stated.
+    mu : float
+        ``sqrt(sum_k (Delta_k/sigma_eff_k)**2)`` over counted releases.
+    delta_at_target_epsilon : float
+        Exact ``delta`` at the plan's ``epsilon``.
+    degraded : bool
+        ``True`` if some counted release received less noise than planned.
+    per_release : tuple of ReleaseSpent
+        Per-release detail, including releases that do not count.
+    """
+
+    epsilon: float
+    delta: float
+    mu: float
+    delta_at_target_epsilon: float
+    degraded: bool
+    per_release: tuple[ReleaseSpent, ...]
+
+
+def _validate_releases(releases: Sequence[ReleaseSpec]) -> tuple[ReleaseSpec, ...]:
+    """Check the release list: non-empty, ReleaseSpec items, unique names."""
+    items = tuple(releases)
+    if not items:
+        raise PrivacyParameterError("releases must contain at least one ReleaseSpec, got []")
+    seen: set[str] = set()
+    for item in items:
+        if not isinstance(item, ReleaseSpec):
+            raise PrivacyParameterError(
+                f"releases must be ReleaseSpec instances, got {item!r} ({type(item).__name__})"
+            )
+        if item.name in seen:
+            raise PrivacyParameterError(
+                f"release names must be unique, got duplicate name={item.name!r}"
+            )
+        seen.add(item.name)
+    return items
+
+
+def plan_budget(
+    epsilon: float,
+    delta: float,
+    releases: Sequence[ReleaseSpec],
+    *,
+    mechanism: Mechanism = "agm",
+    composition: Composition = "basic",
+) -> BudgetPlan:
+    """Split a total ``(epsilon, delta)`` over Gaussian releases and calibrate their noise.
+
+    ``"basic"`` composition (the paper's: ``epsilon = sum epsilon_k``, ``delta = sum
+    delta_k``): ``epsilon_k = epsilon w_k/sum(w)``, ``delta_k = delta w_k/sum(w)``,
+    ``sigma_k = calibrate_sigma(epsilon_k, delta_k, Delta_k, mechanism)``.
+
+    ``"gdp"`` composition (Dong, Roth & Su, Cor. 3.3; AGM only):
+    ``mu = 1/calibrate_sigma(epsilon, delta, 1, "agm")``, ``mu_k = mu sqrt(w_k/sum(w))``,
+    ``sigma_k = Delta_k/mu_k``; the composition of all releases is exactly
+    ``(epsilon, delta)``-DP.
+
+    Releases with ``counts_for_privacy=False`` (post-processing noise such as the paper's
+    ``I^2'''``) take their share of the budget, as in the paper, but are not counted by
+    :func:`privacy_spent`.
+
+    Parameters
+    ----------
+    epsilon : float
+        Total epsilon, finite and ``> 0``.
+    delta : float
+        Total delta in ``(0, 1)``.
+    releases : sequence of ReleaseSpec
+        At least one, unique names.
+    mechanism : {"agm", "cgm"}, optional
+        Calibration rule (paper Thm 2.10 / Alg. 1, or Thm 2.9). Default ``"agm"``.
+    composition : {"basic", "gdp"}, optional
+        Budget split. Default ``"basic"``.
+
+    Returns
+    -------
+    BudgetPlan
+        The per-release noise, with caveat labels.
+
+    Raises
+    ------
+    PrivacyParameterError
+        For invalid parameters, an empty or duplicated release list, or ``"gdp"`` with
+        ``"cgm"`` (CGM is a basic-composition baseline of the paper; exact composition needs
+        the exact Gaussian calibration of the AGM).
+
+    Warns
+    -----
+    BaselineWarning
+        Once, for CGM with some ``epsilon_k >= 1`` (not a DP guarantee).
+    """
+    epsilon_f = _check_positive("epsilon", epsilon)
+    delta_f = _check_delta(delta)
+    mech = _check_mechanism(mechanism)
+    comp = _check_composition(composition)
+    items = _validate_releases(releases)
+    if comp == "gdp" and mech == "cgm":
+        raise PrivacyParameterError(
+            "composition='gdp' requires mechanism='agm', got mechanism='cgm': CGM (Thm 2.9) is "
+            "the paper's basic-composition baseline and not an exact Gaussian calibration"
+        )
+    total_weight = math.fsum(r.weight for r in items)
+    planned: list[CalibratedRelease] = []
+    labels: list[str] = []
+    if comp == "basic":
+        baseline: list[str] = []
+        for r in items:
+            share = r.weight / total_weight
+            eps_k = epsilon_f * share
+            delta_k = delta_f * share
+            if mech == "cgm":
+                sigma_k = cgm_sigma(eps_k, delta_k, r.sensitivity)  # Thm 2.9
+                if eps_k >= 1.0:
+                    baseline.append(f"{r.name} (epsilon_k={eps_k:.6g})")
+            else:
+                sigma_k = calibrate_sigma(eps_k, delta_k, r.sensitivity, "agm")  # Thm 2.10
+            planned.append(
+                CalibratedRelease(
+                    name=r.name,
+                    sensitivity=r.sensitivity,
+                    sigma=sigma_k,
+                    epsilon_share=eps_k,
+                    delta_share=delta_k,
+                    counts_for_privacy=r.counts_for_privacy,
+                    mu_share=r.sensitivity / sigma_k,
+                )
+            )
+        if baseline:
+            label = f"{CGM_BASELINE_LABEL}: {', '.join(baseline)}"
+            labels.append(label)
+            warnings.warn(label, BaselineWarning, stacklevel=2)
+    else:
+        mu_total = 1.0 / calibrate_sigma(epsilon_f, delta_f, 1.0, "agm")  # Thm 2.10
+        for r in items:
+            mu_k = mu_total * math.sqrt(r.weight / total_weight)  # Dong-Roth-Su Cor. 3.3
+            planned.append(
+                CalibratedRelease(
+                    name=r.name,
+                    sensitivity=r.sensitivity,
+                    sigma=r.sensitivity / mu_k,
+                    epsilon_share=None,
+                    delta_share=None,
+                    counts_for_privacy=r.counts_for_privacy,
+                    mu_share=mu_k,
+                )
+            )
+    uncounted = [r.name for r in items if not r.counts_for_privacy]
+    if uncounted:
+        labels.append(
+            "post-processing noise with a budget share, not counted in the privacy spent: "
+            + ", ".join(uncounted)
+        )
+    return BudgetPlan(
+        epsilon=epsilon_f,
+        delta=delta_f,
+        mechanism=mech,
+        composition=comp,
+        releases=tuple(planned),
+        labels=tuple(labels),
+    )
+
+
+def _check_fraction(name: str, value: object) -> float:
+    """Validate a noise-variance fraction: a number >= 0 (values above 1 are capped at 1)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise PrivacyParameterError(
+            f"noise_variance_fraction[{name!r}] must be a number in [0, 1], got {value!r}"
+        )
+    x = float(value)
+    if math.isnan(x) or x < 0.0 or math.isinf(x):
+        raise PrivacyParameterError(
+            f"noise_variance_fraction[{name!r}] must be a finite number in [0, 1], got {x!r}"
+        )
+    # Contract: arrived/planned is capped at 1 (more noise than planned is not credited).
+    return min(x, 1.0)
+
+
+def privacy_spent(
+    plan: BudgetPlan,
+    noise_variance_fraction: Mapping[str, float] | None = None,
+) -> PrivacySpent:
+    """Total ``(epsilon, delta)`` spent under exact composition, given the noise that arrived.
+
+    For each release with ``counts_for_privacy`` the effective noise is
+    ``sigma_eff_k = sigma_k sqrt(f_k)`` (``f_k`` = arrived noise variance / planned; with the
+    distributed placement ``m`` of the ``t`` planned noise shares give ``m/t``). The releases
+    compose exactly (Dong, Roth & Su, Cor. 3.3) to ``mu = sqrt(sum_k (Delta_k/sigma_eff_k)**2)``
+    -GDP, which is ``(epsilon, delta)``-DP for ``epsilon = achieved_epsilon(1, delta, mu)``
+    (Thm 2.10). Releases with ``counts_for_privacy=False`` are post-processing and are
+    left out, although :func:`plan_budget` gave them a share.
+
+    With all noise arrived, a ``"gdp"`` plan spends exactly its ``epsilon`` and a ``"basic"``
+    plan spends at most its ``epsilon`` (exact composition is tighter than the sum).
+
+    Parameters
+    ----------
+    plan : BudgetPlan
+        The plan the noise was drawn from.
+    noise_variance_fraction : mapping of str to float, optional
+        Per release name, arrived/planned noise variance; missing names mean 1. Values
+        above 1 are capped at 1 (extra noise is not credited); negative, NaN or infinite
+        values, and unknown names, raise.
+
+    Returns
+    -------
+    PrivacySpent
+        ``epsilon`` at the plan's ``delta`` (``inf`` if a counted release got no noise),
+        ``delta`` at the plan's ``epsilon``, ``mu``, and whether the guarantee degraded.
+
+    Raises
+    ------
+    PrivacyParameterError
+        For an unknown release name or an invalid fraction.
+    """
+    fractions: dict[str, float] = {}
+    if noise_variance_fraction is not None:
+        known = {r.name for r in plan.releases}
+        for name, value in noise_variance_fraction.items():
+            if name not in known:
+                raise PrivacyParameterError(
+                    f"noise_variance_fraction names unknown release {name!r}; known: "
+                    + ", ".join(sorted(repr(k) for k in known))
+                )
+            fractions[name] = _check_fraction(name, value)
+    per_release: list[ReleaseSpent] = []
+    mu_sq_terms: list[float] = []
+    degraded = False
+    infinite = False
+    for r in plan.releases:
+        frac = fractions.get(r.name, 1.0)
+        sigma_eff = r.sigma * math.sqrt(frac)
+        mu_k = r.sensitivity / sigma_eff if sigma_eff > 0.0 else math.inf
+        per_release.append(
+            ReleaseSpent(
+                name=r.name,
+                planned_sigma=r.sigma,
+                noise_variance_fraction=frac,
+                effective_sigma=sigma_eff,
+                mu=mu_k,
+                counts_for_privacy=r.counts_for_privacy,
+            )
+        )
+        if r.counts_for_privacy:
+            degraded = degraded or frac < 1.0
+            if math.isinf(mu_k):
+                infinite = True
+            else:
+                mu_sq_terms.append(mu_k * mu_k)
+    if infinite:
+        mu, eps, delta_at_eps = math.inf, math.inf, 1.0
+    else:
+        mu = math.sqrt(math.fsum(mu_sq_terms))  # Dong-Roth-Su Cor. 3.3
+        if mu == 0.0:
+            eps, delta_at_eps = 0.0, 0.0
+        else:
+            eps = achieved_epsilon(1.0, plan.delta, mu)  # Thm 2.10 with sigma/Delta = 1/mu
+            delta_at_eps = achieved_delta(1.0, plan.epsilon, mu)
+    return PrivacySpent(
+        epsilon=eps,
+        delta=plan.delta,
+        mu=mu,
+        delta_at_target_epsilon=delta_at_eps,
+        degraded=degraded,
+        per_release=tuple(per_release),
+    )
