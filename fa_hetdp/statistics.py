@@ -34,7 +34,9 @@ __all__ = [
     "check_variance_floor",
     "client_weights",
     "i_squared",
+    "statistics_of_validated",
     "true_statistics",
+    "validate_client_vector",
     "validate_clients",
     "within_variance",
 ]
@@ -131,6 +133,36 @@ def validate_clients(x: npt.ArrayLike) -> tuple[FloatArray, int]:
     if n_clipped:
         np.clip(values, 0.0, 1.0, out=values)
     return values, n_clipped
+
+
+def validate_client_vector(x_i: npt.ArrayLike) -> tuple[FloatArray, int]:
+    """Check one client's vector and clip it into ``[0, 1]`` (the client-side check).
+
+    Parameters
+    ----------
+    x_i : array_like, shape (d,)
+        One client's vector, real numbers, ``d >= 1``.
+
+    Returns
+    -------
+    x_clipped : FloatArray, shape (d,)
+        A new float64 vector clipped into ``[0, 1]``.
+    n_clipped : int
+        How many values were outside ``[0, 1]``.
+
+    Raises
+    ------
+    InputDataError
+        If ``x_i`` is not a non-empty one-dimensional real vector or holds NaN/inf.
+    """
+    arr = np.asarray(x_i)
+    if arr.ndim != 1:
+        raise InputDataError(
+            f"a client vector must have shape (d,) with d >= 1, got shape {arr.shape} "
+            f"(ndim={arr.ndim})."
+        )
+    values, n_clipped = validate_clients(np.stack([arr, arr]))
+    return values[0].copy(), n_clipped // 2
 
 
 def within_variance(x: FloatArray) -> FloatArray:
@@ -291,6 +323,28 @@ def true_statistics(x: npt.ArrayLike, *, variance_floor: float = 0.01) -> TrueSt
         For a variance floor outside ``(0, 1/4]``.
     """
     values, n_clipped = validate_clients(x)
+    return statistics_of_validated(values, n_clipped=n_clipped, variance_floor=variance_floor)
+
+
+def statistics_of_validated(
+    values: FloatArray, *, n_clipped: int = 0, variance_floor: float = 0.01
+) -> TrueStatistics:
+    """:func:`true_statistics` of data already checked by :func:`validate_clients`.
+
+    Parameters
+    ----------
+    values : FloatArray, shape (n, d)
+        Output of :func:`validate_clients` (not checked again, to save a pass over the data).
+    n_clipped : int, default 0
+        The clipped-value count that :func:`validate_clients` returned.
+    variance_floor : float, default 0.01
+        ``v_min`` in ``(0, 1/4]``.
+
+    Returns
+    -------
+    TrueStatistics
+        As :func:`true_statistics`.
+    """
     n, d = values.shape
     weights, n_at_floor = client_weights(values, variance_floor=variance_floor)
     mean = values.mean(axis=0)  # Def. 2.4: mu = (1/n) sum x_i
