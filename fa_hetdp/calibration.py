@@ -176,6 +176,11 @@ def _log_elasticity(s: float, epsilon: float, log_delta: float) -> float:
     return -0.5 * a * a - _LOG_SQRT_2PI - math.log(s) - log_delta
 
 
+def _delta_value(s: float, epsilon: float) -> float:
+    """``delta`` as a float, exactly as :func:`achieved_delta` reports it (checks use this)."""
+    return min(1.0, math.exp(_log_delta(s, epsilon)))
+
+
 def achieved_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
     """Exact ``delta`` of the Gaussian mechanism with noise ``sigma`` at privacy ``epsilon``.
 
@@ -212,7 +217,7 @@ def achieved_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> fl
             f"sigma/sensitivity must be a finite number > 0, got sigma={sigma_f!r}, "
             f"sensitivity={sensitivity_f!r}"
         )
-    return min(1.0, math.exp(_log_delta(s, epsilon_f)))
+    return _delta_value(s, epsilon_f)
 
 
 # --------------------------------------------------------------------------- calibration
@@ -286,8 +291,8 @@ def _agm_unit_sigma(epsilon: float, delta: float) -> float:
     elasticity = math.exp(_log_elasticity(s, epsilon, log_delta_s))
     s *= 1.0 + 2.0 * rel_err / elasticity + 8.0 * _MACHINE_EPS
     nudges = 0
-    while _log_delta(s, epsilon) > log_target:
-        s *= 1.0 + 1e-13
+    while _delta_value(s, epsilon) > delta:
+        s *= 1.0 + _MACHINE_EPS * 2.0 ** min(nudges, 40)  # 1 ulp first, then doubling steps
         nudges += 1
         if nudges > _MAX_NUDGES:  # pragma: no cover - defensive: never seen in [1e-3, 100]
             raise PrivacyParameterError(
@@ -414,9 +419,13 @@ def achieved_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
             )
     eps = float(brentq(f, lo, hi, xtol=1e-300, rtol=4.0 * _MACHINE_EPS, maxiter=200))
     # Never report less than the truth: step up while the float check exceeds the target.
-    for _ in range(_MAX_NUDGES):
-        if f(eps) <= 0.0:
+    for nudge in range(_MAX_NUDGES):
+        if _delta_value(s, eps) <= delta_f:
             break
-        eps = math.nextafter(eps, math.inf) if eps > 0.0 else 5e-324
-        eps *= 1.0 + 1e-13
+        eps = max(eps * (1.0 + _MACHINE_EPS * 2.0 ** min(nudge, 40)), 5e-324)
+    else:  # pragma: no cover - defensive: never seen
+        raise PrivacyParameterError(
+            f"achieved_epsilon did not converge for sigma={sigma_f!r}, delta={delta_f!r}, "
+            f"sensitivity={sensitivity_f!r}"
+        )
     return eps
