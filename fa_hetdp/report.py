@@ -399,7 +399,10 @@ def plot_emse_vs_epsilon(
         ax.set_ylabel(ylabel)
         ax.set_title(panel_title)
         ax.grid(True, which="major", alpha=0.35)
-        ax.legend(fontsize=7)
+        if lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     if title:
         figure.suptitle(title)
     out = Path(path)
@@ -456,19 +459,21 @@ def plot_ratio_bands(
                 x,
                 np.asarray(low, dtype=np.float64),
                 np.asarray(high, dtype=np.float64),
-                alpha=0.25,
+                alpha=0.2,
                 color=line.get_color(),
-                label=f"{label}: 95% CI",
             )
         if reference is not None:
             ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
         if log_y:
             ax.set_yscale("log")
         ax.set_xlabel("ε (total privacy budget)")
-        ax.set_ylabel("EMSE ratio")
+        ax.set_ylabel("EMSE ratio (bands: 95 % CI)")
         ax.set_title(panel_title)
         ax.grid(True, which="major", alpha=0.35)
-        ax.legend(fontsize=7)
+        if lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     if title:
         figure.suptitle(title)
     out = Path(path)

@@ -1,0 +1,237 @@
+"""Tests of fa_hetdp.engine: determinism, grid semantics, outputs, validation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fa_hetdp.engine import (
+    CELL_CSV_FIXED_COLUMNS,
+    STATISTICS,
+    GridSpec,
+    grid_from_scenario,
+    load_results,
+    run_grid,
+    run_scenario,
+    write_outputs,
+)
+from fa_hetdp.errors import InputDataError, ScenarioError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _data(n: int = 30, d: int = 12, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0.0, 1.0, size=(n, d))
+
+
+def _grid(**kwargs: object) -> GridSpec:
+    base: dict[str, object] = {
+        "epsilons": (0.5, 2.0),
+        "delta": 1e-5,
+        "mechanisms": ("agm", "cgm"),
+        "placements": ("distributed", "central"),
+        "compositions": ("basic", "gdp"),
+        "repeats": 8,
+        "seed": 11,
+    }
+    base.update(kwargs)
+    return GridSpec(**base)  # type: ignore[arg-type]
+
+
+def _strict_json(path: Path) -> dict:
+    def no_constants(name: str) -> float:
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(path.read_text(), parse_constant=no_constants)
+
+
+def test_same_seed_same_results_different_seed_different() -> None:
+    x = _data()
+    first = run_grid(x, _grid(), progress=False)
+    second = run_grid(x, _grid(), progress=False)
+    other = run_grid(x, _grid(seed=12), progress=False)
+    for a, b, c in zip(first.cells, second.cells, other.cells, strict=True):
+        assert a.key == b.key == c.key
+        if a.skipped is not None:
+            continue
+        assert a.emse == b.emse
+        assert a.emse_sd == b.emse_sd
+        assert a.emse != c.emse
+
+
+def test_cell_draws_do_not_depend_on_the_other_cells() -> None:
+    # Each cell's generator is spawned from the seed by the cell's grid position, so the
+    # first cell is the same whatever follows it in the grid.
+    x = _data()
+    full = run_grid(x, _grid(), progress=False)
+    small = run_grid(x, _grid(epsilons=(0.5,)), progress=False)
+    assert small.cells[0].key == full.cells[0].key
+    assert small.cells[0].emse == full.cells[0].emse
+
+
+def test_grid_order_skips_and_cmse() -> None:
+    x = _data()
+    result = run_grid(x, _grid(), progress=False)
+    assert len(result.cells) == 2 * 2 * 2 * 2
+    assert [c.key for c in result.cells] == list(_grid().cells())
+    skipped = [c for c in result.cells if c.skipped is not None]
+    assert {(c.mechanism, c.composition) for c in skipped} == {("cgm", "gdp")}
+    assert all("gdp" in (c.skipped or "") for c in skipped)
+    for c in result.cells:
+        if c.skipped is not None:
+            continue
+        central = result.cell(c.epsilon, c.mechanism, "central", c.composition)
+        assert c.cmse == central.emse
+        assert set(c.emse) == set(STATISTICS)
+        assert all(v >= 0 for v in c.emse.values())
+        assert c.sigmas and all(v > 0 for v in c.sigmas.values())
+        assert 0 < c.spent_epsilon <= c.epsilon * (1 + 1e-9)
+    # CGM at eps >= 1 (per-release share >= 1 at eps = 2? shares are eps/5 < 1) is not
+    # necessarily a baseline; the paper profile always is.
+    paper = run_grid(x, _grid(profile="paper", compositions=("basic",)), progress=False)
+    assert all(c.is_baseline for c in paper.cells)
+
+
+def test_cgm_baseline_is_labelled_not_warned() -> None:
+    # pytest turns warnings into errors: the engine must record the CGM baseline (eps_k >= 1)
+    # as a label instead of letting BaselineWarning escape.
+    result = run_grid(_data(), _grid(epsilons=(20.0,), compositions=("basic",)), progress=False)
+    cgm = result.cell(20.0, "cgm", "distributed", "basic")
+    assert cgm.is_baseline
+    assert any("baseline" in label.lower() for label in cgm.labels)
+    assert not result.cell(20.0, "agm", "distributed", "basic").is_baseline
+
+
+def test_emse_matches_a_direct_computation() -> None:
+    # EMSE of mu' with central noise: sigma_mean^2 / n^2 per coordinate in expectation.
+    # statistical: 400 repeats, d = 12; the relative SE of the mean of 4800 chi2(1) values is
+    # sqrt(2/4800) ~ 2 %; we allow 12 % (about 6 SE).
+    x = _data()
+    result = run_grid(
+        x,
+        _grid(
+            epsilons=(1.0,),
+            mechanisms=("agm",),
+            placements=("central",),
+            compositions=("basic",),
+            repeats=400,
+        ),
+        progress=False,
+    )
+    cell = result.cells[0]
+    expected = (cell.sigmas["mean"] / x.shape[0]) ** 2
+    assert cell.emse["mean"] == pytest.approx(expected, rel=0.12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilons": ()}, "epsilons"),
+        ({"epsilons": (0.5, -1.0)}, "ε"),
+        ({"delta": 1.5}, "delta"),
+        ({"mechanisms": ("lap",)}, "mechanisms"),
+        ({"placements": ("local",)}, "placements"),
+        ({"compositions": ("rdp",)}, "compositions"),
+        ({"repeats": 0}, "repeats"),
+        ({"seed": -1}, "seed"),
+        ({"variance_floor": 0.5}, "variance_floor"),
+        ({"profile": "loose"}, "profile"),
+        ({"mechanisms": ("agm", "agm")}, "twice"),
+    ],
+)
+def test_grid_validation(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ScenarioError, match=match):
+        _grid(**kwargs)
+
+
+def test_bad_data_rejected_before_any_cell(tmp_path: Path) -> None:
+    x = _data()
+    x[0, 0] = np.nan
+    with pytest.raises(InputDataError):
+        run_grid(x, _grid(), progress=False)
+
+
+def test_outputs_written(tmp_path: Path) -> None:
+    result = run_grid(_data(), _grid(), name="tiny", progress=False)
+    written = write_outputs(result, tmp_path / "results" / "tiny")
+    folder = tmp_path / "results" / "tiny"
+    assert folder / "results.json" in written
+    data = _strict_json(folder / "results.json")
+    assert data["name"] == "tiny"
+    assert data["n"] == 30 and data["d"] == 12
+    assert len(data["cells"]) == 16
+    first = data["cells"][0]
+    assert first["emse"]["dispersion"] == result.cells[0].emse["dispersion"]
+    assert "emse_over_expected" in first["ratios"]
+    assert load_results(folder / "results.json")["grid"]["seed"] == 11
+    with (folder / "cells.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 16
+    header = list(rows[0])
+    assert header[: len(CELL_CSV_FIXED_COLUMNS)] == list(CELL_CSV_FIXED_COLUMNS)
+    for s in STATISTICS:
+        assert f"emse_{s}" in header and f"cmse_{s}" in header
+    assert float(rows[0]["emse_q"]) == result.cells[0].emse["q"]
+    for placement in ("distributed", "central"):
+        assert (folder / f"emse_{placement}.csv").stat().st_size > 0
+        assert (folder / f"emse_{placement}.md").read_text().startswith("**")
+    for png in ("emse_vs_epsilon.png", "emse_over_expected.png"):
+        content = (folder / png).read_bytes()
+        assert content.startswith(PNG_MAGIC) and len(content) > 10_000
+    assert not list(folder.glob("*.tmp")) and not list(folder.glob(".*.tmp"))
+
+
+def test_nan_written_as_null(tmp_path: Path) -> None:
+    result = run_grid(_data(), _grid(compositions=("gdp",), mechanisms=("cgm",)), progress=False)
+    write_outputs(result, tmp_path)
+    data = _strict_json(tmp_path / "results.json")
+    assert all(cell["skipped"] for cell in data["cells"])
+    assert data["cells"][0]["spent_epsilon"] is None
+    assert math.isnan(result.cells[0].spent_epsilon)
+
+
+TINY_SCENARIO = """
+[scenario]
+name = "tiny-digits"
+
+[data]
+dataset = "digits"
+num_clients = 20
+label_ratios = [1, 1]
+
+[privacy]
+epsilon = [0.5, 1.0]
+delta = 1e-5
+mechanism = ["agm", "cgm"]
+
+[protocol]
+placement = ["distributed", "central"]
+
+[experiment]
+repeats = 6
+seed = 4
+"""
+
+
+def test_run_scenario_on_a_tiny_scenario_file(tmp_path: Path) -> None:
+    from fa_hetdp.scenario import load_scenario
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_SCENARIO)
+    scenario = load_scenario(path)
+    grid = grid_from_scenario(scenario)
+    assert grid.epsilons == (0.5, 1.0) and grid.repeats == 6 and grid.seed == 4
+    assert grid.compositions == ("basic",)
+    result = run_scenario(scenario, progress=False)
+    assert result.name == "tiny-digits"
+    assert (result.n, result.d) == (20, 64)
+    assert result.metadata["clients_per_label"][:2] == [10, 10]
+    assert len(result.cells) == 2 * 2 * 2
+    again = run_scenario(scenario, progress=False)
+    assert [c.emse for c in again.cells] == [c.emse for c in result.cells]
