@@ -684,6 +684,8 @@ class PrivateStatistics:
         Whether ``B'`` was clamped to its public lower bound.
     noise_shares : tuple[int, int]
         Noise shares in the stage-1 and stage-2 sums.
+    weighted_denominator : float
+        ``max(B', n w_min)``, the denominator used for ``mu_bar'`` (a DP release).
     n_clipped, n_at_floor : int
         Input values clipped and clients at the variance floor (when known to the caller).
     """
@@ -703,6 +705,7 @@ class PrivateStatistics:
     mu_prime_broadcast: FloatArray
     weighted_denominator_clamped: bool
     noise_shares: tuple[int, int]
+    weighted_denominator: float = math.nan
     n_clipped: int = 0
     n_at_floor: int = 0
 
@@ -891,6 +894,7 @@ def assemble_stage2(
         mu_prime_broadcast=stage1.mu_prime_broadcast,
         weighted_denominator_clamped=stage1.b_clamped,
         noise_shares=(stage1.noise_shares, shares),
+        weighted_denominator=stage1.b_used,
     )
 
 
@@ -1048,6 +1052,8 @@ class BatchResult:
         ``I2'''`` of each repeat, or None when disabled.
     weighted_denominator_clamped : numpy.ndarray of bool, shape (repeats,)
         Whether ``B'`` was clamped to ``n w_min`` in each repeat.
+    weighted_denominator : FloatArray, shape (repeats,)
+        ``max(B', n w_min)`` of each repeat.
     sigmas : Mapping[str, float]
         Calibrated sigma of every release.
     spent : PrivacySpent
@@ -1066,6 +1072,7 @@ class BatchResult:
     i2: FloatArray
     i2_extra: FloatArray | None
     weighted_denominator_clamped: npt.NDArray[np.bool_]
+    weighted_denominator: FloatArray
     sigmas: Mapping[str, float]
     spent: PrivacySpent
     labels: tuple[str, ...]
@@ -1214,6 +1221,7 @@ def private_statistics_batch(
         i2=i2,
         i2_extra=i2_extra,
         weighted_denominator_clamped=clamped,
+        weighted_denominator=b_used,
         sigmas=plan.sigmas,
         spent=spent,
         labels=_labels(plan, spent, bool(clamped.any())),
