@@ -1,0 +1,549 @@
+"""The client's state machine (Bonawitz et al., CCS 2017, Fig. 4; SecAgg+ graphs).
+
+One :class:`SecAggClient` per client and session. Each round is one method that takes the
+server's request as a plain dictionary and returns the reply as a plain dictionary, so a
+transport can drive it one round at a time from separate handlers. Between rounds the state
+can be kept in the object (it pickles) or written out with :meth:`SecAggClient.to_bytes`
+and read back with :meth:`SecAggClient.from_bytes` (JSON; secret material included, so keep
+it where the client keeps its own secrets).
+
+A request that is malformed, for another session, replayed, or for the wrong round raises
+:class:`~secagg.errors.MessageRejected` and leaves the state unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from secagg import crypto
+from secagg.encoding import FixedPointEncoding, FloatArray
+from secagg.errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
+from secagg.graph import NeighbourGraph
+from secagg.messages import (
+    AdvertiseKeys,
+    KeyDirectory,
+    MaskedInput,
+    MaskedInputRequest,
+    MessageValue,
+    SetupMessage,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+from secagg.shamir import LIMBS, share, validate_shares
+
+__all__ = ["SecAggClient", "share_aad"]
+
+_PHASES = ("new", "advertised", "shared", "excluded")
+
+
+def share_aad(session_id: bytes, sender: int, recipient: int) -> bytes:
+    """Associated data of a share ciphertext: domain, round, session, sender, recipient."""
+    return crypto.DOMAIN + b"/share-keys" + session_id + struct.pack("<QQ", sender, recipient)
+
+
+class SecAggClient:
+    """One client's side of a secure-aggregation session.
+
+    Parameters
+    ----------
+    client_id : int
+        This client's id, as listed by the server's setup message.
+
+    Notes
+    -----
+    Rounds, in order (each takes and returns a ``dict``):
+
+    0. :meth:`advertise_keys` (setup) -> advertise-keys
+    1. :meth:`share_keys` (key directory) -> share-keys
+    2. :meth:`masked_input` (masked-input request, values, rng) -> masked input, then
+    3. :meth:`unmask` (unmask request) -> unmask response;
+       rounds 2-3 repeat once per summation of the session.
+    """
+
+    def __init__(self, client_id: int) -> None:
+        if isinstance(client_id, bool) or not 0 <= int(client_id) < 2**63:
+            raise ValueError(f"client_id must lie in [0, 2^63), got {client_id}.")
+        self.client_id = int(client_id)
+        self.phase = "new"
+        self.session = b""
+        self.client_ids: tuple[int, ...] = ()
+        self.threshold = 0
+        self.num_summations = 0
+        self.degree = 0
+        self.ring: tuple[int, ...] = ()
+        self.channel_sk = b""
+        self.mask_sks: list[bytes] = []
+        self.channel_pk = b""
+        self.mask_pks = b""
+        self.session_id = b""
+        self.directory_ids: frozenset[int] = frozenset()
+        self.peer_mask_pks: dict[int, bytes] = {}
+        self.receive_keys: dict[int, bytes] = {}
+        self.seeds: list[bytes] = []
+        self.held_shares: dict[int, bytes] = {}
+        self.alive: tuple[int, ...] = ()
+        self.pair_keys: dict[int, list[bytes]] = {}
+        self.next_summation = 0
+        self.pending_unmask: int | None = None
+        self.dropped_peers: set[int] = set()
+        self._graph: NeighbourGraph | None = None
+        self._rank_cache: dict[int, int] | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _graph_of_session(self) -> NeighbourGraph:
+        if self._graph is None:
+            self._graph = NeighbourGraph(ring=self.ring, degree=self.degree)
+        return self._graph
+
+    def _rank(self) -> dict[int, int]:
+        """Shamir evaluation points: each client's 1-based rank among the session's ids."""
+        if self._rank_cache is None:
+            self._rank_cache = {c: i + 1 for i, c in enumerate(self.client_ids)}
+        return self._rank_cache
+
+    def _require(self, phase: str, what: str) -> None:
+        if self.phase != phase:
+            raise MessageRejected(
+                f"client {self.client_id}: {what} arrived in the wrong round "
+                f"(client is in phase {self.phase!r})."
+            )
+
+    def _check_session(self, session: bytes) -> None:
+        if session != self.session:
+            raise MessageRejected(
+                f"client {self.client_id}: message for another session "
+                f"({session.hex()[:16]}... != {self.session.hex()[:16]}...)."
+            )
+
+    # ------------------------------------------------------------------ round 0
+    def advertise_keys(self, setup: Mapping[str, Any]) -> dict[str, MessageValue]:
+        """Round 0: read the session parameters, create key pairs, return the public keys.
+
+        Creates one X25519 key pair for the share channel and one per summation for the
+        pairwise masks (independent keys per summation: revealing the mask key of a client
+        that drops in a later summation must not unmask its earlier inputs).
+        """
+        msg = SetupMessage.from_dict(setup)
+        self._require("new", "setup")
+        if self.client_id not in msg.client_ids:
+            raise MessageRejected(f"client {self.client_id} is not listed in the setup.")
+        try:
+            graph = NeighbourGraph(ring=msg.ring, degree=msg.degree)
+        except ValueError as exc:
+            raise MessageRejected(f"setup describes an invalid graph: {exc}") from None
+        holders = len(graph.holders(self.client_id))
+        if not 2 <= msg.threshold <= holders:
+            raise MessageRejected(
+                f"threshold must lie in [2, {holders}] (share holders), got {msg.threshold}."
+            )
+        channel_sk, channel_pk = crypto.generate_keypair()
+        mask_pairs = [crypto.generate_keypair() for _ in range(msg.num_summations)]
+        self.session, self.client_ids, self.ring = msg.session, msg.client_ids, msg.ring
+        self.threshold, self.num_summations, self.degree = (
+            msg.threshold,
+            msg.num_summations,
+            msg.degree,
+        )
+        self._graph = graph
+        self.channel_sk, self.channel_pk = channel_sk, channel_pk
+        self.mask_sks = [sk for sk, _ in mask_pairs]
+        self.mask_pks = b"".join(pk for _, pk in mask_pairs)
+        self.phase = "advertised"
+        return AdvertiseKeys(
+            session=self.session,
+            sender=self.client_id,
+            channel_key=self.channel_pk,
+            mask_keys=self.mask_pks,
+        ).to_dict()
+
+    # ------------------------------------------------------------------ round 1
+    def share_keys(self, directory: Mapping[str, Any]) -> dict[str, MessageValue]:
+        """Round 1: check the key directory, secret-share the mask keys and self-mask seeds.
+
+        Each neighbour that advertised keys receives, encrypted under AES-GCM with a key
+        derived from the channel key agreement, its Shamir shares of this client's mask
+        private keys and self-mask seeds (one of each per summation).
+
+        Raises
+        ------
+        MessageRejected
+            Wrong session or round, own keys misreported, malformed, small-order or
+            duplicate neighbour keys, ids not in the setup.
+        ProtocolAborted
+            Fewer than ``threshold`` share holders advertised keys.
+        """
+        msg = KeyDirectory.from_dict(directory)
+        self._require("advertised", "key directory")
+        self._check_session(msg.session)
+        index = {cid: pos for pos, cid in enumerate(msg.client_ids)}
+        own = index.get(self.client_id)
+        if own is None or (
+            msg.channel_keys[own] != self.channel_pk or msg.mask_keys[own] != self.mask_pks
+        ):
+            raise MessageRejected(f"client {self.client_id}: own keys missing or altered.")
+        if not set(msg.client_ids) <= set(self.client_ids):
+            raise MessageRejected("key directory names ids that are not in the setup.")
+        graph = self._graph_of_session()
+        neighbours = [j for j in graph.neighbours(self.client_id) if j in index]
+        holders = len(neighbours) + 1
+        if holders < self.threshold:
+            raise ProtocolAborted(
+                f"client {self.client_id}: only {holders} share holders advertised keys, "
+                f"fewer than threshold {self.threshold}."
+            )
+        seen = {self.channel_pk, *self._split_mask_keys(self.mask_pks)}
+        peer_mask: dict[int, bytes] = {}
+        peer_channel: dict[int, bytes] = {}
+        for j in neighbours:
+            ck = crypto.validate_public_key(msg.channel_keys[index[j]])
+            mks = self._split_mask_keys(msg.mask_keys[index[j]])
+            for key in (ck, *mks):
+                crypto.validate_public_key(key)
+                if key in seen:
+                    raise MessageRejected(f"client {j} reuses a public key; rejected.")
+                seen.add(key)
+            peer_mask[j], peer_channel[j] = msg.mask_keys[index[j]], ck
+        session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
+        seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(self.num_summations)]
+        share_holders = sorted([*neighbours, self.client_id])
+        rank = self._rank()
+        shares = share([*self.mask_sks, *seeds], [rank[h] for h in share_holders], self.threshold)
+        recipients: list[int] = []
+        ciphertexts: list[bytes] = []
+        receive_keys: dict[int, bytes] = {}
+        held: dict[int, bytes] = {}
+        for h, holder in enumerate(share_holders):
+            if holder == self.client_id:
+                held[holder] = shares[h].tobytes()
+                continue
+            shared = crypto.agree(self.channel_sk, peer_channel[holder])
+            send_key, receive_keys[holder] = crypto.derive_channel_keys(
+                shared, session_id, self.client_id, holder
+            )
+            plaintext = struct.pack("<QQ", self.client_id, holder) + shares[h].tobytes()
+            aad = share_aad(session_id, self.client_id, holder)
+            recipients.append(holder)
+            ciphertexts.append(crypto.seal(send_key, plaintext, aad))
+        self.session_id, self.directory_ids = session_id, frozenset(msg.client_ids)
+        self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
+        self.seeds, self.held_shares = seeds, held
+        self.phase = "shared"
+        return ShareKeys(
+            session=self.session,
+            sender=self.client_id,
+            recipients=tuple(recipients),
+            ciphertexts=tuple(ciphertexts),
+        ).to_dict()
+
+    def _split_mask_keys(self, blob: bytes) -> list[bytes]:
+        size = crypto.KEY_BYTES
+        if len(blob) != size * self.num_summations:
+            raise MessageRejected(
+                f"mask keys must be {self.num_summations} x {size} bytes, got {len(blob)}."
+            )
+        return [blob[size * s : size * (s + 1)] for s in range(self.num_summations)]
+
+    def _setup_canonical(self) -> bytes:
+        return SetupMessage(
+            session=self.session,
+            client_ids=self.client_ids,
+            threshold=self.threshold,
+            num_summations=self.num_summations,
+            degree=self.degree,
+            ring=self.ring,
+        ).canonical()
+
+    # ------------------------------------------------------------------ round 2
+    def masked_input(
+        self, request: Mapping[str, Any], values: FloatArray, *, rng: np.random.Generator
+    ) -> dict[str, MessageValue]:
+        """Round 2: encode ``values`` and return them masked (once per summation).
+
+        ``y = encode(values) + PRG(b_s) + sum_{j > i} PRG(m_ijs) - sum_{j < i} PRG(m_ijs)``
+        in Z_{2^64}, over the neighbours ``j`` whose shares arrived (Bonawitz et al., Sec. 4).
+        The first request of the session delivers those shares; they are decrypted and
+        checked here.
+
+        Parameters
+        ----------
+        request : mapping
+            The server's masked-input request for this client.
+        values : FloatArray, shape (d,)
+            This client's float64 input, within the request's per-client bounds.
+        rng : numpy.random.Generator
+            Source of the stochastic rounding (not of any mask).
+
+        Raises
+        ------
+        MessageRejected
+            Wrong session, recipient, round or summation; replayed, tampered or misaddressed
+            share ciphertexts.
+        EncodingError
+            ``values`` of the wrong length or dtype, non-finite, or beyond the stated bounds.
+        ProtocolAborted
+            Fewer than ``threshold`` share holders delivered shares.
+        """
+        msg = MaskedInputRequest.from_dict(request)
+        self._check_session(msg.session)
+        if msg.recipient != self.client_id:
+            raise MessageRejected(
+                f"client {self.client_id}: request addressed to client {msg.recipient}."
+            )
+        self._require("shared", "masked-input request")
+        if msg.summation != self.next_summation or msg.summation >= self.num_summations:
+            raise MessageRejected(
+                f"client {self.client_id}: masked-input request for summation "
+                f"{msg.summation} arrived in the wrong round (expected {self.next_summation})."
+            )
+        try:
+            encoding = FixedPointEncoding(
+                scales=msg.scales, bounds=msg.bounds, max_clients=msg.max_clients
+            )
+        except EncodingError as exc:
+            raise MessageRejected(f"request carries an unusable encoding: {exc}") from None
+        if msg.summation == 0:
+            held, alive = self._open_shares(msg)
+        elif msg.ciphertexts or msg.senders:
+            raise MessageRejected("share ciphertexts replayed after the first summation.")
+        else:
+            held, alive = self.held_shares, self.alive
+        encoded = encoding.encode(values, rng=rng)
+        pair_keys = self.pair_keys or self._derive_pair_keys(alive)
+        s = msg.summation
+        total = encoded + crypto.mask_keystream(self.seeds[s], encoding.length)
+        for j in alive:
+            stream = crypto.mask_keystream(pair_keys[j][s], encoding.length)
+            if j > self.client_id:
+                total += stream
+            else:
+                total -= stream
+        self.held_shares, self.alive, self.pair_keys = held, alive, pair_keys
+        self.next_summation = s + 1
+        self.pending_unmask = s
+        return MaskedInput(
+            session=self.session, sender=self.client_id, summation=s, vector=total
+        ).to_dict()
+
+    def _open_shares(self, msg: MaskedInputRequest) -> tuple[dict[int, bytes], tuple[int, ...]]:
+        held = dict(self.held_shares)
+        expected = 2 * self.num_summations * LIMBS * 4
+        for sender, blob in zip(msg.senders, msg.ciphertexts, strict=True):
+            key = self.receive_keys.get(sender)
+            if key is None:
+                raise MessageRejected(
+                    f"client {self.client_id}: shares from {sender}, not a neighbour that "
+                    "advertised keys."
+                )
+            plaintext = crypto.open_sealed(
+                key, blob, share_aad(self.session_id, sender, self.client_id)
+            )
+            if len(plaintext) != 16 + expected:
+                raise MessageRejected(f"share plaintext from {sender} has the wrong length.")
+            src, dst = struct.unpack("<QQ", plaintext[:16])
+            if (src, dst) != (sender, self.client_id):
+                raise MessageRejected(
+                    f"share plaintext names {src} -> {dst}, expected {sender} -> {self.client_id}."
+                )
+            body = np.frombuffer(plaintext[16:], dtype="<u4").astype(np.uint32)
+            validate_shares(
+                body.reshape(1, 2 * self.num_summations, LIMBS), 1, 2 * self.num_summations
+            )
+            held[sender] = plaintext[16:]
+        alive = tuple(sorted(msg.senders))
+        if len(alive) + 1 < self.threshold:
+            raise ProtocolAborted(
+                f"client {self.client_id}: shares arrived from {len(alive)} neighbours; with "
+                f"itself that is fewer than threshold {self.threshold}."
+            )
+        return held, alive
+
+    def _derive_pair_keys(self, alive: tuple[int, ...]) -> dict[int, list[bytes]]:
+        keys: dict[int, list[bytes]] = {}
+        size = crypto.KEY_BYTES
+        for j in alive:
+            blob = self.peer_mask_pks[j]
+            per_summation = []
+            for s in range(self.num_summations):
+                shared = crypto.agree(self.mask_sks[s], blob[size * s : size * (s + 1)])
+                per_summation.append(
+                    crypto.derive_mask_key(shared, self.session_id, self.client_id, j, s)
+                )
+            keys[j] = per_summation
+        return keys
+
+    # ------------------------------------------------------------------ round 3
+    def unmask(self, request: Mapping[str, Any]) -> dict[str, MessageValue]:
+        """Round 3: reveal shares that let the server remove the masks of this summation.
+
+        For every survivor that is a share holder's peer: the share of its self-mask seed
+        of this summation; for every dropped peer: the share of its mask key of this
+        summation. Keys are independent per summation, so no server ever holds both secrets
+        of one client and summation.
+
+        Raises
+        ------
+        UnmaskRefused
+            The request lists this client as dropped, names a peer as both survivor and
+            dropped, names unknown or duplicate ids, lists as survivor a peer declared
+            dropped earlier, or leaves fewer than ``threshold`` survivors (overall or among
+            this client's share holders).
+        MessageRejected
+            Wrong session, or no masked input of this summation awaits unmasking.
+        """
+        msg = UnmaskRequest.from_dict(request)
+        self._check_session(msg.session)
+        self._require("shared", "unmask request")
+        if self.pending_unmask is None or msg.summation != self.pending_unmask:
+            raise MessageRejected(
+                f"client {self.client_id}: unmask request for summation {msg.summation} "
+                f"arrived in the wrong round (awaiting {self.pending_unmask})."
+            )
+        survivors, dropped = msg.survivors, msg.dropped
+        me = self.client_id
+        for name, ids in (("survivors", survivors), ("dropped", dropped)):
+            if len(set(ids)) != len(ids):
+                raise UnmaskRefused(f"client {me}: unmask request lists duplicate {name} ids.")
+        unknown = sorted((set(survivors) | set(dropped)) - self.directory_ids)
+        if unknown:
+            raise UnmaskRefused(f"client {me}: unmask request names unknown ids {unknown[:5]}.")
+        if me in dropped:
+            self.phase = "excluded"
+            self.pending_unmask = None
+            raise UnmaskRefused(f"client {me}: unmask request lists this client as dropped.")
+        both = sorted(set(survivors) & set(dropped))
+        if both:
+            raise UnmaskRefused(
+                f"client {me}: request asks for both the self-mask share and the key share "
+                f"of clients {both[:5]}."
+            )
+        if me not in survivors:
+            raise UnmaskRefused(f"client {me}: unmask request omits this client's own input.")
+        revived = sorted(set(survivors) & self.dropped_peers)
+        if revived:
+            raise UnmaskRefused(
+                f"client {me}: clients {revived[:5]} were declared dropped earlier; a dropped "
+                "client stays dropped."
+            )
+        if len(survivors) < self.threshold:
+            raise UnmaskRefused(
+                f"client {me}: {len(survivors)} survivors, fewer than threshold {self.threshold}."
+            )
+        alive = set(self.alive)
+        stray = sorted(set(survivors) & set(self._graph_of_session().neighbours(me)) - alive)
+        if stray:
+            raise UnmaskRefused(
+                f"client {me}: survivors {stray[:5]} never shared keys with this client."
+            )
+        local = sum(1 for j in survivors if j in alive) + 1
+        if local < self.threshold:
+            raise UnmaskRefused(
+                f"client {me}: {local} of its share holders survive, fewer than threshold "
+                f"{self.threshold}."
+            )
+        s = msg.summation
+        held = {
+            j: np.frombuffer(blob, dtype="<u4").reshape(2 * self.num_summations, LIMBS)
+            for j, blob in self.held_shares.items()
+        }
+        seed_owners = sorted(j for j in survivors if j in held)
+        key_owners = sorted(j for j in dropped if j in held)
+        seed_shares = np.array(
+            [held[j][self.num_summations + s] for j in seed_owners], dtype=np.uint32
+        ).reshape(len(seed_owners), 1, LIMBS)
+        key_shares = np.array([held[j][s] for j in key_owners], dtype=np.uint32).reshape(
+            len(key_owners), 1, LIMBS
+        )
+        self.dropped_peers |= set(dropped)
+        self.pending_unmask = None
+        return UnmaskResponse(
+            session=self.session,
+            sender=me,
+            summation=s,
+            seed_owners=tuple(seed_owners),
+            seed_shares=seed_shares,
+            key_owners=tuple(key_owners),
+            key_shares=key_shares,
+        ).to_dict()
+
+    # ------------------------------------------------------------------ state
+    def to_bytes(self) -> bytes:
+        """Serialise the whole state (including secret keys) as JSON bytes."""
+        state = {
+            "client_id": self.client_id,
+            "phase": self.phase,
+            "session": self.session.hex(),
+            "client_ids": list(self.client_ids),
+            "threshold": self.threshold,
+            "num_summations": self.num_summations,
+            "degree": self.degree,
+            "ring": list(self.ring),
+            "channel_sk": self.channel_sk.hex(),
+            "mask_sks": [k.hex() for k in self.mask_sks],
+            "channel_pk": self.channel_pk.hex(),
+            "mask_pks": self.mask_pks.hex(),
+            "session_id": self.session_id.hex(),
+            "directory_ids": sorted(self.directory_ids),
+            "peer_mask_pks": {str(j): v.hex() for j, v in self.peer_mask_pks.items()},
+            "receive_keys": {str(j): v.hex() for j, v in self.receive_keys.items()},
+            "seeds": [s.hex() for s in self.seeds],
+            "held_shares": {str(j): v.hex() for j, v in self.held_shares.items()},
+            "alive": list(self.alive),
+            "pair_keys": {str(j): [k.hex() for k in v] for j, v in self.pair_keys.items()},
+            "next_summation": self.next_summation,
+            "pending_unmask": self.pending_unmask,
+            "dropped_peers": sorted(self.dropped_peers),
+        }
+        return json.dumps(state, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SecAggClient:
+        """Restore a client written by :meth:`to_bytes`.
+
+        Raises
+        ------
+        MessageRejected
+            If ``data`` is not a state written by :meth:`to_bytes`.
+        """
+        try:
+            state = json.loads(data)
+            client = cls(int(state["client_id"]))
+            if state["phase"] not in _PHASES:
+                raise ValueError(f"unknown phase {state['phase']!r}")
+            client.phase = str(state["phase"])
+            client.session = bytes.fromhex(state["session"])
+            client.client_ids = tuple(int(c) for c in state["client_ids"])
+            client.threshold = int(state["threshold"])
+            client.num_summations = int(state["num_summations"])
+            client.degree = int(state["degree"])
+            client.ring = tuple(int(c) for c in state["ring"])
+            client.channel_sk = bytes.fromhex(state["channel_sk"])
+            client.mask_sks = [bytes.fromhex(k) for k in state["mask_sks"]]
+            client.channel_pk = bytes.fromhex(state["channel_pk"])
+            client.mask_pks = bytes.fromhex(state["mask_pks"])
+            client.session_id = bytes.fromhex(state["session_id"])
+            client.directory_ids = frozenset(int(c) for c in state["directory_ids"])
+            client.peer_mask_pks = {
+                int(j): bytes.fromhex(v) for j, v in state["peer_mask_pks"].items()
+            }
+            client.receive_keys = {
+                int(j): bytes.fromhex(v) for j, v in state["receive_keys"].items()
+            }
+            client.seeds = [bytes.fromhex(s) for s in state["seeds"]]
+            client.held_shares = {int(j): bytes.fromhex(v) for j, v in state["held_shares"].items()}
+            client.alive = tuple(int(c) for c in state["alive"])
+            client.pair_keys = {
+                int(j): [bytes.fromhex(k) for k in v] for j, v in state["pair_keys"].items()
+            }
+            client.next_summation = int(state["next_summation"])
+            pending = state["pending_unmask"]
+            client.pending_unmask = None if pending is None else int(pending)
+            client.dropped_peers = {int(c) for c in state["dropped_peers"]}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise MessageRejected(f"not a serialised SecAggClient state: {exc}") from None
+        return client

@@ -1,0 +1,221 @@
+"""Cryptographic building blocks, all from :mod:`cryptography` (OpenSSL).
+
+* Key agreement: X25519 (RFC 7748). Every client holds two key pairs: one for the channel
+  that carries Shamir shares (``channel``), one for the pairwise masks (``mask``), as in
+  Bonawitz et al. (CCS 2017), Sec. 4.
+* Key derivation: HKDF-SHA256 (RFC 5869) with ``salt`` = the session id and ``info`` naming
+  the purpose and the ordered pair of client ids, so that no key is ever reused across
+  sessions, purposes, pairs or summations.
+* Share channel: AES-256-GCM with a random 96-bit nonce; the associated data binds the
+  session id, the sender, the recipient and the round.
+* Mask PRG: the AES-256-CTR keystream of a fresh 256-bit key with an all-zero initial
+  counter block, read as little-endian ``uint64`` words. Every key is used for exactly one
+  keystream, so the fixed counter block never repeats under one key. Never a numpy RNG,
+  never a seed folded to 32 bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from secagg.errors import MessageRejected
+
+__all__ = [
+    "DOMAIN",
+    "KEY_BYTES",
+    "U64Array",
+    "agree",
+    "derive_channel_keys",
+    "derive_mask_key",
+    "generate_keypair",
+    "mask_keystream",
+    "open_sealed",
+    "public_from_private",
+    "random_bytes",
+    "seal",
+    "session_digest",
+    "validate_public_key",
+]
+
+U64Array = npt.NDArray[np.uint64]
+
+DOMAIN = b"fa-hetdp/secagg/v1"
+"""Domain-separation prefix of every hash, HKDF ``info`` and associated data."""
+
+KEY_BYTES = 32
+NONCE_BYTES = 12
+_P25519 = 2**255 - 19
+# u-coordinates (reduced mod p) of the points of order 1, 2, 4 and 8 on Curve25519 and its
+# twist: the X25519 output for them is independent of the private key (RFC 7748, Sec. 6.1;
+# the same list as libsodium's blocklist). Non-canonical encodings reduce to these.
+_SMALL_ORDER_U = frozenset(
+    {
+        0,
+        1,
+        _P25519 - 1,
+        325606250916557431795983626356110631294008115727848805560023387167927233504,
+        39382357235489614581723060781553021112529911719440698176882885853963445705823,
+    }
+)
+_ZERO_BLOCK = bytes(16)
+
+
+def random_bytes(size: int) -> bytes:
+    """Return ``size`` bytes from the operating system's CSPRNG."""
+    return os.urandom(size)
+
+
+def generate_keypair() -> tuple[bytes, bytes]:
+    """Return a fresh X25519 key pair as ``(private_raw, public_raw)``, 32 bytes each.
+
+    The private key is clamped (RFC 7748, Sec. 5) before it is returned, so its integer value
+    lies in ``[2^254, 2^255)`` and fits the Shamir secret encoding of :mod:`secagg.shamir`.
+    """
+    raw = bytearray(os.urandom(KEY_BYTES))
+    raw[0] &= 248
+    raw[31] &= 127
+    raw[31] |= 64
+    private = X25519PrivateKey.from_private_bytes(bytes(raw))
+    return bytes(raw), private.public_key().public_bytes_raw()
+
+
+def public_from_private(private_raw: bytes) -> bytes:
+    """Return the X25519 public key of a raw private key."""
+    return X25519PrivateKey.from_private_bytes(private_raw).public_key().public_bytes_raw()
+
+
+def validate_public_key(raw: object) -> bytes:
+    """Return ``raw`` if it is a well-formed X25519 public key of large order.
+
+    Raises
+    ------
+    MessageRejected
+        If ``raw`` is not 32 bytes, or encodes a point of small order (whose shared secret
+        would not depend on the peer's private key).
+    """
+    if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
+        size = len(raw) if isinstance(raw, bytes) else type(raw).__name__
+        raise MessageRejected(f"public key must be {KEY_BYTES} bytes, got {size}.")
+    u = int.from_bytes(raw, "little") & ((1 << 255) - 1)
+    if u % _P25519 in _SMALL_ORDER_U:
+        raise MessageRejected(f"public key {raw.hex()} is a small-order point; rejected.")
+    return raw
+
+
+def agree(private_raw: bytes, public_raw: bytes) -> bytes:
+    """Return the X25519 shared secret of a private key and a (validated) peer public key.
+
+    Raises
+    ------
+    MessageRejected
+        If the public key is malformed or the shared secret is all zero.
+    """
+    peer = X25519PublicKey.from_public_bytes(validate_public_key(public_raw))
+    try:
+        return X25519PrivateKey.from_private_bytes(private_raw).exchange(peer)
+    except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
+        raise MessageRejected(f"X25519 key agreement failed: {exc}") from None
+
+
+def _pair_info(purpose: bytes, low: int, high: int) -> bytes:
+    return DOMAIN + b"/" + purpose + struct.pack("<QQ", low, high)
+
+
+def derive_channel_keys(
+    shared: bytes, session_id: bytes, own_id: int, peer_id: int
+) -> tuple[bytes, bytes]:
+    """Derive the AES-GCM keys of the share channel between two clients.
+
+    One HKDF-SHA256 call with ``salt = session_id`` and ``info`` = purpose + the ordered pair
+    ``(min id, max id)`` yields 64 bytes: the first half keys the direction low → high, the
+    second half high → low.
+
+    Returns
+    -------
+    tuple of bytes
+        ``(send_key, receive_key)`` as seen by ``own_id``.
+    """
+    low, high = min(own_id, peer_id), max(own_id, peer_id)
+    okm = HKDF(
+        algorithm=hashes.SHA256(),
+        length=2 * KEY_BYTES,
+        salt=session_id,
+        info=_pair_info(b"share-channel", low, high),
+    ).derive(shared)
+    low_to_high, high_to_low = okm[:KEY_BYTES], okm[KEY_BYTES:]
+    if own_id == low:
+        return low_to_high, high_to_low
+    return high_to_low, low_to_high
+
+
+def derive_mask_key(
+    shared: bytes, session_id: bytes, id_a: int, id_b: int, summation: int
+) -> bytes:
+    """Derive the AES-256 pairwise-mask key of one pair and one summation.
+
+    ``shared`` is the X25519 secret of the two clients' mask keys *of this summation*;
+    ``info`` names the purpose, the summation and the ordered pair ``(min id, max id)``, so
+    both ends obtain the same key and no key serves two purposes.
+    """
+    low, high = min(id_a, id_b), max(id_a, id_b)
+    info = _pair_info(b"pairwise-mask", low, high) + struct.pack("<Q", summation)
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=session_id, info=info).derive(
+        shared
+    )
+
+
+def mask_keystream(key: bytes, length: int) -> U64Array:
+    """Return ``length`` pseudo-random elements of Z_{2^64} from a 256-bit key.
+
+    The AES-256-CTR keystream (initial counter block all zero) is read as little-endian
+    ``uint64`` words: element ``i`` is bytes ``[8 i, 8 i + 8)`` of the keystream.
+    """
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"mask key must be {KEY_BYTES} bytes, got {len(key)}.")
+    encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_BLOCK)).encryptor()
+    stream = encryptor.update(bytes(8 * length))
+    return np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=False)
+
+
+def seal(key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
+    """Encrypt with AES-256-GCM under a random nonce; return ``nonce || ciphertext || tag``."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce + AESGCM(key).encrypt(nonce, plaintext, associated_data)
+
+
+def open_sealed(key: bytes, blob: bytes, associated_data: bytes) -> bytes:
+    """Decrypt the output of :func:`seal`.
+
+    Raises
+    ------
+    MessageRejected
+        If the blob is too short or fails authentication (wrong key, tampered ciphertext,
+        or associated data for another session, sender, recipient or round).
+    """
+    if len(blob) < NONCE_BYTES + 16:
+        raise MessageRejected(f"ciphertext of {len(blob)} bytes is too short.")
+    try:
+        return AESGCM(key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], associated_data)
+    except InvalidTag:
+        raise MessageRejected("share ciphertext failed authentication (AES-GCM).") from None
+
+
+def session_digest(parts: Sequence[bytes]) -> bytes:
+    """Return SHA-256 over length-prefixed ``parts`` under the library's domain prefix."""
+    h = hashlib.sha256(DOMAIN + b"/session")
+    for part in parts:
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return h.digest()

@@ -1,0 +1,205 @@
+"""Fixed-point encoding of real vectors in the ring Z_{2^64}, with stochastic rounding.
+
+A client encodes ``v`` (float64) coordinate-wise as ``round_s(v_j * scale_j) mod 2^64``,
+where ``round_s`` rounds down or up at random with ``P(up) = frac(v_j * scale_j)``, drawn
+from an explicit :class:`numpy.random.Generator` (unbiased: ``E[round_s(y)] = y``). The
+server decodes the ring sum by reading it as a signed 64-bit integer and dividing by the
+scale.
+
+No wraparound. Each client states an absolute bound ``B_j`` on its values (clip bound plus
+a tail of its noise share); :meth:`FixedPointEncoding.encode` refuses a value beyond it. With
+``n <= max_clients`` summands, the encoded sum satisfies
+``|sum| <= max_clients * (B_j * scale_j + 1) < 2^63``, which is checked at construction, so
+the sum read as a signed integer is exact.
+
+Decoding error. Each client's rounding error is below ``1 / scale_j`` in coordinate ``j``, so
+the decoded sum of ``n`` inputs differs from the real sum by less than ``n / scale_j``
+(and has zero mean).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from secagg.errors import EncodingError
+
+__all__ = ["FixedPointEncoding", "FloatArray", "choose_encoding"]
+
+FloatArray = npt.NDArray[np.float64]
+U64Array = npt.NDArray[np.uint64]
+
+_HALF_RING = 2.0**63
+_FLOAT_EXACT = 2.0**52  # |v * scale| below this keeps floor() and the fraction exact
+
+
+@dataclass(frozen=True, eq=False)
+class FixedPointEncoding:
+    """Per-coordinate fixed-point encoding into Z_{2^64} for a sum of ``max_clients`` inputs.
+
+    Parameters
+    ----------
+    scales : FloatArray, shape (d,)
+        Positive scale per coordinate (powers of two from :func:`choose_encoding`).
+    bounds : FloatArray, shape (d,)
+        Per-client absolute bound ``B_j`` on the values each client encodes.
+    max_clients : int
+        Largest number of inputs that may be summed.
+
+    Raises
+    ------
+    EncodingError
+        If the settings could wrap: ``max_clients * (B_j * scale_j + 1) >= 2^63`` for some
+        ``j``, or ``B_j * scale_j > 2^52`` (float64 rounding would no longer be exact).
+    """
+
+    scales: FloatArray
+    bounds: FloatArray
+    max_clients: int
+
+    def __post_init__(self) -> None:
+        scales = np.array(self.scales, dtype=np.float64).reshape(-1)
+        bounds = np.array(self.bounds, dtype=np.float64).reshape(-1)
+        if scales.shape != bounds.shape or scales.size == 0:
+            raise EncodingError(
+                f"scales and bounds must be non-empty and of equal length, got "
+                f"{scales.size} and {bounds.size}."
+            )
+        if not (np.all(np.isfinite(scales)) and np.all(scales > 0)):
+            raise EncodingError("scales must be finite and positive.")
+        if not (np.all(np.isfinite(bounds)) and np.all(bounds >= 0)):
+            raise EncodingError("bounds must be finite and non-negative.")
+        if isinstance(self.max_clients, bool) or int(self.max_clients) < 1:
+            raise EncodingError(f"max_clients must be >= 1, got {self.max_clients}.")
+        peak = float(np.max(bounds * scales))
+        if peak > _FLOAT_EXACT:
+            raise EncodingError(
+                f"bound * scale = {peak:.3g} exceeds 2^52; lower the scale for exact rounding."
+            )
+        worst = float(np.max(self.max_clients * (bounds * scales + 1.0)))
+        if worst >= _HALF_RING:
+            j = int(np.argmax(bounds * scales))
+            raise EncodingError(
+                f"a sum of {self.max_clients} values bounded by {bounds[j]:.6g} at scale "
+                f"{scales[j]:.6g} could reach {worst:.4g} >= 2^63 and wrap in Z_2^64; "
+                "lower the scale, the bound or the number of clients."
+            )
+        scales.setflags(write=False)
+        bounds.setflags(write=False)
+        object.__setattr__(self, "scales", scales)
+        object.__setattr__(self, "bounds", bounds)
+        object.__setattr__(self, "max_clients", int(self.max_clients))
+
+    @property
+    def length(self) -> int:
+        """The vector length ``d``."""
+        return int(self.scales.size)
+
+    def max_decoding_error(self, count: int) -> FloatArray:
+        """Return the per-coordinate bound ``count / scale_j`` on the decoding error."""
+        return count / self.scales
+
+    def encode(self, values: FloatArray, *, rng: np.random.Generator) -> U64Array:
+        """Encode one client's vector, rounding stochastically with ``rng``.
+
+        Raises
+        ------
+        EncodingError
+            If ``values`` is not a finite float64 vector of length ``d``, or some
+            ``|values_j| > B_j`` (the value is refused, never clipped).
+        """
+        if not isinstance(values, np.ndarray) or values.dtype != np.float64:
+            kind = values.dtype if isinstance(values, np.ndarray) else type(values).__name__
+            raise EncodingError(f"values must be a float64 array, got {kind}.")
+        if values.shape != (self.length,):
+            raise EncodingError(f"values must have shape ({self.length},), got {values.shape}.")
+        if not np.all(np.isfinite(values)):
+            raise EncodingError("values must be finite.")
+        excess = np.abs(values) > self.bounds
+        if np.any(excess):
+            j = int(np.argmax(excess))
+            raise EncodingError(
+                f"value {values[j]:.6g} at coordinate {j} exceeds the stated per-client "
+                f"bound {self.bounds[j]:.6g}."
+            )
+        scaled = values * self.scales
+        floor = np.floor(scaled)
+        rounded = floor + (rng.random(self.length) < (scaled - floor))
+        return rounded.astype(np.int64).view(np.uint64)
+
+    def decode(self, total: U64Array, count: int) -> FloatArray:
+        """Decode the ring sum of ``count`` encoded vectors (read as signed 64-bit)."""
+        if count > self.max_clients:
+            raise EncodingError(
+                f"sum of {count} inputs exceeds max_clients={self.max_clients} of the encoding."
+            )
+        if total.dtype != np.uint64 or total.shape != (self.length,):
+            raise EncodingError(
+                f"encoded sum must be uint64 of shape ({self.length},), got "
+                f"{total.dtype} {total.shape}."
+            )
+        return total.view(np.int64).astype(np.float64) / self.scales
+
+
+def choose_encoding(
+    n: int,
+    bound: float | FloatArray,
+    *,
+    noise_std: float | FloatArray = 0.0,
+    noise_tail: float = 12.0,
+    min_scale: float = 1.0,
+) -> FixedPointEncoding:
+    """Choose the largest power-of-two scales so that a sum of ``n`` inputs cannot wrap.
+
+    Parameters
+    ----------
+    n : int
+        Number of clients whose inputs are summed.
+    bound : float or FloatArray
+        Per-client (per-coordinate) bound on the absolute value of the noiseless input
+        (the clip bound).
+    noise_std : float or FloatArray
+        Standard deviation of each client's Gaussian noise share, added before encoding.
+    noise_tail : float
+        Number of noise standard deviations allowed on top of ``bound``: the stated bound
+        is ``B_j = bound_j + noise_tail * noise_std_j``. A client whose noisy value exceeds
+        it gets :class:`EncodingError` (probability ``<= 2 Phi(-12) < 4e-33`` per
+        coordinate at the default).
+    min_scale : float
+        Smallest acceptable scale; a setting that would need a smaller one is refused.
+
+    Returns
+    -------
+    FixedPointEncoding
+        With ``scale_j = 2^floor(log2(min((2^63 / n - 1) / B_j, 2^52 / B_j)))``; decoding
+        error below ``n / scale_j``.
+
+    Raises
+    ------
+    EncodingError
+        If the bounds are invalid or ``min_scale`` cannot be met without risking wrap.
+    """
+    if isinstance(n, bool) or n < 1:
+        raise EncodingError(f"n must be >= 1, got {n}.")
+    clip = np.atleast_1d(np.asarray(bound, dtype=np.float64))
+    sigma = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), clip.shape)
+    if not (np.all(np.isfinite(clip)) and np.all(clip >= 0)):
+        raise EncodingError("bound must be finite and non-negative.")
+    if not (np.all(np.isfinite(sigma)) and np.all(sigma >= 0)):
+        raise EncodingError("noise_std must be finite and non-negative.")
+    if not (math.isfinite(noise_tail) and noise_tail >= 0):
+        raise EncodingError(f"noise_tail must be finite and >= 0, got {noise_tail}.")
+    stated = clip + noise_tail * sigma
+    safe = np.maximum(stated, 2.0**-30)  # an all-zero coordinate still gets a finite scale
+    limit = np.minimum((_HALF_RING / n - 2.0) / safe, _FLOAT_EXACT / safe)
+    if np.any(limit < min_scale):
+        j = int(np.argmin(limit))
+        raise EncodingError(
+            f"n={n} clients with per-client bound {stated[j]:.6g} admit scale at most "
+            f"{limit[j]:.4g} < min_scale={min_scale:.4g}: the sum could wrap in Z_2^64."
+        )
+    scales = np.exp2(np.floor(np.log2(limit)))
+    return FixedPointEncoding(scales=scales, bounds=stated, max_clients=n)

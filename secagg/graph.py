@@ -1,0 +1,136 @@
+"""Communication graphs: who masks with whom and who holds whose Shamir shares.
+
+Bonawitz et al. (CCS 2017) use the complete graph: every client masks with and secret-shares
+to every other client, which costs O(n) key agreements and keystreams per client. SecAgg+
+(Bell et al., CCS 2020, Sec. 3-4) replaces it by a random k-regular graph of degree
+k = O(log n): the Harary graph H_{k,n} (each client linked to the k/2 nearest positions on
+either side of a ring) laid over a uniformly random permutation of the clients.
+
+Degree rule (:func:`default_degree`): ``k = 2 * ceil(2 * log2 n)``, capped at the complete
+graph when that is not smaller than ``n - 1``; e.g. n = 100 -> k = 28, n = 1000 -> k = 40.
+What it gives, in the honest-but-curious model with a fraction ``gamma`` of corrupt clients
+and ``delta`` of dropouts fixed before the permutation is drawn: a client's input is exposed
+only if its honest surviving neighbourhood is cut off, and a given client has all ``k``
+neighbours corrupt or dropped with probability at most ``(gamma + delta)^k``; for
+``gamma + delta <= 1/4`` and the rule above that is at most ``n^{-8}`` per client. Bell et
+al. prove the general statement (the honest surviving subgraph stays connected and each sum
+covers many honest inputs, failure ``2^{-sigma}``) for k = O(log n) with constants that
+depend on ``gamma``, ``delta`` and ``sigma``; our constant is a conservative instance of that
+family, not their optimised table. Callers that need a certified ``(gamma, delta, sigma)``
+should compute k from Bell et al. and pass it explicitly.
+
+The Shamir share holders of client ``i`` are its neighbours and ``i`` itself (``k + 1``
+holders); the threshold ``t`` counts shares among those holders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["NeighbourGraph", "complete_graph", "default_degree", "random_harary_graph"]
+
+
+def default_degree(n: int) -> int:
+    """Return the default SecAgg+ degree ``k = 2 ceil(2 log2 n)``, or ``n - 1`` if larger.
+
+    ``n - 1`` (the complete graph) is returned when the rule gives ``k >= n - 1``.
+    """
+    if n < 2:
+        raise ValueError(f"need at least 2 clients, got n={n}.")
+    k = 2 * math.ceil(2 * math.log2(n))
+    return n - 1 if k >= n - 1 else k
+
+
+@dataclass(frozen=True)
+class NeighbourGraph:
+    """A complete graph or a Harary graph ``H_{k,n}`` over a ring order of client ids.
+
+    Parameters
+    ----------
+    ring : tuple of int
+        All client ids, in ring order (a random permutation for SecAgg+ graphs).
+    degree : int
+        ``n - 1`` for the complete graph, otherwise an even ``k`` with ``2 <= k < n - 1``.
+    """
+
+    ring: tuple[int, ...]
+    degree: int
+    _position: dict[int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.ring)
+        if n < 2:
+            raise ValueError(f"a graph needs at least 2 clients, got {n}.")
+        position = {client: pos for pos, client in enumerate(self.ring)}
+        if len(position) != n:
+            raise ValueError("ring lists a client id twice.")
+        if self.degree != n - 1 and not (2 <= self.degree < n - 1 and self.degree % 2 == 0):
+            raise ValueError(
+                f"degree must be n - 1 = {n - 1} (complete) or even in [2, {n - 2}], "
+                f"got {self.degree}."
+            )
+        object.__setattr__(self, "_position", position)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every client is linked to every other client."""
+        return self.degree == len(self.ring) - 1
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._position
+
+    def neighbours(self, client_id: int) -> tuple[int, ...]:
+        """Return the neighbours of ``client_id`` (sorted), excluding itself."""
+        pos = self._position[client_id]
+        n = len(self.ring)
+        if self.complete:
+            return tuple(sorted(c for c in self.ring if c != client_id))
+        half = self.degree // 2
+        return tuple(sorted(self.ring[(pos + j) % n] for j in range(-half, half + 1) if j))
+
+    def linked(self, a: int, b: int) -> bool:
+        """Whether clients ``a != b`` are neighbours (O(1))."""
+        if a == b:
+            return False
+        if self.complete:
+            return a in self._position and b in self._position
+        n = len(self.ring)
+        gap = abs(self._position[a] - self._position[b])
+        return min(gap, n - gap) <= self.degree // 2
+
+    def holders(self, client_id: int) -> tuple[int, ...]:
+        """Return the Shamir share holders of ``client_id``: its neighbours and itself."""
+        return tuple(sorted((*self.neighbours(client_id), client_id)))
+
+
+def complete_graph(client_ids: Sequence[int]) -> NeighbourGraph:
+    """Return the complete graph over ``client_ids`` (Bonawitz et al., CCS 2017)."""
+    ring = tuple(sorted(int(c) for c in client_ids))
+    return NeighbourGraph(ring=ring, degree=len(ring) - 1)
+
+
+def random_harary_graph(
+    client_ids: Sequence[int], degree: int | None = None, *, rng: np.random.Generator
+) -> NeighbourGraph:
+    """Return ``H_{k,n}`` over a uniformly random permutation of ``client_ids``.
+
+    Parameters
+    ----------
+    client_ids : sequence of int
+        The clients.
+    degree : int, optional
+        Even ``k``; defaults to :func:`default_degree`. ``k >= n - 1`` gives the complete
+        graph.
+    rng : numpy.random.Generator
+        Draws the permutation (the graph is public; its randomness need not be secret).
+    """
+    ids = sorted(int(c) for c in client_ids)
+    k = default_degree(len(ids)) if degree is None else int(degree)
+    if k >= len(ids) - 1:
+        return complete_graph(ids)
+    order = rng.permutation(len(ids))
+    return NeighbourGraph(ring=tuple(ids[int(i)] for i in order), degree=k)

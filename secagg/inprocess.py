@@ -1,0 +1,229 @@
+"""In-process driver: n clients and the server in one Python process, same code as deployed.
+
+:class:`InProcessSession` runs advertise-keys and share-keys once, then one
+:meth:`InProcessSession.sum` per summation, so a caller can compute the inputs of a later
+summation from the result of an earlier one (stage 2 of the DP protocol needs stage 1's
+release). :func:`run_in_process` runs a whole session in one call. Client ids are the row
+indices ``0 .. n-1``; every message goes through ``to_dict``/``from_dict`` exactly as over
+a network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import Literal, overload
+
+import numpy as np
+
+from secagg.client import SecAggClient
+from secagg.encoding import FloatArray, choose_encoding
+from secagg.errors import EncodingError, MessageRejected
+from secagg.graph import default_degree
+from secagg.server import Neighbours, SecAggServer, SumResult
+
+__all__ = ["InProcessSession", "Phase", "default_threshold", "run_in_process"]
+
+Phase = Literal["advertise_keys", "share_keys", "masked_input", "unmask"]
+Dropouts = Mapping[Phase, Collection[int]]
+
+
+def default_threshold(n: int, neighbours: Neighbours = None) -> int:
+    """Return a majority threshold ``floor((k + 1) / 2) + 1`` of a client's share holders.
+
+    ``k`` is the graph degree that ``neighbours`` selects (see :class:`SecAggServer`),
+    capped at ``k + 1`` holders.
+    """
+    if neighbours == "complete" or neighbours is None:
+        k = n - 1 if neighbours == "complete" else default_degree(n)
+    else:
+        k = min(int(neighbours), n - 1)
+    return min((k + 1) // 2 + 1, k + 1)
+
+
+def _dropped(dropouts: Dropouts | None, phase: Phase) -> set[int]:
+    return {int(c) for c in dropouts.get(phase, ())} if dropouts else set()
+
+
+class InProcessSession:
+    """A secure-aggregation session over ``n`` in-process clients.
+
+    Parameters
+    ----------
+    n : int
+        Number of clients (ids ``0 .. n-1``).
+    threshold : int
+        Shamir threshold, see :class:`~secagg.server.SecAggServer`.
+    num_summations : int
+        Number of :meth:`sum` calls the session supports.
+    neighbours : int, "complete" or None
+        Graph degree, see :class:`~secagg.server.SecAggServer`.
+    dropouts : mapping, optional
+        Clients that drop before answering ``"advertise_keys"`` or ``"share_keys"``.
+    rng : numpy.random.Generator
+        Draws the graph permutation and, per summation, the clients' rounding streams.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        *,
+        threshold: int,
+        num_summations: int = 2,
+        neighbours: Neighbours = None,
+        dropouts: Dropouts | None = None,
+        rng: np.random.Generator,
+    ) -> None:
+        self.n = int(n)
+        self.rng = rng
+        self.server = SecAggServer(
+            range(self.n),
+            threshold=threshold,
+            num_summations=num_summations,
+            neighbours=neighbours,
+            rng=rng,
+        )
+        self.clients = {i: SecAggClient(i) for i in range(self.n)}
+        setup = self.server.setup_message()
+        silent = _dropped(dropouts, "advertise_keys")
+        for i, client in self.clients.items():
+            if i not in silent:
+                self.server.receive_advertise_keys(client.advertise_keys(setup))
+        directory = self.server.key_directory()
+        silent |= _dropped(dropouts, "share_keys")
+        for i in self.server.keys:
+            if i not in silent:
+                self.server.receive_share_keys(self.clients[i].share_keys(directory))
+
+    def sum(
+        self,
+        vectors: FloatArray,
+        *,
+        bounds: float | FloatArray | None = None,
+        noise_std: float | FloatArray = 0.0,
+        dropouts: Dropouts | None = None,
+    ) -> SumResult:
+        """Run one summation over the rows of ``vectors`` (rows of dropped clients ignored).
+
+        Parameters
+        ----------
+        vectors : FloatArray, shape (n, d)
+            Client ``i``'s input is row ``i``.
+        bounds : float or FloatArray, optional
+            Per-client absolute bound of the noiseless inputs; defaults to the largest
+            absolute value per coordinate (a convenience of the in-process driver: a
+            deployment states bounds in advance).
+        noise_std : float or FloatArray
+            Per-client noise-share standard deviation already included in ``vectors``
+            (widens the stated bound, see :func:`~secagg.encoding.choose_encoding`).
+        dropouts : mapping, optional
+            Clients that drop before ``"masked_input"`` or before ``"unmask"``.
+        """
+        values = np.asarray(vectors)
+        if values.dtype != np.float64 or values.ndim != 2 or values.shape[0] != self.n:
+            raise EncodingError(
+                f"vectors must be float64 of shape ({self.n}, d), got {values.dtype} "
+                f"{values.shape}."
+            )
+        clip = np.max(np.abs(values), axis=0) if bounds is None else bounds
+        tail = 0.0 if bounds is None else 12.0
+        encoding = choose_encoding(self.n, clip, noise_std=noise_std, noise_tail=tail)
+        requests = self.server.start_summation(encoding)
+        streams = self.rng.spawn(self.n)
+        silent = _dropped(dropouts, "masked_input")
+        for i, request in requests.items():
+            if i not in silent:
+                reply = self.clients[i].masked_input(request, values[i], rng=streams[i])
+                self.server.receive_masked_input(reply)
+        unmask = self.server.unmask_request()
+        silent |= _dropped(dropouts, "unmask")
+        for i in self.server.survivors:
+            if i in silent:
+                continue
+            try:
+                self.server.receive_unmask(self.clients[i].unmask(unmask))
+            except MessageRejected:
+                continue  # a refusing client counts as dropped in this round
+        return self.server.finish_summation()
+
+
+@overload
+def run_in_process(
+    vectors: FloatArray,
+    *,
+    threshold: int,
+    neighbours: Neighbours = ...,
+    dropouts: Dropouts | None = ...,
+    rng: np.random.Generator,
+    bounds: float | FloatArray | None = ...,
+    noise_std: float | FloatArray = ...,
+) -> SumResult: ...
+
+
+@overload
+def run_in_process(
+    vectors: Sequence[FloatArray],
+    *,
+    threshold: int,
+    neighbours: Neighbours = ...,
+    dropouts: Dropouts | None = ...,
+    rng: np.random.Generator,
+    bounds: float | FloatArray | None = ...,
+    noise_std: float | FloatArray = ...,
+) -> list[SumResult]: ...
+
+
+def run_in_process(
+    vectors: FloatArray | Sequence[FloatArray],
+    *,
+    threshold: int,
+    neighbours: Neighbours = None,
+    dropouts: Dropouts | None = None,
+    rng: np.random.Generator,
+    bounds: float | FloatArray | None = None,
+    noise_std: float | FloatArray = 0.0,
+) -> SumResult | list[SumResult]:
+    """Run a whole secure-aggregation session over ``n`` in-process clients.
+
+    Parameters
+    ----------
+    vectors : FloatArray of shape (n, d), or a sequence of such arrays
+        One array: one summation, returns one :class:`SumResult`. A sequence (arrays
+        ``(n, d_k)``): one summation each, in one session, returns a list.
+    threshold : int
+        Shamir threshold (see :func:`default_threshold`).
+    neighbours : int, "complete" or None
+        Graph degree; ``None`` picks :func:`~secagg.graph.default_degree`.
+    dropouts : mapping of phase to client indices, optional
+        Clients that drop before the named round (``"masked_input"`` and ``"unmask"``
+        apply to every summation).
+    rng : numpy.random.Generator
+        Graph permutation and stochastic rounding.
+    bounds, noise_std
+        See :meth:`InProcessSession.sum`.
+
+    Returns
+    -------
+    SumResult or list of SumResult
+        ``.sum`` (decoded float64) and ``.survivors`` (client indices), per summation.
+    """
+    single = isinstance(vectors, np.ndarray)
+    batches = [vectors] if isinstance(vectors, np.ndarray) else list(vectors)
+    if not batches:
+        raise EncodingError("need at least one array of vectors.")
+    n = int(np.asarray(batches[0]).shape[0]) if np.asarray(batches[0]).ndim == 2 else -1
+    if n < 2 or not math.isfinite(n):
+        raise EncodingError(f"vectors must have shape (n, d) with n >= 2, got n={n}.")
+    session = InProcessSession(
+        n,
+        threshold=threshold,
+        num_summations=len(batches),
+        neighbours=neighbours,
+        dropouts=dropouts,
+        rng=rng,
+    )
+    results = [
+        session.sum(batch, bounds=bounds, noise_std=noise_std, dropouts=dropouts)
+        for batch in batches
+    ]
+    return results[0] if single else results

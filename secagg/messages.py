@@ -1,0 +1,395 @@
+"""Protocol messages: frozen dataclasses that round-trip through plain dictionaries.
+
+Every message converts to ``dict[str, bytes | int | list[int] | list[bytes] | ndarray]``
+with :meth:`to_dict` (what a transport such as a Flower ``ConfigRecord``/``ArrayRecord``
+carries) and back with ``from_dict``, which validates every field: a missing, extra or
+ill-typed field raises :class:`~secagg.errors.MessageRejected`. The ``"message"`` key holds
+the message's tag (bytes), so a message of one round is never parsed as another.
+
+Semantic checks (session, round, sender, replay) are the state machines' job
+(:mod:`secagg.client`, :mod:`secagg.server`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from secagg.errors import MessageRejected
+from secagg.shamir import LIMBS
+
+__all__ = [
+    "AdvertiseKeys",
+    "KeyDirectory",
+    "MaskedInput",
+    "MaskedInputRequest",
+    "Message",
+    "MessageValue",
+    "SetupMessage",
+    "ShareKeys",
+    "UnmaskRequest",
+    "UnmaskResponse",
+    "parse_message",
+]
+
+MessageValue = bytes | int | list[int] | list[bytes] | npt.NDArray[Any]
+_MAX_ID = 2**63 - 1
+M = TypeVar("M", bound="Message")
+
+
+def _int(value: object, name: str, low: int = 0, high: int = _MAX_ID) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise MessageRejected(f"field {name!r} must be an int, got {type(value).__name__}.")
+    out = int(value)
+    if not low <= out <= high:
+        raise MessageRejected(f"field {name!r} must lie in [{low}, {high}], got {out}.")
+    return out
+
+
+def _bytes(value: object, name: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise MessageRejected(f"field {name!r} must be bytes, got {type(value).__name__}.")
+    return value
+
+
+def _int_list(value: object, name: str) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple):
+        raise MessageRejected(f"field {name!r} must be a list, got {type(value).__name__}.")
+    return tuple(_int(v, name) for v in value)
+
+
+def _bytes_list(value: object, name: str) -> tuple[bytes, ...]:
+    if not isinstance(value, list | tuple):
+        raise MessageRejected(f"field {name!r} must be a list, got {type(value).__name__}.")
+    return tuple(_bytes(v, name) for v in value)
+
+
+def _array(value: object, name: str, dtype: type[np.generic], ndim: int) -> npt.NDArray[Any]:
+    if not isinstance(value, np.ndarray) or value.dtype != np.dtype(dtype):
+        kind = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+        raise MessageRejected(f"field {name!r} must be a {np.dtype(dtype)} array, got {kind}.")
+    if value.ndim != ndim:
+        raise MessageRejected(f"field {name!r} must have {ndim} dimensions, got {value.ndim}.")
+    out = np.array(value, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _unique(values: tuple[int, ...], name: str) -> None:
+    if len(set(values)) != len(values):
+        raise MessageRejected(f"field {name!r} lists an id twice.")
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base class: conversion to and from a plain dictionary."""
+
+    TAG: ClassVar[bytes] = b""
+
+    def to_dict(self) -> dict[str, MessageValue]:
+        """Return the message as a dictionary of bytes, ints, lists and numpy arrays."""
+        out: dict[str, MessageValue] = {"message": self.TAG}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls: type[M], data: Mapping[str, object]) -> M:
+        """Parse and validate a dictionary produced by :meth:`to_dict`.
+
+        Raises
+        ------
+        MessageRejected
+            Wrong tag, missing or unexpected fields, or fields of the wrong type.
+        """
+        if not isinstance(data, Mapping):
+            raise MessageRejected(f"message must be a mapping, got {type(data).__name__}.")
+        tag = data.get("message")
+        if tag != cls.TAG:
+            raise MessageRejected(f"expected a {cls.TAG!r} message, got {tag!r}.")
+        names = {f.name for f in fields(cls)}
+        present = set(data) - {"message"}
+        if present != names:
+            missing, extra = sorted(names - present), sorted(present - names)
+            raise MessageRejected(
+                f"{cls.TAG!r} message has missing fields {missing} / unexpected {extra}."
+            )
+        return cls._parse(data)
+
+    @classmethod
+    def _parse(cls: type[M], data: Mapping[str, object]) -> M:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SetupMessage(Message):
+    """Server -> every client: the session parameters (round 0 request).
+
+    ``ring`` lists all client ids in graph ring order; ``degree == len(client_ids) - 1``
+    means the complete graph.
+    """
+
+    TAG: ClassVar[bytes] = b"secagg/setup"
+    session: bytes
+    client_ids: tuple[int, ...]
+    threshold: int
+    num_summations: int
+    degree: int
+    ring: tuple[int, ...]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> SetupMessage:
+        ids = _int_list(data["client_ids"], "client_ids")
+        ring = _int_list(data["ring"], "ring")
+        _unique(ids, "client_ids")
+        if sorted(ring) != sorted(ids) or list(ids) != sorted(ids):
+            raise MessageRejected("client_ids must be sorted and ring a permutation of them.")
+        return cls(
+            session=_bytes(data["session"], "session"),
+            client_ids=ids,
+            threshold=_int(data["threshold"], "threshold", 1, len(ids)),
+            num_summations=_int(data["num_summations"], "num_summations", 1, 64),
+            degree=_int(data["degree"], "degree", 1, max(len(ids) - 1, 1)),
+            ring=ring,
+        )
+
+    def canonical(self) -> bytes:
+        """Return an unambiguous byte encoding (input to the session id)."""
+        head = struct.pack(
+            "<QQQQQ", len(self.client_ids), self.threshold, self.num_summations, self.degree, 0
+        )
+        body = struct.pack(f"<{len(self.ring)}Q", *self.ring)
+        return self.session + head + body
+
+
+@dataclass(frozen=True)
+class AdvertiseKeys(Message):
+    """Client -> server: the client's X25519 public keys (round 0 reply).
+
+    ``mask_keys`` concatenates one 32-byte public mask key per summation.
+    """
+
+    TAG: ClassVar[bytes] = b"secagg/advertise-keys"
+    session: bytes
+    sender: int
+    channel_key: bytes
+    mask_keys: bytes
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> AdvertiseKeys:
+        return cls(
+            session=_bytes(data["session"], "session"),
+            sender=_int(data["sender"], "sender"),
+            channel_key=_bytes(data["channel_key"], "channel_key"),
+            mask_keys=_bytes(data["mask_keys"], "mask_keys"),
+        )
+
+
+@dataclass(frozen=True)
+class KeyDirectory(Message):
+    """Server -> clients that advertised keys: every such client's keys (round 1 request)."""
+
+    TAG: ClassVar[bytes] = b"secagg/key-directory"
+    session: bytes
+    client_ids: tuple[int, ...]
+    channel_keys: tuple[bytes, ...]
+    mask_keys: tuple[bytes, ...]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> KeyDirectory:
+        ids = _int_list(data["client_ids"], "client_ids")
+        _unique(ids, "client_ids")
+        channel = _bytes_list(data["channel_keys"], "channel_keys")
+        mask = _bytes_list(data["mask_keys"], "mask_keys")
+        if not len(ids) == len(channel) == len(mask):
+            raise MessageRejected("key directory lists differ in length.")
+        if list(ids) != sorted(ids):
+            raise MessageRejected("key directory ids must be sorted.")
+        return cls(
+            session=_bytes(data["session"], "session"),
+            client_ids=ids,
+            channel_keys=channel,
+            mask_keys=mask,
+        )
+
+    def canonical(self) -> bytes:
+        """Return an unambiguous byte encoding (input to the session id)."""
+        parts = [struct.pack("<Q", len(self.client_ids))]
+        for cid, ck, mk in zip(self.client_ids, self.channel_keys, self.mask_keys, strict=True):
+            parts.append(struct.pack("<QQQ", cid, len(ck), len(mk)) + ck + mk)
+        return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class ShareKeys(Message):
+    """Client -> server: encrypted shares, one ciphertext per neighbour (round 1 reply)."""
+
+    TAG: ClassVar[bytes] = b"secagg/share-keys"
+    session: bytes
+    sender: int
+    recipients: tuple[int, ...]
+    ciphertexts: tuple[bytes, ...]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> ShareKeys:
+        recipients = _int_list(data["recipients"], "recipients")
+        _unique(recipients, "recipients")
+        ciphertexts = _bytes_list(data["ciphertexts"], "ciphertexts")
+        if len(recipients) != len(ciphertexts):
+            raise MessageRejected("recipients and ciphertexts differ in length.")
+        return cls(
+            session=_bytes(data["session"], "session"),
+            sender=_int(data["sender"], "sender"),
+            recipients=recipients,
+            ciphertexts=ciphertexts,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class MaskedInputRequest(Message):
+    """Server -> one client: start summation ``summation`` (round 2 request).
+
+    Carries the fixed-point encoding (``scales``, ``bounds``, ``max_clients``) and, in the
+    first summation only, the ciphertexts addressed to ``recipient`` with their senders.
+    """
+
+    TAG: ClassVar[bytes] = b"secagg/masked-input-request"
+    session: bytes
+    summation: int
+    recipient: int
+    scales: npt.NDArray[np.float64]
+    bounds: npt.NDArray[np.float64]
+    max_clients: int
+    senders: tuple[int, ...]
+    ciphertexts: tuple[bytes, ...]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> MaskedInputRequest:
+        senders = _int_list(data["senders"], "senders")
+        _unique(senders, "senders")
+        ciphertexts = _bytes_list(data["ciphertexts"], "ciphertexts")
+        if len(senders) != len(ciphertexts):
+            raise MessageRejected("senders and ciphertexts differ in length.")
+        scales = _array(data["scales"], "scales", np.float64, 1)
+        bounds = _array(data["bounds"], "bounds", np.float64, 1)
+        if scales.shape != bounds.shape:
+            raise MessageRejected("scales and bounds differ in length.")
+        return cls(
+            session=_bytes(data["session"], "session"),
+            summation=_int(data["summation"], "summation", 0, 63),
+            recipient=_int(data["recipient"], "recipient"),
+            scales=scales,
+            bounds=bounds,
+            max_clients=_int(data["max_clients"], "max_clients", 1),
+            senders=senders,
+            ciphertexts=ciphertexts,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class MaskedInput(Message):
+    """Client -> server: the masked, encoded vector in Z_{2^64} (round 2 reply)."""
+
+    TAG: ClassVar[bytes] = b"secagg/masked-input"
+    session: bytes
+    sender: int
+    summation: int
+    vector: npt.NDArray[np.uint64]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> MaskedInput:
+        return cls(
+            session=_bytes(data["session"], "session"),
+            sender=_int(data["sender"], "sender"),
+            summation=_int(data["summation"], "summation", 0, 63),
+            vector=_array(data["vector"], "vector", np.uint64, 1),
+        )
+
+
+@dataclass(frozen=True)
+class UnmaskRequest(Message):
+    """Server -> surviving clients: who survived summation ``summation`` (round 3 request)."""
+
+    TAG: ClassVar[bytes] = b"secagg/unmask-request"
+    session: bytes
+    summation: int
+    survivors: tuple[int, ...]
+    dropped: tuple[int, ...]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> UnmaskRequest:
+        # Duplicates are left for the client to refuse (UnmaskRefused names them).
+        return cls(
+            session=_bytes(data["session"], "session"),
+            summation=_int(data["summation"], "summation", 0, 63),
+            survivors=_int_list(data["survivors"], "survivors"),
+            dropped=_int_list(data["dropped"], "dropped"),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class UnmaskResponse(Message):
+    """Client -> server: self-mask-seed shares of survivors, mask-key shares of the dropped.
+
+    ``seed_shares`` has shape ``(len(seed_owners), 1, LIMBS)`` and ``key_shares`` shape
+    ``(len(key_owners), 1, LIMBS)``, dtype uint32 (round 3 reply). Both are shares of this
+    summation's secrets only: its self-mask seed and its mask private key.
+    """
+
+    TAG: ClassVar[bytes] = b"secagg/unmask-response"
+    session: bytes
+    sender: int
+    summation: int
+    seed_owners: tuple[int, ...]
+    seed_shares: npt.NDArray[np.uint32]
+    key_owners: tuple[int, ...]
+    key_shares: npt.NDArray[np.uint32]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> UnmaskResponse:
+        seed_owners = _int_list(data["seed_owners"], "seed_owners")
+        key_owners = _int_list(data["key_owners"], "key_owners")
+        _unique(seed_owners, "seed_owners")
+        _unique(key_owners, "key_owners")
+        seed_shares = _array(data["seed_shares"], "seed_shares", np.uint32, 3)
+        key_shares = _array(data["key_shares"], "key_shares", np.uint32, 3)
+        if seed_shares.shape != (len(seed_owners), 1, LIMBS):
+            raise MessageRejected(f"seed_shares has shape {seed_shares.shape}.")
+        if key_shares.shape != (len(key_owners), 1, LIMBS):
+            raise MessageRejected(f"key_shares has shape {key_shares.shape}.")
+        return cls(
+            session=_bytes(data["session"], "session"),
+            sender=_int(data["sender"], "sender"),
+            summation=_int(data["summation"], "summation", 0, 63),
+            seed_owners=seed_owners,
+            seed_shares=seed_shares,
+            key_owners=key_owners,
+            key_shares=key_shares,
+        )
+
+
+_ALL: tuple[type[Message], ...] = (
+    SetupMessage,
+    AdvertiseKeys,
+    KeyDirectory,
+    ShareKeys,
+    MaskedInputRequest,
+    MaskedInput,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+
+
+def parse_message(data: Mapping[str, object]) -> Message:
+    """Parse any protocol message by its ``"message"`` tag."""
+    tag = data.get("message") if isinstance(data, Mapping) else None
+    for cls in _ALL:
+        if cls.TAG == tag:
+            return cls.from_dict(data)
+    raise MessageRejected(f"unknown message tag {tag!r}.")

@@ -1,0 +1,480 @@
+"""The server's state machine (Bonawitz et al., CCS 2017, Fig. 4; SecAgg+ graphs).
+
+The server is honest but curious: it follows the protocol and routes every message, and
+learns only the sum of the surviving inputs of each summation. It never returns a sum it
+cannot reconstruct exactly: when survivors (or the shares needed to unmask them) fall below
+the threshold it raises :class:`~secagg.errors.ProtocolAborted` naming the reason.
+
+Calling the method that produces a round's request closes the previous round: whoever has
+not answered by then is dropped (``key_directory`` closes advertise-keys,
+``start_summation`` closes share-keys, ``unmask_request`` closes masked-input,
+``finish_summation`` closes unmask). A late message raises
+:class:`~secagg.errors.MessageRejected`; a transport should log it and carry on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from secagg import crypto
+from secagg.crypto import U64Array
+from secagg.encoding import FixedPointEncoding, FloatArray
+from secagg.errors import EncodingError, MessageRejected, ProtocolAborted
+from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
+from secagg.messages import (
+    AdvertiseKeys,
+    KeyDirectory,
+    MaskedInput,
+    MaskedInputRequest,
+    MessageValue,
+    SetupMessage,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+from secagg.shamir import LIMBS, reconstruct
+
+__all__ = ["SecAggServer", "SumResult"]
+
+Neighbours = int | Literal["complete"] | None
+
+
+@dataclass(frozen=True, eq=False)
+class SumResult:
+    """The outcome of one summation.
+
+    Attributes
+    ----------
+    summation : int
+        Index of the summation within the session.
+    sum : FloatArray
+        The decoded sum of the survivors' inputs.
+    raw : numpy.ndarray of uint64
+        The exact sum of the encoded inputs in Z_{2^64}.
+    survivors : tuple of int
+        Clients whose inputs are in the sum.
+    dropped : tuple of int
+        Clients of the session (past share-keys) whose inputs are not.
+    max_error : FloatArray
+        Per-coordinate bound ``len(survivors) / scale`` on ``|sum - true sum|``.
+    """
+
+    summation: int
+    sum: FloatArray
+    raw: U64Array
+    survivors: tuple[int, ...]
+    dropped: tuple[int, ...]
+    max_error: FloatArray
+
+
+def _choose_graph(
+    client_ids: Sequence[int], neighbours: Neighbours, rng: np.random.Generator
+) -> NeighbourGraph:
+    if neighbours == "complete":
+        return complete_graph(client_ids)
+    degree = default_degree(len(client_ids)) if neighbours is None else int(neighbours)
+    if degree >= len(client_ids) - 1:
+        return complete_graph(client_ids)
+    if degree < 2 or degree % 2:
+        raise ValueError(f"neighbours must be an even degree >= 2, got {neighbours}.")
+    return random_harary_graph(client_ids, degree, rng=rng)
+
+
+class SecAggServer:
+    """The server's side of one secure-aggregation session with several summations.
+
+    Parameters
+    ----------
+    client_ids : sequence of int
+        The clients invited to the session (distinct, in ``[0, 2^63)``).
+    threshold : int
+        Shamir threshold ``t``: shares needed to unmask a client, counted among its share
+        holders (its neighbours and itself); also the minimum number of survivors.
+        ``2 <= t <= k + 1``.
+    num_summations : int
+        Number of summations this session carries (each with independent masks).
+    neighbours : int, "complete" or None
+        Graph degree ``k`` (even) of a random Harary graph, ``"complete"``, or ``None`` for
+        :func:`secagg.graph.default_degree`.
+    rng : numpy.random.Generator
+        Draws the public graph permutation only; secrets come from ``os.urandom``.
+    """
+
+    def __init__(
+        self,
+        client_ids: Sequence[int],
+        *,
+        threshold: int,
+        num_summations: int = 1,
+        neighbours: Neighbours = None,
+        rng: np.random.Generator,
+    ) -> None:
+        ids = sorted(int(c) for c in client_ids)
+        if len(set(ids)) != len(ids) or len(ids) < 2:
+            raise ValueError(f"need at least 2 distinct client ids, got {len(set(ids))}.")
+        if ids[0] < 0 or ids[-1] >= 2**63:
+            raise ValueError("client ids must lie in [0, 2^63).")
+        if not 1 <= num_summations <= 64:
+            raise ValueError(f"num_summations must lie in [1, 64], got {num_summations}.")
+        self.graph = _choose_graph(ids, neighbours, rng)
+        holders = self.graph.degree + 1
+        if isinstance(threshold, bool) or not 2 <= threshold <= holders:
+            raise ValueError(
+                f"threshold must lie in [2, {holders}] (share holders per client with degree "
+                f"{self.graph.degree}), got {threshold}."
+            )
+        self.setup = SetupMessage(
+            session=os.urandom(32),
+            client_ids=tuple(ids),
+            threshold=int(threshold),
+            num_summations=int(num_summations),
+            degree=self.graph.degree,
+            ring=self.graph.ring,
+        )
+        self.threshold = int(threshold)
+        self.num_summations = int(num_summations)
+        self._rank = {c: i + 1 for i, c in enumerate(ids)}
+        self.phase = "advertise"
+        self.summation = -1
+        self.keys: dict[int, AdvertiseKeys] = {}
+        self._seen_keys: set[bytes] = set()
+        self.session_id = b""
+        self.share_inbox: dict[int, list[tuple[int, bytes]]] = {}
+        self.share_senders: set[int] = set()
+        self.incoming: dict[int, frozenset[int]] = {}
+        self.eligible: tuple[int, ...] = ()
+        self.encoding: FixedPointEncoding | None = None
+        self.inputs: dict[int, U64Array] = {}
+        self.survivors: tuple[int, ...] = ()
+        self.dropped: tuple[int, ...] = ()
+        self.responses: dict[int, UnmaskResponse] = {}
+        self.results: list[SumResult] = []
+
+    @property
+    def session(self) -> bytes:
+        """The session nonce carried by every message."""
+        return self.setup.session
+
+    def _require(self, phase: str, what: str) -> None:
+        if self.phase != phase:
+            raise MessageRejected(
+                f"{what} arrived in the wrong round (server is in phase {self.phase!r})."
+            )
+
+    def _check_session(self, session: bytes) -> None:
+        if session != self.session:
+            raise MessageRejected("message for another session.")
+
+    # ------------------------------------------------------------------ round 0
+    def setup_message(self) -> dict[str, MessageValue]:
+        """Return the setup request, the same for every invited client."""
+        return self.setup.to_dict()
+
+    def receive_advertise_keys(self, message: Mapping[str, Any]) -> None:
+        """Accept one client's public keys (malformed, small-order or reused keys refused)."""
+        msg = AdvertiseKeys.from_dict(message)
+        self._require("advertise", "advertise-keys")
+        self._check_session(msg.session)
+        if msg.sender not in self._rank:
+            raise MessageRejected(f"advertise-keys from unknown client {msg.sender}.")
+        if msg.sender in self.keys:
+            raise MessageRejected(f"advertise-keys from client {msg.sender} replayed.")
+        size = crypto.KEY_BYTES
+        if len(msg.mask_keys) != size * self.num_summations:
+            raise MessageRejected(
+                f"client {msg.sender} sent {len(msg.mask_keys)} bytes of mask keys, expected "
+                f"{size * self.num_summations}."
+            )
+        keys = [msg.channel_key] + [
+            msg.mask_keys[size * s : size * (s + 1)] for s in range(self.num_summations)
+        ]
+        for key in keys:
+            crypto.validate_public_key(key)
+        if len(set(keys)) != len(keys) or self._seen_keys & set(keys):
+            raise MessageRejected(f"client {msg.sender} reuses a public key; rejected.")
+        self._seen_keys.update(keys)
+        self.keys[msg.sender] = msg
+
+    def key_directory(self) -> dict[str, MessageValue]:
+        """Close round 0 and return the key directory (to every client that advertised).
+
+        Raises
+        ------
+        ProtocolAborted
+            Fewer than ``threshold`` clients advertised keys.
+        """
+        self._require("advertise", "key-directory request")
+        ids = tuple(sorted(self.keys))
+        if len(ids) < self.threshold:
+            raise ProtocolAborted(
+                f"only {len(ids)} clients advertised keys, fewer than threshold {self.threshold}."
+            )
+        directory = KeyDirectory(
+            session=self.session,
+            client_ids=ids,
+            channel_keys=tuple(self.keys[c].channel_key for c in ids),
+            mask_keys=tuple(self.keys[c].mask_keys for c in ids),
+        )
+        self.session_id = crypto.session_digest([self.setup.canonical(), directory.canonical()])
+        self.phase = "share"
+        self._directory = directory
+        return directory.to_dict()
+
+    # ------------------------------------------------------------------ round 1
+    def receive_share_keys(self, message: Mapping[str, Any]) -> None:
+        """Accept one client's encrypted shares, addressed to its neighbours."""
+        msg = ShareKeys.from_dict(message)
+        self._require("share", "share-keys")
+        self._check_session(msg.session)
+        if msg.sender not in self.keys:
+            raise MessageRejected(f"share-keys from client {msg.sender}, who sent no keys.")
+        if msg.sender in self.share_senders:
+            raise MessageRejected(f"share-keys from client {msg.sender} replayed.")
+        for recipient in msg.recipients:
+            if recipient not in self.keys or not self.graph.linked(msg.sender, recipient):
+                raise MessageRejected(
+                    f"client {msg.sender} addressed shares to {recipient}, not a neighbour."
+                )
+        self.share_senders.add(msg.sender)
+        for recipient, blob in zip(msg.recipients, msg.ciphertexts, strict=True):
+            self.share_inbox.setdefault(recipient, []).append((msg.sender, blob))
+
+    # ------------------------------------------------------------------ round 2
+    def start_summation(self, encoding: FixedPointEncoding) -> dict[int, dict[str, MessageValue]]:
+        """Open the next summation; return the masked-input request of each eligible client.
+
+        The first call closes the share-keys round. Eligible are the clients that shared
+        keys (first summation) or whose inputs entered the previous sum: a client dropped
+        in one summation stays dropped.
+
+        Raises
+        ------
+        ProtocolAborted
+            Fewer than ``threshold`` eligible clients, or no summation left.
+        EncodingError
+            ``encoding.max_clients`` is below the number of eligible clients.
+        """
+        if self.phase == "share":
+            self.eligible = tuple(sorted(self.share_senders))
+            self.incoming = {
+                c: frozenset(s for s, _ in self.share_inbox.get(c, [])) for c in self.eligible
+            }
+        elif self.phase == "ready":
+            self.eligible = self.survivors
+        else:
+            raise MessageRejected(f"cannot start a summation in phase {self.phase!r}.")
+        if self.summation + 1 >= self.num_summations:
+            raise ProtocolAborted(f"the session carries only {self.num_summations} summations.")
+        if len(self.eligible) < self.threshold:
+            raise ProtocolAborted(
+                f"{len(self.eligible)} clients remain, fewer than threshold {self.threshold}."
+            )
+        if encoding.max_clients < len(self.eligible):
+            raise EncodingError(
+                f"encoding admits {encoding.max_clients} summands, but {len(self.eligible)} "
+                "clients take part."
+            )
+        self.summation += 1
+        self.encoding = encoding
+        self.inputs = {}
+        self.phase = "masked"
+        first = self.summation == 0
+        requests: dict[int, dict[str, MessageValue]] = {}
+        empty: tuple[Any, ...] = ()
+        for client in self.eligible:
+            inbox = [(s, b) for s, b in self.share_inbox.get(client, []) if s in self.eligible]
+            requests[client] = MaskedInputRequest(
+                session=self.session,
+                summation=self.summation,
+                recipient=client,
+                scales=encoding.scales,
+                bounds=encoding.bounds,
+                max_clients=encoding.max_clients,
+                senders=tuple(s for s, _ in inbox) if first else empty,
+                ciphertexts=tuple(b for _, b in inbox) if first else empty,
+            ).to_dict()
+        if first:
+            self.share_inbox = {}
+        return requests
+
+    def receive_masked_input(self, message: Mapping[str, Any]) -> None:
+        """Accept one client's masked input for the open summation.
+
+        A late input (after :meth:`unmask_request` declared the client dropped) is refused,
+        and its self mask is never revealed, so it stays masked.
+        """
+        msg = MaskedInput.from_dict(message)
+        self._check_session(msg.session)
+        if self.phase != "masked" or msg.summation != self.summation:
+            raise MessageRejected(
+                f"masked input of client {msg.sender} for summation {msg.summation} arrived "
+                f"in the wrong round (server: phase {self.phase!r}, summation "
+                f"{self.summation}); the client counts as dropped."
+            )
+        if msg.sender not in self.eligible:
+            raise MessageRejected(f"masked input from client {msg.sender}, not eligible.")
+        if msg.sender in self.inputs:
+            raise MessageRejected(f"masked input from client {msg.sender} replayed.")
+        if self.encoding is None or msg.vector.shape != (self.encoding.length,):
+            raise MessageRejected(
+                f"masked input of client {msg.sender} has shape {msg.vector.shape}, expected "
+                f"({self.encoding.length if self.encoding else '?'},)."
+            )
+        self.inputs[msg.sender] = msg.vector
+
+    # ------------------------------------------------------------------ round 3
+    def unmask_request(self) -> dict[str, MessageValue]:
+        """Close the masked-input round; return the unmask request (to every survivor).
+
+        Raises
+        ------
+        ProtocolAborted
+            Fewer than ``threshold`` masked inputs arrived.
+        """
+        self._require("masked", "unmask request")
+        survivors = tuple(sorted(self.inputs))
+        if len(survivors) < self.threshold:
+            self.phase = "aborted"
+            raise ProtocolAborted(
+                f"summation {self.summation}: {len(survivors)} masked inputs, fewer than "
+                f"threshold {self.threshold}."
+            )
+        self.survivors = survivors
+        self.dropped = tuple(sorted(set(self.incoming) - set(survivors)))
+        self.responses = {}
+        self.phase = "unmask"
+        return UnmaskRequest(
+            session=self.session,
+            summation=self.summation,
+            survivors=survivors,
+            dropped=self.dropped,
+        ).to_dict()
+
+    def receive_unmask(self, message: Mapping[str, Any]) -> None:
+        """Accept one survivor's shares."""
+        msg = UnmaskResponse.from_dict(message)
+        self._check_session(msg.session)
+        if self.phase != "unmask" or msg.summation != self.summation:
+            raise MessageRejected(
+                f"unmask response of client {msg.sender} arrived in the wrong round."
+            )
+        if msg.sender not in self.survivors:
+            raise MessageRejected(f"unmask response from non-survivor {msg.sender}.")
+        if msg.sender in self.responses:
+            raise MessageRejected(f"unmask response from client {msg.sender} replayed.")
+        survivors, dropped = set(self.survivors), set(self.dropped)
+        for owner in msg.seed_owners:
+            if owner not in survivors or not (
+                owner == msg.sender or self.graph.linked(owner, msg.sender)
+            ):
+                raise MessageRejected(f"client {msg.sender} sent a seed share of {owner}.")
+        for owner in msg.key_owners:
+            if owner not in dropped or not self.graph.linked(owner, msg.sender):
+                raise MessageRejected(f"client {msg.sender} sent a key share of {owner}.")
+        if msg.seed_shares.size and int(msg.seed_shares.max()) >= 2**21:
+            raise MessageRejected("seed share out of range.")
+        self.responses[msg.sender] = msg
+
+    def _reconstruct(self, owners: Sequence[int], kind: Literal["seed", "key"]) -> dict[int, bytes]:
+        """Reconstruct one secret per owner from the responses, grouped by holder sets."""
+        index: dict[int, dict[int, int]] = {}
+        for sender, response in self.responses.items():
+            listed = response.seed_owners if kind == "seed" else response.key_owners
+            index[sender] = {owner: row for row, owner in enumerate(listed)}
+        responders = sorted(self.responses)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for owner in owners:
+            chosen: list[int] = []
+            for sender in responders:
+                if owner in index[sender]:
+                    chosen.append(sender)
+                    if len(chosen) == self.threshold:
+                        break
+            if len(chosen) < self.threshold:
+                what = "self-mask seed" if kind == "seed" else "mask key"
+                raise ProtocolAborted(
+                    f"summation {self.summation}: {len(chosen)} shares of client {owner}'s "
+                    f"{what} arrived, fewer than threshold {self.threshold}; aborting."
+                )
+            groups.setdefault(tuple(chosen), []).append(owner)
+        out: dict[int, bytes] = {}
+        for chosen_senders, group in groups.items():
+            stacked = np.empty((self.threshold, len(group), LIMBS), dtype=np.uint32)
+            for h, sender in enumerate(chosen_senders):
+                response = self.responses[sender]
+                table = response.seed_shares if kind == "seed" else response.key_shares
+                rows = [index[sender][owner] for owner in group]
+                stacked[h] = table[rows, 0, :]
+            xs = [self._rank[s] for s in chosen_senders]
+            secrets = reconstruct(xs, stacked, self.threshold)
+            out.update(zip(group, secrets, strict=True))
+        return out
+
+    def finish_summation(self) -> SumResult:
+        """Close the unmask round, remove all masks and return the decoded sum.
+
+        Raises
+        ------
+        ProtocolAborted
+            Some survivor's seed or some dropped client's mask key has fewer than
+            ``threshold`` shares, or a reconstructed key does not match its public key.
+        """
+        self._require("unmask", "finish")
+        if self.encoding is None:
+            raise ProtocolAborted("no encoding for the open summation.")
+        s, length = self.summation, self.encoding.length
+        seeds = self._reconstruct(self.survivors, "seed")
+        survivors = set(self.survivors)
+        affected = [
+            j
+            for j in self.dropped
+            if any(
+                j in self.incoming.get(i, frozenset())
+                for i in self._survivor_neighbours(j, survivors)
+            )
+        ]
+        keys = self._reconstruct(affected, "key")
+        total = np.zeros(length, dtype=np.uint64)
+        for client in self.survivors:
+            total += self.inputs[client]
+            total -= crypto.mask_keystream(seeds[client], length)
+        size = crypto.KEY_BYTES
+        for j, private in keys.items():
+            public = self.keys[j].mask_keys[size * s : size * (s + 1)]
+            if crypto.public_from_private(private) != public:
+                raise ProtocolAborted(
+                    f"reconstructed mask key of client {j} does not match its public key."
+                )
+            for i in self._survivor_neighbours(j, survivors):
+                if j not in self.incoming.get(i, frozenset()):
+                    continue
+                peer = self.keys[i].mask_keys[size * s : size * (s + 1)]
+                key = crypto.derive_mask_key(crypto.agree(private, peer), self.session_id, i, j, s)
+                stream = crypto.mask_keystream(key, length)
+                if j > i:  # client i added +PRG(m_ij) for j > i
+                    total -= stream
+                else:
+                    total += stream
+        result = SumResult(
+            summation=s,
+            sum=self.encoding.decode(total, len(self.survivors)),
+            raw=total,
+            survivors=self.survivors,
+            dropped=tuple(sorted(set(self.incoming) - survivors)),
+            max_error=self.encoding.max_decoding_error(len(self.survivors)),
+        )
+        self.results.append(result)
+        self.responses = {}
+        self.inputs = {}
+        self.phase = "ready" if s + 1 < self.num_summations else "done"
+        return result
+
+    def _survivor_neighbours(self, client: int, survivors: set[int]) -> list[int]:
+        if self.graph.complete:
+            return sorted(survivors - {client})
+        return [i for i in self.graph.neighbours(client) if i in survivors]
