@@ -76,25 +76,30 @@ DOWNLOADABLE: Final[tuple[str, ...]] = ("cifar10", "cifar100", "fashion-mnist")
 DATA_ROOT_ENV: Final[str] = "FA_HETDP_DATA"
 """Environment variable naming the default data directory (else ``./data``)."""
 
-LABEL_COUNTS: Final[dict[tuple[str, str], tuple[int, ...]]] = {
-    # Images per label in the standard files (CIFAR: Krizhevsky 2009; Fashion-MNIST: Xiao et al.
-    # 2017; digits: sklearn.datasets.load_digits). CIFAR-100 counts are per merged bucket
-    # (2 coarse labels x 2500 train / 500 test images). Scenario validation uses this table to
-    # reject a sample larger than the data before any file is read.
-    ("cifar10", "train"): (5000,) * 10,
-    ("cifar10", "test"): (1000,) * 10,
-    ("cifar100", "train"): (5000,) * 10,
-    ("cifar100", "test"): (1000,) * 10,
-    ("fashion-mnist", "train"): (6000,) * 10,
-    ("fashion-mnist", "test"): (1000,) * 10,
-    ("digits", "train"): (178, 182, 177, 183, 181, 182, 181, 179, 174, 180),
+_PER_LABEL: Final[dict[str, tuple[tuple[int, ...], tuple[int, ...]]]] = {
+    # Images per label (train, test) in the standard files (CIFAR: Krizhevsky 2009;
+    # Fashion-MNIST: Xiao et al. 2017). CIFAR-100 counts are per merged bucket
+    # (2 coarse labels x 2500 train / 500 test images).
+    "cifar10": ((5000,) * 10, (1000,) * 10),
+    "cifar100": ((5000,) * 10, (1000,) * 10),
+    "fashion-mnist": ((6000,) * 10, (1000,) * 10),
 }
-for _name in ("cifar10", "cifar100", "fashion-mnist"):
-    LABEL_COUNTS[(_name, "all")] = tuple(
-        a + b
-        for a, b in zip(LABEL_COUNTS[(_name, "train")], LABEL_COUNTS[(_name, "test")], strict=True)
-    )
-LABEL_COUNTS[("digits", "all")] = LABEL_COUNTS[("digits", "train")]
+_DIGITS_PER_LABEL: Final[tuple[int, ...]] = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
+
+LABEL_COUNTS: Final[dict[tuple[str, str], tuple[int, ...]]] = {
+    **{(name, "train"): train for name, (train, _) in _PER_LABEL.items()},
+    **{(name, "test"): test for name, (_, test) in _PER_LABEL.items()},
+    **{
+        (name, "all"): tuple(a + b for a, b in zip(train, test, strict=True))
+        for name, (train, test) in _PER_LABEL.items()
+    },
+    ("digits", "train"): _DIGITS_PER_LABEL,  # sklearn.datasets.load_digits
+    ("digits", "all"): _DIGITS_PER_LABEL,
+}
+"""Images per label of each (dataset, split) of the standard files.
+
+Scenario validation uses it to reject a sample larger than the data before any file is read.
+"""
 
 _CIFAR10_DIR: Final[str] = "cifar-10-batches-py"
 _CIFAR100_DIR: Final[str] = "cifar-100-python"
@@ -704,13 +709,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_MANUAL: Final[dict[str, tuple[str, str]]] = {
+    "cifar10": (
+        f"the CIFAR-10 python version (cifar-10-python.tar.gz) from {_CIFAR_URL}",
+        f"<root>/{_CIFAR10_DIR}/data_batch_1 .. data_batch_5, test_batch",
+    ),
+    "cifar100": (
+        f"the CIFAR-100 python version (cifar-100-python.tar.gz) from {_CIFAR_URL}",
+        f"<root>/{_CIFAR100_DIR}/train, test",
+    ),
+    "fashion-mnist": (
+        f"the four files data/fashion/*-ubyte.gz from {_FASHION_URL}",
+        f"<root>/{_FASHION_DIR}/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
+        "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz (gzipped or not)",
+    ),
+}
+
+
 def _manual_instructions(name: str, root: Path) -> str:
+    what, where = _MANUAL[name]
     return (
         f"torchvision is not installed, so fa-hetdp cannot download {name!r}.\n"
         "Either install the optional extra and run this command again:\n"
         "    pip install 'fa-hetdp[datasets]'\n"
-        "or download the files yourself and place them so that:\n"
-        f"    {_LAYOUTS[name].replace('<root>', str(root))}"
+        f"or download {what}\n"
+        "and unpack it so that these files exist:\n"
+        f"    {where.replace('<root>', str(root))}"
     )
 
 

@@ -467,7 +467,7 @@ def test_download_without_torchvision_explains(
     assert code == 1
     err = capsys.readouterr().err
     assert "pip install 'fa-hetdp[datasets]'" in err
-    assert f"{tmp_path}/cifar-10-batches-py/data_batch_1 .. data_batch_5" in err
+    assert f"{tmp_path}/cifar-10-batches-py/data_batch_1 .. data_batch_5, test_batch" in err
     assert "https://www.cs.toronto.edu/~kriz/cifar.html" in err
 
 
@@ -494,6 +494,17 @@ def test_download_with_torchvision_verifies(
     assert code == 0
     assert calls == [(str(tmp_path), True, True), (str(tmp_path), False, True)]
     assert "fashion-mnist: 8 images of dimension 784" in capsys.readouterr().out
+
+
+def test_download_without_torchvision_fashion_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    monkeypatch.setitem(sys.modules, "torchvision.datasets", None)
+    assert data.run_command(_parse(["download", "fashion-mnist", "--root", str(tmp_path)])) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/FashionMNIST/raw/train-images-idx3-ubyte.gz" in err
+    assert "zalandoresearch/fashion-mnist" in err
 
 
 def test_download_digits_needs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
