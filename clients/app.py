@@ -1,0 +1,230 @@
+"""The fa-hetdp ``ClientApp``: one ``@app.query`` handler per protocol step.
+
+Each handler reads the server's request (:mod:`clients.wire`), restores the client's state
+from ``context.state`` (the ``secagg`` client, the noise generator, the session size), does
+its step with the :mod:`fa_hetdp.protocol` client functions and :class:`secagg.SecAggClient`,
+saves the state and replies:
+
+=================  ==========================================================================
+``advertise_keys``  read the session setup; load ``x_i`` from the scenario
+                    (``context.node_config["partition-id"]``, ``["num-partitions"]``); reply
+                    with ``d`` and the two public keys (secagg round 0)
+``share_keys``      encrypted Shamir shares for the neighbours (secagg round 1)
+``stage1_input``    ``[x, w x, w]`` + noise share ``N(0, sigma^2/t)`` (Thm 3.3, Lemma 3.7),
+                    encoded and masked (secagg round 2, summation 0)
+``stage1_unmask``   shares that remove the stage-1 masks (secagg round 3, summation 0)
+``stage2_input``    ``[(x - mu')^2, w (x - mu_bar')^2]`` + noise share (Thm 3.3, 3.8) for the
+                    broadcast ``mu'``, ``mu_bar'``, encoded and masked (summation 1)
+``stage2_unmask``   shares that remove the stage-2 masks (summation 1)
+=================  ==========================================================================
+
+Noise: in ``mode = "simulation"`` the generator is ``SeedSequence(seed,
+spawn_key=(partition_id,))`` and its state is kept in ``context.state`` between steps (one
+stream per client: stage-1 noise, stage-1 rounding, stage-2 noise, stage-2 rounding); in
+``mode = "deployment"`` every step draws from a fresh CSPRNG-backed generator
+(:mod:`clients.csprng`) and a seed is refused.
+
+Any failure raises, so Flower sends an error reply and the server counts this client as a
+dropout. ``dropout-fraction``/``dropout-stage`` (simulation only) make a seeded set of
+clients fail at one step, to test dropout handling.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
+from flwr.clientapp import ClientApp
+
+from clients.csprng import client_generator
+from clients.settings import RunSettings, dropout_partitions
+from clients.wire import decode, encode
+from fa_hetdp.partition import client_vector
+from fa_hetdp.protocol import (
+    LocalValues,
+    ProtocolPlan,
+    local_values,
+    plan_protocol,
+    stage1_contribution,
+    stage2_contribution,
+)
+from secagg.client import SecAggClient
+
+__all__ = ["app"]
+
+app = ClientApp()
+
+_STATE = "fa-hetdp"
+_LOCAL = "fa-hetdp-local"
+
+
+class SimulatedDropoutError(RuntimeError):
+    """Raised by a client chosen to drop out (``dropout-fraction`` > 0, simulation only)."""
+
+
+def _partition(context: Context) -> tuple[int, int]:
+    try:
+        pid = int(context.node_config["partition-id"])
+        num = int(context.node_config["num-partitions"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RuntimeError(
+            "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>'"
+        ) from exc
+    return pid, num
+
+
+def _settings(context: Context) -> RunSettings:
+    return RunSettings.from_run_config(context.run_config)
+
+
+def _maybe_drop(settings: RunSettings, partition_id: int, step: str) -> None:
+    if step == settings.dropout_step and partition_id in dropout_partitions(settings):
+        raise SimulatedDropoutError(f"partition {partition_id} drops out at step {step!r}")
+
+
+def _record(context: Context) -> ConfigRecord:
+    record = context.state.get(_STATE)
+    if not isinstance(record, ConfigRecord):
+        raise RuntimeError("no protocol state: the session did not start on this node")
+    return record
+
+
+def _generator(settings: RunSettings, record: ConfigRecord, pid: int) -> np.random.Generator:
+    rng = client_generator(settings.mode, seed=settings.seed, partition_id=pid)
+    saved = record.get("rng-state", "")
+    if settings.mode == "simulation" and isinstance(saved, str) and saved:
+        rng.bit_generator.state = json.loads(saved)
+    return rng
+
+
+def _save_generator(settings: RunSettings, record: ConfigRecord, rng: np.random.Generator) -> None:
+    if settings.mode == "simulation":
+        record["rng-state"] = json.dumps(rng.bit_generator.state)
+
+
+def _local(context: Context, settings: RunSettings) -> LocalValues:
+    arrays = context.state.get(_LOCAL)
+    if not isinstance(arrays, ArrayRecord):
+        raise RuntimeError("no local data: the session did not start on this node")
+    x = np.asarray(arrays["x"].numpy(), dtype=np.float64)
+    return local_values(x, variance_floor=settings.protocol.variance_floor)
+
+
+def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
+    return plan_protocol(settings.protocol, n=int(record["session-size"]), d=int(record["d"]))
+
+
+def _reply(msg: Message, payload: dict[str, Any]) -> Message:
+    return Message(encode(payload), reply_to=msg)
+
+
+def _secagg(record: ConfigRecord) -> SecAggClient:
+    blob = record.get("secagg", b"")
+    if not isinstance(blob, bytes):
+        raise RuntimeError("corrupt secagg state")
+    return SecAggClient.from_bytes(blob)
+
+
+@app.query("advertise_keys")
+def advertise_keys(msg: Message, context: Context) -> Message:
+    """Secagg round 0: start the session, load ``x_i``, advertise the public keys."""
+    settings = _settings(context)
+    pid, num = _partition(context)
+    _maybe_drop(settings, pid, "advertise_keys")
+    request = decode(msg.content)
+    client_id = int(request["client-id"])
+    session_size = int(request["session-size"])
+    x = client_vector(settings.scenario, pid, num)
+    secagg = SecAggClient(client_id)
+    reply = secagg.advertise_keys(request["setup"])
+    context.state[_LOCAL] = ArrayRecord(array_dict={"x": Array(np.ascontiguousarray(x))})
+    record = ConfigRecord(
+        {
+            "secagg": secagg.to_bytes(),
+            "client-id": client_id,
+            "session-size": session_size,
+            "d": int(x.shape[0]),
+            "rng-state": "",
+        }
+    )
+    context.state[_STATE] = record
+    return _reply(msg, {"d": int(x.shape[0]), "secagg": reply})
+
+
+@app.query("share_keys")
+def share_keys(msg: Message, context: Context) -> Message:
+    """Secagg round 1: encrypted shares of the mask keys and self-mask seeds."""
+    settings = _settings(context)
+    pid, _ = _partition(context)
+    _maybe_drop(settings, pid, "share_keys")
+    record = _record(context)
+    secagg = _secagg(record)
+    reply = secagg.share_keys(decode(msg.content)["secagg"])
+    record["secagg"] = secagg.to_bytes()
+    return _reply(msg, {"secagg": reply})
+
+
+@app.query("stage1_input")
+def stage1_input(msg: Message, context: Context) -> Message:
+    """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
+    settings = _settings(context)
+    pid, _ = _partition(context)
+    _maybe_drop(settings, pid, "stage1_input")
+    record = _record(context)
+    plan = _plan(settings, record)
+    rng = _generator(settings, record, pid)
+    values = stage1_contribution(_local(context, settings), plan, rng=rng)
+    secagg = _secagg(record)
+    reply = secagg.masked_input(decode(msg.content)["secagg"], values, rng=rng)
+    record["secagg"] = secagg.to_bytes()
+    _save_generator(settings, record, rng)
+    return _reply(msg, {"secagg": reply})
+
+
+@app.query("stage1_unmask")
+def stage1_unmask(msg: Message, context: Context) -> Message:
+    """Stage 1: reveal the shares that remove the masks."""
+    return _unmask(msg, context, "stage1_unmask")
+
+
+@app.query("stage2_input")
+def stage2_input(msg: Message, context: Context) -> Message:
+    """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share, encoded and masked."""
+    settings = _settings(context)
+    pid, _ = _partition(context)
+    _maybe_drop(settings, pid, "stage2_input")
+    record = _record(context)
+    plan = _plan(settings, record)
+    request = decode(msg.content)
+    rng = _generator(settings, record, pid)
+    values = stage2_contribution(
+        _local(context, settings),
+        plan,
+        np.asarray(request["mu-prime"], dtype=np.float64),
+        np.asarray(request["weighted-mu-prime"], dtype=np.float64),
+        rng=rng,
+    )
+    secagg = _secagg(record)
+    reply = secagg.masked_input(request["secagg"], values, rng=rng)
+    record["secagg"] = secagg.to_bytes()
+    _save_generator(settings, record, rng)
+    return _reply(msg, {"secagg": reply})
+
+
+@app.query("stage2_unmask")
+def stage2_unmask(msg: Message, context: Context) -> Message:
+    """Stage 2: reveal the shares that remove the masks."""
+    return _unmask(msg, context, "stage2_unmask")
+
+
+def _unmask(msg: Message, context: Context, step: str) -> Message:
+    settings = _settings(context)
+    pid, _ = _partition(context)
+    _maybe_drop(settings, pid, step)
+    record = _record(context)
+    secagg = _secagg(record)
+    reply = secagg.unmask(decode(msg.content)["secagg"])
+    record["secagg"] = secagg.to_bytes()
+    return _reply(msg, {"secagg": reply})

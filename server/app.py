@@ -1,0 +1,102 @@
+"""The fa-hetdp ``ServerApp``: drives the protocol over Flower's ``Grid``.
+
+``@app.main()`` resolves the run settings from ``context.run_config``
+(:class:`clients.settings.RunSettings`), and hands a :class:`GridTransport` to
+:class:`server.strategy.HeterogeneityStrategy`, which waits for the expected nodes, runs
+the six steps and writes the result file. On an abort the strategy writes a result with
+``status = "aborted"`` and its reason, and the ServerApp raises so Flower marks the run failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.serverapp import Grid, ServerApp
+
+from clients.settings import RunSettings
+from clients.wire import WireFormatError, decode, encode
+from server.strategy import HeterogeneityStrategy, write_json_atomic
+
+__all__ = ["GridTransport", "app"]
+
+log = logging.getLogger("fa_hetdp.server")
+
+app = ServerApp()
+
+
+class GridTransport:
+    """:class:`server.strategy.Transport` over a Flower ``Grid`` (one query per step).
+
+    A reply counts when it has no error, comes from a node that was sent a message at this
+    step, and decodes; every other node of the step is a dropout. Error replies of a dead
+    node may carry the SuperLink's id rather than the node's, so dropouts are found by set
+    difference, and an error's reason is attached when its source is known.
+    """
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+
+    def node_ids(self) -> list[int]:
+        """Ids of the nodes connected now."""
+        return [int(n) for n in self.grid.get_node_ids()]
+
+    def exchange(
+        self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+        """Send one ``query.<step>`` message per node and collect the replies."""
+        messages = [
+            Message(
+                content=encode(payload),
+                dst_node_id=node,
+                message_type=f"query.{step}",
+                group_id=step,
+            )
+            for node, payload in payloads.items()
+        ]
+        replies: dict[int, dict[str, Any]] = {}
+        dropouts: dict[int, str] = {}
+        for reply in self.grid.send_and_receive(messages, timeout=timeout):
+            source = int(reply.metadata.src_node_id)
+            if source not in payloads or source in replies:
+                continue
+            if reply.has_error():
+                dropouts[source] = f"error reply: {reply.error.reason}"
+                continue
+            try:
+                replies[source] = decode(reply.content)
+            except WireFormatError as exc:
+                dropouts[source] = f"malformed: {exc}"
+        for node in payloads:
+            if node not in replies and node not in dropouts:
+                dropouts[node] = f"no reply within {timeout:.0f} s (or an error from the link)"
+        return replies, dropouts
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run one private heterogeneity measurement and write the result file."""
+    try:
+        settings = RunSettings.from_run_config(context.run_config)
+    except Exception as exc:
+        path = context.run_config.get("result-path")
+        if isinstance(path, str) and path:
+            from pathlib import Path
+
+            write_json_atomic(
+                Path(path).expanduser(),
+                {"status": "aborted", "reason": f"invalid run config: {exc}"},
+            )
+        raise
+    strategy = HeterogeneityStrategy(settings)
+    document = strategy.run(GridTransport(grid))
+    privacy = document["privacy"]
+    log.info(
+        "fa-hetdp: done; n=%s d=%s epsilon spent=%s; result in %s",
+        document["n"],
+        document["d"],
+        privacy["epsilon_spent"],
+        settings.result_path,
+    )

@@ -1,0 +1,489 @@
+"""The protocol strategy: sampling, thresholds, timeouts, releases, assembling the results.
+
+:class:`HeterogeneityStrategy` drives one private measurement (DESIGN.md, "The private
+protocol"; Thm 3.3, 3.8, 3.13) over any :class:`Transport` (the ServerApp's is Flower's
+``Grid``; tests can use an in-memory one). Steps, each one message per active client:
+
+1. ``advertise_keys`` -- secagg setup; clients report ``d`` and their public keys.
+2. ``share_keys`` -- clients send encrypted Shamir shares for their neighbours.
+3. ``stage1_input`` -- masked ``[x, w x, w]`` + noise shares (summation 0).
+4. ``stage1_unmask`` -- survivors reveal the shares that remove the masks; the server decodes
+   the sum and assembles ``mu'``, ``mu_bar'`` (:func:`fa_hetdp.protocol.assemble_stage1`).
+5. ``stage2_input`` -- with the broadcast ``clip(mu')``, ``mu_bar'``: masked
+   ``[(x - mu')^2, w (x - mu_bar')^2]`` + noise shares (summation 1).
+6. ``stage2_unmask`` -- the stage-2 sum; ``D''``, ``Q''``, ``I2''``, ``I2'''``
+   (:func:`fa_hetdp.protocol.assemble_stage2`).
+
+Dropouts. An error reply, a missing reply (timeout) or a malformed reply (undecodable, or
+rejected by the secagg server) removes the client from the rest of the session. A step goes
+on while at least ``threshold`` clients remain, and the run aborts with the step, the counts
+and the threshold in its reason otherwise. A client that drops before sending a masked input
+loses its noise share: the privacy actually spent is computed from the shares that arrived
+(:meth:`fa_hetdp.protocol.ProtocolPlan.noise_fraction`) under exact composition.
+
+Results are written atomically (a temporary file in the same directory, then ``os.replace``):
+``status = "success"`` with every private value, or ``status = "aborted"`` with the reason
+(never a file that claims success for an aborted run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from clients.csprng import csprng_generator
+from clients.settings import SERVER_STREAM, RunSettings
+from fa_hetdp.errors import AggregationError
+from fa_hetdp.protocol import (
+    PrivateStatistics,
+    ProtocolPlan,
+    Stage1Release,
+    assemble_stage1,
+    assemble_stage2,
+    contribution_bounds,
+    plan_protocol,
+)
+from secagg.encoding import FixedPointEncoding, choose_encoding
+from secagg.errors import SecAggError
+from secagg.server import SecAggServer, SumResult
+
+__all__ = [
+    "HeterogeneityStrategy",
+    "ProtocolAbortError",
+    "StepOutcome",
+    "Transport",
+    "write_json_atomic",
+]
+
+
+_T = TypeVar("_T")
+
+
+class ProtocolAbortError(AggregationError):
+    """The run stopped: too few clients at some step (or too few nodes registered)."""
+
+
+class Transport(Protocol):
+    """How the strategy reaches the clients (Flower's ``Grid`` in the ServerApp)."""
+
+    def node_ids(self) -> list[int]:
+        """Ids of the nodes connected now."""
+        ...
+
+    def exchange(
+        self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+        """Send one payload per node; return the decoded replies and the dropouts' reasons."""
+        ...
+
+
+@dataclass
+class StepOutcome:
+    """What happened at one step."""
+
+    step: str
+    sent: int
+    replied: int
+    dropouts: dict[int, str]
+    seconds: float
+
+
+def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` as JSON to ``path`` atomically (temporary file + ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(document, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with_suppress_unlink(tmp)
+        raise
+
+
+def with_suppress_unlink(path: str) -> None:
+    """Remove ``path`` if it exists."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _floats(values: np.ndarray) -> list[float]:
+    return [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
+
+
+@dataclass
+class HeterogeneityStrategy:
+    """Runs the two-stage protocol with secure aggregation and writes the result file.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The resolved run settings (scenario, privacy, secagg, timeouts, paths).
+    clock : callable
+        Monotonic clock (tests may replace it).
+    """
+
+    settings: RunSettings
+    clock: Callable[[], float] = time.monotonic
+    steps: list[StepOutcome] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.settings.mode == "simulation" and self.settings.seed is not None:
+            seq = np.random.SeedSequence(self.settings.seed, spawn_key=(SERVER_STREAM,))
+            self.rng = np.random.Generator(np.random.PCG64(seq))
+        else:
+            self.rng = csprng_generator()
+        self._start = self.clock()
+
+    # ---------------------------------------------------------------- progress / results
+    def progress(self, event: str, **fields: Any) -> None:
+        """Append one JSON line to the progress file (if configured)."""
+        path = self.settings.progress_path
+        if path is None:
+            return
+        record = {"event": event, "elapsed": round(self.clock() - self._start, 3), **fields}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def _base_document(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "scenario": s.scenario.name,
+            "mode": s.mode,
+            "seed": s.seed,
+            "num_clients": s.num_clients,
+            "secagg_threshold": s.threshold,
+            "secagg_neighbours": "complete" if s.neighbours is None else s.neighbours,
+            "config": {
+                k: (dict(v) if isinstance(v, Mapping) else v)
+                for k, v in dataclasses.asdict(s.protocol).items()
+            },
+            "steps": [
+                {
+                    "step": o.step,
+                    "sent": o.sent,
+                    "replied": o.replied,
+                    "dropouts": {str(k): v for k, v in o.dropouts.items()},
+                    "seconds": round(o.seconds, 4),
+                }
+                for o in self.steps
+            ],
+            "survivors": {o.step: o.replied for o in self.steps},
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+        }
+
+    def abort(self, reason: str) -> ProtocolAbortError:
+        """Write the abort result (status ``"aborted"``) and return the exception to raise."""
+        self.timings["total"] = self.clock() - self._start
+        document = {"status": "aborted", "reason": reason, **self._base_document()}
+        write_json_atomic(self.settings.result_path, document)
+        self.progress("aborted", reason=reason)
+        return ProtocolAbortError(reason)
+
+    # ---------------------------------------------------------------- nodes
+    def wait_for_nodes(self, transport: Transport, poll: float = 0.2) -> list[int]:
+        """Wait until ``num_clients`` nodes are connected (``node-wait-timeout``)."""
+        wanted = self.settings.num_clients
+        deadline = self.clock() + self.settings.node_wait_timeout
+        nodes = transport.node_ids()
+        while len(nodes) < wanted:
+            if self.clock() > deadline:
+                raise self.abort(
+                    f"only {len(nodes)} of the expected {wanted} nodes connected within "
+                    f"{self.settings.node_wait_timeout:.0f} s (node-wait-timeout)"
+                )
+            time.sleep(poll)
+            nodes = transport.node_ids()
+        self.progress("nodes", connected=len(nodes), wanted=wanted)
+        return nodes
+
+    def sample(self, nodes: Sequence[int]) -> list[int]:
+        """Choose ``num_clients`` of the connected nodes uniformly at random."""
+        ordered = sorted(set(int(n) for n in nodes))
+        n = self.settings.num_clients
+        if len(ordered) == n:
+            return ordered
+        chosen = self.rng.choice(len(ordered), size=n, replace=False)
+        return sorted(ordered[int(i)] for i in chosen)
+
+    # ---------------------------------------------------------------- steps
+    def _step(
+        self,
+        transport: Transport,
+        step: str,
+        payloads: Mapping[int, Mapping[str, Any]],
+        active: set[int],
+    ) -> dict[int, dict[str, Any]]:
+        started = self.clock()
+        replies, dropouts = transport.exchange(step, payloads, self.settings.stage_timeout)
+        for node in payloads:
+            if node not in replies and node not in dropouts:
+                dropouts[node] = "no reply"
+        replies = {k: v for k, v in replies.items() if k in payloads and k not in dropouts}
+        return self._record_step(step, payloads, replies, dropouts, active, started)
+
+    def _record_step(
+        self,
+        step: str,
+        payloads: Mapping[int, Mapping[str, Any]],
+        replies: dict[int, dict[str, Any]],
+        dropouts: dict[int, str],
+        active: set[int],
+        started: float,
+    ) -> dict[int, dict[str, Any]]:
+        active.difference_update(dropouts)
+        seconds = self.clock() - started
+        outcome = StepOutcome(step, len(payloads), len(replies), dict(dropouts), seconds)
+        self.steps.append(outcome)
+        self.timings[step] = seconds
+        self.progress("step", step=step, sent=len(payloads), replied=len(replies))
+        self._check_threshold(step, len(replies), len(payloads))
+        return replies
+
+    def _check_threshold(self, step: str, remaining: int, sent: int) -> None:
+        if remaining < self.settings.threshold:
+            raise self.abort(
+                f"step {step!r}: {remaining} of {sent} clients remain, below the "
+                f"secure-aggregation threshold t={self.settings.threshold}; aborting "
+                "(the masked sums cannot be recovered)"
+            )
+
+    # ---------------------------------------------------------------- the protocol
+    def _encoding(self, plan: ProtocolPlan, stage: int, n: int) -> FixedPointEncoding:
+        bounds = contribution_bounds(plan, 1 if stage == 1 else 2)
+        d = plan.d
+        std = np.empty(bounds.shape[0])
+        names = ("mean", "weighted") if stage == 1 else ("dispersion", "q")
+        std[:d] = plan.share_std(names[0])
+        std[d:] = plan.share_std(names[1])
+        return choose_encoding(n, bounds, noise_std=std)
+
+    def run(self, transport: Transport) -> dict[str, Any]:
+        """Run the whole protocol; write and return the result document.
+
+        Raises
+        ------
+        ProtocolAbortError
+            Too few nodes or too few clients left at some step (the abort file is written).
+        """
+        s = self.settings
+        wait_start = self.clock()
+        nodes = self.wait_for_nodes(transport)
+        self.timings["wait-nodes"] = self.clock() - wait_start
+        sampled = self.sample(nodes)
+        n = len(sampled)
+        ids = {node: index + 1 for index, node in enumerate(sampled)}
+        nodes_of = {cid: node for node, cid in ids.items()}
+        active = set(sampled)
+        protocol_start = self.clock()
+        try:
+            server = SecAggServer(
+                sorted(ids.values()),
+                threshold=s.threshold,
+                num_summations=2,
+                neighbours="complete" if s.neighbours is None else s.neighbours,
+                rng=self.rng,
+            )
+        except ValueError as exc:
+            raise self.abort(f"invalid secure-aggregation settings: {exc}") from exc
+
+        def to_nodes(cids: Sequence[int], message: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+            return {nodes_of[c]: {"secagg": message} for c in cids if nodes_of[c] in active}
+
+        # 1. advertise keys (setup) ---------------------------------------------------------
+        setup = server.setup_message()
+        payloads = {
+            node: {"client-id": ids[node], "session-size": n, "setup": setup} for node in sampled
+        }
+        replies = self._step(transport, "advertise_keys", payloads, active)
+        dims: dict[int, int] = {}
+        for node, reply in list(replies.items()):
+            d_value = reply.get("d")
+            if isinstance(d_value, int) and not isinstance(d_value, bool) and d_value >= 1:
+                dims[node] = d_value
+            else:
+                self._reject(replies, node, f"bad dimension {d_value!r}", active)
+        if not dims:
+            raise self.abort("no client reported a usable dimension d")
+        values, counts = np.unique(list(dims.values()), return_counts=True)
+        d = int(values[int(np.argmax(counts))])
+        for node, d_value in dims.items():
+            if d_value != d:
+                self._reject(replies, node, f"d={d_value}, majority d={d}", active)
+        self._accept(server.receive_advertise_keys, "advertise_keys", replies, ids, active)
+        plan = plan_protocol(s.protocol, n=n, d=d)
+
+        # 2. share keys ---------------------------------------------------------------------
+        directory = self._secagg(server.key_directory)
+        payloads = to_nodes(sorted(server.keys), directory)
+        replies = self._step(transport, "share_keys", payloads, active)
+        self._accept(server.receive_share_keys, "share_keys", replies, ids, active)
+
+        # 3-4. stage 1 ------------------------------------------------------------------
+        encoding1 = self._encoding(plan, 1, n)
+        sum1 = self._summation(transport, server, "stage1", encoding1, nodes_of, ids, active)
+        n1 = len(sum1.survivors)
+        stage1 = assemble_stage1(sum1.sum, plan, n=n1, noise_shares=n1, rng=self.rng)
+        self.progress("stage1", clients=n1)
+
+        # 5-6. stage 2 ------------------------------------------------------------------
+        encoding2 = self._encoding(plan, 2, n)
+        extra = {
+            "mu-prime": stage1.mu_prime_broadcast,
+            "weighted-mu-prime": stage1.weighted_mu_prime,
+        }
+        sum2 = self._summation(
+            transport, server, "stage2", encoding2, nodes_of, ids, active, extra=extra
+        )
+        n2 = len(sum2.survivors)
+        result = assemble_stage2(sum2.sum, plan, stage1, n=n2, noise_shares=n2, rng=self.rng)
+        self.timings["protocol"] = self.clock() - protocol_start
+        self.timings["total"] = self.clock() - self._start
+        document = self._success_document(plan, stage1, result, sum1, sum2)
+        write_json_atomic(s.result_path, document)
+        self.progress("done")
+        return document
+
+    def _secagg(self, call: Callable[[], _T]) -> _T:
+        """Call a secagg server method; its ``ProtocolAborted`` aborts the run."""
+        try:
+            return call()
+        except SecAggError as exc:
+            raise self.abort(f"secure aggregation aborted: {exc}") from exc
+
+    def _reject(
+        self, replies: dict[int, dict[str, Any]], node: int, reason: str, active: set[int]
+    ) -> None:
+        """Count a reply the server could not use (malformed or rejected) as a dropout."""
+        replies.pop(node, None)
+        active.discard(node)
+        self.steps[-1].replied -= 1
+        self.steps[-1].dropouts[node] = f"malformed: {reason}"
+
+    def _accept(
+        self,
+        receive: Callable[[Mapping[str, Any]], None],
+        step: str,
+        replies: dict[int, dict[str, Any]],
+        ids: Mapping[int, int],
+        active: set[int],
+    ) -> None:
+        """Feed the replies to the secagg server; a rejected reply is a dropout.
+
+        The reply's ``sender`` must be the id the server gave that node (no impersonation).
+        """
+        for node, reply in list(replies.items()):
+            try:
+                message = reply["secagg"]
+                if message.get("sender") != ids[node]:
+                    raise ValueError(
+                        f"sender {message.get('sender')!r} is not this node's id {ids[node]}"
+                    )
+                receive(message)
+            except (SecAggError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._reject(replies, node, str(exc), active)
+        self._check_threshold(step, len(replies), self.steps[-1].sent)
+
+    def _summation(
+        self,
+        transport: Transport,
+        server: SecAggServer,
+        stage: str,
+        encoding: FixedPointEncoding,
+        nodes_of: Mapping[int, int],
+        ids: Mapping[int, int],
+        active: set[int],
+        extra: Mapping[str, Any] | None = None,
+    ) -> SumResult:
+        requests = self._secagg(lambda: server.start_summation(encoding))
+        payloads: dict[int, dict[str, Any]] = {}
+        for cid, request in requests.items():
+            node = nodes_of[cid]
+            if node in active:
+                payloads[node] = {"secagg": request, **(extra or {})}
+        replies = self._step(transport, f"{stage}_input", payloads, active)
+        self._accept(server.receive_masked_input, f"{stage}_input", replies, ids, active)
+        unmask = self._secagg(server.unmask_request)
+        survivors = [nodes_of[c] for c in unmask["survivors"]]  # type: ignore[union-attr]
+        payloads = {node: {"secagg": unmask} for node in survivors if node in active}
+        replies = self._step(transport, f"{stage}_unmask", payloads, active)
+        self._accept(server.receive_unmask, f"{stage}_unmask", replies, ids, active)
+        return self._secagg(server.finish_summation)
+
+    def _success_document(
+        self,
+        plan: ProtocolPlan,
+        stage1: Stage1Release,
+        result: PrivateStatistics,
+        sum1: SumResult,
+        sum2: SumResult,
+    ) -> dict[str, Any]:
+        spent = result.spent
+        statistics: dict[str, Any] = {
+            "mean": _floats(result.mean),
+            "dispersion": _floats(result.dispersion),
+            "weighted_mean": _floats(result.weighted_mean),
+            "q": _floats(result.q),
+            "i2": _floats(result.i2),
+            "i2_extra": None if result.i2_extra is None else _floats(result.i2_extra),
+        }
+        return {
+            "status": "success",
+            **self._base_document(),
+            "n": plan.n,
+            "d": plan.d,
+            "min_honest_clients": plan.t,
+            "clients_in_sum": {"stage1": len(sum1.survivors), "stage2": len(sum2.survivors)},
+            "noise_shares": {"stage1": result.noise_shares[0], "stage2": result.noise_shares[1]},
+            "statistics": statistics,
+            "summary": result.summary(),
+            "sigmas": {k: float(v) for k, v in result.sigmas.items()},
+            "privacy": {
+                "target_epsilon": plan.config.epsilon,
+                "target_delta": plan.config.delta,
+                "epsilon_spent": _json_float(spent.epsilon),
+                "delta": spent.delta,
+                "mu": _json_float(spent.mu),
+                "delta_at_target_epsilon": spent.delta_at_target_epsilon,
+                "degraded": spent.degraded,
+                "composition": "exact (Gaussian DP, Dong-Roth-Su Cor. 3.3)",
+                "per_release": [
+                    {k: _json_value(v) for k, v in dataclasses.asdict(r).items()}
+                    for r in spent.per_release
+                ],
+            },
+            "labels": list(result.labels),
+            "weighted_denominator_clamped": stage1.b_clamped,
+            "encoding_error_bound": {
+                "stage1": _floats(sum1.max_error),
+                "stage2": _floats(sum2.max_error),
+            },
+        }
+
+
+def _json_float(value: float) -> float | str:
+    return float(value) if math.isfinite(value) else str(value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return _json_float(value)
+    if isinstance(value, (np.floating, np.integer)):
+        return _json_value(value.item())
+    return value
