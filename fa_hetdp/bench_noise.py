@@ -7,8 +7,8 @@ reports, per statistic (D'', Q'', I²''):
 
 - distributed / central EMSE for each mechanism — 1 when distributing the noise costs nothing
   (the paper's "Cost of distributed setting", Section 4.1);
-- AGM / CGM EMSE with distributed noise — below 1 when the AGM's smaller σ pays off (Table 4(b)
-  of the paper), next to the ratio ``(σ_AGM/σ_CGM)²`` that it should equal;
+- AGM / CGM EMSE with distributed noise — below 1 when the AGM's smaller σ pays off (the
+  paper's ratio table), next to the ratio of the analytic expected MSEs that it should equal;
 
 each with a 95 % confidence interval: the delta method on the log ratio of two independent
 Monte-Carlo means (:func:`fa_hetdp.report.ratio_confidence_interval`). It prints the table,
@@ -69,8 +69,8 @@ class Comparison:
     interval
         Ratio and its confidence interval.
     expected
-        The ratio expected from the noise scales (1 for distributed / central,
-        ``(σ_AGM/σ_CGM)²`` of the release for AGM / CGM), NaN if unknown.
+        The ratio predicted by the analytic expected MSE (1 for distributed / central with
+        ``t = n``; ``expected_mse_AGM / expected_mse_CGM`` for AGM / CGM), NaN if unknown.
     """
 
     epsilon: float
@@ -78,9 +78,6 @@ class Comparison:
     name: str
     interval: RatioInterval
     expected: float
-
-
-_SIGMA_OF: Final = {"dispersion": "dispersion", "q": "q", "i2": "q"}
 
 
 def _ratio(a: CellResult, b: CellResult, statistic: str, level: float) -> RatioInterval:
@@ -146,9 +143,9 @@ def compare(
             cgm = _find(result, eps, "cgm", "distributed", "basic")
             expected = math.nan
             if agm is not None and cgm is not None:
-                sa = float(agm.sigmas.get(_SIGMA_OF[s], math.nan))
-                sc = float(cgm.sigmas.get(_SIGMA_OF[s], math.nan))
-                expected = (sa / sc) ** 2 if sc > 0 else math.nan
+                ea = float(agm.expected_mse.get(s, math.nan))
+                ec = float(cgm.expected_mse.get(s, math.nan))
+                expected = ea / ec if ec > 0 else math.nan
             pairs.append(("AGM/CGM", agm, cgm, expected))
             for name, a, b, exp in pairs:
                 if a is None or b is None:
@@ -174,8 +171,8 @@ def comparison_table(comparisons: Sequence[Comparison], *, title: str) -> Table:
         note=(
             "EMSE ratios with 95 % delta-method intervals (log scale, independent Monte-Carlo "
             "runs). 'expected': 1 for distributed/central (the summed shares have the central "
-            "noise's distribution); (σ_AGM/σ_CGM)² of the release for AGM/CGM (for I²'' the "
-            "σ of Q'', which drives it)."
+            "noise's distribution); for AGM/CGM the ratio of the analytic expected MSEs "
+            "(fa_hetdp.metrics.expected_mse)."
         ),
     )
 
@@ -194,7 +191,7 @@ def _print_table(comparisons: Sequence[Comparison], result: ExperimentResult) ->
         table.add_column("ε", justify="right")
         for name in names:
             table.add_column(name, justify="right")
-        table.add_column("(σ_AGM/σ_CGM)²", justify="right")
+        table.add_column("AGM/CGM predicted", justify="right")
         for eps in result.grid.epsilons:
             row = [f"{eps:g}"]
             expected = math.nan

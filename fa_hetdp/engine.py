@@ -930,7 +930,9 @@ def emse_tables(result: ExperimentResult) -> list[Table]:
     return tables
 
 
-def write_outputs(result: ExperimentResult, directory: str | os.PathLike[str]) -> list[Path]:
+def write_outputs(
+    result: ExperimentResult, directory: str | os.PathLike[str], *, figures: bool = True
+) -> list[Path]:
     """Write ``results.json``, ``cells.csv``, EMSE tables and figures into ``directory``.
 
     Parameters
@@ -939,6 +941,9 @@ def write_outputs(result: ExperimentResult, directory: str | os.PathLike[str]) -
         The run.
     directory
         Output folder (``results/<scenario>`` by convention); created if missing.
+    figures
+        Also draw ``emse_vs_epsilon.png`` and ``emse_over_expected.png`` (about a second
+        each).
 
     Returns
     -------
@@ -955,6 +960,8 @@ def write_outputs(result: ExperimentResult, directory: str | os.PathLike[str]) -
     written.append(cells_path)
     for table in emse_tables(result):
         written.extend(write_table(table, folder))
+    if not figures:
+        return written
     plotted = [s for s in ("dispersion", "q", "i2", "i2_extra") if s in result.statistics]
     lines = [
         (m, p, c)

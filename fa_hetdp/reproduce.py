@@ -775,7 +775,8 @@ def write_reproduction(
     quick
         Whether this was a ``--quick`` run (stated in the report).
     per_skew_outputs
-        Also write each run's engine outputs into ``out/<skew slug>/``.
+        Also write each run's ``results.json``, ``cells.csv`` and EMSE tables into
+        ``out/<skew slug>/`` (no per-run figures: Figure 1 shows every run).
 
     Returns
     -------
@@ -811,7 +812,7 @@ def write_reproduction(
     )
     if per_skew_outputs:
         for skew, result in results.items():
-            written.extend(write_outputs(result, folder / skew.slug))
+            written.extend(write_outputs(result, folder / skew.slug, figures=False))
     lines = [
         f"# fa-hetdp reproduction: {dataset}{' (--quick)' if quick else ''}",
         "",
