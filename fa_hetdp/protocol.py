@@ -941,26 +941,53 @@ def noiseless_stage2(
     )
 
 
+def _stage1_sums(truth: TrueStatistics) -> FloatArray:
+    """``sum_i [x_i, w_i x_i, w_i]`` from the exact statistics (``[n mu, B mu_bar, B]``)."""
+    b = truth.weight_sum
+    return np.concatenate([truth.n * truth.mean, b * truth.weighted_mean, [b]])
+
+
+def _stage2_sums(truth: TrueStatistics, mu_prime: FloatArray, weighted: FloatArray) -> FloatArray:
+    """:func:`noiseless_stage2` in ``O(d)`` from the exact statistics.
+
+    Exact algebra, since ``sum (x_i - mu) = 0`` and ``sum w_i (x_i - mu_bar) = 0``:
+    ``sum (x_i - m)^2 = n D + n (mu - m)^2`` and
+    ``sum w_i (x_i - m)^2 = Q + B (mu_bar - m)^2``.
+    """
+    n, b = truth.n, truth.weight_sum
+    return np.concatenate(
+        [
+            n * truth.dispersion + n * (truth.mean - mu_prime) ** 2,
+            truth.q + b * (truth.weighted_mean - weighted) ** 2,
+        ]
+    )
+
+
 def _run_protocol(
-    x: FloatArray,
-    weights: FloatArray,
+    truth: TrueStatistics,
     plan: ProtocolPlan,
     *,
     stage1_noise: FloatArray | None,
     stage2_noise: FloatArray | None,
     rng: np.random.Generator,
 ) -> PrivateStatistics:
-    """Both stages in process with given summed client noise (None: central placement)."""
-    n = x.shape[0]
+    """Both stages in process with given summed client noise (None: central placement).
+
+    The noiseless sums come from one pass over the data (:class:`TrueStatistics`) and the
+    identities of :func:`_stage2_sums`; the server functions are the ones the Flower server
+    calls.
+    """
+    n = truth.n
     shares = n if plan.config.placement == "distributed" else 0
-    s1 = noiseless_stage1(x, weights)
+    s1 = _stage1_sums(truth)
     if stage1_noise is not None:
         s1 = s1 + stage1_noise
     st1 = assemble_stage1(s1, plan, n=n, noise_shares=shares, rng=rng)
-    s2 = noiseless_stage2(x, weights, st1.mu_prime_broadcast, st1.weighted_mu_prime)
+    s2 = _stage2_sums(truth, st1.mu_prime_broadcast, st1.weighted_mu_prime)
     if stage2_noise is not None:
         s2 = s2 + stage2_noise
-    return assemble_stage2(s2, plan, st1, n=n, noise_shares=shares, rng=rng)
+    result = assemble_stage2(s2, plan, st1, n=n, noise_shares=shares, rng=rng)
+    return replace(result, n_clipped=truth.n_clipped, n_at_floor=truth.n_at_floor)
 
 
 def private_statistics(
@@ -983,7 +1010,10 @@ def private_statistics(
     ``n`` independent ``N(0, sigma^2/t)`` shares sum to exactly ``N(0, n sigma^2/t)``, and
     ``tests/test_protocol.py`` checks the equivalence with a KS test against per-client shares
     summed (fixed seed, alpha = 0.01). Everything else goes through the same server functions
-    the Flower server calls (:func:`assemble_stage1`, :func:`assemble_stage2`).
+    the Flower server calls (:func:`assemble_stage1`, :func:`assemble_stage2`); the noiseless
+    sums come from one pass over the data and, for stage 2, the exact identities
+    ``sum (x_i - m)^2 = sum (x_i - mu)^2 + n (mu - m)^2`` and
+    ``sum w_i (x_i - m)^2 = sum w_i (x_i - mu_bar)^2 + B (mu_bar - m)^2``.
 
     Parameters
     ----------
@@ -1014,7 +1044,9 @@ extra_i2_noise, min_honest_clients
     values, n_clipped = validate_clients(x)
     n, d = values.shape
     plan = plan_protocol(config, n=n, d=d)
-    weights, n_at_floor = client_weights(values, variance_floor=config.variance_floor)
+    truth = statistics_of_validated(
+        values, n_clipped=n_clipped, variance_floor=config.variance_floor
+    )
     noise1: FloatArray | None = None
     noise2: FloatArray | None = None
     if placement == "distributed":
@@ -1027,8 +1059,7 @@ extra_i2_noise, min_honest_clients
         # One draw of the summed shares (same distribution; KS-tested).
         noise1 = rng.standard_normal(plan.stage1_length) * std1
         noise2 = rng.standard_normal(plan.stage2_length) * std2
-    result = _run_protocol(values, weights, plan, stage1_noise=noise1, stage2_noise=noise2, rng=rng)
-    return replace(result, n_clipped=n_clipped, n_at_floor=n_at_floor)
+    return _run_protocol(truth, plan, stage1_noise=noise1, stage2_noise=noise2, rng=rng)
 
 
 # --------------------------------------------------------------------------- batch

@@ -89,7 +89,8 @@ def validate_clients(x: npt.ArrayLike) -> tuple[FloatArray, int]:
     Returns
     -------
     x_clipped : FloatArray, shape (n, d)
-        A new float64 array with every value clipped into ``[0, 1]``.
+        A float64 array with every value in ``[0, 1]``: a clipped copy when something was
+        clipped, otherwise possibly ``x`` itself (treat it as read-only).
     n_clipped : int
         How many values were outside ``[0, 1]`` and were clipped (DESIGN.md: the client clips
         and reports the count).
@@ -119,7 +120,10 @@ def validate_clients(x: npt.ArrayLike) -> tuple[FloatArray, int]:
         raise InputDataError(f"need n >= 2 clients (one row each), got shape {arr.shape} (n={n}).")
     if d < 1:
         raise InputDataError(f"need d >= 1 coordinates, got shape {arr.shape} (d={d}).")
-    values = np.array(arr, dtype=np.float64, copy=True)
+    values = np.ascontiguousarray(arr, dtype=np.float64)
+    low, high = float(values.min()), float(values.max())  # NaN propagates; +-inf shows
+    if 0.0 <= low and high <= 1.0:
+        return values, 0  # fast path: nothing to clip, no copy (callers never write to it)
     finite = np.isfinite(values)
     if not finite.all():
         bad = int(values.size - np.count_nonzero(finite))
@@ -130,9 +134,7 @@ def validate_clients(x: npt.ArrayLike) -> tuple[FloatArray, int]:
         )
     outside = (values < 0.0) | (values > 1.0)
     n_clipped = int(np.count_nonzero(outside))
-    if n_clipped:
-        np.clip(values, 0.0, 1.0, out=values)
-    return values, n_clipped
+    return np.clip(values, 0.0, 1.0), n_clipped
 
 
 def validate_client_vector(x_i: npt.ArrayLike) -> tuple[FloatArray, int]:
@@ -146,7 +148,7 @@ def validate_client_vector(x_i: npt.ArrayLike) -> tuple[FloatArray, int]:
     Returns
     -------
     x_clipped : FloatArray, shape (d,)
-        A new float64 vector clipped into ``[0, 1]``.
+        A new float64 vector with every value in ``[0, 1]``.
     n_clipped : int
         How many values were outside ``[0, 1]``.
 
@@ -178,7 +180,10 @@ def within_variance(x: FloatArray) -> FloatArray:
     FloatArray, shape (n,)
         ``s_i^2 = (1/d) sum_j (x_ij - xbar_i)^2``, in ``[0, 1/4]``.
     """
-    return np.asarray(np.var(x, axis=1), dtype=np.float64)  # Def. 2.5: s_i^2, ddof 0
+    centred = x - x.mean(axis=1, keepdims=True)
+    np.square(centred, out=centred)
+    # Def. 2.5: s_i^2 = (1/d) sum_j (x_ij - xbar_i)^2 (ddof 0); two-pass for accuracy.
+    return np.asarray(centred.sum(axis=1) / x.shape[1], dtype=np.float64)
 
 
 def client_weights(x: FloatArray, *, variance_floor: float) -> tuple[FloatArray, int]:
@@ -347,11 +352,16 @@ def statistics_of_validated(
     """
     n, d = values.shape
     weights, n_at_floor = client_weights(values, variance_floor=variance_floor)
-    mean = values.mean(axis=0)  # Def. 2.4: mu = (1/n) sum x_i
-    dispersion = np.mean((values - mean) ** 2, axis=0)  # Def. 2.6-2.7 (p = 2)
+    mean = values.sum(axis=0) / n  # Def. 2.4: mu = (1/n) sum x_i
+    work = values - mean
+    np.square(work, out=work)
+    dispersion = work.sum(axis=0) / n  # Def. 2.6-2.7 (p = 2): (1/n) sum (x_i - mu)^2
     b = float(weights.sum())
     weighted_mean = (weights @ values) / b  # Def. 2.5 without the stray 1/n
-    q = weights @ (values - weighted_mean) ** 2  # Def. 3.12: Q = sum w_i (x_i - mu_bar)^2
+    np.subtract(values, weighted_mean, out=work)
+    np.square(work, out=work)
+    q = weights @ work  # Def. 3.12: Q = sum w_i (x_i - mu_bar)^2
+    del work
     return TrueStatistics(
         mean=mean,
         dispersion=dispersion,

@@ -171,7 +171,11 @@ def test_client_server_split_equals_in_process_given_same_noise(small_data: np.n
     noise1 = s1 - noiseless_stage1(x, w)
     noise2 = s2 - noiseless_stage2(x, w, st1.mu_prime_broadcast, st1.weighted_mu_prime)
     again = _run_protocol(
-        x, w, plan, stage1_noise=noise1, stage2_noise=noise2, rng=np.random.default_rng(9)
+        true_statistics(x, variance_floor=cfg.variance_floor),
+        plan,
+        stage1_noise=noise1,
+        stage2_noise=noise2,
+        rng=np.random.default_rng(9),
     )
     for name in STATS:
         np.testing.assert_allclose(
