@@ -150,7 +150,7 @@ def advertise_keys(msg: Message, context: Context) -> Message:
         }
     )
     context.state[_STATE] = record
-    return _reply(msg, {"d": int(x.shape[0]), "secagg": reply})
+    return _reply(msg, {"d": int(x.shape[0]), "partition-id": pid, "secagg": reply})
 
 
 @app.query("share_keys")

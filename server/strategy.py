@@ -141,6 +141,7 @@ class HeterogeneityStrategy:
     clock: Callable[[], float] = time.monotonic
     steps: list[StepOutcome] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    partitions: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.settings.mode == "simulation" and self.settings.seed is not None:
@@ -321,6 +322,10 @@ class HeterogeneityStrategy:
                 self._reject(replies, node, f"bad dimension {d_value!r}", active)
         if not dims:
             raise self.abort("no client reported a usable dimension d")
+        for node, reply in replies.items():
+            pid = reply.get("partition-id")
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                self.partitions[ids[node]] = pid
         values, counts = np.unique(list(dims.values()), return_counts=True)
         d = int(values[int(np.argmax(counts))])
         for node, d_value in dims.items():
@@ -450,6 +455,10 @@ class HeterogeneityStrategy:
             "d": plan.d,
             "min_honest_clients": plan.t,
             "clients_in_sum": {"stage1": len(sum1.survivors), "stage2": len(sum2.survivors)},
+            "partitions_in_sum": {
+                "stage1": sorted(self.partitions.get(c, -1) for c in sum1.survivors),
+                "stage2": sorted(self.partitions.get(c, -1) for c in sum2.survivors),
+            },
             "noise_shares": {"stage1": result.noise_shares[0], "stage2": result.noise_shares[1]},
             "statistics": statistics,
             "summary": result.summary(),

@@ -1,0 +1,103 @@
+"""The in-process twin of a seeded Flower run, for checking simulations and test deployments.
+
+A run with ``mode = "simulation"`` is reproducible: client ``i`` draws from
+``SeedSequence(seed, spawn_key=(i,))`` (its noise share, then the stochastic rounding of the
+fixed-point encoding, first in stage 1 then in stage 2) and the server from
+``spawn_key=(SERVER_STREAM,)``. :func:`reference_statistics` replays the same protocol with
+the :mod:`fa_hetdp.protocol` functions and the same generators, but with plain float sums
+instead of secure aggregation. A Flower run and its twin agree up to the fixed-point
+encoding error (``encoding_error_bound`` in the result file: at most ``n / scale`` per
+coordinate of each sum).
+
+Which clients are in each sum is an input (from the run's result file), so runs with
+dropouts can be replayed: ``stage1`` lists the partition ids whose stage-1 input entered the
+sum, ``stage2`` those of stage 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from clients.csprng import simulation_generator
+from clients.settings import SERVER_STREAM
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol import (
+    PrivateStatistics,
+    ProtocolConfig,
+    assemble_stage1,
+    assemble_stage2,
+    local_values,
+    plan_protocol,
+    stage1_contribution,
+    stage2_contribution,
+)
+
+__all__ = ["reference_statistics"]
+
+
+def reference_statistics(
+    x: FloatArray,
+    config: ProtocolConfig,
+    *,
+    seed: int,
+    session_size: int | None = None,
+    stage1: Sequence[int] | None = None,
+    stage2: Sequence[int] | None = None,
+) -> PrivateStatistics:
+    """Replay a seeded run in process (plain sums instead of secure aggregation).
+
+    Parameters
+    ----------
+    x : FloatArray, shape (num_partitions, d)
+        Every partition's vector (row ``i`` is partition ``i``).
+    config : ProtocolConfig
+        The run's privacy settings.
+    seed : int
+        The run's seed.
+    session_size : int or None
+        ``n`` of the plan (clients invited to the session); default: all rows.
+    stage1, stage2 : sequence of int or None
+        Partition ids in the stage-1 / stage-2 sums; default: all rows / the stage-1 set.
+
+    Returns
+    -------
+    PrivateStatistics
+        What the Flower run computes, without the encoding error.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        raise InputDataError(f"x must have shape (n, d), got shape {x.shape}.")
+    n_rows, d = x.shape
+    in1 = sorted(range(n_rows) if stage1 is None else {int(i) for i in stage1})
+    in2 = sorted(in1 if stage2 is None else {int(i) for i in stage2})
+    if not set(in2) <= set(in1):
+        raise InputDataError("stage-2 clients must be a subset of the stage-1 clients.")
+    n = n_rows if session_size is None else int(session_size)
+    plan = plan_protocol(config, n=n, d=d)
+    server_rng = np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(SERVER_STREAM,)))
+    )
+    rngs = {i: simulation_generator(seed, i) for i in in1}
+    local = {i: local_values(x[i], variance_floor=config.variance_floor) for i in in1}
+
+    total1 = np.zeros(plan.stage1_length)
+    for i in in1:
+        total1 += stage1_contribution(local[i], plan, rng=rngs[i])
+        rngs[i].random(plan.stage1_length)  # the stochastic rounding draws of the encoding
+    release1 = assemble_stage1(total1, plan, n=len(in1), noise_shares=len(in1), rng=server_rng)
+
+    total2 = np.zeros(plan.stage2_length)
+    for i in in2:
+        total2 += stage2_contribution(
+            local[i],
+            plan,
+            release1.mu_prime_broadcast,
+            release1.weighted_mu_prime,
+            rng=rngs[i],
+        )
+    return assemble_stage2(
+        total2, plan, release1, n=len(in2), noise_shares=len(in2), rng=server_rng
+    )

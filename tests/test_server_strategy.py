@@ -1,0 +1,314 @@
+"""The protocol strategy over an in-memory transport that calls the real ClientApp handlers.
+
+No Flower runtime: each node is a ``Context`` and each step calls ``clients.app.app`` directly,
+so these tests cover the handlers, the wire format, secagg and the strategy in seconds. The
+Flower runtime itself is covered by ``test_flower_simulation.py`` and
+``test_flower_deployment.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from clients.app import app as client_app
+from clients.settings import RunSettings, dropout_partitions
+from clients.wire import decode, encode
+from fa_hetdp.accounting import privacy_spent
+from fa_hetdp.partition import partition_scenario
+from fa_hetdp.protocol import plan_protocol
+from server.reference import reference_statistics
+from server.strategy import HeterogeneityStrategy, ProtocolAbortError, write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][
+    "app"
+]["config"]
+
+
+def scenario_file(tmp_path: Path, num_clients: int, *, seed: int = 3, extra: str = "") -> Path:
+    path = tmp_path / f"digits-{num_clients}.toml"
+    path.write_text(
+        f"""
+[scenario]
+name = "digits-{num_clients}"
+[data]
+dataset = "digits"
+num_clients = {num_clients}
+[privacy]
+epsilon = 1.0
+delta = 1e-5
+[secagg]
+threshold = 0.6
+[experiment]
+seed = {seed}
+{extra}
+"""
+    )
+    return path
+
+
+def run_config(tmp_path: Path, scenario: Path, **overrides: object) -> dict[str, Any]:
+    config = dict(APP_CONFIG)
+    config.update(
+        {
+            "scenario": str(scenario),
+            "mode": "simulation",
+            "result-path": str(tmp_path / "result.json"),
+            "progress-path": str(tmp_path / "progress.jsonl"),
+            "stage-timeout": 5.0,
+            "node-wait-timeout": 1.0,
+        }
+    )
+    config.update(overrides)
+    return config
+
+
+class InMemoryTransport:
+    """Each node is a Flower ``Context``; a step calls the ClientApp in process."""
+
+    def __init__(
+        self,
+        num_partitions: int,
+        config: Mapping[str, Any],
+        tamper: Callable[[str, int, dict[str, Any]], dict[str, Any] | None] | None = None,
+    ) -> None:
+        TaskIdentity.run_id = 1
+        TaskIdentity.node_id = 0
+        TaskIdentity.task_id = 0
+        self.contexts = {
+            5000 + i: Context(
+                run_id=1,
+                node_id=5000 + i,
+                node_config={"partition-id": i, "num-partitions": num_partitions},
+                state=RecordDict(),
+                run_config=dict(config),
+            )
+            for i in range(num_partitions)
+        }
+        self.partition = {node: node - 5000 for node in self.contexts}
+        self.tamper = tamper
+        self.silent: set[int] = set()
+
+    def node_ids(self) -> list[int]:
+        return list(self.contexts)
+
+    def exchange(
+        self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+        replies: dict[int, dict[str, Any]] = {}
+        dropouts: dict[int, str] = {}
+        for node, payload in payloads.items():
+            if node in self.silent:
+                continue  # no reply at all: the strategy must notice by set difference
+            message = Message(
+                content=encode(payload),
+                dst_node_id=node,
+                message_type=f"query.{step}",
+                group_id=step,
+            )
+            try:
+                reply = client_app(message, self.contexts[node])
+            except Exception as exc:  # the handler failed: Flower sends an error reply
+                dropouts[node] = f"error reply: {exc}"
+                continue
+            decoded = decode(reply.content)
+            if self.tamper is not None:
+                changed = self.tamper(step, self.partition[node], decoded)
+                if changed is not None:
+                    decoded = changed
+            replies[node] = decoded
+        return replies, dropouts
+
+
+def run(config: Mapping[str, Any], n: int, **kwargs: Any) -> dict[str, Any]:
+    settings = RunSettings.from_run_config(config)
+    return HeterogeneityStrategy(settings).run(InMemoryTransport(n, config, **kwargs))
+
+
+def statistics_of(result: Any) -> dict[str, np.ndarray]:
+    return {
+        "mean": np.asarray(result.mean),
+        "dispersion": np.asarray(result.dispersion),
+        "weighted_mean": np.asarray(result.weighted_mean),
+        "q": np.asarray(result.q),
+        "i2": np.asarray(result.i2),
+        "i2_extra": np.asarray(result.i2_extra),
+    }
+
+
+def assert_matches_reference(document: dict[str, Any], config: Mapping[str, Any]) -> None:
+    """The run equals its in-process twin up to the fixed-point encoding error."""
+    settings = RunSettings.from_run_config(config)
+    x = partition_scenario(settings.scenario).vectors
+    reference = reference_statistics(
+        x,
+        settings.protocol,
+        seed=int(document["seed"]),
+        session_size=int(document["n"]),
+        stage1=document["partitions_in_sum"]["stage1"],
+        stage2=document["partitions_in_sum"]["stage2"],
+    )
+    n1 = document["clients_in_sum"]["stage1"]
+    n2 = document["clients_in_sum"]["stage2"]
+    err1 = np.asarray(document["encoding_error_bound"]["stage1"])
+    err2 = np.asarray(document["encoding_error_bound"]["stage2"])
+    d = int(document["d"])
+    # Encoding error bounds (secagg.encoding: |decoded sum - real sum| < n / scale), pushed
+    # through each statistic; the 1e-9 covers float64 summation order (sums of ~100 terms).
+    assert float(err1.max()) < 1e-9 and float(err2.max()) < 1e-6
+    got = document["statistics"]
+    for name, want in statistics_of(reference).items():
+        tol = {
+            "mean": float(err1[:d].max()) / n1,
+            "dispersion": float(err2[:d].max()) / n2,
+            "q": float(err2[d:].max()),
+        }.get(name, 0.0)
+        np.testing.assert_allclose(np.asarray(got[name]), want, rtol=1e-9, atol=tol + 1e-9)
+    assert document["privacy"]["epsilon_spent"] == pytest.approx(reference.spent.epsilon)
+
+
+def test_full_run_matches_in_process_twin(tmp_path: Path) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 12))
+    document = run(config, 12)
+    assert document["status"] == "success"
+    assert document["n"] == 12 and document["d"] == 64
+    assert document["survivors"] == {step: 12 for step in document["survivors"]}
+    assert len(document["survivors"]) == 6
+    assert_matches_reference(document, config)
+    saved = json.loads((tmp_path / "result.json").read_text())
+    assert saved["statistics"] == document["statistics"]
+    lines = (tmp_path / "progress.jsonl").read_text().splitlines()
+    events = [json.loads(line)["event"] for line in lines]
+    assert events[0] == "nodes" and events[-1] == "done"
+
+
+def test_same_seed_same_result_other_seed_differs(tmp_path: Path) -> None:
+    scenario = scenario_file(tmp_path, 6)
+    first = run(run_config(tmp_path, scenario), 6)
+    second = run(run_config(tmp_path, scenario), 6)
+    third = run(run_config(tmp_path, scenario, seed=11), 6)
+    assert first["statistics"] == second["statistics"]
+    assert first["statistics"]["mean"] != third["statistics"]["mean"]
+
+
+@pytest.mark.parametrize(
+    ("stage", "in_stage1", "in_stage2"),
+    [
+        ("stage1", 18, 18),
+        ("stage1-unmask", 20, 18),
+        ("stage2", 20, 18),
+        ("stage2-unmask", 20, 20),
+    ],
+)
+def test_dropouts_at_each_stage(tmp_path: Path, stage: str, in_stage1: int, in_stage2: int) -> None:
+    config = run_config(
+        tmp_path, scenario_file(tmp_path, 20), **{"dropout-fraction": 0.1, "dropout-stage": stage}
+    )
+    settings = RunSettings.from_run_config(config)
+    dropped = dropout_partitions(settings)
+    assert len(dropped) == 2
+    document = run(config, 20)
+    assert document["status"] == "success"
+    assert document["clients_in_sum"] == {"stage1": in_stage1, "stage2": in_stage2}
+    stage2_ids = set(document["partitions_in_sum"]["stage2"])
+    assert (
+        stage2_ids == set(range(20)) - dropped if in_stage2 == 18 else stage2_ids == set(range(20))
+    )
+    assert_matches_reference(document, config)
+    # Accounting from the shares that arrived (ProtocolPlan.noise_fraction, exact composition).
+    plan = plan_protocol(settings.protocol, n=20, d=64)
+    f1, f2 = plan.noise_fraction(in_stage1), plan.noise_fraction(in_stage2)
+    spent = privacy_spent(plan.budget, {"mean": f1, "weighted": f1, "dispersion": f2, "q": f2})
+    assert document["privacy"]["epsilon_spent"] == pytest.approx(spent.epsilon, rel=1e-12)
+    assert document["privacy"]["degraded"] is (in_stage2 < 20)
+    dropouts = [reason for step in document["steps"] for reason in step["dropouts"].values()]
+    assert len(dropouts) == 2 and all("drops out" in reason for reason in dropouts)
+
+
+def test_below_threshold_aborts_without_success_file(tmp_path: Path) -> None:
+    # threshold 0.6 of 10 = 6; 5 dropouts leave 5 < 6
+    config = run_config(
+        tmp_path,
+        scenario_file(tmp_path, 10),
+        **{"dropout-fraction": 0.5, "dropout-stage": "stage2"},
+    )
+    with pytest.raises(ProtocolAbortError, match=r"stage2_input.*5 of 10.*threshold t=6"):
+        run(config, 10)
+    document = json.loads((tmp_path / "result.json").read_text())
+    assert document["status"] == "aborted"
+    assert "threshold" in document["reason"]
+    assert "statistics" not in document
+
+
+def test_missing_replies_are_dropouts(tmp_path: Path) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 8))
+    settings = RunSettings.from_run_config(config)
+    transport = InMemoryTransport(8, config)
+    transport.silent = {5003}
+    document = HeterogeneityStrategy(settings).run(transport)
+    assert document["clients_in_sum"] == {"stage1": 7, "stage2": 7}
+    assert document["steps"][0]["dropouts"] == {"5003": "no reply"}
+
+
+def test_malformed_and_impersonating_replies_are_dropouts(tmp_path: Path) -> None:
+    def tamper(step: str, partition: int, reply: dict[str, Any]) -> dict[str, Any] | None:
+        if step == "stage1_input" and partition == 1:
+            return {"garbage": True}
+        if step == "stage1_input" and partition == 2:
+            reply["secagg"]["sender"] = reply["secagg"]["sender"] + 1  # claims another id
+            return reply
+        if step == "advertise_keys" and partition == 3:
+            reply["d"] = 63
+            return reply
+        return None
+
+    config = run_config(tmp_path, scenario_file(tmp_path, 10))
+    document = run(config, 10, tamper=tamper)
+    assert document["status"] == "success"
+    assert document["clients_in_sum"] == {"stage1": 7, "stage2": 7}
+    assert sorted(document["partitions_in_sum"]["stage1"]) == [0, 4, 5, 6, 7, 8, 9]
+    reasons = [r for s in document["steps"] for r in s["dropouts"].values()]
+    assert len(reasons) == 3 and all(r.startswith("malformed") for r in reasons)
+    assert_matches_reference(document, config)
+
+
+def test_waits_for_nodes_and_aborts_when_too_few(tmp_path: Path) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 6))
+    settings = RunSettings.from_run_config(config)
+    transport = InMemoryTransport(6, config)
+    del transport.contexts[5005]
+    with pytest.raises(ProtocolAbortError, match="only 5 of the expected 6 nodes"):
+        HeterogeneityStrategy(settings).run(transport)
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "aborted"
+
+
+def test_samples_when_more_nodes_than_clients(tmp_path: Path) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 6))
+    strategy = HeterogeneityStrategy(RunSettings.from_run_config(config))
+    chosen = strategy.sample(list(range(100, 120)))
+    assert len(chosen) == 6 and len(set(chosen)) == 6 and set(chosen) <= set(range(100, 120))
+
+
+def test_central_placement(tmp_path: Path) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 8), placement="central")
+    document = run(config, 8)
+    assert document["config"]["placement"] == "central"
+    assert_matches_reference(document, config)
+
+
+def test_write_json_atomic_leaves_no_partial_file(tmp_path: Path) -> None:
+    target = tmp_path / "out" / "result.json"
+    write_json_atomic(target, {"status": "success", "x": [1.0, 2.0]})
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"status": "aborted", "bad": object()})
+    assert json.loads(target.read_text()) == {"status": "success", "x": [1.0, 2.0]}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["result.json"]
