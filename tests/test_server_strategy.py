@@ -9,13 +9,13 @@ Flower runtime itself is covered by ``test_flower_simulation.py`` and
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import tomllib
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
