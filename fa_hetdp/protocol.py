@@ -356,9 +356,11 @@ def _release_specs(config: ProtocolConfig, n: int, d: int) -> list[ReleaseSpec]:
     # Replace-one L2 sensitivities of the sums; x_i in [0,1]^d and w_i in [4, W].
     specs = [
         ReleaseSpec("mean", math.sqrt(d), config.weight("mean")),  # Thm 3.3: sum x_i
-        ReleaseSpec("weighted", w * math.sqrt(d + 1), config.weight("weighted")),  # Lemma 3.7
+        ReleaseSpec(
+            "weighted", w * math.sqrt(d + 1), config.weight("weighted")
+        ),  # Lemma 3.7 (lem:noisybarmu)
         ReleaseSpec("dispersion", math.sqrt(d), config.weight("dispersion")),  # Thm 3.3
-        ReleaseSpec("q", w * math.sqrt(d), config.weight("q")),  # Lemma 3.8
+        ReleaseSpec("q", w * math.sqrt(d), config.weight("q")),  # Thm 3.8: Q''
     ]
     if config.extra_i2_noise:
         # Thm 3.13: eta_3 with Delta = sqrt(d)/n; I2'' is already private, so it does not count.
@@ -1231,7 +1233,9 @@ def private_statistics_batch(
     b_low = n * plan.min_weight
     clamped = b_noisy < b_low
     b_used = np.maximum(b_noisy, b_low)
-    weighted = np.clip((b * mu_bar + z1[:, d : 2 * d]) / b_used[:, None], 0.0, 1.0)  # Lemma 3.7
+    weighted = np.clip(
+        (b * mu_bar + z1[:, d : 2 * d]) / b_used[:, None], 0.0, 1.0
+    )  # Lemma 3.7 (lem:noisybarmu)
     # Thm 3.3: D'' = (sum (x_i - mu')^2 + noise)/n via the identity above.
     dispersion = (ss + n * (mu - m) ** 2 + z2[:, :d]) / n
     # Thm 3.8: Q'' = sum w_i (x_i - mu_bar')^2 + noise via the identity above.

@@ -1,0 +1,118 @@
+"""Benchmark: one full private measurement (all statistics, both placements).
+
+Run ``python benchmarks/measurement_bench.py`` (``--quick`` for fewer timing runs).
+
+A "full private measurement" is the in-process two-stage protocol (``mu', D'', mu_bar', Q'',
+I2'', I2'''``, sigmas and privacy spent) run once with distributed and once with central noise
+(``fa_hetdp.protocol.private_statistics``) on synthetic data in ``[0, 1]``. Target: <= 150 ms
+at n = 1000, d = 3072 on the 2-core development machine. Also reported: the batch path
+(``private_statistics_batch``, repeats = 1 and the marginal cost per extra repeat), one client's
+stage-1 + stage-2 contribution, and the scaling over n and d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from fa_hetdp.protocol import (
+    ProtocolConfig,
+    local_values,
+    plan_protocol,
+    private_statistics,
+    private_statistics_batch,
+    stage1_contribution,
+    stage2_contribution,
+)
+
+EPSILON = 1.0
+DELTA = 1e-5
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def full_measurement(x: np.ndarray, rng: np.random.Generator) -> None:
+    for placement in ("distributed", "central"):
+        private_statistics(x, epsilon=EPSILON, delta=DELTA, placement=placement, rng=rng)
+
+
+def batch_measurement(x: np.ndarray, rng: np.random.Generator, repeats: int) -> None:
+    for placement in ("distributed", "central"):
+        cfg = ProtocolConfig(EPSILON, DELTA, placement=placement)
+        private_statistics_batch(x, cfg, repeats=repeats, rng=rng)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer timing runs")
+    args = parser.parse_args()
+    runs = 5 if args.quick else 15
+    console = Console()
+    rng = np.random.default_rng(0)
+    console.print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+
+    n, d = 1000, 3072
+    x = rng.random((n, d))
+    head = Table(title=f"One full private measurement, n={n}, d={d} (median of {runs})")
+    head.add_column("what")
+    head.add_column("median ms", justify="right")
+    head.add_column("target", justify="right")
+    t_full = median_ms(lambda: full_measurement(x, rng), runs)
+    head.add_row("private_statistics, distributed + central", f"{t_full:.1f}", "<= 150")
+    t_b1 = median_ms(lambda: batch_measurement(x, rng, 1), runs)
+    head.add_row("private_statistics_batch(repeats=1), both placements", f"{t_b1:.1f}", "")
+    t_b100 = median_ms(lambda: batch_measurement(x, rng, 101), max(3, runs // 3))
+    head.add_row(
+        "  marginal cost per extra repeat (both placements)", f"{(t_b100 - t_b1) / 100:.3f}", ""
+    )
+    plan = plan_protocol(ProtocolConfig(EPSILON, DELTA), n=n, d=d)
+    lv = local_values(x[0], variance_floor=0.01)
+    m = np.full(d, 0.5)
+
+    def one_client() -> None:
+        stage1_contribution(lv, plan, rng=rng)
+        stage2_contribution(lv, plan, m, m, rng=rng)
+
+    t_client = median_ms(one_client, runs * 10)
+    head.add_row("one client's stage-1 + stage-2 contribution (with shares)", f"{t_client:.3f}", "")
+    console.print(head)
+
+    scale = Table(title="Scaling: one full measurement, both placements (median ms)")
+    scale.add_column("n \\ d", justify="right")
+    dims = (64, 784, 3072)
+    for dim in dims:
+        scale.add_column(f"d={dim}", justify="right")
+    for n_clients in (100, 1000, 10000):
+        row = [f"n={n_clients}"]
+        for dim in dims:
+            data = rng.random((n_clients, dim))
+            reps = runs if n_clients * dim <= 4_000_000 else max(3, runs // 3)
+            row.append(f"{median_ms(lambda data=data: full_measurement(data, rng), reps):.1f}")
+            del data
+        scale.add_row(*row)
+    console.print(scale)
+    load = os.getloadavg()
+    console.print(
+        f"load average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+        f"on {os.cpu_count()} CPUs (other processes inflate the medians)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
