@@ -21,7 +21,12 @@ from fa_hetdp.metrics import (
     paper_tmse,
     squared_error,
 )
-from fa_hetdp.protocol import ProtocolConfig, plan_protocol, private_statistics_batch
+from fa_hetdp.protocol import (
+    ProtocolConfig,
+    plan_protocol,
+    private_statistics,
+    private_statistics_batch,
+)
 from fa_hetdp.statistics import true_statistics
 
 CORE = ("mean", "dispersion", "weighted_mean", "q")
@@ -248,3 +253,21 @@ def test_noise_intervals_cover_and_paper_intervals_do_not(digits_clients: np.nda
         assert cov[name] >= 0.95, (name, cov)
     paper = coverage(paper_confidence_intervals(batch, batch.plan, batch.truth), batch.truth)
     assert paper["dispersion"] < 0.5  # Thm 3.6's width ~ xi^4/sqrt(n) is far too narrow
+
+
+def test_metrics_accept_a_single_result() -> None:
+    rng = np.random.default_rng(12)
+    x = rng.random((60, 5))
+    res = private_statistics(x, epsilon=2.0, delta=1e-5, rng=np.random.default_rng(1))
+    truth = true_statistics(x)
+    plan = plan_protocol(ProtocolConfig(2.0, 1e-5), n=60, d=5)
+    tm = paper_tmse(x, res, truth)
+    assert np.shape(tm.q) == () and float(tm.q) >= 0.0
+    ci = noise_confidence_intervals(res, plan)
+    for name in ("mean", "dispersion", "weighted_mean", "q", "i2"):
+        assert ci.lower[name].shape == (5,)
+        assert np.all(ci.lower[name] <= ci.upper[name])
+    assert set(coverage(ci, truth)) == {"mean", "dispersion", "weighted_mean", "q", "i2"}
+    assert paper_confidence_intervals(res, plan, truth).width("dispersion") > 0.0
+    with pytest.raises(InputDataError, match="level"):
+        noise_confidence_intervals(res, plan, level=1.5)
