@@ -166,7 +166,9 @@ class ProtocolConfig:
     variance_floor : float
         ``v_min`` in ``(0, 1/4]``; weights are ``1/max(s_i^2, v_min) <= W = 1/v_min``.
     extra_i2_noise : bool
-        Add the paper's third noise stage ``I2''' = I2'' + N(0, sigma_5^2)`` (Thm 3.13).
+        Add the paper's third noise stage ``I2''' = I2'' + N(0, sigma_5^2)`` (Thm 3.13). It
+        buys no privacy (``I2''`` is already private post-processing of ``Q''``); it only adds
+        error, and is kept as the paper's option.
     min_honest_clients : int or None
         ``t``, the number of clients whose noise shares must suffice (default ``n``).
     split : Mapping[str, float] or None
@@ -332,8 +334,9 @@ class ProtocolPlan:
         Of ``noise_shares`` shares that reached the sum, at least
         ``noise_shares - (n - t)`` come from honest clients (the other ``n - t`` may be
         dishonest and add none), so the fraction is ``max(0, noise_shares - (n - t)) / t``
-        capped at 1 (equal to ``noise_shares / n`` for the default ``t = n``). Central
-        placement: 1.
+        capped at 1 (equal to ``noise_shares / n`` for the default ``t = n``). This is
+        more conservative than ``noise_shares / t`` when ``t < n``: counting every arrived share
+        as honest would overstate the guarantee. Central placement: 1.
         """
         if self.config.placement == "central":
             return 1.0
@@ -862,6 +865,11 @@ def assemble_stage2(
     PrivateStatistics
         All private statistics with sigmas, privacy spent (exact composition, from the noise
         that arrived in both stages) and labels.
+
+    Notes
+    -----
+    ``I2'''`` (Thm 3.13's third noise stage) is drawn here by the server in both placements;
+    it buys no privacy -- ``I2''`` is already a post-processing of the private ``Q''``.
     """
     s = _check_sum("stage-2 sum", noisy_sum, plan.stage2_length)
     n, shares = _check_arrivals(plan, n, noise_shares)
