@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
+import io
 import os
 import pickle
 import struct
@@ -236,27 +237,154 @@ class Dataset:
 # Restricted pickle reader (CIFAR)
 # --------------------------------------------------------------------------------------------
 
-_ALLOWED_PICKLE_GLOBALS: Final[frozenset[tuple[str, str]]] = frozenset(
-    {
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "scalar"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("_codecs", "encode"),
-    }
+_SAFE_DTYPES: Final[frozenset[str]] = frozenset(
+    {"b1", "u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8", "f4", "f8"}
 )
+_MAX_DEPTH: Final[int] = 8
+
+
+def _text(value: object, what: str) -> str:
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if isinstance(value, str):
+        return value
+    raise pickle.UnpicklingError(f"{what} must be text, got {type(value).__name__}")
+
+
+class _DtypeStub:
+    """Stands in for ``numpy.dtype(name, align, copy)`` + ``__setstate__``; plain numbers only."""
+
+    def __init__(self, name: object, *_: object) -> None:
+        self.name = _text(name, "dtype name")
+        self.byteorder = "|"
+
+    def __setstate__(self, state: object) -> None:
+        if not isinstance(state, tuple) or len(state) < 2:
+            raise pickle.UnpicklingError("malformed dtype state")
+        self.byteorder = _text(state[1], "dtype byte order")
+
+    def resolve(self) -> np.dtype[Any]:
+        if self.name not in _SAFE_DTYPES:
+            raise pickle.UnpicklingError(f"refusing dtype {self.name!r}")
+        dtype = np.dtype(self.name)
+        if self.byteorder == "<":
+            dtype = dtype.newbyteorder("<")
+        elif self.byteorder == ">":
+            dtype = dtype.newbyteorder(">")
+        return dtype
+
+
+def _as_dtype(value: object) -> np.dtype[Any]:
+    if isinstance(value, _DtypeStub):
+        return value.resolve()
+    raise pickle.UnpicklingError(f"expected a dtype, got {type(value).__name__}")
+
+
+def _build_array(raw: object, dtype: object, shape: object, fortran: bool) -> npt.NDArray[Any]:
+    """Check sizes and build an array from its raw bytes (never numpy's ``__setstate__``)."""
+    dt = _as_dtype(dtype)
+    if isinstance(raw, str):  # Python-2 pickles loaded with encoding="latin1"
+        raw = raw.encode("latin-1")
+    if not isinstance(raw, bytes | bytearray):
+        raise pickle.UnpicklingError(f"array data must be bytes, got {type(raw).__name__}")
+    if (
+        not isinstance(shape, tuple)
+        or len(shape) > 32
+        or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in shape)
+    ):
+        raise pickle.UnpicklingError(f"malformed array shape {shape!r}")
+    count = 1
+    for k in shape:
+        count *= k
+    if count * dt.itemsize != len(raw):
+        raise pickle.UnpicklingError(
+            f"array of shape {shape} and dtype {dt} needs {count * dt.itemsize} bytes, "
+            f"has {len(raw)}"
+        )
+    flat = np.frombuffer(bytes(raw), dtype=dt)
+    return flat.reshape(shape, order="F" if fortran else "C").copy()
+
+
+class _ArrayStub:
+    """Stands in for ``numpy._core.multiarray._reconstruct(ndarray, ...)`` + ``__setstate__``."""
+
+    def __init__(self) -> None:
+        self.array: npt.NDArray[Any] | None = None
+
+    def __setstate__(self, state: object) -> None:
+        # numpy's ndarray state: (version, shape, dtype, is_fortran, rawdata), version optional.
+        if not isinstance(state, tuple) or len(state) not in (4, 5):
+            raise pickle.UnpicklingError("malformed array state")
+        shape, dtype, fortran, raw = state[-4:]
+        self.array = _build_array(raw, dtype, shape, bool(fortran))
+
+
+_NDARRAY: Final[object] = object()
+
+
+def _safe_reconstruct(cls: object, *_: object) -> _ArrayStub:
+    if cls is not _NDARRAY:
+        raise pickle.UnpicklingError("_reconstruct of something other than numpy.ndarray")
+    return _ArrayStub()
+
+
+def _safe_frombuffer(buf: object, dtype: object, shape: object, order: object) -> Any:
+    """Protocol-5 form of an array (``numpy._core.numeric._frombuffer``)."""
+    return _build_array(buf, dtype, shape, _text(order, "order") == "F")
+
+
+def _safe_scalar(dtype: object, raw: object = b"") -> Any:
+    return _build_array(raw, dtype, (), False)[()]
+
+
+def _safe_encode(text: object, encoding: object = "utf-8") -> bytes:
+    """``_codecs.encode`` as Python-3 pickles of bytes use it (text -> bytes)."""
+    return _text(text, "encoded text").encode(_text(encoding, "encoding"))
+
+
+_PICKLE_GLOBALS: Final[dict[tuple[str, str], object]] = {
+    ("numpy._core.multiarray", "_reconstruct"): _safe_reconstruct,
+    ("numpy._core.multiarray", "scalar"): _safe_scalar,
+    ("numpy._core.numeric", "_frombuffer"): _safe_frombuffer,
+    ("numpy", "ndarray"): _NDARRAY,
+    ("numpy", "dtype"): _DtypeStub,
+    ("_codecs", "encode"): _safe_encode,
+}
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-    """An unpickler that rebuilds numpy arrays and builtin containers, and nothing else."""
+    """An unpickler for numpy arrays and builtin containers that runs no foreign code.
+
+    Every global a CIFAR batch needs is replaced by a stand-in defined here that checks its
+    input and builds the array with :func:`numpy.frombuffer`; numpy's own ``__setstate__`` is
+    never called (it can crash the interpreter on malformed state). Any other global is refused.
+    """
 
     def find_class(self, module: str, name: str) -> Any:
         if module.startswith("numpy.core"):  # pickles written by numpy < 2 (the CIFAR files)
             module = "numpy._core" + module[len("numpy.core") :]
-        if (module, name) not in _ALLOWED_PICKLE_GLOBALS:
+        if (module, name) not in _PICKLE_GLOBALS:
             raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
-        return super().find_class(module, name)
+        return _PICKLE_GLOBALS[(module, name)]
+
+
+def _resolve_stubs(obj: Any, depth: int = 0) -> Any:
+    """Replace array stand-ins by their arrays in nested dicts / lists / tuples."""
+    if depth > _MAX_DEPTH:
+        raise pickle.UnpicklingError("nesting too deep")
+    if isinstance(obj, _ArrayStub):
+        if obj.array is None:
+            raise pickle.UnpicklingError("array without state")
+        return obj.array
+    if isinstance(obj, _DtypeStub):
+        return obj.resolve()
+    if isinstance(obj, dict):
+        return {k: _resolve_stubs(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_resolve_stubs(v, depth + 1) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_resolve_stubs(v, depth + 1) for v in obj)
+    return obj
 
 
 def _read_pickle(path: Path, layout: str) -> dict[bytes, Any]:
@@ -264,10 +392,16 @@ def _read_pickle(path: Path, layout: str) -> dict[bytes, Any]:
     if not path.is_file():
         raise DatasetError(f"missing dataset file {path}; {layout}")
     try:
-        with path.open("rb") as fh:
-            obj = _ArrayUnpickler(fh, encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
-        raise DatasetError(f"corrupt dataset file {path} ({exc}); {layout}") from exc
+        # Read the whole file first: lengths in a corrupt pickle are then checked against the
+        # bytes present instead of being allocated.
+        blob = path.read_bytes()
+        obj = _resolve_stubs(_ArrayUnpickler(io.BytesIO(blob), encoding="bytes").load())
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path} ({exc}); {layout}") from exc
+    except Exception as exc:  # any failure to parse means a corrupt file
+        raise DatasetError(
+            f"corrupt dataset file {path} ({type(exc).__name__}: {exc}); {layout}"
+        ) from exc
     if not isinstance(obj, dict):
         raise DatasetError(
             f"corrupt dataset file {path}: expected a pickled dict, got {type(obj).__name__}; "

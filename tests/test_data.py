@@ -209,6 +209,41 @@ def test_pickle_reader_refuses_code(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_pickle_reader_refuses_object_arrays(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    payload = {b"data": np.array([{"a": 1}], dtype=object), b"labels": [0]}
+    (folder / "test_batch").write_bytes(pickle.dumps(payload, protocol=2))
+    with pytest.raises(DatasetError, match="refusing dtype 'O"):
+        read_cifar10(tmp_path, split="test")
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_pickle_reader_survives_random_corruption(tmp_path: Path, protocol: int) -> None:
+    # numpy's own ndarray/dtype __setstate__ can crash the interpreter on malformed state (seen
+    # while fuzzing); the reader's stand-ins must turn every corruption into DatasetError.
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    batch = {b"data": np.arange(2 * 3072, dtype=np.uint64).astype(np.uint8).reshape(2, 3072)}
+    batch[b"labels"] = [3, 4]
+    good = pickle.dumps(batch, protocol=protocol)
+    rng = np.random.default_rng(protocol)
+    outcomes = {"ok": 0, "error": 0}
+    for _ in range(300):
+        blob = bytearray(good)
+        for _ in range(int(rng.integers(1, 4))):
+            blob[int(rng.integers(0, 220))] = int(rng.integers(0, 256))
+        (folder / "test_batch").write_bytes(bytes(blob))
+        try:
+            ds = read_cifar10(tmp_path, split="test")
+        except DatasetError:
+            outcomes["error"] += 1
+        else:
+            outcomes["ok"] += 1
+            assert ds.raw.shape == (2, 3072)
+    assert outcomes["error"] > 100  # the mutations do hit the structure
+
+
 # ---------------------------------------------------------------------------------------------
 # CIFAR-100
 # ---------------------------------------------------------------------------------------------
