@@ -235,3 +235,25 @@ def test_run_scenario_on_a_tiny_scenario_file(tmp_path: Path) -> None:
     assert len(result.cells) == 2 * 2 * 2
     again = run_scenario(scenario, progress=False)
     assert [c.emse for c in again.cells] == [c.emse for c in result.cells]
+
+
+def test_metrics_recorded_per_cell() -> None:
+    # statistical: 200 repeats, seed 11; EMSE / expected MSE of mu' (exact formula) within
+    # [0.8, 1.25] (relative SE of the EMSE ~ sqrt(2/(200*12)) ~ 3 %, so about 7 SE).
+    result = run_grid(
+        _data(),
+        _grid(epsilons=(1.0,), mechanisms=("agm",), compositions=("basic",), repeats=200),
+        progress=False,
+    )
+    for cell in result.cells:
+        assert set(cell.expected_mse) == set(STATISTICS)
+        assert 0.8 <= cell.ratio("emse", "expected_mse")["mean"] <= 1.25
+        # The paper's TMSE of mu' (Cor. 3.4) is Y_1^2 on the realised noise: equal to the EMSE.
+        assert cell.tmse["mean"] == pytest.approx(cell.emse["mean"], rel=1e-9)
+        assert set(cell.tmse) >= {"dispersion", "q", "i2_extra"}
+        assert set(cell.coverage_paper) == {"dispersion", "q", "i2_extra"}
+        assert set(cell.coverage_noise) >= {"mean", "dispersion", "q", "i2"}
+        assert all(0.0 <= v <= 1.0 for v in cell.coverage_noise.values())
+        # Nominal 95 % interval from the noise distribution of mu' is exact: coverage over
+        # 200 x 12 draws within [0.93, 0.97].
+        assert 0.93 <= cell.coverage_noise["mean"] <= 0.97
