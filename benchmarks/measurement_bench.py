@@ -36,14 +36,25 @@ EPSILON = 1.0
 DELTA = 1e-5
 
 
-def median_ms(fn: Callable[[], object], runs: int) -> float:
+def timings(fn: Callable[[], object], runs: int) -> tuple[float, float, float]:
+    """(median wall ms, min wall ms, median CPU ms of this process) over ``runs`` calls.
+
+    The CPU time (all threads of this process) is much less sensitive than the wall time to
+    other processes competing for the two cores; the minimum wall time is the least disturbed
+    run.
+    """
     fn()  # warm-up
-    times = []
+    wall, cpu = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
+    return 1e3 * statistics.median(wall), 1e3 * min(wall), 1e3 * statistics.median(cpu)
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    return timings(fn, runs)[0]
 
 
 def full_measurement(x: np.ndarray, rng: np.random.Generator) -> None:
@@ -68,17 +79,35 @@ def main() -> int:
 
     n, d = 1000, 3072
     x = rng.random((n, d))
-    head = Table(title=f"One full private measurement, n={n}, d={d} (median of {runs})")
+    head = Table(title=f"One full private measurement, n={n}, d={d} ({runs} runs)")
     head.add_column("what")
     head.add_column("median ms", justify="right")
+    head.add_column("min ms", justify="right")
+    head.add_column("median CPU ms", justify="right")
     head.add_column("target", justify="right")
-    t_full = median_ms(lambda: full_measurement(x, rng), runs)
-    head.add_row("private_statistics, distributed + central", f"{t_full:.1f}", "<= 150")
-    t_b1 = median_ms(lambda: batch_measurement(x, rng, 1), runs)
-    head.add_row("private_statistics_batch(repeats=1), both placements", f"{t_b1:.1f}", "")
-    t_b100 = median_ms(lambda: batch_measurement(x, rng, 101), max(3, runs // 3))
+    med, low, cpu = timings(lambda: full_measurement(x, rng), runs)
     head.add_row(
-        "  marginal cost per extra repeat (both placements)", f"{(t_b100 - t_b1) / 100:.3f}", ""
+        "private_statistics, distributed + central",
+        f"{med:.1f}",
+        f"{low:.1f}",
+        f"{cpu:.1f}",
+        "<= 150",
+    )
+    b1 = timings(lambda: batch_measurement(x, rng, 1), runs)
+    head.add_row(
+        "private_statistics_batch(repeats=1), both placements",
+        f"{b1[0]:.1f}",
+        f"{b1[1]:.1f}",
+        f"{b1[2]:.1f}",
+        "",
+    )
+    b101 = timings(lambda: batch_measurement(x, rng, 101), max(3, runs // 3))
+    head.add_row(
+        "  marginal cost per extra repeat (both placements)",
+        f"{(b101[0] - b1[0]) / 100:.3f}",
+        f"{(b101[1] - b1[1]) / 100:.3f}",
+        f"{(b101[2] - b1[2]) / 100:.3f}",
+        "",
     )
     plan = plan_protocol(ProtocolConfig(EPSILON, DELTA), n=n, d=d)
     lv = local_values(x[0], variance_floor=0.01)
@@ -88,11 +117,19 @@ def main() -> int:
         stage1_contribution(lv, plan, rng=rng)
         stage2_contribution(lv, plan, m, m, rng=rng)
 
-    t_client = median_ms(one_client, runs * 10)
-    head.add_row("one client's stage-1 + stage-2 contribution (with shares)", f"{t_client:.3f}", "")
+    c = timings(one_client, runs * 10)
+    head.add_row(
+        "one client's stage-1 + stage-2 contribution",
+        f"{c[0]:.3f}",
+        f"{c[1]:.3f}",
+        f"{c[2]:.3f}",
+        "",
+    )
     console.print(head)
 
-    scale = Table(title="Scaling: one full measurement, both placements (median ms)")
+    scale = Table(
+        title="Scaling: one full measurement, both placements (median wall ms / median CPU ms)"
+    )
     scale.add_column("n \\ d", justify="right")
     dims = (64, 784, 3072)
     for dim in dims:
@@ -102,7 +139,8 @@ def main() -> int:
         for dim in dims:
             data = rng.random((n_clients, dim))
             reps = runs if n_clients * dim <= 4_000_000 else max(3, runs // 3)
-            row.append(f"{median_ms(lambda data=data: full_measurement(data, rng), reps):.1f}")
+            med, _, cpu = timings(lambda data=data: full_measurement(data, rng), reps)
+            row.append(f"{med:.1f} / {cpu:.1f}")
             del data
         scale.add_row(*row)
     console.print(scale)

@@ -473,8 +473,8 @@ def paper_tmse(x: npt.ArrayLike, result: Result, truth: TrueStatistics) -> Paper
     b = truth.weight_sum
     u = values - truth.weighted_mean
     sw2 = float(np.sum(w**2))
-    sw2u = (w**2) @ u
-    sw2u2 = (w**2) @ (u**2)
+    sw2u = np.einsum("i,ij->j", w**2, u)
+    sw2u2 = np.einsum("i,ij->j", w**2, u**2)
     del values, u
 
     y1 = result.mean - truth.mean

@@ -925,7 +925,7 @@ def noiseless_stage1(x: FloatArray, weights: FloatArray) -> FloatArray:
     -------
     FloatArray, shape (2d + 1,)
     """
-    return np.concatenate([x.sum(axis=0), weights @ x, [weights.sum()]])
+    return np.concatenate([x.sum(axis=0), np.einsum("i,ij->j", weights, x), [weights.sum()]])
 
 
 def noiseless_stage2(
@@ -947,7 +947,10 @@ def noiseless_stage2(
     FloatArray, shape (2d,)
     """
     return np.concatenate(
-        [((x - mu_prime) ** 2).sum(axis=0), weights @ (x - weighted_mu_prime) ** 2]
+        [
+            ((x - mu_prime) ** 2).sum(axis=0),
+            np.einsum("i,ij->j", weights, (x - weighted_mu_prime) ** 2),
+        ]
     )
 
 
