@@ -39,6 +39,7 @@ __all__ = [
     "SYNTHETIC_STREAM",
     "ClientPartition",
     "PartitionMethod",
+    "clear_partition_cache",
     "client_vector",
     "clients_per_label",
     "partition_rng",
@@ -453,8 +454,7 @@ def scenario_dataset(scenario: Scenario) -> Dataset:
     return load_dataset(data.dataset, root=data.root, split=data.split)
 
 
-@functools.lru_cache(maxsize=2)
-def partition_scenario(scenario: Scenario) -> ClientPartition:
+def partition_scenario(scenario: Scenario, num_clients: int | None = None) -> ClientPartition:
     """Sample a scenario's clients; deterministic given the scenario (cached per process).
 
     Uses :func:`partition_rng` of ``experiment.seed``, so the engine, the Flower server and
@@ -464,7 +464,10 @@ def partition_scenario(scenario: Scenario) -> ClientPartition:
     ----------
     scenario : Scenario
         Label skew (``data.label_ratios``), Dirichlet (``data.dirichlet_alpha``) or a uniform
-        sample (neither), with ``scenario.num_clients`` clients.
+        sample (neither).
+    num_clients : int, optional
+        Override of ``scenario.num_clients`` (a Flower run config's ``num-clients``); the same
+        sampling rule then draws this many clients (checked against the data when sampling).
 
     Returns
     -------
@@ -473,16 +476,26 @@ def partition_scenario(scenario: Scenario) -> ClientPartition:
 
     Raises
     ------
+    ScenarioError
+        ``num_clients < 1``.
     DatasetError
         Missing or corrupt files, or a sample larger than the data.
     """
+    n = scenario.num_clients if num_clients is None else num_clients
+    if n < 1:
+        raise ScenarioError(f"num_clients must be >= 1, got {n}")
+    return _partition_cached(scenario, n)
+
+
+@functools.lru_cache(maxsize=4)
+def _partition_cached(scenario: Scenario, num_clients: int) -> ClientPartition:
     data = scenario.data
     dataset = scenario_dataset(scenario)
     rng = partition_rng(scenario.experiment.seed)
     if data.label_ratios is not None:
         return sample_label_skew(
             dataset,
-            num_clients=scenario.num_clients,
+            num_clients=num_clients,
             label_ratios=data.label_ratios,
             records_per_client=data.records_per_client,
             rng=rng,
@@ -490,7 +503,7 @@ def partition_scenario(scenario: Scenario) -> ClientPartition:
     if data.dirichlet_alpha is not None:
         return sample_dirichlet(
             dataset,
-            num_clients=scenario.num_clients,
+            num_clients=num_clients,
             alpha=data.dirichlet_alpha,
             num_labels=data.num_labels,
             records_per_client=data.records_per_client,
@@ -498,18 +511,24 @@ def partition_scenario(scenario: Scenario) -> ClientPartition:
         )
     return sample_uniform(
         dataset,
-        num_clients=scenario.num_clients,
+        num_clients=num_clients,
         num_labels=data.num_labels,
         records_per_client=data.records_per_client,
         rng=rng,
     )
 
 
+def clear_partition_cache() -> None:
+    """Forget the partitions and synthetic datasets cached in this process."""
+    _partition_cached.cache_clear()
+    scenario_dataset.cache_clear()
+
+
 def client_vector(scenario: Scenario, partition_id: int, num_partitions: int) -> FloatArray:
     """Return client ``partition_id``'s vector ``x_i`` (for the Flower ``ClientApp``).
 
-    Every client process computes the same partition (:func:`partition_scenario`, cached per
-    process) and takes its own row.
+    Every client process computes the same partition (:func:`partition_scenario` with
+    ``num_clients = num_partitions``, cached per process) and takes its own row.
 
     Parameters
     ----------
@@ -518,7 +537,8 @@ def client_vector(scenario: Scenario, partition_id: int, num_partitions: int) ->
     partition_id : int
         This client's index, ``0 <= partition_id < num_partitions``.
     num_partitions : int
-        Number of clients in the federation; must equal ``scenario.num_clients``.
+        Number of clients in the federation: normally ``scenario.num_clients``; another value
+        samples that many clients with the scenario's rule (a run-config override).
 
     Returns
     -------
@@ -528,16 +548,13 @@ def client_vector(scenario: Scenario, partition_id: int, num_partitions: int) ->
     Raises
     ------
     ScenarioError
-        ``num_partitions`` differs from the scenario's client count, or ``partition_id`` is out
-        of range.
+        ``partition_id`` out of range or ``num_partitions < 1``.
+    DatasetError
+        Missing files, or more clients than the data can supply.
     """
-    if num_partitions != scenario.num_clients:
-        raise ScenarioError(
-            f"num_partitions={num_partitions} but scenario {scenario.name!r} has "
-            f"{scenario.num_clients} clients (data.num_clients / data.sample_fraction); run the "
-            "federation with that many supernodes"
-        )
+    if num_partitions < 1:
+        raise ScenarioError(f"num_partitions must be >= 1, got {num_partitions}")
     if not 0 <= partition_id < num_partitions:
         raise ScenarioError(f"partition_id must be in 0..{num_partitions - 1}, got {partition_id}")
-    row: FloatArray = partition_scenario(scenario).vectors[partition_id].copy()
+    row: FloatArray = partition_scenario(scenario, num_partitions).vectors[partition_id].copy()
     return row

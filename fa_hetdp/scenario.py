@@ -968,8 +968,17 @@ def _secagg(c: _Checker, t: Mapping[str, Any], data: Any) -> SecAggSpec | Any:
 
 
 def scenarios_dir() -> Path:
-    """Return the directory of the shipped scenarios (``scenarios/`` at the repository root)."""
-    return Path(__file__).resolve().parent.parent / "scenarios"
+    """Return the directory of the shipped scenarios.
+
+    ``scenarios/`` at the repository root (a clone or an editable install); otherwise
+    ``fa_hetdp/_scenarios`` (where a wheel can carry a copy, e.g. with hatch's
+    ``force-include``).
+    """
+    package = Path(__file__).resolve().parent
+    repo = package.parent / "scenarios"
+    if (repo / "quickstart.toml").is_file():
+        return repo
+    return package / "_scenarios"
 
 
 def available_scenarios() -> tuple[str, ...]:

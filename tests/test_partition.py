@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from fa_hetdp.data import Dataset, load_dataset, synthetic_dataset
 from fa_hetdp.errors import DatasetError, ScenarioError
 from fa_hetdp.partition import (
+    clear_partition_cache,
     client_vector,
     clients_per_label,
     partition_rng,
@@ -265,7 +266,7 @@ def test_shipped_dirichlet_scenario_partitions() -> None:
 
 def test_partition_scenario_deterministic_and_seeded() -> None:
     a = partition_scenario(_scenario(label_ratios=[1] * 10))
-    partition_scenario.cache_clear()
+    clear_partition_cache()
     b = partition_scenario(_scenario(label_ratios=[1] * 10))
     assert a is not b
     np.testing.assert_array_equal(a.indices, b.indices)
@@ -321,15 +322,23 @@ def test_client_vector_is_its_row() -> None:
 
 @pytest.mark.parametrize(
     ("pid", "num", "match"),
-    [
-        (0, 21, "num_partitions=21 but scenario 't' has 20 clients"),
-        (20, 20, r"0\.\.19"),
-        (-1, 20, r"got -1"),
-    ],
+    [(20, 20, r"0\.\.19, got 20"), (-1, 20, r"got -1"), (0, 0, r"num_partitions must be >= 1")],
 )
 def test_client_vector_rejects(pid: int, num: int, match: str) -> None:
     with pytest.raises(ScenarioError, match=match):
         client_vector(_scenario(label_ratios=[1] * 10), pid, num)
+
+
+def test_client_vector_other_federation_size() -> None:
+    # A run config may override the client count: the same rule samples that many clients.
+    scenario = _scenario(label_ratios=[1] * 10)
+    small = partition_scenario(scenario, 10)
+    assert small.num_clients == 10 and small.label_counts().tolist() == [1] * 10
+    np.testing.assert_array_equal(client_vector(scenario, 9, 10), small.vectors[9])
+    with pytest.raises(DatasetError, match="label 0 needs 179 images"):
+        client_vector(scenario, 0, 1790)
+    with pytest.raises(ScenarioError, match="num_clients must be >= 1"):
+        partition_scenario(scenario, 0)
 
 
 def test_client_vector_same_in_another_process() -> None:
