@@ -352,6 +352,7 @@ class Scenario:
                 "heterogeneity": s.heterogeneity,
                 "noise_std": s.noise_std,
             }
+        per_label = self.clients_per_label()
         p = self.privacy
         privacy: dict[str, Any] = {
             "epsilon": list(p.epsilons),
@@ -380,11 +381,7 @@ class Scenario:
             "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
             "derived": {
                 "num_clients": self.num_clients,
-                "clients_per_label": (
-                    None
-                    if self.clients_per_label() is None
-                    else list(self.clients_per_label() or ())
-                ),
+                "clients_per_label": None if per_label is None else list(per_label),
                 "secagg_threshold_count": self.secagg.threshold_count(self.num_clients),
                 "path": self.path,
             },

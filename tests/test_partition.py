@@ -73,6 +73,19 @@ def test_clients_per_label_properties(n: int, ratios: list[int]) -> None:
     assert np.all(counts[np.asarray(ratios) == 0] == 0)
 
 
+@given(
+    n=st.integers(min_value=0, max_value=5000),
+    ratios=st.lists(st.integers(min_value=0, max_value=100), min_size=1, max_size=10).filter(
+        lambda r: sum(r) > 0
+    ),
+)
+def test_scenario_validation_uses_the_same_rounding(n: int, ratios: list[int]) -> None:
+    # Scenario validation (sample size) re-implements the rule without numpy; they must agree.
+    from fa_hetdp.scenario import _largest_remainder
+
+    assert list(_largest_remainder(n, ratios)) == clients_per_label(n, ratios).tolist()
+
+
 @pytest.mark.parametrize("ratios", [[], [-1, 2], [0, 0], [1, float("nan")]])
 def test_clients_per_label_rejects(ratios: list[float]) -> None:
     with pytest.raises(ScenarioError, match="label ratios"):
