@@ -176,7 +176,7 @@ def _vectors(dataset: Dataset, indices: IntArray) -> FloatArray:
     return out
 
 
-def _check_common(dataset: Dataset, num_clients: int, records_per_client: int) -> None:
+def _check_common(num_clients: int, records_per_client: int) -> None:
     if num_clients < 1:
         raise ScenarioError(f"num_clients must be >= 1, got {num_clients}")
     if records_per_client < 1:
@@ -253,7 +253,7 @@ def sample_label_skew(
     DatasetError
         A label has fewer images than its clients need (the message gives both numbers).
     """
-    _check_common(dataset, num_clients, records_per_client)
+    _check_common(num_clients, records_per_client)
     if len(label_ratios) > dataset.num_labels:
         raise ScenarioError(
             f"label_ratios has {len(label_ratios)} entries but dataset {dataset.name!r} has "
@@ -315,7 +315,7 @@ def sample_uniform(
     DatasetError
         Fewer usable records than ``num_clients * records_per_client``.
     """
-    _check_common(dataset, num_clients, records_per_client)
+    _check_common(num_clients, records_per_client)
     k = _labels_used(dataset, num_labels)
     pool = np.flatnonzero(dataset.labels < k).astype(np.int64)
     need = num_clients * records_per_client
@@ -380,7 +380,7 @@ def sample_dirichlet(
     DatasetError
         The drawn mixtures ask for more images of a label than the dataset has.
     """
-    _check_common(dataset, num_clients, records_per_client)
+    _check_common(num_clients, records_per_client)
     if not (alpha > 0 and np.isfinite(alpha)):
         raise ScenarioError(f"dirichlet alpha must be > 0, got {alpha}")
     k = _labels_used(dataset, num_labels)
