@@ -218,13 +218,20 @@ class SecAggClient:
         ciphertexts: list[bytes] = []
         receive_keys: dict[int, bytes] = {}
         held: dict[int, bytes] = {}
+        peers = [holder for holder in share_holders if holder != self.client_id]
+        secrets = dict(
+            zip(
+                peers,
+                crypto.agree_many(self.channel_sk, [peer_channel[j] for j in peers]),
+                strict=True,
+            )
+        )
         for h, holder in enumerate(share_holders):
             if holder == self.client_id:
                 held[holder] = shares[h].tobytes()
                 continue
-            shared = crypto.agree(self.channel_sk, peer_channel[holder])
             send_key, receive_keys[holder] = crypto.derive_channel_keys(
-                shared, session_id, self.client_id, holder
+                secrets[holder], session_id, self.client_id, holder
             )
             plaintext = struct.pack("<QQ", self.client_id, holder) + shares[h].tobytes()
             aad = share_aad(session_id, self.client_id, holder)
@@ -364,17 +371,14 @@ class SecAggClient:
         return held, alive
 
     def _derive_pair_keys(self, alive: tuple[int, ...]) -> dict[int, list[bytes]]:
-        keys: dict[int, list[bytes]] = {}
+        keys: dict[int, list[bytes]] = {j: [] for j in alive}
         size = crypto.KEY_BYTES
-        for j in alive:
-            blob = self.peer_mask_pks[j]
-            per_summation = []
-            for s in range(self.num_summations):
-                shared = crypto.agree(self.mask_sks[s], blob[size * s : size * (s + 1)])
-                per_summation.append(
+        for s in range(self.num_summations):
+            publics = [self.peer_mask_pks[j][size * s : size * (s + 1)] for j in alive]
+            for j, shared in zip(alive, crypto.agree_many(self.mask_sks[s], publics), strict=True):
+                keys[j].append(
                     crypto.derive_mask_key(shared, self.session_id, self.client_id, j, s)
                 )
-            keys[j] = per_summation
         return keys
 
     # ------------------------------------------------------------------ round 3

@@ -37,6 +37,7 @@ __all__ = [
     "KEY_BYTES",
     "U64Array",
     "agree",
+    "agree_many",
     "derive_channel_keys",
     "derive_mask_key",
     "generate_keypair",
@@ -122,11 +123,28 @@ def agree(private_raw: bytes, public_raw: bytes) -> bytes:
     MessageRejected
         If the public key is malformed or the shared secret is all zero.
     """
-    peer = X25519PublicKey.from_public_bytes(validate_public_key(public_raw))
-    try:
-        return X25519PrivateKey.from_private_bytes(private_raw).exchange(peer)
-    except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
-        raise MessageRejected(f"X25519 key agreement failed: {exc}") from None
+    return agree_many(private_raw, [public_raw])[0]
+
+
+def agree_many(private_raw: bytes, publics_raw: Sequence[bytes]) -> list[bytes]:
+    """Return the X25519 shared secrets of one private key with several peer public keys.
+
+    Loading a private key costs as much as one exchange, so it is loaded once.
+
+    Raises
+    ------
+    MessageRejected
+        If a public key is malformed or a shared secret is all zero.
+    """
+    private = X25519PrivateKey.from_private_bytes(private_raw)
+    out = []
+    for public_raw in publics_raw:
+        peer = X25519PublicKey.from_public_bytes(validate_public_key(public_raw))
+        try:
+            out.append(private.exchange(peer))
+        except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
+            raise MessageRejected(f"X25519 key agreement failed: {exc}") from None
+    return out
 
 
 def _pair_info(purpose: bytes, low: int, high: int) -> bytes:

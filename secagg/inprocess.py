@@ -125,9 +125,13 @@ class InProcessSession:
                 f"vectors must be float64 of shape ({self.n}, d), got {values.dtype} "
                 f"{values.shape}."
             )
-        clip = np.max(np.abs(values), axis=0) if bounds is None else bounds
-        tail = 0.0 if bounds is None else 12.0
-        encoding = choose_encoding(self.n, clip, noise_std=noise_std, noise_tail=tail)
+        d = values.shape[1]
+        if bounds is None:
+            clip, tail = np.max(np.abs(values), axis=0), 0.0
+        else:
+            clip, tail = np.broadcast_to(np.asarray(bounds, dtype=np.float64), (d,)), 12.0
+        sigma = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), (d,))
+        encoding = choose_encoding(self.n, clip, noise_std=sigma, noise_tail=tail)
         requests = self.server.start_summation(encoding)
         streams = self.rng.spawn(self.n)
         silent = _dropped(dropouts, "masked_input")

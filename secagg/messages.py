@@ -58,15 +58,25 @@ def _bytes(value: object, name: str) -> bytes:
 
 
 def _int_list(value: object, name: str) -> tuple[int, ...]:
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1:
+        value = value.tolist()
     if not isinstance(value, list | tuple):
         raise MessageRejected(f"field {name!r} must be a list, got {type(value).__name__}.")
-    return tuple(_int(v, name) for v in value)
+    out = tuple(value)
+    if not set(map(type, out)) <= {int}:
+        return tuple(_int(v, name) for v in out)
+    if out and (min(out) < 0 or max(out) > _MAX_ID):
+        raise MessageRejected(f"field {name!r} holds an id outside [0, {_MAX_ID}].")
+    return out
 
 
 def _bytes_list(value: object, name: str) -> tuple[bytes, ...]:
     if not isinstance(value, list | tuple):
         raise MessageRejected(f"field {name!r} must be a list, got {type(value).__name__}.")
-    return tuple(_bytes(v, name) for v in value)
+    out = tuple(value)
+    if not set(map(type, out)) <= {bytes}:
+        return tuple(_bytes(v, name) for v in out)
+    return out
 
 
 def _array(value: object, name: str, dtype: type[np.generic], ndim: int) -> npt.NDArray[Any]:
@@ -164,7 +174,7 @@ class SetupMessage(Message):
         head = struct.pack(
             "<QQQQQ", len(self.client_ids), self.threshold, self.num_summations, self.degree, 0
         )
-        body = struct.pack(f"<{len(self.ring)}Q", *self.ring)
+        body = np.asarray(self.ring, dtype="<u8").tobytes()
         return self.session + head + body
 
 
@@ -220,9 +230,14 @@ class KeyDirectory(Message):
 
     def canonical(self) -> bytes:
         """Return an unambiguous byte encoding (input to the session id)."""
-        parts = [struct.pack("<Q", len(self.client_ids))]
-        for cid, ck, mk in zip(self.client_ids, self.channel_keys, self.mask_keys, strict=True):
-            parts.append(struct.pack("<QQQ", cid, len(ck), len(mk)) + ck + mk)
+        ids = np.asarray(self.client_ids, dtype="<u8").tobytes()
+        count = len(self.client_ids)
+        lengths = np.empty((count, 2), dtype="<u8")
+        lengths[:, 0] = np.fromiter(map(len, self.channel_keys), dtype=np.int64, count=count)
+        lengths[:, 1] = np.fromiter(map(len, self.mask_keys), dtype=np.int64, count=count)
+        parts = [struct.pack("<Q", count), ids, lengths.tobytes()]
+        parts.extend(self.channel_keys)
+        parts.extend(self.mask_keys)
         return b"".join(parts)
 
 

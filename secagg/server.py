@@ -259,6 +259,8 @@ class SecAggServer:
         EncodingError
             ``encoding.max_clients`` is below the number of eligible clients.
         """
+        if self.phase == "done":
+            raise ProtocolAborted(f"the session carries only {self.num_summations} summations.")
         if self.phase == "share":
             self.eligible = tuple(sorted(self.share_senders))
             self.incoming = {
@@ -286,8 +288,9 @@ class SecAggServer:
         first = self.summation == 0
         requests: dict[int, dict[str, MessageValue]] = {}
         empty: tuple[Any, ...] = ()
+        eligible = set(self.eligible)
         for client in self.eligible:
-            inbox = [(s, b) for s, b in self.share_inbox.get(client, []) if s in self.eligible]
+            inbox = [(s, b) for s, b in self.share_inbox.get(client, []) if s in eligible]
             requests[client] = MaskedInputRequest(
                 session=self.session,
                 summation=self.summation,
@@ -446,15 +449,20 @@ class SecAggServer:
         size = crypto.KEY_BYTES
         for j, private in keys.items():
             public = self.keys[j].mask_keys[size * s : size * (s + 1)]
-            if crypto.public_from_private(private) != public:
+            value = int.from_bytes(private, "little")
+            clamped = value % 8 == 0 and value >> 254 == 1
+            if not clamped or crypto.public_from_private(private) != public:
                 raise ProtocolAborted(
                     f"reconstructed mask key of client {j} does not match its public key."
                 )
-            for i in self._survivor_neighbours(j, survivors):
-                if j not in self.incoming.get(i, frozenset()):
-                    continue
-                peer = self.keys[i].mask_keys[size * s : size * (s + 1)]
-                key = crypto.derive_mask_key(crypto.agree(private, peer), self.session_id, i, j, s)
+            peers = [
+                i
+                for i in self._survivor_neighbours(j, survivors)
+                if j in self.incoming.get(i, frozenset())
+            ]
+            publics = [self.keys[i].mask_keys[size * s : size * (s + 1)] for i in peers]
+            for i, shared in zip(peers, crypto.agree_many(private, publics), strict=True):
+                key = crypto.derive_mask_key(shared, self.session_id, i, j, s)
                 stream = crypto.mask_keystream(key, length)
                 if j > i:  # client i added +PRG(m_ij) for j > i
                     total -= stream

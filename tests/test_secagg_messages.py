@@ -1,0 +1,156 @@
+import numpy as np
+import pytest
+
+from secagg.errors import MessageRejected
+from secagg.messages import (
+    AdvertiseKeys,
+    KeyDirectory,
+    MaskedInput,
+    MaskedInputRequest,
+    SetupMessage,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskResponse,
+    parse_message,
+)
+from secagg.shamir import LIMBS
+
+SAMPLES = [
+    SetupMessage(
+        session=b"s" * 32,
+        client_ids=(1, 2, 3),
+        threshold=2,
+        num_summations=2,
+        degree=2,
+        ring=(3, 1, 2),
+    ),
+    AdvertiseKeys(session=b"s", sender=1, channel_key=b"a" * 32, mask_keys=b"b" * 64),
+    KeyDirectory(
+        session=b"s", client_ids=(1, 2), channel_keys=(b"a", b"b"), mask_keys=(b"c", b"d")
+    ),
+    ShareKeys(session=b"s", sender=1, recipients=(2, 3), ciphertexts=(b"x", b"y")),
+    MaskedInputRequest(
+        session=b"s",
+        summation=0,
+        recipient=2,
+        scales=np.ones(3),
+        bounds=np.ones(3),
+        max_clients=3,
+        senders=(1,),
+        ciphertexts=(b"x",),
+    ),
+    MaskedInput(session=b"s", sender=2, summation=1, vector=np.arange(4, dtype=np.uint64)),
+    UnmaskRequest(session=b"s", summation=0, survivors=(1, 2), dropped=(3,)),
+    UnmaskResponse(
+        session=b"s",
+        sender=1,
+        summation=0,
+        seed_owners=(1, 2),
+        seed_shares=np.zeros((2, 1, LIMBS), dtype=np.uint32),
+        key_owners=(),
+        key_shares=np.zeros((0, 1, LIMBS), dtype=np.uint32),
+    ),
+]
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_roundtrip_through_plain_dict(message):
+    data = message.to_dict()
+    allowed = (bytes, int, list, np.ndarray)
+    assert all(isinstance(v, allowed) for v in data.values())
+    for v in data.values():
+        if isinstance(v, list):
+            assert all(isinstance(x, bytes | int) for x in v)
+    back = parse_message(data)
+    assert type(back) is type(message)
+    assert back.to_dict().keys() == data.keys()
+    for key, value in data.items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(back.to_dict()[key], value)
+        else:
+            assert back.to_dict()[key] == value
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_missing_or_extra_field_rejected(message):
+    data = message.to_dict()
+    key = next(k for k in data if k != "message")
+    broken = dict(data)
+    del broken[key]
+    with pytest.raises(MessageRejected, match="missing"):
+        type(message).from_dict(broken)
+    with pytest.raises(MessageRejected, match="unexpected"):
+        type(message).from_dict({**data, "extra": 1})
+
+
+def test_wrong_tag_rejected():
+    data = SAMPLES[1].to_dict()
+    with pytest.raises(MessageRejected, match="expected"):
+        ShareKeys.from_dict(data)
+    with pytest.raises(MessageRejected, match="unknown message tag"):
+        parse_message({**data, "message": b"nope"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("sender", -1),
+        ("sender", True),
+        ("sender", "1"),
+        ("sender", 2**64),
+        ("session", "s"),
+        ("summation", 99),
+    ],
+)
+def test_ill_typed_scalar_fields_rejected(field, value):
+    data = SAMPLES[5].to_dict()
+    data[field] = value
+    with pytest.raises(MessageRejected):
+        MaskedInput.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [np.zeros(3, dtype=np.int64), np.zeros(3), np.zeros((2, 2), dtype=np.uint64), [1, 2]],
+)
+def test_masked_input_vector_dtype_and_shape(vector):
+    data = SAMPLES[5].to_dict()
+    data["vector"] = vector
+    with pytest.raises(MessageRejected):
+        MaskedInput.from_dict(data)
+
+
+def test_share_array_shapes_checked():
+    data = SAMPLES[7].to_dict()
+    data["seed_shares"] = np.zeros((3, 1, LIMBS), dtype=np.uint32)
+    with pytest.raises(MessageRejected, match="shape"):
+        UnmaskResponse.from_dict(data)
+
+
+def test_list_fields_checked():
+    data = SAMPLES[3].to_dict()
+    data["recipients"] = [2, 2]
+    with pytest.raises(MessageRejected, match="twice"):
+        ShareKeys.from_dict(data)
+    data["recipients"] = [2]
+    with pytest.raises(MessageRejected, match="length"):
+        ShareKeys.from_dict(data)
+    data["recipients"] = [2, "3"]
+    with pytest.raises(MessageRejected):
+        ShareKeys.from_dict(data)
+
+
+def test_setup_ring_must_permute_ids():
+    data = SAMPLES[0].to_dict()
+    data["ring"] = [1, 2, 4]
+    with pytest.raises(MessageRejected, match="permutation"):
+        SetupMessage.from_dict(data)
+
+
+def test_received_arrays_are_read_only_copies():
+    original = np.arange(4, dtype=np.uint64)
+    data = SAMPLES[5].to_dict()
+    data["vector"] = original
+    parsed = MaskedInput.from_dict(data)
+    original[0] = 99
+    assert parsed.vector[0] == 0 and not parsed.vector.flags.writeable
