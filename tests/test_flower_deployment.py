@@ -1,0 +1,102 @@
+"""A real deployment on 127.0.0.1: `flower-superlink` + 5 `flower-supernode` + `flwr run`.
+
+Each SuperNode is a separate process with its own ``--node-config`` (partition id), as on
+separate hosts. In the middle of the protocol (after the key rounds, before the stage-1
+masked inputs) one SuperNode is killed with SIGKILL; the run must finish with the 4
+survivors. Once without TLS, with seeded noise so the result can be checked exactly against
+the in-process twin of the 4 survivors; once with TLS (certificates made here with
+``cryptography``) and CSPRNG noise (``mode = "deployment"``), checked through the accounting.
+Every process started is stopped, also when the test fails (``FlowerCluster`` is a context
+manager).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
+
+from clients.settings import RunSettings
+from fa_hetdp.accounting import privacy_spent
+from fa_hetdp.launch import FlowerCluster, TlsSettings, read_progress
+from fa_hetdp.protocol import plan_protocol
+from server.certs import generate_tls_files
+
+pytestmark = pytest.mark.slow
+
+NUM_NODES = 5
+KILLED = 4  # partition id of the SuperNode that dies
+
+
+def wait_for_step(cluster: FlowerCluster, progress: Path, step: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    run = next(p for p in cluster.processes if p.name == "flwr-run")
+    while time.monotonic() < deadline:
+        if any(e.get("step") == step for e in read_progress(progress)):
+            return
+        if not run.alive():
+            pytest.fail("flwr run exited before step " + step + ":\n" + run.log_tail())
+        time.sleep(0.05)
+    pytest.fail(f"step {step} not reached within {timeout} s:\n" + run.log_tail())
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["insecure", "tls"])
+def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> None:
+    tls_settings = None
+    if tls:
+        files = generate_tls_files(tmp_path / "certs")
+        tls_settings = TlsSettings(
+            ca_certificate=files.ca_certificate,
+            server_certificate=files.server_certificate,
+            server_key=files.server_key,
+        )
+    scenario = scenario_file(tmp_path, NUM_NODES, seed=9)
+    result_path = tmp_path / "result.json"
+    progress = tmp_path / "progress.jsonl"
+    config: dict[str, object] = {
+        "scenario": str(scenario),
+        "mode": "deployment" if tls else "simulation",
+        "result-path": str(result_path),
+        "progress-path": str(progress),
+        "stage-timeout": 30.0,
+        "node-wait-timeout": 120.0,
+    }
+    assert set(config) <= APP_CONFIG_KEYS
+    with FlowerCluster(tmp_path / "cluster", tls=tls_settings) as cluster:
+        cluster.start_superlink(simulation=False)
+        nodes = [
+            cluster.start_supernode({"partition-id": i, "num-partitions": NUM_NODES})
+            for i in range(NUM_NODES)
+        ]
+        run = cluster.submit(config, name="flwr-run")
+        wait_for_step(cluster, progress, "share_keys", timeout=240)
+        cluster.kill(nodes[KILLED])
+        assert not nodes[KILLED].alive()
+        outcome = cluster.wait_run(run, result_path, timeout=300)
+        started = list(cluster.processes)
+    for process in started:
+        assert not process.alive(), process.name
+
+    result = outcome.result
+    assert result is not None, outcome.output
+    assert result["status"] == "success", result.get("reason")
+    assert result["clients_in_sum"] == {"stage1": 4, "stage2": 4}
+    assert result["partitions_in_sum"]["stage1"] == [0, 1, 2, 3]
+    assert result["survivors"]["share_keys"] == NUM_NODES
+    assert result["survivors"]["stage1_input"] == NUM_NODES - 1
+    assert len(result["steps"][2]["dropouts"]) == 1
+    if not tls:
+        assert_matches_reference(result, config)
+    else:
+        settings = RunSettings.from_run_config(config)
+        assert settings.seed is None and result["seed"] is None
+        plan = plan_protocol(settings.protocol, n=NUM_NODES, d=64)
+        fraction = plan.noise_fraction(4)
+        spent = privacy_spent(
+            plan.budget, dict.fromkeys(("mean", "weighted", "dispersion", "q"), fraction)
+        )
+        assert result["privacy"]["epsilon_spent"] == pytest.approx(spent.epsilon, rel=1e-12)
+        assert result["privacy"]["degraded"] is True
+        assert all(len(v) == 64 for v in result["statistics"].values() if v is not None)
