@@ -130,7 +130,8 @@ def test_table5_sign_convention_on_hand_made_results() -> None:
         (2, True): 2.0,
     }
     table_a, table_b = percentage_change_tables(_six(scales))
-    np.testing.assert_allclose(table_a.as_array(), [[-50.0] * 3, [50.0] * 3, [0.0] * 3])
+    np.testing.assert_allclose(table_a.as_array(), [[-50.0] * 4, [50.0] * 4, [0.0] * 4])
+    assert table_a.column_labels[-1].startswith("I²''")
     assert table_a.row_labels == ("10 labels", "5 labels", "2 labels")
     assert "(EMSE_SH − EMSE_nonSH) / EMSE_nonSH" in table_a.note
     assert table_b.row_labels == ("SH: 10v5", "SH: 5v2", "Non-SH: 10v5", "Non-SH: 5v2")
