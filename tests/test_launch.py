@@ -1,0 +1,127 @@
+"""`fa-hetdp run` and the process management behind it (FlowerCluster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_flower_helpers import scenario_file
+
+from fa_hetdp.cli import main
+from fa_hetdp.launch import (
+    ClusterError,
+    FlowerCluster,
+    _descendants,
+    free_port,
+    read_progress,
+    toml_value,
+)
+
+
+def processes_with_home(home: Path) -> list[int]:
+    """Pids whose environment has FLWR_HOME=home (everything a cluster started)."""
+    marker = f"FLWR_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0") and stat[stat.rfind(")") + 2] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_free_port_is_bindable() -> None:
+    import socket
+
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(True, "true"), (3, "3"), (0.25, "0.25"), ('a "b"', '"a \\"b\\""'), ("x", '"x"')],
+)
+def test_toml_value(value: object, text: str) -> None:
+    assert toml_value(value) == text
+
+
+def test_toml_value_rejects_other_types() -> None:
+    with pytest.raises(ClusterError):
+        toml_value([1])
+    with pytest.raises(ClusterError):
+        toml_value(float("nan"))
+
+
+def test_stop_kills_the_whole_tree_even_other_sessions(tmp_path: Path) -> None:
+    with FlowerCluster(tmp_path) as cluster:
+        parent = cluster.start(
+            "tree",
+            ["bash", "-c", "sleep 300 & setsid sleep 300 & wait"],
+        )
+        deadline = time.monotonic() + 10
+        while len(_descendants(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = _descendants(parent.pid)
+        assert len(children) == 2
+        assert processes_with_home(cluster.home)
+    assert not parent.alive()
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert processes_with_home(cluster.home) == []
+
+
+def test_failed_start_reports_the_log(tmp_path: Path) -> None:
+    with FlowerCluster(tmp_path) as cluster, pytest.raises(ClusterError, match="not on PATH"):
+        cluster.start("nothing", ["no-such-program-fa-hetdp"])
+    with FlowerCluster(tmp_path) as cluster, pytest.raises(ClusterError, match="before"):
+        cluster.start_supernode({"partition-id": 0})
+
+
+def test_read_progress_skips_partial_lines(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    assert read_progress(path) == []
+    path.write_text('{"event": "nodes"}\n{"event": "st')
+    assert read_progress(path) == [{"event": "nodes"}]
+
+
+@pytest.mark.slow
+def test_fa_hetdp_run_prints_the_table_and_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = scenario_file(tmp_path, 12, seed=4)
+    workdir = tmp_path / "work"
+    output = tmp_path / "copy.json"
+    code = main(["run", str(scenario), "--workdir", str(workdir), "--output", str(output)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    for text in ("mean μ'", "dispersion D''", "Cochran's Q''", "I²''", "privacy spent"):
+        assert text in printed.out
+    assert output.is_file()
+    assert (workdir / "logs" / "superlink.log").is_file()
+    assert processes_with_home(workdir / "flwr-home") == []
+    # nothing listens on the SuperLink's port any more
+    config = (workdir / "flwr-home" / "config.toml").read_text()
+    port = int(config.split("127.0.0.1:")[1].split('"')[0])
+    result = subprocess.run(["ss", "-ltn"], capture_output=True, text=True, check=False)
+    assert f":{port} " not in result.stdout or result.returncode != 0
+
+
+@pytest.mark.slow
+def test_fa_hetdp_run_reports_an_abort(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = scenario_file(tmp_path, 6, extra="[secagg]\nthreshold = 6\ndropout_fraction = 0.5\n")
+    scenario.write_text(scenario.read_text().replace("[secagg]\nthreshold = 0.6\n", ""))
+    code = main(["run", str(scenario), "--workdir", str(tmp_path / "work")])
+    printed = capsys.readouterr()
+    assert code == 1
+    assert "threshold" in printed.err
+    assert processes_with_home(tmp_path / "work" / "flwr-home") == []
+    assert os.path.exists(tmp_path / "work" / "result.json")
