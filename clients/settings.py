@@ -99,7 +99,8 @@ class RunSettings:
     protocol : ProtocolConfig
         Privacy settings.
     threshold : int
-        Secure-aggregation threshold ``t_s``: a summation needs at least this many survivors.
+        Secure-aggregation threshold ``t_s``: shares needed to unmask a client (among its
+        neighbours and itself); a summation needs at least this many survivors.
     neighbours : int or None
         Masking-graph degree (None: complete graph).
     dropout_fraction : float
@@ -183,20 +184,6 @@ class RunSettings:
             split=privacy.split_mapping(),
         )
 
-        threshold_value = _get(config, "secagg-threshold", float)
-        if threshold_value == 0.0:
-            threshold = scenario.secagg.threshold_count(n)
-        elif 0.0 < threshold_value <= 1.0:
-            threshold = max(2, math.ceil(threshold_value * n - 1e-9))
-        elif threshold_value >= 2 and float(threshold_value).is_integer():
-            threshold = int(threshold_value)
-        else:
-            raise ScenarioError(
-                "run config secagg-threshold must be 0 (scenario), a fraction in (0, 1] or a "
-                f"count >= 2, got {threshold_value}"
-            )
-        if not 2 <= threshold <= n:
-            raise ScenarioError(f"secagg threshold must be in [2, n={n}], got {threshold}")
         neighbours_value = _get(config, "secagg-neighbours", int)
         if neighbours_value == -1:
             scenario_k = scenario.secagg.neighbours
@@ -205,8 +192,37 @@ class RunSettings:
             neighbours = None
         else:
             neighbours = neighbours_value
-        if neighbours is not None and not 1 <= neighbours < n:
+        if neighbours is not None and neighbours >= n - 1:
             neighbours = None  # a degree >= n - 1 is the complete graph
+        if neighbours is not None and (neighbours < 2 or neighbours % 2):
+            raise ScenarioError(
+                f"secagg neighbours must be an even degree >= 2 (or 0: complete graph), "
+                f"got {neighbours}"
+            )
+        # Shamir shares are held by a client's neighbours and itself (Bell et al. 2020): a
+        # fractional threshold is a fraction of those holders.
+        holders = n if neighbours is None else neighbours + 1
+        threshold_value = _get(config, "secagg-threshold", float)
+        if threshold_value == 0.0:
+            scenario_t = scenario.secagg.threshold
+            if isinstance(scenario_t, int) and not isinstance(scenario_t, bool):
+                threshold = scenario_t
+            else:
+                threshold = max(2, math.ceil(float(scenario_t) * holders - 1e-9))
+        elif 0.0 < threshold_value <= 1.0:
+            threshold = max(2, math.ceil(threshold_value * holders - 1e-9))
+        elif threshold_value >= 2 and float(threshold_value).is_integer():
+            threshold = int(threshold_value)
+        else:
+            raise ScenarioError(
+                "run config secagg-threshold must be 0 (scenario), a fraction in (0, 1] of the "
+                f"share holders, or a count >= 2, got {threshold_value}"
+            )
+        if not 2 <= threshold <= holders:
+            raise ScenarioError(
+                f"secagg threshold must be in [2, {holders}] (share holders per client), "
+                f"got {threshold}"
+            )
 
         fraction = _get(config, "dropout-fraction", float)
         if fraction == -1.0:

@@ -57,7 +57,7 @@ def test_overrides() -> None:
             **{
                 "variance-floor": 0.05,
                 "extra-i2-noise": "false",
-                "secagg-threshold": 10.0,
+                "secagg-threshold": 6.0,
                 "secagg-neighbours": 8,
                 "min-honest-clients": 50,
             },
@@ -67,7 +67,16 @@ def test_overrides() -> None:
     assert protocol.epsilon == 0.5 and protocol.placement == "central"
     assert protocol.composition == "gdp" and protocol.variance_floor == 0.05
     assert protocol.extra_i2_noise is False and protocol.min_honest_clients == 50
-    assert settings.threshold == 10 and settings.neighbours == 8
+    assert settings.threshold == 6 and settings.neighbours == 8
+
+
+def test_fractional_threshold_is_a_fraction_of_the_share_holders() -> None:
+    sparse = RunSettings.from_run_config(
+        config(**{"secagg-neighbours": 28, "secagg-threshold": 0.6})
+    )
+    assert sparse.threshold == 18  # ceil(0.6 * (28 + 1))
+    dense = RunSettings.from_run_config(config(**{"secagg-neighbours": 200}))
+    assert dense.neighbours is None and dense.threshold == 67
 
 
 @pytest.mark.parametrize(
@@ -76,6 +85,7 @@ def test_overrides() -> None:
         ({"mode": "prod"}, "mode"),
         ({"secagg-threshold": 1.5}, "secagg-threshold"),
         ({"secagg-threshold": 500.0}, "threshold must be in"),
+        ({"secagg-neighbours": 7}, "even degree"),
         ({"mode": "simulation", "dropout-fraction": 1.0}, "dropout-fraction"),
         ({"mode": "simulation", "dropout-stage": "later"}, "dropout-stage"),
         ({"dropout-fraction": 0.1}, "simulation mode only"),
