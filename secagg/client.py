@@ -13,6 +13,7 @@ A request that is malformed, for another session, replayed, or for the wrong rou
 
 from __future__ import annotations
 
+import bisect
 import json
 import struct
 from collections.abc import Mapping
@@ -67,8 +68,8 @@ class SecAggClient:
     """
 
     def __init__(self, client_id: int) -> None:
-        if isinstance(client_id, bool) or not 0 <= int(client_id) < 2**63:
-            raise ValueError(f"client_id must lie in [0, 2^63), got {client_id}.")
+        if isinstance(client_id, bool) or not 0 <= int(client_id) < 2**64:
+            raise ValueError(f"client_id must lie in [0, 2^64), got {client_id}.")
         self.client_id = int(client_id)
         self.phase = "new"
         self.session = b""
@@ -93,7 +94,6 @@ class SecAggClient:
         self.pending_unmask: int | None = None
         self.dropped_peers: set[int] = set()
         self._graph: NeighbourGraph | None = None
-        self._rank_cache: dict[int, int] | None = None
 
     # ------------------------------------------------------------------ helpers
     def _graph_of_session(self) -> NeighbourGraph:
@@ -101,11 +101,9 @@ class SecAggClient:
             self._graph = NeighbourGraph(ring=self.ring, degree=self.degree)
         return self._graph
 
-    def _rank(self) -> dict[int, int]:
-        """Shamir evaluation points: each client's 1-based rank among the session's ids."""
-        if self._rank_cache is None:
-            self._rank_cache = {c: i + 1 for i, c in enumerate(self.client_ids)}
-        return self._rank_cache
+    def _point(self, client_id: int) -> int:
+        """Shamir evaluation point: a client's 1-based rank among the (sorted) session ids."""
+        return bisect.bisect_left(self.client_ids, client_id) + 1
 
     def _require(self, phase: str, what: str) -> None:
         if self.phase != phase:
@@ -181,8 +179,13 @@ class SecAggClient:
         msg = KeyDirectory.from_dict(directory)
         self._require("advertised", "key directory")
         self._check_session(msg.session)
-        index = {cid: pos for pos, cid in enumerate(msg.client_ids)}
-        own = index.get(self.client_id)
+        listed = msg.client_ids  # sorted, checked by the parser
+
+        def position(cid: int) -> int | None:
+            pos = bisect.bisect_left(listed, cid)
+            return pos if pos < len(listed) and listed[pos] == cid else None
+
+        own = position(self.client_id)
         if own is None or (
             msg.channel_keys[own] != self.channel_pk or msg.mask_keys[own] != self.mask_pks
         ):
@@ -190,7 +193,8 @@ class SecAggClient:
         if not set(msg.client_ids) <= set(self.client_ids):
             raise MessageRejected("key directory names ids that are not in the setup.")
         graph = self._graph_of_session()
-        neighbours = [j for j in graph.neighbours(self.client_id) if j in index]
+        index = {j: p for j in graph.neighbours(self.client_id) if (p := position(j)) is not None}
+        neighbours = list(index)
         holders = len(neighbours) + 1
         if holders < self.threshold:
             raise ProtocolAborted(
@@ -212,20 +216,17 @@ class SecAggClient:
         session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
         seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(self.num_summations)]
         share_holders = sorted([*neighbours, self.client_id])
-        rank = self._rank()
-        shares = share([*self.mask_sks, *seeds], [rank[h] for h in share_holders], self.threshold)
+        points = [self._point(h) for h in share_holders]
+        shares = share([*self.mask_sks, *seeds], points, self.threshold)
         recipients: list[int] = []
         ciphertexts: list[bytes] = []
         receive_keys: dict[int, bytes] = {}
         held: dict[int, bytes] = {}
         peers = [holder for holder in share_holders if holder != self.client_id]
-        secrets = dict(
-            zip(
-                peers,
-                crypto.agree_many(self.channel_sk, [peer_channel[j] for j in peers]),
-                strict=True,
-            )
+        agreed = crypto.agree_many(
+            self.channel_sk, [peer_channel[j] for j in peers], validated=True
         )
+        secrets = dict(zip(peers, agreed, strict=True))
         for h, holder in enumerate(share_holders):
             if holder == self.client_id:
                 held[holder] = shares[h].tobytes()
@@ -375,7 +376,8 @@ class SecAggClient:
         size = crypto.KEY_BYTES
         for s in range(self.num_summations):
             publics = [self.peer_mask_pks[j][size * s : size * (s + 1)] for j in alive]
-            for j, shared in zip(alive, crypto.agree_many(self.mask_sks[s], publics), strict=True):
+            agreed = crypto.agree_many(self.mask_sks[s], publics, validated=True)
+            for j, shared in zip(alive, agreed, strict=True):
                 keys[j].append(
                     crypto.derive_mask_key(shared, self.session_id, self.client_id, j, s)
                 )

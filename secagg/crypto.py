@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import struct
@@ -126,10 +127,14 @@ def agree(private_raw: bytes, public_raw: bytes) -> bytes:
     return agree_many(private_raw, [public_raw])[0]
 
 
-def agree_many(private_raw: bytes, publics_raw: Sequence[bytes]) -> list[bytes]:
+def agree_many(
+    private_raw: bytes, publics_raw: Sequence[bytes], *, validated: bool = False
+) -> list[bytes]:
     """Return the X25519 shared secrets of one private key with several peer public keys.
 
-    Loading a private key costs as much as one exchange, so it is loaded once.
+    Loading a private key costs as much as one exchange, so it is loaded once. Pass
+    ``validated=True`` only for keys already checked with :func:`validate_public_key`;
+    an all-zero shared secret is refused either way.
 
     Raises
     ------
@@ -139,7 +144,9 @@ def agree_many(private_raw: bytes, publics_raw: Sequence[bytes]) -> list[bytes]:
     private = X25519PrivateKey.from_private_bytes(private_raw)
     out = []
     for public_raw in publics_raw:
-        peer = X25519PublicKey.from_public_bytes(validate_public_key(public_raw))
+        if not validated:
+            validate_public_key(public_raw)
+        peer = X25519PublicKey.from_public_bytes(public_raw)
         try:
             out.append(private.exchange(peer))
         except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
@@ -203,8 +210,13 @@ def mask_keystream(key: bytes, length: int) -> U64Array:
     if len(key) != KEY_BYTES:
         raise ValueError(f"mask key must be {KEY_BYTES} bytes, got {len(key)}.")
     encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_BLOCK)).encryptor()
-    stream = encryptor.update(bytes(8 * length))
+    stream = encryptor.update(_zeros(8 * length))
     return np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=False)
+
+
+@functools.lru_cache(maxsize=8)
+def _zeros(size: int) -> bytes:
+    return bytes(size)
 
 
 def seal(key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:

@@ -59,21 +59,27 @@ class NeighbourGraph:
 
     ring: tuple[int, ...]
     degree: int
-    _position: dict[int, int] = field(init=False, repr=False, compare=False)
+    _position: dict[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.ring)
         if n < 2:
             raise ValueError(f"a graph needs at least 2 clients, got {n}.")
-        position = {client: pos for pos, client in enumerate(self.ring)}
-        if len(position) != n:
+        if len(set(self.ring)) != n:
             raise ValueError("ring lists a client id twice.")
         if self.degree != n - 1 and not (2 <= self.degree < n - 1 and self.degree % 2 == 0):
             raise ValueError(
                 f"degree must be n - 1 = {n - 1} (complete) or even in [2, {n - 2}], "
                 f"got {self.degree}."
             )
-        object.__setattr__(self, "_position", position)
+
+    def _positions(self) -> dict[int, int]:
+        # built on first use only (O(n)); a client needs just its own position
+        if self._position is None:
+            object.__setattr__(
+                self, "_position", {client: pos for pos, client in enumerate(self.ring)}
+            )
+        return self._position  # type: ignore[return-value]
 
     @property
     def complete(self) -> bool:
@@ -81,14 +87,14 @@ class NeighbourGraph:
         return self.degree == len(self.ring) - 1
 
     def __contains__(self, client_id: object) -> bool:
-        return client_id in self._position
+        return client_id in self._positions()
 
     def neighbours(self, client_id: int) -> tuple[int, ...]:
         """Return the neighbours of ``client_id`` (sorted), excluding itself."""
-        pos = self._position[client_id]
         n = len(self.ring)
         if self.complete:
             return tuple(sorted(c for c in self.ring if c != client_id))
+        pos = self._position[client_id] if self._position else self.ring.index(client_id)
         half = self.degree // 2
         return tuple(sorted(self.ring[(pos + j) % n] for j in range(-half, half + 1) if j))
 
@@ -96,10 +102,11 @@ class NeighbourGraph:
         """Whether clients ``a != b`` are neighbours (O(1))."""
         if a == b:
             return False
+        position = self._positions()
         if self.complete:
-            return a in self._position and b in self._position
+            return a in position and b in position
         n = len(self.ring)
-        gap = abs(self._position[a] - self._position[b])
+        gap = abs(position[a] - position[b])
         return min(gap, n - gap) <= self.degree // 2
 
     def holders(self, client_id: int) -> tuple[int, ...]:

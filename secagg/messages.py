@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 MessageValue = bytes | int | list[int] | list[bytes] | npt.NDArray[Any]
-_MAX_ID = 2**63 - 1
+_MAX_ID = 2**64 - 1
 M = TypeVar("M", bound="Message")
 
 
@@ -232,10 +232,23 @@ class KeyDirectory(Message):
         """Return an unambiguous byte encoding (input to the session id)."""
         ids = np.asarray(self.client_ids, dtype="<u8").tobytes()
         count = len(self.client_ids)
-        lengths = np.empty((count, 2), dtype="<u8")
-        lengths[:, 0] = np.fromiter(map(len, self.channel_keys), dtype=np.int64, count=count)
-        lengths[:, 1] = np.fromiter(map(len, self.mask_keys), dtype=np.int64, count=count)
-        parts = [struct.pack("<Q", count), ids, lengths.tobytes()]
+        ids = np.asarray(self.client_ids, dtype="<u8").tobytes()
+        channel_sizes = set(map(len, self.channel_keys))
+        mask_sizes = set(map(len, self.mask_keys))
+        if len(channel_sizes) <= 1 and len(mask_sizes) <= 1:
+            # fixed-size keys (the normal case): the two sizes are stated once
+            sizes = struct.pack("<QQ", max(channel_sizes, default=0), max(mask_sizes, default=0))
+            return (
+                struct.pack("<QB", count, 1)
+                + ids
+                + sizes
+                + b"".join(self.channel_keys)
+                + b"".join(self.mask_keys)
+            )
+        table = np.empty((count, 2), dtype="<u8")
+        table[:, 0] = np.fromiter(map(len, self.channel_keys), dtype=np.int64, count=count)
+        table[:, 1] = np.fromiter(map(len, self.mask_keys), dtype=np.int64, count=count)
+        parts = [struct.pack("<QB", count, 0), ids, table.tobytes()]
         parts.extend(self.channel_keys)
         parts.extend(self.mask_keys)
         return b"".join(parts)

@@ -37,7 +37,7 @@ from secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from secagg.shamir import LIMBS, reconstruct
+from secagg.shamir import LIMBS, PRIME, reconstruct
 
 __all__ = ["SecAggServer", "SumResult"]
 
@@ -91,7 +91,7 @@ class SecAggServer:
     Parameters
     ----------
     client_ids : sequence of int
-        The clients invited to the session (distinct, in ``[0, 2^63)``).
+        The clients invited to the session (distinct, in ``[0, 2^64)``).
     threshold : int
         Shamir threshold ``t``: shares needed to unmask a client, counted among its share
         holders (its neighbours and itself); also the minimum number of survivors.
@@ -117,8 +117,8 @@ class SecAggServer:
         ids = sorted(int(c) for c in client_ids)
         if len(set(ids)) != len(ids) or len(ids) < 2:
             raise ValueError(f"need at least 2 distinct client ids, got {len(set(ids))}.")
-        if ids[0] < 0 or ids[-1] >= 2**63:
-            raise ValueError("client ids must lie in [0, 2^63).")
+        if ids[0] < 0 or ids[-1] >= 2**64:
+            raise ValueError("client ids must lie in [0, 2^64).")
         if not 1 <= num_summations <= 64:
             raise ValueError(f"num_summations must lie in [1, 64], got {num_summations}.")
         self.graph = _choose_graph(ids, neighbours, rng)
@@ -379,8 +379,12 @@ class SecAggServer:
         for owner in msg.key_owners:
             if owner not in dropped or not self.graph.linked(owner, msg.sender):
                 raise MessageRejected(f"client {msg.sender} sent a key share of {owner}.")
-        if msg.seed_shares.size and int(msg.seed_shares.max()) >= 2**21:
-            raise MessageRejected("seed share out of range.")
+        for name, table in (("seed", msg.seed_shares), ("key", msg.key_shares)):
+            if table.size and int(table.max()) >= PRIME:
+                raise MessageRejected(
+                    f"client {msg.sender} sent a {name} share {int(table.max())} outside "
+                    f"[0, {PRIME})."
+                )
         self.responses[msg.sender] = msg
 
     def _reconstruct(self, owners: Sequence[int], kind: Literal["seed", "key"]) -> dict[int, bytes]:

@@ -98,6 +98,7 @@ def test_wrong_tag_rejected():
         ("sender", True),
         ("sender", "1"),
         ("sender", 2**64),
+        ("sender", 2.0),
         ("session", "s"),
         ("summation", 99),
     ],

@@ -232,6 +232,16 @@ def test_rejects_unmask_shares_for_wrong_owners():
         server.receive_unmask({**reply, "sender": 5})
 
 
+def test_rejects_out_of_range_unmask_shares():
+    server, clients = shared(n=6, t=3)
+    inputs(server, clients, x_values())
+    reply = clients[0].unmask(server.unmask_request())
+    shares = reply["seed_shares"].copy()
+    shares[0, 0, 3] = shamir.PRIME
+    with pytest.raises(MessageRejected, match="outside"):
+        server.receive_unmask({**reply, "seed_shares": shares})
+
+
 def test_message_order_does_not_change_the_sum():
     x = x_values()
     raws = []
