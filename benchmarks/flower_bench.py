@@ -83,7 +83,7 @@ def exchange(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 '''
 
-BARE_SERVER = '''"""Bare ServerApp: wait for the nodes, then ``rounds`` rounds of vector exchange."""
+BARE_SERVER = '''"""Bare ServerApp: wait for the nodes, then ``rounds`` rounds of exchange."""
 
 import json
 import time
