@@ -471,36 +471,41 @@ def _metric_values(
     return expected, tmse_samples, coverage_paper, coverage_noise
 
 
-def _measure_cell(
-    x: FloatArray,
-    *,
+def _config(
     grid: GridSpec,
     epsilon: float,
     mechanism: Mechanism,
     placement: Placement,
     composition: Composition,
-    rng: np.random.Generator,
+) -> Any:
+    """Build (and so validate) the :class:`fa_hetdp.protocol.ProtocolConfig` of one cell."""
+    from fa_hetdp.protocol import ProtocolConfig
+
+    return ProtocolConfig(
+        epsilon=epsilon,
+        delta=grid.delta,
+        mechanism=mechanism,
+        placement=placement,
+        composition=composition,
+        profile=grid.profile,
+        variance_floor=grid.variance_floor,
+        extra_i2_noise=grid.extra_i2_noise,
+        min_honest_clients=grid.min_honest_clients,
+        split=grid.split,
+    )
+
+
+def _measure_cell(
+    x: FloatArray, config: Any, *, repeats: int, rng: np.random.Generator
 ) -> CellResult:
-    """Run ``grid.repeats`` private measurements of one cell and compute its metrics."""
+    """Run ``repeats`` private measurements of one cell and compute its metrics."""
     from fa_hetdp import protocol
 
     start = time.perf_counter()
     with warnings.catch_warnings():
         # Baselines (CGM at ε_k >= 1, the paper profile) are recorded as labels instead.
         warnings.simplefilter("ignore", BaselineWarning)
-        config = protocol.ProtocolConfig(
-            epsilon=epsilon,
-            delta=grid.delta,
-            mechanism=mechanism,
-            placement=placement,
-            composition=composition,
-            profile=grid.profile,
-            variance_floor=grid.variance_floor,
-            extra_i2_noise=grid.extra_i2_noise,
-            min_honest_clients=grid.min_honest_clients,
-            split=grid.split,
-        )
-        batch = protocol.private_statistics_batch(x, config, repeats=grid.repeats, rng=rng)
+        batch = protocol.private_statistics_batch(x, config, repeats=repeats, rng=rng)
         expected, tmse_samples, coverage_paper, coverage_noise = _metric_values(x, batch)
 
     emse: dict[str, float] = {}
@@ -517,11 +522,11 @@ def _measure_cell(
     tmse_sd = {name: _sd(v) for name, v in tmse_samples.items()}
     spent = batch.spent
     return CellResult(
-        epsilon=epsilon,
-        mechanism=mechanism,
-        placement=placement,
-        composition=composition,
-        repeats=grid.repeats,
+        epsilon=float(config.epsilon),
+        mechanism=config.mechanism,
+        placement=config.placement,
+        composition=config.composition,
+        repeats=repeats,
         emse=emse,
         emse_sd=emse_sd,
         expected_mse={k: float(v) for k, v in expected.items()},
@@ -532,7 +537,7 @@ def _measure_cell(
         sigmas={k: float(v) for k, v in batch.sigmas.items()},
         spent_epsilon=float(spent.epsilon),
         spent_delta=float(spent.delta_at_target_epsilon),
-        is_baseline=bool(batch.plan.budget.is_baseline or grid.profile == "paper"),
+        is_baseline=bool(batch.plan.budget.is_baseline or config.profile == "paper"),
         labels=tuple(batch.labels),
         seconds=time.perf_counter() - start,
     )
@@ -625,26 +630,40 @@ def run_grid(
     Raises
     ------
     InputDataError
-        Bad client data (raised before any cell runs).
+        Bad client data.
     PrivacyParameterError
-        A cell whose privacy parameters are invalid (other than the skipped CGM + gdp).
+        A cell whose privacy parameters are invalid (other than the skipped CGM + gdp), e.g.
+        ``min_honest_clients`` larger than ``n``.
+
+    Both are raised before any measurement runs.
     """
+    from fa_hetdp.protocol import plan_protocol
     from fa_hetdp.statistics import true_statistics, validate_clients
 
     clients, n_clipped = validate_clients(x)
     truth = true_statistics(clients, variance_floor=grid.variance_floor)
     n, d = clients.shape
+    # Validate every cell's settings (and calibrate) before any measurement runs.
+    configs: list[Any] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BaselineWarning)
+        for eps, mechanism, placement, composition in grid.cells():
+            if mechanism == "cgm" and composition == "gdp":
+                configs.append(None)
+                continue
+            config = _config(grid, eps, mechanism, placement, composition)
+            plan_protocol(config, n=n, d=d)
+            configs.append(config)
     children = np.random.SeedSequence(grid.seed).spawn(grid.n_cells)
     show = sys.stderr.isatty() if progress is None else progress
     bar = _Progress(grid.n_cells, name, show)
     cells: list[CellResult] = []
     started = time.perf_counter()
     try:
-        for child, (eps, mechanism, placement, composition) in zip(
-            children, grid.cells(), strict=True
+        for child, config, (eps, mechanism, placement, composition) in zip(
+            children, configs, grid.cells(), strict=True
         ):
-            label = f"ε={eps:g} {mechanism} {placement} {composition}"
-            if mechanism == "cgm" and composition == "gdp":
+            if config is None:
                 cells.append(
                     CellResult(
                         epsilon=eps,
@@ -661,16 +680,10 @@ def run_grid(
             else:
                 cells.append(
                     _measure_cell(
-                        clients,
-                        grid=grid,
-                        epsilon=eps,
-                        mechanism=mechanism,
-                        placement=placement,
-                        composition=composition,
-                        rng=np.random.default_rng(child),
+                        clients, config, repeats=grid.repeats, rng=np.random.default_rng(child)
                     )
                 )
-            bar.advance(label)
+            bar.advance(f"ε={eps:g} {mechanism} {placement} {composition}")
     finally:
         bar.close()
     summary = _truth_summary(truth)

@@ -257,3 +257,17 @@ def test_metrics_recorded_per_cell() -> None:
         # Nominal 95 % interval from the noise distribution of mu' is exact: coverage over
         # 200 x 12 draws within [0.93, 0.97].
         assert 0.93 <= cell.coverage_noise["mean"] <= 0.97
+
+
+def test_invalid_cell_settings_rejected_before_any_measurement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fa_hetdp.engine as engine
+    from fa_hetdp.errors import FaHetdpError
+
+    calls: list[object] = []
+    monkeypatch.setattr(engine, "_measure_cell", lambda *a, **k: calls.append(a))
+    # 31 honest clients out of n = 30 is impossible: every cell's plan is checked first.
+    with pytest.raises(FaHetdpError, match="31"):
+        run_grid(_data(), _grid(min_honest_clients=31), progress=False)
+    assert calls == []
