@@ -36,29 +36,60 @@ Message flow (``S`` summations; each arrow is one ``dict``)
 ====  =====================================  ===========================================
 
 Rounds 2-3 repeat for every summation ``s = 0 .. S-1``. The first masked-input request
-also carries the encrypted Shamir shares addressed to that client. Per client and summation
-there is an independent X25519 mask key pair (pairwise masks) and an independent self-mask
-seed, all Shamir-shared in round 1. A client whose input missed a summation is dropped for
-the rest of the session; a client never reveals both secrets of one peer and summation.
+also carries the encrypted Shamir shares addressed to that client. Each client holds one
+X25519 key pair for the share channel and, per summation, one X25519 mask key pair and one
+self-mask seed, all Shamir-shared in round 1 (with one summation that is the two key pairs
+of Bonawitz et al.). Mask keys are per summation on purpose: with one mask key for the
+whole session, recovering a client that drops in summation 2 would hand the server its mask
+key while it already holds that client's summation-1 self-mask seed, unmasking its
+summation-1 input. A client whose input missed a summation is dropped for the rest of the
+session; a client never reveals both secrets of one peer for one summation.
+
+Crypto (:mod:`secagg.crypto`): X25519, HKDF-SHA256 (salt = session id = SHA-256 of the
+setup and the key directory; info = purpose + ordered pair (+ summation)), AES-256-GCM
+share channel (associated data: session id, round, sender, recipient), AES-256-CTR mask
+PRG read as little-endian uint64. Shamir (:mod:`secagg.shamir`): t-of-n over GF(2^21 - 9),
+13 limbs per 256-bit secret, vectorised. Graphs (:mod:`secagg.graph`): complete or random
+Harary with ``k = 2 ceil(2 log2 n)``; ``t`` counts shares among a client's k + 1 holders.
 
 Driving it from Flower (one handler per round)
 ----------------------------------------------
-Client app: keep the client across handlers as bytes in ``context.state``::
+Client ids: any distinct ints in ``[0, 2^64)``; Shamir points are the ranks of the sorted
+ids, so raw Flower node ids work, but a ``ConfigRecord`` int is signed 64-bit, so ids
+``>= 2^63`` must be mapped (e.g. to their rank among the sampled nodes) before they travel.
 
-    client = SecAggClient(node_id)                        # handler "advertise-keys"
-    reply = client.advertise_keys(setup_dict)
-    state_blob = client.to_bytes()
-    ...
-    client = SecAggClient.from_bytes(state_blob)          # every later handler
-    reply = client.share_keys(directory_dict)             # or masked_input / unmask
-    state_blob = client.to_bytes()
+Client app: one ``@app.query`` handler per round; keep the client across handlers as bytes in
+``context.state`` (a ``ConfigRecord`` holding ``client.to_bytes()``)::
 
-Every message dict maps to a ``ConfigRecord`` (bytes, int, lists of those) plus an
-``ArrayRecord`` for the numpy arrays (``scales``, ``bounds``, ``vector``, ``seed_shares``,
-``key_shares``); the ``"message"`` key carries the tag. The server app keeps one
-:class:`SecAggServer` in memory for the whole session, feeds it every reply, treats missing
-replies, error replies and :class:`MessageRejected` as dropouts, and stops on
-:class:`ProtocolAborted`.
+    # "secagg-advertise-keys"
+    client = SecAggClient(my_id)
+    reply = client.advertise_keys(request)
+    # every later handler: "secagg-share-keys", "secagg-masked-input", "secagg-unmask"
+    client = SecAggClient.from_bytes(blob)
+    reply = client.share_keys(request)   # or .masked_input(request, values, rng=rng)
+    blob = client.to_bytes()             # or .unmask(request)
+
+where ``request`` is ``join_arrays(config_record, arrays)`` and a reply goes back as
+``scalars, arrays = split_arrays(reply)``: the scalars (bytes, ints, lists of those; the
+``"message"`` key holds the tag) fit a ``ConfigRecord`` and the numpy arrays (``scales``,
+``bounds``, ``vector``, ``seed_shares``, ``key_shares``) an ``ArrayRecord``. A handler that
+catches :class:`SecAggError` should reply with an error (the server counts it as a dropout).
+
+Server app: keep one :class:`SecAggServer` in memory for the session, in this order::
+
+    server = SecAggServer(ids, threshold=t, num_summations=2, rng=rng)
+    broadcast(server.setup_message());           feed replies to receive_advertise_keys
+    broadcast(server.key_directory());           feed replies to receive_share_keys
+    for each summation:
+        send(server.start_summation(encoding))   # dict: client id -> its own request
+        feed replies to receive_masked_input
+        broadcast(server.unmask_request());      feed replies to receive_unmask
+        result = server.finish_summation()       # SumResult: .sum, .survivors, ...
+
+A missing reply, an error reply or a :class:`MessageRejected` from ``receive_*`` means the
+client dropped; :class:`ProtocolAborted` ends the session (never a wrong sum). The
+encoding of each summation comes from :func:`choose_encoding` (or
+:class:`FixedPointEncoding`) with the clients' stated per-coordinate bounds.
 
 Encoding: inputs are fixed-point numbers in Z_{2^64} with stochastic rounding
 (:mod:`secagg.encoding`); :func:`choose_encoding` picks scales from ``n``, the clip bound and
@@ -76,7 +107,7 @@ from secagg.errors import (
 )
 from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
 from secagg.inprocess import InProcessSession, default_threshold, run_in_process
-from secagg.messages import parse_message
+from secagg.messages import join_arrays, parse_message, split_arrays
 from secagg.server import SecAggServer, SumResult
 
 __all__ = [
@@ -95,7 +126,9 @@ __all__ = [
     "complete_graph",
     "default_degree",
     "default_threshold",
+    "join_arrays",
     "parse_message",
     "random_harary_graph",
     "run_in_process",
+    "split_arrays",
 ]

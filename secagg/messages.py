@@ -34,7 +34,9 @@ __all__ = [
     "ShareKeys",
     "UnmaskRequest",
     "UnmaskResponse",
+    "join_arrays",
     "parse_message",
+    "split_arrays",
 ]
 
 MessageValue = bytes | int | list[int] | list[bytes] | npt.NDArray[Any]
@@ -412,6 +414,32 @@ _ALL: tuple[type[Message], ...] = (
     UnmaskRequest,
     UnmaskResponse,
 )
+
+
+def split_arrays(
+    data: Mapping[str, MessageValue],
+) -> tuple[dict[str, bytes | int | list[int] | list[bytes]], dict[str, npt.NDArray[Any]]]:
+    """Split a message dictionary into its scalar/list part and its numpy-array part.
+
+    Handy for transports that keep arrays apart (a Flower ``ConfigRecord`` for the first,
+    an ``ArrayRecord`` for the second); :func:`join_arrays` undoes it.
+    """
+    scalars: dict[str, bytes | int | list[int] | list[bytes]] = {}
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for key, value in data.items():
+        if isinstance(value, np.ndarray):
+            arrays[key] = value
+        else:
+            scalars[key] = value
+    return scalars, arrays
+
+
+def join_arrays(scalars: Mapping[str, object], arrays: Mapping[str, object]) -> dict[str, object]:
+    """Merge the two parts made by :func:`split_arrays` (validation happens on parsing)."""
+    overlap = set(scalars) & set(arrays)
+    if overlap:
+        raise MessageRejected(f"fields {sorted(overlap)} appear in both parts.")
+    return {**scalars, **arrays}
 
 
 def parse_message(data: Mapping[str, object]) -> Message:

@@ -11,7 +11,9 @@ from secagg.messages import (
     ShareKeys,
     UnmaskRequest,
     UnmaskResponse,
+    join_arrays,
     parse_message,
+    split_arrays,
 )
 from secagg.shamir import LIMBS
 
@@ -155,3 +157,17 @@ def test_received_arrays_are_read_only_copies():
     parsed = MaskedInput.from_dict(data)
     original[0] = 99
     assert parsed.vector[0] == 0 and not parsed.vector.flags.writeable
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_split_and_join_arrays_roundtrip(message):
+    scalars, arrays = split_arrays(message.to_dict())
+    assert not any(isinstance(v, np.ndarray) for v in scalars.values())
+    assert all(isinstance(v, np.ndarray) for v in arrays.values())
+    back = parse_message(join_arrays(scalars, arrays))
+    assert type(back) is type(message)
+
+
+def test_join_refuses_overlap():
+    with pytest.raises(MessageRejected, match="both"):
+        join_arrays({"vector": 1}, {"vector": np.zeros(1)})
