@@ -5,9 +5,10 @@ from ``context.state`` (the ``secagg`` client, the noise generator, the session 
 its step with the :mod:`fa_hetdp.protocol` client functions and :class:`secagg.SecAggClient`,
 saves the state and replies:
 
-=================  ==========================================================================
-``advertise_keys``  read the session setup; load ``x_i`` from the scenario
-                    (``context.node_config["partition-id"]``, ``["num-partitions"]``); reply
+==================  =========================================================================
+``advertise_keys``  read the session setup; load ``x_i`` from ``node_config["data-path"]``
+                    (a data owner's own file) or else from the scenario (``["partition-id"]``,
+                    ``["num-partitions"]``); reply
                     with ``d`` and the two public keys (secagg round 0)
 ``share_keys``      encrypted Shamir shares for the neighbours (secagg round 1)
 ``stage1_input``    ``[x, w x, w]`` + noise share ``N(0, sigma^2/t)`` (Thm 3.3, Lemma 3.7),
@@ -16,7 +17,7 @@ saves the state and replies:
 ``stage2_input``    ``[(x - mu')^2, w (x - mu_bar')^2]`` + noise share (Thm 3.3, 3.8) for the
                     broadcast ``mu'``, ``mu_bar'``, encoded and masked (summation 1)
 ``stage2_unmask``   shares that remove the stage-2 masks (summation 1)
-=================  ==========================================================================
+==================  =========================================================================
 
 Noise: in ``mode = "simulation"`` the generator is ``SeedSequence(seed,
 spawn_key=(partition_id,))`` and its state is kept in ``context.state`` between steps (one
@@ -65,14 +66,35 @@ class SimulatedDropoutError(RuntimeError):
 
 
 def _partition(context: Context) -> tuple[int, int]:
+    config = context.node_config
     try:
-        pid = int(context.node_config["partition-id"])
-        num = int(context.node_config["num-partitions"])
+        if "data-path" in config and "partition-id" not in config:
+            return -1, 0  # a data owner with its own file needs no partition id
+        return int(config["partition-id"]), int(config.get("num-partitions", 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise RuntimeError(
-            "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>'"
+            "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>' (data "
+            "from the scenario) or 'data-path=\"/path/to/x.npy\"' (its own data)"
         ) from exc
-    return pid, num
+
+
+def load_vector(path: str) -> np.ndarray:
+    """Read a data owner's records: ``.npy`` (no pickles) or ``.csv``; rows are records.
+
+    One row is the client's vector ``x_i``; several rows are averaged (DESIGN.md: a client
+    holding several records contributes their mean). Values must already be scaled to
+    ``[0, 1]`` (pixels / 255); values outside are clipped and counted by ``local_values``.
+    """
+    if path.endswith(".npy"):
+        data = np.load(path, allow_pickle=False)
+    else:
+        data = np.loadtxt(path, delimiter=",", ndmin=2)
+    data = np.asarray(data, dtype=np.float64)
+    if data.ndim == 1:
+        return data
+    if data.ndim != 2 or data.shape[0] < 1:
+        raise ValueError(f"{path}: expected one vector or a (records, d) table, got {data.shape}")
+    return np.asarray(data.mean(axis=0))
 
 
 def _settings(context: Context) -> RunSettings:
@@ -136,7 +158,11 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     request = decode(msg.content)
     client_id = int(request["client-id"])
     session_size = int(request["session-size"])
-    x = client_vector(settings.scenario, pid, num)
+    data_path = context.node_config.get("data-path")
+    if isinstance(data_path, str) and data_path:
+        x = load_vector(data_path)
+    else:
+        x = client_vector(settings.scenario, pid, num)
     secagg = SecAggClient(client_id)
     reply = secagg.advertise_keys(request["setup"])
     context.state[_LOCAL] = ArrayRecord(array_dict={"x": Array(np.ascontiguousarray(x))})

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
@@ -224,3 +225,32 @@ def test_write_json_atomic_leaves_no_partial_file(tmp_path: Path) -> None:
         write_json_atomic(target, {"status": "aborted", "bad": object()})
     assert json.loads(target.read_text()) == {"status": "success", "x": [1.0, 2.0]}
     assert sorted(p.name for p in target.parent.iterdir()) == ["result.json"]
+
+
+def test_data_owners_with_their_own_files(tmp_path: Path) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 6), mode="deployment", seed=-1)
+    settings = RunSettings.from_run_config(config)
+    transport = InMemoryTransport(6, config)
+    rng = np.random.default_rng(0)
+    for index, context in enumerate(transport.contexts.values()):
+        records = rng.random((3, 16))
+        path = tmp_path / f"owner-{index}.{'npy' if index % 2 else 'csv'}"
+        if index % 2:
+            np.save(path, records)
+        else:
+            np.savetxt(path, records, delimiter=",")
+        context.node_config = {"data-path": str(path)}
+    document = HeterogeneityStrategy(settings).run(transport)
+    assert document["status"] == "success"
+    assert document["d"] == 16 and document["seed"] is None
+    assert document["partitions_in_sum"]["stage1"] == [-1] * 6
+
+
+def test_load_vector_averages_records(tmp_path: Path) -> None:
+    from clients.app import load_vector
+
+    path = tmp_path / "x.csv"
+    path.write_text("0.0,1.0\n0.5,0.0\n")
+    np.testing.assert_allclose(load_vector(str(path)), [0.25, 0.5])
+    np.save(tmp_path / "v.npy", np.array([0.1, 0.2]))
+    np.testing.assert_allclose(load_vector(str(tmp_path / "v.npy")), [0.1, 0.2])
