@@ -944,7 +944,10 @@ def emse_tables(result: ExperimentResult) -> list[Table]:
 
 
 def write_outputs(
-    result: ExperimentResult, directory: str | os.PathLike[str], *, figures: bool = True
+    result: ExperimentResult,
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    figures: bool = True,
 ) -> list[Path]:
     """Write ``results.json``, ``cells.csv``, EMSE tables and figures into ``directory``.
 
@@ -953,7 +956,8 @@ def write_outputs(
     result
         The run.
     directory
-        Output folder (``results/<scenario>`` by convention); created if missing.
+        Output folder; default ``results/<result.name>`` under the working directory. Created
+        if missing.
     figures
         Also draw ``emse_vs_epsilon.png`` and ``emse_over_expected.png`` (about a second
         each).
@@ -963,7 +967,7 @@ def write_outputs(
     list of Path
         Every file written.
     """
-    folder = Path(directory)
+    folder = Path(directory) if directory is not None else Path("results") / result.name
     folder.mkdir(parents=True, exist_ok=True)
     written = [write_json_atomic(folder / "results.json", result.to_dict())]
     cells_path = folder / "cells.csv"

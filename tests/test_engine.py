@@ -271,3 +271,15 @@ def test_invalid_cell_settings_rejected_before_any_measurement(
     with pytest.raises(FaHetdpError, match="31"):
         run_grid(_data(), _grid(min_honest_clients=31), progress=False)
     assert calls == []
+
+
+def test_default_output_folder_is_results_slash_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run_grid(
+        _data(), _grid(epsilons=(1.0,), compositions=("basic",)), name="demo", progress=False
+    )
+    written = write_outputs(result, figures=False)
+    assert (tmp_path / "results" / "demo" / "results.json").is_file()
+    assert all(p.suffix != ".png" for p in written)
