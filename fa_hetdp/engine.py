@@ -17,9 +17,10 @@ One *cell* of the grid is a total budget ``epsilon`` with a ``mechanism`` (AGM /
 together with the σ of every release, the (ε, δ) spent under exact composition and the labels
 of the result (baselines: CGM at ε ≥ 1, the paper's sensitivity profile).
 
-Randomness: one :class:`numpy.random.SeedSequence` from the scenario's seed is spawned into one
-child per cell, in the grid's canonical order (ε, mechanism, placement, composition), so a run
-is deterministic for a seed and a cell's draws do not depend on which other cells run.
+Randomness: every cell draws from its own child of ``SeedSequence(seed)`` whose spawn key is
+the cell (:func:`cell_seed`), so a run is deterministic for a seed, the cells of a run are
+independent, and a cell's draws depend neither on the rest of the grid nor on the data (runs of
+different data with the same seed share their noise draws: common random numbers).
 
 Outputs (:func:`write_outputs`): ``results/<scenario>/results.json`` (everything, written
 atomically), ``cells.csv`` (one row per cell), ``emse_<placement>.csv/.md`` (EMSE tables) and
@@ -52,6 +53,7 @@ __all__ = [
     "CellResult",
     "ExperimentResult",
     "GridSpec",
+    "cell_seed",
     "grid_from_scenario",
     "run_grid",
     "run_scenario",
@@ -543,6 +545,39 @@ def _measure_cell(
     )
 
 
+def cell_seed(
+    seed: int, epsilon: float, mechanism: str, placement: str, composition: str
+) -> np.random.SeedSequence:
+    """Return the :class:`numpy.random.SeedSequence` of one grid cell.
+
+    The cell's stream is a child of ``SeedSequence(seed)`` whose spawn key is the cell itself
+    (the bits of ``epsilon`` and the indices of mechanism, placement and composition), so a
+    cell's noise depends only on the seed and on the cell: not on the rest of the grid. Runs on
+    different data with the same seed (e.g. the six skew levels of the reproduction) therefore
+    use the same noise draws for the same cell (common random numbers), while different cells
+    of one run are independent.
+
+    Parameters
+    ----------
+    seed
+        The scenario's seed (>= 0).
+    epsilon, mechanism, placement, composition
+        The cell.
+
+    Returns
+    -------
+    numpy.random.SeedSequence
+    """
+    eps_bits = int(np.array(epsilon, dtype=np.float64).view(np.uint64))
+    key = (
+        eps_bits,
+        get_args(Mechanism).index(mechanism),
+        get_args(Placement).index(placement),
+        get_args(Composition).index(composition),
+    )
+    return np.random.SeedSequence(seed, spawn_key=key)
+
+
 def _fill_cmse(cells: list[CellResult]) -> list[CellResult]:
     """Attach to every cell the EMSE of its central-placement twin (the paper's CMSE)."""
     central = {
@@ -654,7 +689,7 @@ def run_grid(
             config = _config(grid, eps, mechanism, placement, composition)
             plan_protocol(config, n=n, d=d)
             configs.append(config)
-    children = np.random.SeedSequence(grid.seed).spawn(grid.n_cells)
+    children = [cell_seed(grid.seed, *cell) for cell in grid.cells()]
     show = sys.stderr.isatty() if progress is None else progress
     bar = _Progress(grid.n_cells, name, show)
     cells: list[CellResult] = []
