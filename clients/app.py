@@ -97,8 +97,19 @@ def load_vector(path: str) -> np.ndarray:
     return np.asarray(data.mean(axis=0))
 
 
+_SETTINGS_CACHE: dict[tuple[tuple[str, Any], ...], RunSettings] = {}
+
+
 def _settings(context: Context) -> RunSettings:
-    return RunSettings.from_run_config(context.run_config)
+    """Resolve the run settings (cached per process: a run sends six messages per client)."""
+    key = tuple(sorted(context.run_config.items()))
+    settings = _SETTINGS_CACHE.get(key)
+    if settings is None:
+        if len(_SETTINGS_CACHE) >= 4:
+            _SETTINGS_CACHE.clear()
+        settings = RunSettings.from_run_config(context.run_config)
+        _SETTINGS_CACHE[key] = settings
+    return settings
 
 
 def _maybe_drop(settings: RunSettings, partition_id: int, step: str) -> None:

@@ -292,8 +292,14 @@ class FlowerCluster:
         self.close()
 
     # -- SuperLink / SuperNodes ------------------------------------------------------------
-    def start_superlink(self, *, simulation: bool, timeout: float = 60.0) -> str:
-        """Start a SuperLink on a free port, write the ``flwr`` connection, return its address."""
+    def start_superlink(
+        self, *, simulation: bool, node_auth: bool = False, timeout: float = 60.0
+    ) -> str:
+        """Start a SuperLink on a free port, write the ``flwr`` connection, return its address.
+
+        ``node_auth`` adds ``--enable-supernode-auth``: only SuperNodes whose public keys were
+        registered (:meth:`register_supernode`) may connect.
+        """
         port = free_port()
         argv = [
             "flower-superlink",
@@ -305,6 +311,8 @@ class FlowerCluster:
         ]
         if simulation:
             argv.append("--simulation")
+        if node_auth:
+            argv.append("--enable-supernode-auth")
         if self.tls is None:
             argv.append("--insecure")
         else:
@@ -323,10 +331,42 @@ class FlowerCluster:
         self._write_connection(address)
         return address
 
+    def register_supernode(self, public_key: Path, *, timeout: float = 60.0) -> str:
+        """Register a SuperNode's public key (``flwr supernode register``); return the output."""
+        if self.superlink_address is None:
+            raise ClusterError("start the SuperLink before registering SuperNodes.")
+        executable = shutil.which("flwr")
+        if executable is None:
+            raise ClusterError("'flwr' is not on PATH; install flwr (pip install flwr).")
+        completed = subprocess.run(
+            [executable, "supernode", "register", str(public_key), CONNECTION_NAME],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise ClusterError(
+                f"flwr supernode register {public_key} failed ({completed.returncode}):\n"
+                + completed.stdout[-2000:]
+                + completed.stderr[-2000:]
+            )
+        return completed.stdout
+
     def start_supernode(
-        self, node_config: Mapping[str, object], *, name: str | None = None
+        self,
+        node_config: Mapping[str, object],
+        *,
+        name: str | None = None,
+        auth_private_key: Path | None = None,
     ) -> ManagedProcess:
-        """Start a SuperNode connected to this cluster's SuperLink with ``node_config``."""
+        """Start a SuperNode connected to this cluster's SuperLink with ``node_config``.
+
+        ``auth_private_key``: the SuperNode's private key (OpenSSH format) when the SuperLink
+        authenticates SuperNodes.
+        """
         if self.superlink_address is None:
             raise ClusterError("start the SuperLink before any SuperNode.")
         config = " ".join(f"{key}={toml_value(value)}" for key, value in node_config.items())
@@ -343,6 +383,8 @@ class FlowerCluster:
             argv.append("--insecure")
         else:
             argv += ["--root-certificates", str(self.tls.ca_certificate)]
+        if auth_private_key is not None:
+            argv += ["--auth-supernode-private-key", str(auth_private_key)]
         index = sum(1 for p in self.processes if p.name.startswith("supernode"))
         return self.start(name or f"supernode-{index}", argv)
 

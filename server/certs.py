@@ -6,6 +6,8 @@ PKI. ``python -m server.certs OUTDIR [HOST ...]`` writes ``ca.crt``, ``ca.key``,
 subject alternative name, default ``127.0.0.1 localhost``). Start the SuperLink with
 ``--ssl-ca-certfile ca.crt --ssl-certfile server.pem --ssl-keyfile server.key`` and each
 SuperNode (and ``flwr``'s connection) with ``--root-certificates ca.crt``.
+``--node-keys NAME ...`` also writes SuperNode authentication key pairs (OpenSSH format,
+see :func:`generate_node_keys`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["TlsFiles", "generate_tls_files"]
+__all__ = ["NodeKeys", "TlsFiles", "generate_node_keys", "generate_tls_files"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def generate_tls_files(
     if days < 1:
         raise ValueError(f"days must be >= 1, got days={days}.")
     directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     not_before = now - dt.timedelta(minutes=5)
     not_after = now + dt.timedelta(days=days)
 
@@ -133,16 +135,59 @@ def generate_tls_files(
     return files
 
 
+@dataclass(frozen=True)
+class NodeKeys:
+    """A SuperNode's authentication key pair (OpenSSH format, ECDSA P-384)."""
+
+    private_key: Path
+    public_key: Path
+
+
+def generate_node_keys(directory: Path, name: str) -> NodeKeys:
+    """Write ``<name>`` (private) and ``<name>.pub`` for SuperNode authentication.
+
+    The SuperLink runs with ``--enable-supernode-auth``; the public key is registered with
+    ``flwr supernode register <name>.pub <connection>``; the SuperNode starts with
+    ``--auth-supernode-private-key <name>``. Equivalent to
+    ``ssh-keygen -t ecdsa -b 384 -N "" -f <name>``.
+    """
+    if not name or "/" in name:
+        raise ValueError(f"name must be a plain file name, got name={name!r}.")
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP384R1())
+    files = NodeKeys(private_key=directory / name, public_key=directory / f"{name}.pub")
+    files.private_key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
+    files.private_key.chmod(0o600)
+    files.public_key.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        + b"\n"
+    )
+    return files
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m server.certs OUTDIR [HOST ...]``."""
     parser = argparse.ArgumentParser(prog="python -m server.certs", description=__doc__)
     parser.add_argument("outdir", type=Path)
     parser.add_argument("hosts", nargs="*", default=["127.0.0.1", "localhost"])
     parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--node-keys", nargs="*", default=[], metavar="NAME")
     args = parser.parse_args(argv)
     files = generate_tls_files(args.outdir, args.hosts, days=args.days)
     for path in (files.ca_certificate, files.server_certificate, files.server_key):
         print(path)
+    for name in args.node_keys:
+        keys = generate_node_keys(args.outdir, name)
+        print(keys.private_key)
+        print(keys.public_key)
     return 0
 
 

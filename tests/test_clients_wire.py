@@ -57,33 +57,50 @@ def test_marker_like_user_keys_survive() -> None:
 
 
 @pytest.mark.parametrize(
-    "content",
+    "doc",
     [
-        RecordDict(),
-        RecordDict({"doc": ConfigRecord({"json": "not json"})}),
-        RecordDict({"doc": ConfigRecord({"json": "[1, 2]"})}),
+        None,
+        {"json": "not json", "blob": b""},
+        {"json": "[1, 2]", "blob": b""},
+        {"json": "{}", "blob": "text"},
     ],
 )
-def test_malformed_messages_raise(content: RecordDict) -> None:
-    if "doc" in content:
-        good = encode({})
-        content["blobs"] = good["blobs"]
-        content["arrays"] = good["arrays"]
+def test_malformed_messages_raise(doc: dict[str, Any] | None) -> None:
+    content = RecordDict() if doc is None else encode({})
+    if doc is not None:
+        content["doc"] = ConfigRecord(doc)
     with pytest.raises(WireFormatError):
         decode(content)
 
 
-def test_dangling_references_raise() -> None:
-    content = encode({"a": b"x", "b": np.zeros(2)})
-    content["doc"] = ConfigRecord({"json": '{"a": {"__b__": 7}}'})
-    with pytest.raises(WireFormatError, match="missing blob"):
+@pytest.mark.parametrize(
+    ("document", "match"),
+    [
+        ('{"a": {"__b__": [7, 1]}}', "missing blob range"),
+        ('{"a": {"__b__": "x"}}', "malformed blob"),
+        ('{"a": {"__bl__": [0, 4, 9]}}', "missing blob range"),
+        ('{"a": {"__a__": 3}}', "missing array"),
+        ('{"a": {"__il__": 0}}', "int64"),
+        ('{"a": {"__d__": [[[1], 2]]}}', "unhashable"),
+        ('{"a": {"__t__": 5}}', "tuple"),
+    ],
+)
+def test_dangling_or_malformed_references_raise(document: str, match: str) -> None:
+    content = encode({"a": b"xy", "b": np.zeros(2)})
+    content["doc"] = ConfigRecord({"json": document, "blob": b"xy"})
+    with pytest.raises(WireFormatError, match=match):
         decode(content)
-    content["doc"] = ConfigRecord({"json": '{"a": {"__a__": 3}}'})
-    with pytest.raises(WireFormatError, match="missing array"):
-        decode(content)
-    content["doc"] = ConfigRecord({"json": '{"a": {"__d__": [[[1], 2]]}}'})
-    with pytest.raises(WireFormatError, match="unhashable"):
-        decode(content)
+
+
+def test_long_lists_are_packed_into_two_records() -> None:
+    keys = [i.to_bytes(2, "big") * 16 for i in range(500)]
+    payload = {"ids": list(range(500)), "keys": keys, "mixed": [1, b"a", 2, 3], "flags": [True] * 5}
+    content = encode(payload)
+    assert sorted(content.keys()) == ["arrays", "doc"]
+    assert len(content["doc"]) == 2 and len(content["arrays"]) == 1
+    out = decode(content)
+    assert out == payload
+    assert type(out["ids"][0]) is int and out["flags"] == [True] * 5
 
 
 def test_unencodable_values_raise() -> None:
