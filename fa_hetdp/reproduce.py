@@ -13,12 +13,19 @@ against central noise. This command runs the same grid with the :mod:`fa_hetdp` 
   levels, averaged over ε, with the sign convention stated in the table note;
 - ``ratio_emse_tmse``, ``ratio_agm_cgm``: the paper's ratio tables (EMSE / TMSE and
   AGM / CGM, the table after Table 4 in the paper's source);
-- ``figure1.png``: EMSE against ε per skew level, log y, one panel per statistic;
-- our additions: ``ratio_emse_expected`` (EMSE / analytic expected MSE),
+- ``figure1.png``: EMSE against ε per skew level, log y, one panel per statistic
+  (``figure1_extra.png``: the same for μ', μ̄' and I²'');
+- our additions: ``emse_overview`` (EMSE of every release beside its true value),
+  ``ratio_emse_expected`` (EMSE / analytic expected MSE),
   ``ratio_distributed_central`` (with 95 % delta-method intervals), ``composition_basic_gdp``
   (σ and EMSE under basic and exact composition) and ``ci_coverage`` (empirical coverage of the
   paper's Thm 3.6 / 3.9 / 3.14 intervals and of ours);
-- ``REPORT.md`` (all tables) and ``reproduce.json`` (every cell of every skew).
+- ``REPORT.md`` (all tables), ``reproduce.json`` (every cell of every skew) and, per skew,
+  ``<slug>/results.json``, ``cells.csv`` and EMSE tables.
+
+The six runs of a dataset use the scenarios' seed, so they share their noise draws cell by cell
+(:func:`fa_hetdp.engine.cell_seed`): differences between skew levels are differences of the
+data, not Monte-Carlo scatter.
 
 ``I²`` in the paper's tables is the paper's I²''' (Thm 3.13, with its third noise stage); I²''
 (no third stage) is reported beside it in our additions.
