@@ -933,7 +933,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--repeats", type=int, default=None, help=f"repeats per cell (default {FULL_REPEATS})"
     )
     parser.add_argument(
-        "--out", default=None, help="output folder (default: results/reproduce-<dataset>)"
+        "--out",
+        default=None,
+        help="output folder (default: results/reproduce-<dataset>[-paper-profile][-quick])",
     )
     parser.add_argument(
         "--profile",
@@ -960,7 +962,9 @@ def run_command(args: argparse.Namespace) -> int:
         profile=args.profile,
         progress=False if args.no_progress else None,
     )
-    suffix = "-paper-profile" if args.profile == "paper" else ""
+    suffix = ("-paper-profile" if args.profile == "paper" else "") + (
+        "-quick" if args.quick else ""
+    )
     out = Path(args.out) if args.out else Path("results") / f"reproduce-{args.dataset}{suffix}"
     written = write_reproduction(results, out, dataset=args.dataset, quick=args.quick)
     for table in build_tables(results)[:3]:
