@@ -358,11 +358,14 @@ class SecAggClient:
                 raise MessageRejected(
                     f"share plaintext names {src} -> {dst}, expected {sender} -> {self.client_id}."
                 )
-            body = np.frombuffer(plaintext[16:], dtype="<u4").astype(np.uint32)
-            validate_shares(
-                body.reshape(1, 2 * self.num_summations, LIMBS), 1, 2 * self.num_summations
-            )
             held[sender] = plaintext[16:]
+        if msg.senders:  # every received share must lie in [0, p): checked in one pass
+            secrets = 2 * self.num_summations
+            bodies = b"".join(held[s] for s in msg.senders)
+            table = np.frombuffer(bodies, dtype="<u4").astype(np.uint32)
+            validate_shares(
+                table.reshape(len(msg.senders), secrets, LIMBS), len(msg.senders), secrets
+            )
         alive = tuple(sorted(msg.senders))
         if len(alive) + 1 < self.threshold:
             raise ProtocolAborted(

@@ -10,7 +10,6 @@ a network.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, overload
 
@@ -215,9 +214,10 @@ def run_in_process(
     batches = [vectors] if isinstance(vectors, np.ndarray) else list(vectors)
     if not batches:
         raise EncodingError("need at least one array of vectors.")
-    n = int(np.asarray(batches[0]).shape[0]) if np.asarray(batches[0]).ndim == 2 else -1
-    if n < 2 or not math.isfinite(n):
-        raise EncodingError(f"vectors must have shape (n, d) with n >= 2, got n={n}.")
+    first = np.asarray(batches[0])
+    if first.ndim != 2 or first.shape[0] < 2:
+        raise EncodingError(f"vectors must have shape (n, d) with n >= 2, got {first.shape}.")
+    n = int(first.shape[0])
     session = InProcessSession(
         n,
         threshold=threshold,

@@ -322,3 +322,24 @@ def test_encoding_values_come_from_request():
     request = server.start_summation(tight)[0]
     with pytest.raises(EncodingError, match="bound"):
         clients[0].masked_input(request, np.ones(D), rng=np.random.default_rng(0))
+
+
+def test_rejects_out_of_range_share_inside_valid_ciphertext():
+    import struct
+
+    from secagg.client import share_aad
+    from secagg.shamir import LIMBS, PRIME
+
+    server, clients, _ = session()
+    request = server.start_summation(encoding())[0]
+    sender = request["senders"][0]
+    key = clients[0].receive_keys[sender]  # what the sender's send key must equal
+    body = np.zeros((4, LIMBS), dtype="<u4")
+    body[1, 2] = PRIME
+    plaintext = struct.pack("<QQ", sender, 0) + body.tobytes()
+    forged = crypto.seal(key, plaintext, share_aad(clients[0].session_id, sender, 0))
+    blobs = [forged, *request["ciphertexts"][1:]]
+    with pytest.raises(MessageRejected, match="out of range"):
+        clients[0].masked_input(
+            {**request, "ciphertexts": blobs}, values()[0], rng=np.random.default_rng(0)
+        )
