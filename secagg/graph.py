@@ -6,18 +6,26 @@ to every other client, which costs O(n) key agreements and keystreams per client
 k = O(log n): the Harary graph H_{k,n} (each client linked to the k/2 nearest positions on
 either side of a ring) laid over a uniformly random permutation of the clients.
 
-Degree rule (:func:`default_degree`): ``k = 2 * ceil(2 * log2 n)``, capped at the complete
-graph when that is not smaller than ``n - 1``; e.g. n = 100 -> k = 28, n = 1000 -> k = 40.
-What it gives, in the honest-but-curious model with a fraction ``gamma`` of corrupt clients
-and ``delta`` of dropouts fixed before the permutation is drawn: a client's input is exposed
-only if its honest surviving neighbourhood is cut off, and a given client has all ``k``
-neighbours corrupt or dropped with probability at most ``(gamma + delta)^k``; for
-``gamma + delta <= 1/4`` and the rule above that is at most ``n^{-8}`` per client. Bell et
-al. prove the general statement (the honest surviving subgraph stays connected and each sum
-covers many honest inputs, failure ``2^{-sigma}``) for k = O(log n) with constants that
-depend on ``gamma``, ``delta`` and ``sigma``; our constant is a conservative instance of that
-family, not their optimised table. Callers that need a certified ``(gamma, delta, sigma)``
-should compute k from Bell et al. and pass it explicitly.
+Degree rule (:func:`default_degree`): ``k = 2 * ceil(2 * log2 n)``, the complete graph when
+that is not smaller than ``n - 1``; e.g. n = 100 -> k = 28, n = 1000 -> k = 40.
+
+What it gives (honest-but-curious server; a fraction ``gamma`` of corrupt clients and
+``delta`` of dropouts, fixed independently of the random permutation). Pairwise masks hide
+an input inside the sum of its connected component of honest survivors, so privacy needs
+that subgraph connected. A vertex separator of ``H_{k,n}`` must contain two disjoint runs of
+``k/2`` consecutive ring positions (the graph's connectivity is k), and under a uniform
+permutation a given set of ``k`` positions is all corrupt-or-dropped with probability at most
+``(gamma + delta)^k``; hence
+
+    P[honest survivors disconnected] <= n^2 / 2 * (gamma + delta)^k <= n^-6 / 2
+
+for ``gamma + delta <= 1/4`` and ``k >= 4 log2 n`` (about 2^-61 for n = 1000). Bell et al.
+(CCS 2020, Sec. 3-4) prove the general form of this (connectivity plus every sum covering
+many honest inputs, failure ``2^-sigma``) with k = O(log n) and constants that depend on
+``gamma``, ``delta`` and ``sigma``; our rule is one conservative instance of that family, not
+their optimised parameter table. Correctness additionally needs ``t`` of each client's
+``k + 1`` share holders to survive (the server aborts otherwise). Callers that need certified
+``(gamma, delta, sigma)`` should compute ``k`` from Bell et al. and pass it explicitly.
 
 The Shamir share holders of client ``i`` are its neighbours and ``i`` itself (``k + 1``
 holders); the threshold ``t`` counts shares among those holders.
