@@ -17,8 +17,12 @@ Planning (:func:`plan_budget`) turns a total budget and a list of Gaussian relea
   ``delta = 1e-5``; see the tests).
 
 Releases with ``counts_for_privacy=False`` (the paper's extra noise on ``I^2'''``, which is
-post-processing of already private releases) get a budget share as the paper gives them
-one, but are left out of the privacy actually spent (:func:`privacy_spent`).
+post-processing of already private releases) are calibrated by the same rule as the others
+(their weight times the per-unit share) but take nothing from the budget: the shares are
+normalised over the counted releases only, so the counted releases spend the whole total.
+The paper gives that noise a share of the budget; that would only waste it (with one
+uncounted release of five, gdp would spend ``sqrt(4/5)`` of mu). They are left out of the
+privacy actually spent (:func:`privacy_spent`).
 
 Accounting (:func:`privacy_spent`) composes the counted releases exactly (Dong-Roth-Su
 Cor. 3.3) with the noise that actually arrived (dropouts in the distributed placement leave
@@ -295,8 +299,9 @@ def plan_budget(
     ``(epsilon, delta)``-DP.
 
     Releases with ``counts_for_privacy=False`` (post-processing noise such as the paper's
-    ``I^2'''``) take their share of the budget, as in the paper, but are not counted by
-    :func:`privacy_spent`.
+    ``I^2'''``) are calibrated with the same per-unit share, but ``sum(w)`` runs over the
+    counted releases only: they take nothing from the budget (departure from the paper, whose
+    split wastes budget on post-processing), and :func:`privacy_spent` does not count them.
 
     Parameters
     ----------
@@ -338,7 +343,9 @@ def plan_budget(
             "composition='gdp' requires mechanism='agm', got mechanism='cgm': CGM (Thm 2.9) is "
             "the paper's basic-composition baseline and not an exact Gaussian calibration"
         )
-    total_weight = math.fsum(r.weight for r in items)
+    counted_weight = math.fsum(r.weight for r in items if r.counts_for_privacy)
+    # Shares are normalised over the counted releases; post-processing noise takes none.
+    total_weight = counted_weight if counted_weight > 0 else math.fsum(r.weight for r in items)
     planned: list[CalibratedRelease] = []
     labels: list[str] = []
     if comp == "basic":
@@ -386,8 +393,8 @@ def plan_budget(
     uncounted = [r.name for r in items if not r.counts_for_privacy]
     if uncounted:
         labels.append(
-            "post-processing noise with a budget share, not counted in the privacy spent: "
-            + ", ".join(uncounted)
+            "post-processing noise (calibrated like a release, takes no budget, "
+            "not counted in the privacy spent): " + ", ".join(uncounted)
         )
     return BudgetPlan(
         epsilon=epsilon_f,

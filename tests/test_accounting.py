@@ -39,9 +39,11 @@ BUDGETS = [(1.0, 1e-5), (0.25, 0.1), (0.1, 1e-8), (4.0, 1e-6), (20.0, 1e-10)]
 @pytest.mark.parametrize(("epsilon", "delta"), BUDGETS)
 def test_basic_split_is_proportional_and_sums_to_total(epsilon: float, delta: float) -> None:
     plan = plan_budget(epsilon, delta, PROTOCOL)
-    total_w = sum(r.weight for r in PROTOCOL)
-    assert math.fsum(r.epsilon_share or 0.0 for r in plan.releases) == pytest.approx(epsilon)
-    assert math.fsum(r.delta_share or 0.0 for r in plan.releases) == pytest.approx(delta)
+    # Shares are normalised over the counted releases; the uncounted one takes no budget.
+    total_w = sum(r.weight for r in PROTOCOL if r.counts_for_privacy)
+    counted = [r for r in plan.releases if r.counts_for_privacy]
+    assert math.fsum(r.epsilon_share or 0.0 for r in counted) == pytest.approx(epsilon)
+    assert math.fsum(r.delta_share or 0.0 for r in counted) == pytest.approx(delta)
     for spec, rel in zip(PROTOCOL, plan.releases, strict=True):
         assert rel.name == spec.name
         assert rel.epsilon_share == pytest.approx(epsilon * spec.weight / total_w, rel=1e-15)
@@ -57,13 +59,13 @@ def test_basic_split_is_proportional_and_sums_to_total(epsilon: float, delta: fl
 def test_gdp_plan_shares_mu(epsilon: float, delta: float) -> None:
     plan = plan_budget(epsilon, delta, PROTOCOL, composition="gdp")
     mu_total = 1.0 / calibrate_sigma(epsilon, delta)
-    total_w = sum(r.weight for r in PROTOCOL)
+    total_w = sum(r.weight for r in PROTOCOL if r.counts_for_privacy)
     for spec, rel in zip(PROTOCOL, plan.releases, strict=True):
         assert rel.epsilon_share is None
         assert rel.delta_share is None
         assert rel.mu_share == pytest.approx(mu_total * math.sqrt(spec.weight / total_w), 1e-15)
         assert rel.sigma == pytest.approx(spec.sensitivity / rel.mu_share, rel=1e-15)
-    mu_sq = math.fsum((r.mu_share or 0.0) ** 2 for r in plan.releases)
+    mu_sq = math.fsum((r.mu_share or 0.0) ** 2 for r in plan.releases if r.counts_for_privacy)
     assert math.sqrt(mu_sq) == pytest.approx(mu_total, rel=1e-14)
 
 
@@ -129,11 +131,26 @@ def test_gdp_spends_exactly_the_target(epsilon: float, delta: float) -> None:
 
 
 @pytest.mark.parametrize(("epsilon", "delta"), BUDGETS)
-def test_gdp_with_uncounted_share_spends_less(epsilon: float, delta: float) -> None:
-    # i2_extra takes a budget share (the paper's way) but is post-processing, not counted.
-    spent = privacy_spent(plan_budget(epsilon, delta, PROTOCOL, composition="gdp"))
-    assert spent.epsilon < epsilon
-    assert spent.delta_at_target_epsilon < delta
+def test_gdp_with_uncounted_release_still_spends_the_target(epsilon: float, delta: float) -> None:
+    # i2_extra is post-processing: it takes no budget, so the counted releases spend it all,
+    # and they get the same noise as a plan without it.
+    with_extra = plan_budget(epsilon, delta, PROTOCOL, composition="gdp")
+    without = plan_budget(epsilon, delta, PROTOCOL[:4], composition="gdp")
+    spent = privacy_spent(with_extra)
+    assert spent.epsilon == pytest.approx(epsilon, rel=1e-9)
+    assert spent.delta_at_target_epsilon <= delta
+    for name in ("mean", "weighted", "dispersion", "q"):
+        assert with_extra.sigma(name) == without.sigma(name)
+
+
+def test_uncounted_release_uses_the_per_unit_share() -> None:
+    plan = plan_budget(1.0, 1e-5, PROTOCOL)
+    counted = math.fsum(r.weight for r in PROTOCOL if r.counts_for_privacy)
+    extra = plan.release("i2_extra")
+    assert extra.epsilon_share == pytest.approx(1.0 * 0.5 / counted, rel=1e-15)
+    assert extra.sigma == pytest.approx(
+        calibrate_sigma(0.5 / counted, 1e-5 * 0.5 / counted, 4.0 / 50.0), rel=1e-15
+    )
 
 
 @pytest.mark.parametrize(("epsilon", "delta"), BUDGETS)
