@@ -92,8 +92,9 @@ class ReleaseSpec:
     weight : float, optional
         Relative share of the budget, finite and ``> 0``. Default 1.
     counts_for_privacy : bool, optional
-        ``False`` for noise added to post-processed output (the paper's ``I^2'''``): it gets
-        a budget share (as in the paper) but is left out of :func:`privacy_spent`.
+        ``False`` for noise added to post-processed output (the paper's ``I^2'''``): it is
+        calibrated like the others but takes no budget and is left out of
+        :func:`privacy_spent`.
 
     Raises
     ------
