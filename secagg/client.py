@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from secagg import crypto
 from secagg.encoding import FixedPointEncoding, FloatArray
@@ -414,26 +415,27 @@ class SecAggClient:
                 f"arrived in the wrong round (awaiting {self.pending_unmask})."
             )
         survivors, dropped = msg.survivors, msg.dropped
+        survivor_set, dropped_set = set(survivors), set(dropped)
         me = self.client_id
         for name, ids in (("survivors", survivors), ("dropped", dropped)):
             if len(set(ids)) != len(ids):
                 raise UnmaskRefused(f"client {me}: unmask request lists duplicate {name} ids.")
-        unknown = sorted((set(survivors) | set(dropped)) - self.directory_ids)
+        unknown = sorted((survivor_set | dropped_set) - self.directory_ids)
         if unknown:
             raise UnmaskRefused(f"client {me}: unmask request names unknown ids {unknown[:5]}.")
         if me in dropped:
             self.phase = "excluded"
             self.pending_unmask = None
             raise UnmaskRefused(f"client {me}: unmask request lists this client as dropped.")
-        both = sorted(set(survivors) & set(dropped))
+        both = sorted(survivor_set & dropped_set)
         if both:
             raise UnmaskRefused(
                 f"client {me}: request asks for both the self-mask share and the key share "
                 f"of clients {both[:5]}."
             )
-        if me not in survivors:
+        if me not in survivor_set:
             raise UnmaskRefused(f"client {me}: unmask request omits this client's own input.")
-        revived = sorted(set(survivors) & self.dropped_peers)
+        revived = sorted(survivor_set & self.dropped_peers)
         if revived:
             raise UnmaskRefused(
                 f"client {me}: clients {revived[:5]} were declared dropped earlier; a dropped "
@@ -444,31 +446,35 @@ class SecAggClient:
                 f"client {me}: {len(survivors)} survivors, fewer than threshold {self.threshold}."
             )
         alive = set(self.alive)
-        stray = sorted(set(survivors) & set(self._graph_of_session().neighbours(me)) - alive)
+        stray = sorted(
+            j
+            for j in self._graph_of_session().neighbours(me)
+            if j in survivor_set and j not in alive
+        )
         if stray:
             raise UnmaskRefused(
                 f"client {me}: survivors {stray[:5]} never shared keys with this client."
             )
-        local = sum(1 for j in survivors if j in alive) + 1
+        local = sum(1 for j in alive if j in survivor_set) + 1
         if local < self.threshold:
             raise UnmaskRefused(
                 f"client {me}: {local} of its share holders survive, fewer than threshold "
                 f"{self.threshold}."
             )
         s = msg.summation
-        held = {
-            j: np.frombuffer(blob, dtype="<u4").reshape(2 * self.num_summations, LIMBS)
-            for j, blob in self.held_shares.items()
-        }
-        seed_owners = sorted(j for j in survivors if j in held)
-        key_owners = sorted(j for j in dropped if j in held)
-        seed_shares = np.array(
-            [held[j][self.num_summations + s] for j in seed_owners], dtype=np.uint32
-        ).reshape(len(seed_owners), 1, LIMBS)
-        key_shares = np.array([held[j][s] for j in key_owners], dtype=np.uint32).reshape(
-            len(key_owners), 1, LIMBS
-        )
-        self.dropped_peers |= set(dropped)
+        seed_owners = sorted(j for j in self.held_shares if j in survivor_set)
+        key_owners = sorted(j for j in self.held_shares if j in dropped_set)
+
+        def rows(owners: list[int], index: int) -> npt.NDArray[np.uint32]:
+            table = np.empty((len(owners), 1, LIMBS), dtype=np.uint32)
+            for h, owner in enumerate(owners):
+                limbs = np.frombuffer(self.held_shares[owner], dtype="<u4")
+                table[h, 0] = limbs[index * LIMBS : (index + 1) * LIMBS]
+            return table
+
+        seed_shares = rows(seed_owners, self.num_summations + s)
+        key_shares = rows(key_owners, s)
+        self.dropped_peers |= dropped_set
         self.pending_unmask = None
         return UnmaskResponse(
             session=self.session,

@@ -160,7 +160,7 @@ class SetupMessage(Message):
         ids = _int_list(data["client_ids"], "client_ids")
         ring = _int_list(data["ring"], "ring")
         _unique(ids, "client_ids")
-        if sorted(ring) != sorted(ids) or list(ids) != sorted(ids):
+        if len(ring) != len(ids) or set(ring) != set(ids) or list(ids) != sorted(ids):
             raise MessageRejected("client_ids must be sorted and ring a permutation of them.")
         return cls(
             session=_bytes(data["session"], "session"),

@@ -397,7 +397,10 @@ class SecAggServer:
         groups: dict[tuple[int, ...], list[int]] = {}
         for owner in owners:
             chosen: list[int] = []
-            for sender in responders:
+            candidates = responders if self.graph.complete else self.graph.holders(owner)
+            for sender in candidates:
+                if sender not in index:
+                    continue
                 if owner in index[sender]:
                     chosen.append(sender)
                     if len(chosen) == self.threshold:

@@ -155,16 +155,18 @@ def lagrange_at_zero(xs: tuple[int, ...]) -> I64Array:
 
     ``lambda_i = prod_{j != i} x_j / (x_j - x_i)  (mod p)``.
     """
-    points = np.asarray(_check_points(xs), dtype=np.int64)
-    size = points.size
-    numerator = np.ones(size, dtype=np.int64)
-    denominator = np.ones(size, dtype=np.int64)
-    for j in range(size):
-        others = np.arange(size) != j
-        numerator[others] = numerator[others] * points[j] % PRIME
-        denominator[others] = denominator[others] * ((points[j] - points[others]) % PRIME) % PRIME
-    inverse = np.array([pow(int(v), PRIME - 2, PRIME) for v in denominator], dtype=np.int64)
-    out = numerator * inverse % PRIME
+    points = _check_points(xs)
+    out = np.empty(len(points), dtype=np.int64)
+    total = 1
+    for x in points:
+        total = total * x % PRIME
+    for i, xi in enumerate(points):
+        denominator = xi
+        for j, xj in enumerate(points):
+            if j != i:
+                denominator = denominator * (xj - xi) % PRIME
+        # prod_{j != i} x_j / (x_j - x_i) = (prod_j x_j) / (x_i * prod_{j != i} (x_j - x_i))
+        out[i] = total * pow(denominator, PRIME - 2, PRIME) % PRIME
     out.setflags(write=False)
     return out
 
