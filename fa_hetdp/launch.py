@@ -216,6 +216,7 @@ class FlowerCluster:
                 "FLWR_HOME": str(self.home),
                 "FLWR_TELEMETRY_ENABLED": "0",
                 "FLWR_DISABLE_UPDATE_CHECK": "1",
+                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
                 "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
                 "RAY_DEDUP_LOGS": "0",
                 "PYTHONUNBUFFERED": "1",

@@ -4,8 +4,10 @@ Each SuperNode is a separate process with its own ``--node-config`` (partition i
 separate hosts. In the middle of the protocol (after the key rounds, before the stage-1
 masked inputs) one SuperNode is killed with SIGKILL; the run must finish with the 4
 survivors. Once without TLS, with seeded noise so the result can be checked exactly against
-the in-process twin of the 4 survivors; once with TLS (certificates made here with
-``cryptography``) and CSPRNG noise (``mode = "deployment"``), checked through the accounting.
+the in-process twin of the 4 survivors; once as in production: TLS (certificates made here with
+``cryptography``), SuperNode authentication (keys registered with ``flwr supernode register``;
+an unregistered SuperNode is turned away) and CSPRNG noise (``mode = "deployment"``), checked
+through the accounting.
 Every process started is stopped, also when the test fails (``FlowerCluster`` is a context
 manager).
 """
@@ -22,7 +24,7 @@ from clients.settings import RunSettings
 from fa_hetdp.accounting import privacy_spent
 from fa_hetdp.launch import FlowerCluster, TlsSettings, read_progress
 from fa_hetdp.protocol import plan_protocol
-from server.certs import generate_tls_files
+from server.certs import generate_node_keys, generate_tls_files
 
 pytestmark = pytest.mark.slow
 
@@ -65,10 +67,25 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
     }
     assert set(config) <= APP_CONFIG_KEYS
     with FlowerCluster(tmp_path / "cluster", tls=tls_settings) as cluster:
-        cluster.start_superlink(simulation=False)
+        cluster.start_superlink(simulation=False, node_auth=tls)
+        keys = [None] * NUM_NODES
+        intruder = None
+        if tls:
+            keys = [generate_node_keys(tmp_path / "keys", f"owner-{i}") for i in range(NUM_NODES)]
+            for key in keys:
+                cluster.register_supernode(key.public_key)
+            stranger = generate_node_keys(tmp_path / "keys", "stranger")
+            intruder = cluster.start_supernode(
+                {"partition-id": 0, "num-partitions": NUM_NODES},
+                name="intruder",
+                auth_private_key=stranger.private_key,
+            )
         nodes = [
-            cluster.start_supernode({"partition-id": i, "num-partitions": NUM_NODES})
-            for i in range(NUM_NODES)
+            cluster.start_supernode(
+                {"partition-id": i, "num-partitions": NUM_NODES},
+                auth_private_key=None if key is None else key.private_key,
+            )
+            for i, key in enumerate(keys)
         ]
         run = cluster.submit(config, name="flwr-run")
         wait_for_step(cluster, progress, "share_keys", timeout=240)
@@ -76,6 +93,7 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
         assert not nodes[KILLED].alive()
         outcome = cluster.wait_run(run, result_path, timeout=300)
         started = list(cluster.processes)
+        intruder_log = "" if intruder is None else intruder.log_tail(20_000)
     for process in started:
         assert not process.alive(), process.name
 
@@ -90,6 +108,9 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
     if not tls:
         assert_matches_reference(result, config)
     else:
+        # The unregistered SuperNode never joined: exactly the 5 registered ones connected.
+        nodes_event = next(e for e in read_progress(progress) if e["event"] == "nodes")
+        assert nodes_event["connected"] == NUM_NODES, intruder_log
         settings = RunSettings.from_run_config(config)
         assert settings.seed is None and result["seed"] is None
         plan = plan_protocol(settings.protocol, n=NUM_NODES, d=64)

@@ -91,3 +91,66 @@ def test_below_threshold_aborts_cleanly(cluster: FlowerCluster, tmp_path: Path) 
     assert "stage1_input" in result["reason"] and "threshold t=6" in result["reason"]
     assert "statistics" not in result
     print(json.dumps(result["steps"]), file=sys.stderr)
+
+
+def test_flwr_run_dot_the_flower_way(tmp_path: Path) -> None:
+    """`flwr run .` with flwr's own local SuperLink (which it leaves running: stopped here)."""
+    import os
+    import signal
+    import subprocess
+
+    from fa_hetdp.launch import APP_DIR, free_port, toml_value
+
+    home = tmp_path / "flwr-home"
+    env = dict(os.environ)
+    env.update(
+        {
+            "FLWR_HOME": str(home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+            "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+            "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+        }
+    )
+    result_path = tmp_path / "result.json"
+    overrides = {
+        "scenario": str(scenario_file(tmp_path, 8, seed=6)),
+        "mode": "simulation",
+        "result-path": str(result_path),
+    }
+    config = tmp_path / "overrides.toml"
+    config.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in overrides.items()))
+    try:
+        completed = subprocess.run(
+            [
+                "flwr",
+                "run",
+                str(APP_DIR),
+                "--stream",
+                "--run-config",
+                str(config),
+                "--federation-config",
+                "num-supernodes=8",
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result_path.is_file(), completed.stdout[-3000:] + completed.stderr[-3000:]
+        result = json.loads(result_path.read_text())
+        assert result["status"] == "success"
+        assert result["n"] == 8 and result["seed"] == 6
+    finally:
+        marker = f"FLWR_HOME={home}".encode()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if marker in (entry / "environ").read_bytes().split(b"\0"):
+                        os.kill(int(entry.name), signal.SIGKILL)
+                except (OSError, ProcessLookupError):
+                    pass
