@@ -286,3 +286,32 @@ def test_invalid_threshold(threshold):
 def test_invalid_degree():
     with pytest.raises(ValueError, match="even"):
         SecAggServer(range(20), threshold=2, neighbours=5, rng=np.random.default_rng(0))
+
+
+def test_dropping_in_a_later_summation_reveals_only_that_summations_mask_key():
+    # With one mask key per session, the server would now hold client 5's mask key and its
+    # summation-0 self-mask seed, i.e. could unmask its summation-0 input. Per-summation keys
+    # keep that input hidden.
+    server, clients = shared(n=6, t=3, summations=2)
+    x = x_values()
+    first = inputs(server, clients, x)
+    request = server.unmask_request()
+    for i in server.survivors:
+        server.receive_unmask(clients[i].unmask(request))
+    server.finish_summation()
+    inputs(server, clients, x, skip={5})
+    request = server.unmask_request()
+    replies = [clients[i].unmask(request) for i in server.survivors]
+    for reply in replies:
+        server.receive_unmask(reply)
+    assert np.array_equal(server.finish_summation().sum, x[:5].sum(axis=0))
+    holders = replies[:3]
+    shares = np.stack([r["key_shares"][list(r["key_owners"]).index(5)] for r in holders])
+    (revealed,) = shamir.reconstruct([r["sender"] + 1 for r in holders], shares, 3)
+    assert revealed == clients[5].mask_sks[1]
+    assert revealed != clients[5].mask_sks[0]
+    # the summation-0 masked input is still hidden by its pairwise masks
+    assert not np.array_equal(
+        first[5]["vector"] - crypto.mask_keystream(clients[5].seeds[0], D),
+        np.round(x[5] * enc().scales).astype(np.int64).view(np.uint64),
+    )
