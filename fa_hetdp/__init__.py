@@ -7,6 +7,15 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 
 from __future__ import annotations
 
+from fa_hetdp.accounting import (
+    BudgetPlan,
+    PrivacySpent,
+    ReleaseSpec,
+    plan_budget,
+    privacy_spent,
+)
+from fa_hetdp.calibration import achieved_delta, achieved_epsilon, calibrate_sigma
+from fa_hetdp.data import Dataset, load_dataset
 from fa_hetdp.errors import (
     AggregationError,
     BaselineWarning,
@@ -16,16 +25,50 @@ from fa_hetdp.errors import (
     PrivacyParameterError,
     ScenarioError,
 )
+from fa_hetdp.metrics import emse, expected_mse
+from fa_hetdp.protocol import (
+    PrivateStatistics,
+    ProtocolConfig,
+    ProtocolPlan,
+    plan_protocol,
+    private_statistics,
+    private_statistics_batch,
+)
+from fa_hetdp.scenario import Scenario, default_scenario, load_scenario
+from fa_hetdp.statistics import TrueStatistics, true_statistics
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AggregationError",
     "BaselineWarning",
+    "BudgetPlan",
+    "Dataset",
     "DatasetError",
     "FaHetdpError",
     "InputDataError",
     "PrivacyParameterError",
+    "PrivacySpent",
+    "PrivateStatistics",
+    "ProtocolConfig",
+    "ProtocolPlan",
+    "ReleaseSpec",
+    "Scenario",
     "ScenarioError",
+    "TrueStatistics",
     "__version__",
+    "achieved_delta",
+    "achieved_epsilon",
+    "calibrate_sigma",
+    "default_scenario",
+    "emse",
+    "expected_mse",
+    "load_dataset",
+    "load_scenario",
+    "plan_budget",
+    "plan_protocol",
+    "privacy_spent",
+    "private_statistics",
+    "private_statistics_batch",
+    "true_statistics",
 ]
