@@ -3,17 +3,17 @@
 The protocol messages (``secagg``'s state-machine messages and our own stage payloads) are
 nested dicts of ``str``/``int``/``float``/``bool``/``None``/``bytes``/lists/tuples/numpy
 arrays, some keyed by integers (peer ids). A ``RecordDict`` holds flat records only, and
-Flower's cost grows with the number of record entries, so a message travels as two records:
+Flower's cost grows with the number of records and array objects, so a message travels as one
+record, ``ConfigRecord "doc"`` = ``{"json": <the structure as JSON>, "blob": <bytes>}``, where
+the blob holds every ``bytes`` value, every numpy array (raw, little-endian, 8-byte aligned)
+and every long list of integers (as int64):
 
-- ``ConfigRecord "doc"``: ``{"json": <the structure as JSON>, "blob": <all bytes values
-  concatenated>}``;
-- ``ArrayRecord "arrays"``: every numpy array, and every long list of integers as an int64
-  array, under keys ``"0"``, ``"1"``, ...
+- ``{"__a__": [offset, dtype, shape]}``: a numpy array (numeric dtypes only);
+- ``{"__il__": [offset, count]}``: a list of ``count`` ints;
+- ``{"__b__": [offset, length]}``: a bytes value;
+- ``{"__bl__": [offset, size, count]}``: a list of ``count`` bytes values of equal ``size``;
+- ``{"__t__": ...}``: a tuple; ``{"__d__": [[key, value], ...]}``: a dict with non-string keys.
 
-In the JSON, ``{"__a__": k}`` is array ``k``; ``{"__il__": k}`` a list of ints stored as
-array ``k``; ``{"__b__": [offset, length]}`` a bytes value in the blob;
-``{"__bl__": [offset, size, count]}`` a list of ``count`` bytes values of equal ``size``;
-``{"__t__": ...}`` a tuple; ``{"__d__": [[key, value], ...]}`` a dict with non-string keys.
 (Key directories and survivor lists of secure aggregation are O(n) per message: packing them
 keeps a round's cost close to that of a single array.)
 
@@ -24,56 +24,46 @@ No pickle: decoding only builds the types above, and anything else raises
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 __all__ = ["WireFormatError", "decode", "encode"]
 
 _DOC = "doc"
-_ARRAYS = "arrays"
 _MARKERS = frozenset({"__a__", "__b__", "__t__", "__d__", "__il__", "__bl__"})
 _PACK_MIN = 4  # lists at least this long are packed
-_INT64 = (-(2**63), 2**63 - 1)
+_INT64 = np.dtype("<i8")
 
 
 class WireFormatError(ValueError):
     """A message could not be encoded or decoded (malformed or unexpected content)."""
 
 
-def _int_list(value: list[Any]) -> bool:
-    return all(
-        type(v) is int and _INT64[0] <= v <= _INT64[1]
-        for v in value
-    )
-
-
-def _bytes_list(value: list[Any]) -> bool:
-    if not all(isinstance(v, bytes) for v in value):
-        return False
-    size = len(value[0])
-    return all(len(v) == size for v in value)
-
-
 def encode(payload: Mapping[str, Any]) -> RecordDict:
     """Encode a message dict into a ``RecordDict`` (see the module docstring)."""
-    arrays: list[np.ndarray] = []
     blob = bytearray()
 
-    def add_array(array: np.ndarray) -> int:
-        arrays.append(array)
-        return len(arrays) - 1
+    def append(data: bytes | memoryview, *, align: bool = False) -> int:
+        if align and len(blob) % 8:
+            blob.extend(bytes(8 - len(blob) % 8))
+        offset = len(blob)
+        blob.extend(data)
+        return offset
 
     def walk(value: Any) -> Any:
         if isinstance(value, np.ndarray):
-            return {"__a__": add_array(value)}
+            if value.dtype.kind not in "biufc" or value.dtype.hasobject:
+                raise WireFormatError(f"cannot encode an array of dtype {value.dtype}")
+            array = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            offset = append(array.tobytes(), align=True)
+            return {"__a__": [offset, array.dtype.str, list(array.shape)]}
         if isinstance(value, (bytes, bytearray, memoryview)):
             data = bytes(value)
-            offset = len(blob)
-            blob.extend(data)
-            return {"__b__": [offset, len(data)]}
+            return {"__b__": [append(data), len(data)]}
         if isinstance(value, np.generic):
             return value.item()
         if value is None or isinstance(value, (bool, int, float, str)):
@@ -81,13 +71,19 @@ def encode(payload: Mapping[str, Any]) -> RecordDict:
         if isinstance(value, tuple):
             return {"__t__": walk(list(value))}
         if isinstance(value, list):
-            if len(value) >= _PACK_MIN and _int_list(value):
-                return {"__il__": add_array(np.array(value, dtype=np.int64))}
-            if len(value) >= _PACK_MIN and _bytes_list(value):
-                offset = len(blob)
-                for item in value:
-                    blob.extend(item)
-                return {"__bl__": [offset, len(value[0]), len(value)]}
+            if len(value) >= _PACK_MIN:
+                kinds = set(map(type, value))
+                if kinds == {int}:
+                    try:
+                        packed = np.array(value, dtype=_INT64)
+                    except OverflowError:
+                        packed = None
+                    if packed is not None:
+                        offset = append(packed.tobytes(), align=True)
+                        return {"__il__": [offset, len(value)]}
+                elif kinds == {bytes} and len(set(map(len, value))) == 1:
+                    offset = append(b"".join(value))
+                    return {"__bl__": [offset, len(value[0]), len(value)]}
             return [walk(v) for v in value]
         if isinstance(value, Mapping):
             if all(isinstance(k, str) for k in value) and not (_MARKERS & set(value)):
@@ -98,16 +94,11 @@ def encode(payload: Mapping[str, Any]) -> RecordDict:
     doc = json.dumps(walk(dict(payload)), allow_nan=True, separators=(",", ":"))
     content = RecordDict()
     content[_DOC] = ConfigRecord({"json": doc, "blob": bytes(blob)})
-    content[_ARRAYS] = ArrayRecord(
-        array_dict={str(i): Array(np.ascontiguousarray(a)) for i, a in enumerate(arrays)}
-    )
     return content
 
 
 def _slice(blob: bytes, spec: Any) -> tuple[int, int]:
-    if (
-        not isinstance(spec, list) or len(spec) != 2 or not all(type(v) is int for v in spec)
-    ):
+    if not isinstance(spec, list) or len(spec) != 2 or not all(type(v) is int for v in spec):
         raise WireFormatError(f"malformed blob reference {spec!r}")
     offset, length = spec
     if offset < 0 or length < 0 or offset + length > len(blob):
@@ -121,12 +112,9 @@ def decode(content: RecordDict) -> dict[str, Any]:
         record = content[_DOC]
         doc = record["json"]
         blob = record["blob"]
-        arrays = content[_ARRAYS]
     except (KeyError, TypeError) as exc:
         raise WireFormatError(f"message lacks the record {exc}") from exc
     if not isinstance(doc, str) or not isinstance(blob, bytes):
-        raise WireFormatError("message records have the wrong types")
-    if not isinstance(arrays, ArrayRecord):
         raise WireFormatError("message records have the wrong types")
     try:
         tree = json.loads(doc)
@@ -140,12 +128,11 @@ def decode(content: RecordDict) -> dict[str, Any]:
             if len(value) == 1 and (_MARKERS & set(value)):
                 ((marker, inner),) = value.items()
                 if marker == "__a__":
-                    return _array(arrays, inner)
+                    return _array(blob, inner)
                 if marker == "__il__":
-                    array = _array(arrays, inner)
-                    if array.dtype != np.int64 or array.ndim != 1:
-                        raise WireFormatError("packed int list is not a 1-D int64 array")
-                    return array.tolist()
+                    if not isinstance(inner, list) or len(inner) != 2:
+                        raise WireFormatError(f"malformed int-list reference {inner!r}")
+                    return _array(blob, [inner[0], _INT64.str, [inner[1]]]).tolist()
                 if marker == "__b__":
                     offset, length = _slice(blob, inner)
                     return blob[offset : offset + length]
@@ -183,11 +170,21 @@ def decode(content: RecordDict) -> dict[str, Any]:
     return result
 
 
-def _array(arrays: ArrayRecord, index: Any) -> np.ndarray:
-    key = str(index)
-    if key not in arrays:
-        raise WireFormatError(f"message refers to a missing array {index!r}")
+def _array(blob: bytes, spec: Any) -> np.ndarray:
+    if not isinstance(spec, list) or len(spec) != 3:
+        raise WireFormatError(f"malformed array reference {spec!r}")
+    offset, dtype_text, shape = spec
     try:
-        return np.asarray(arrays[key].numpy())
-    except Exception as exc:  # malformed bytes from a peer
-        raise WireFormatError(f"array {index!r} cannot be decoded: {exc}") from exc
+        dtype = np.dtype(dtype_text)
+    except TypeError as exc:
+        raise WireFormatError(f"array reference with a bad dtype {dtype_text!r}") from exc
+    if dtype.kind not in "biufc" or dtype.hasobject:
+        raise WireFormatError(f"array reference with a non-numeric dtype {dtype_text!r}")
+    if not isinstance(shape, list) or not all(
+        type(n) is int and n >= 0
+        for n in shape
+    ):
+        raise WireFormatError(f"array reference with a bad shape {shape!r}")
+    count = math.prod(shape)
+    start, _ = _slice(blob, [offset, count * dtype.itemsize])
+    return np.frombuffer(blob, dtype=dtype, count=count, offset=start).reshape(shape).copy()

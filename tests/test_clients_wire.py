@@ -79,8 +79,11 @@ def test_malformed_messages_raise(doc: dict[str, Any] | None) -> None:
         ('{"a": {"__b__": [7, 1]}}', "missing blob range"),
         ('{"a": {"__b__": "x"}}', "malformed blob"),
         ('{"a": {"__bl__": [0, 4, 9]}}', "missing blob range"),
-        ('{"a": {"__a__": 3}}', "missing array"),
-        ('{"a": {"__il__": 0}}', "int64"),
+        ('{"a": {"__a__": 3}}', "malformed array"),
+        ('{"a": {"__a__": [0, "|O", [1]]}}', "non-numeric"),
+        ('{"a": {"__a__": [0, "<f8", [4]]}}', "missing blob range"),
+        ('{"a": {"__a__": [0, "<f8", [-1]]}}', "bad shape"),
+        ('{"a": {"__il__": 0}}', "malformed int-list"),
         ('{"a": {"__d__": [[[1], 2]]}}', "unhashable"),
         ('{"a": {"__t__": 5}}', "tuple"),
     ],
@@ -96,8 +99,7 @@ def test_long_lists_are_packed_into_two_records() -> None:
     keys = [i.to_bytes(2, "big") * 16 for i in range(500)]
     payload = {"ids": list(range(500)), "keys": keys, "mixed": [1, b"a", 2, 3], "flags": [True] * 5}
     content = encode(payload)
-    assert sorted(content.keys()) == ["arrays", "doc"]
-    assert len(content["doc"]) == 2 and len(content["arrays"]) == 1
+    assert list(content.keys()) == ["doc"] and len(content["doc"]) == 2
     out = decode(content)
     assert out == payload
     assert type(out["ids"][0]) is int and out["flags"] == [True] * 5
@@ -106,3 +108,12 @@ def test_long_lists_are_packed_into_two_records() -> None:
 def test_unencodable_values_raise() -> None:
     with pytest.raises(WireFormatError, match="cannot encode"):
         encode({"f": object()})
+    with pytest.raises(WireFormatError, match="dtype"):
+        encode({"f": np.array([object()])})
+
+
+def test_big_endian_and_huge_ints_round_trip() -> None:
+    payload = {"be": np.arange(3, dtype=">u4"), "big": [2**70, 1, 2, 3], "empty": np.zeros((0, 2))}
+    out = decode(encode(payload))
+    np.testing.assert_array_equal(out["be"], [0, 1, 2])
+    assert out["big"] == [2**70, 1, 2, 3] and out["empty"].shape == (0, 2)
