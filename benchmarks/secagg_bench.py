@@ -242,8 +242,9 @@ def main() -> None:
         "reconstruction and one mask per kind, scaled to the run's counts."
     )
     print(
-        f"target: full protocol n = 1000, k-regular, in <= 5 s wall; default k(1000) = "
-        f"{default_degree(1000)}"
+        "wall s / cpu s: our whole session in one process (all n clients and the server); "
+        f"target n = 1000, k-regular (k = {default_degree(1000)}): <= 5 s wall. Load average "
+        f"now {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs."
     )
 
 

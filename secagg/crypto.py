@@ -72,6 +72,7 @@ _SMALL_ORDER_U = frozenset(
     }
 )
 _ZERO_BLOCK = bytes(16)
+_CTR_ZERO = modes.CTR(_ZERO_BLOCK)  # immutable mode object, shared by every keystream
 
 
 def random_bytes(size: int) -> bytes:
@@ -209,7 +210,7 @@ def mask_keystream(key: bytes, length: int) -> U64Array:
     """
     if len(key) != KEY_BYTES:
         raise ValueError(f"mask key must be {KEY_BYTES} bytes, got {len(key)}.")
-    encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_BLOCK)).encryptor()
+    encryptor = Cipher(algorithms.AES(key), _CTR_ZERO).encryptor()
     stream = encryptor.update(_zeros(8 * length))
     return np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=False)
 
