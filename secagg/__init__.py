@@ -50,7 +50,9 @@ setup and the key directory; info = purpose + ordered pair (+ summation)), AES-2
 share channel (associated data: session id, round, sender, recipient), AES-256-CTR mask
 PRG read as little-endian uint64. Shamir (:mod:`secagg.shamir`): t-of-n over GF(2^21 - 9),
 13 limbs per 256-bit secret, vectorised. Graphs (:mod:`secagg.graph`): complete or random
-Harary with ``k = 2 ceil(2 log2 n)``; ``t`` counts shares among a client's k + 1 holders.
+Harary with ``k = 2 ceil((40 + 2 log2 n) / 4)`` (disconnection probability <= 2^-41 when at
+most a quarter of the clients are corrupt or dropped); ``t`` counts shares among a client's
+k + 1 holders.
 
 Driving it from Flower (one handler per round)
 ----------------------------------------------

@@ -6,26 +6,30 @@ to every other client, which costs O(n) key agreements and keystreams per client
 k = O(log n): the Harary graph H_{k,n} (each client linked to the k/2 nearest positions on
 either side of a ring) laid over a uniformly random permutation of the clients.
 
-Degree rule (:func:`default_degree`): ``k = 2 * ceil(2 * log2 n)``, the complete graph when
-that is not smaller than ``n - 1``; e.g. n = 100 -> k = 28, n = 1000 -> k = 40.
+Degree rule (:func:`default_degree`): the smallest even ``k`` with
+
+    k * log2(1 / f) >= sigma + 2 log2 n,     i.e.  k = 2 ceil((sigma + 2 log2 n) / (2 log2(1/f)))
+
+for statistical security ``sigma = 40`` and a tolerated bad fraction ``f = gamma + delta =
+1/4`` (corrupt plus dropped clients); the complete graph when that is not below ``n - 1``.
+E.g. n = 100 -> k = 28, n = 1000 -> k = 30, n = 10^6 -> k = 40: k = O(sigma + log n).
 
 What it gives (honest-but-curious server; a fraction ``gamma`` of corrupt clients and
 ``delta`` of dropouts, fixed independently of the random permutation). Pairwise masks hide
 an input inside the sum of its connected component of honest survivors, so privacy needs
 that subgraph connected. A vertex separator of ``H_{k,n}`` must contain two disjoint runs of
-``k/2`` consecutive ring positions (the graph's connectivity is k), and under a uniform
-permutation a given set of ``k`` positions is all corrupt-or-dropped with probability at most
-``(gamma + delta)^k``; hence
+``k/2`` consecutive ring positions (its connectivity is k), and under a uniform permutation a
+given set of ``k`` positions is all corrupt-or-dropped with probability at most
+``(gamma + delta)^k``; hence, for ``gamma + delta <= f``,
 
-    P[honest survivors disconnected] <= n^2 / 2 * (gamma + delta)^k <= n^-6 / 2
+    P[honest survivors disconnected] <= n^2 / 2 * f^k <= 2^-(sigma + 1).
 
-for ``gamma + delta <= 1/4`` and ``k >= 4 log2 n`` (about 2^-61 for n = 1000). Bell et al.
-(CCS 2020, Sec. 3-4) prove the general form of this (connectivity plus every sum covering
-many honest inputs, failure ``2^-sigma``) with k = O(log n) and constants that depend on
-``gamma``, ``delta`` and ``sigma``; our rule is one conservative instance of that family, not
-their optimised parameter table. Correctness additionally needs ``t`` of each client's
-``k + 1`` share holders to survive (the server aborts otherwise). Callers that need certified
-``(gamma, delta, sigma)`` should compute ``k`` from Bell et al. and pass it explicitly.
+Bell et al. (CCS 2020, Sec. 3-4) prove the general form of this (connectivity plus every sum
+covering many honest inputs, failure ``2^-sigma``) with k = O(log n) and constants that
+depend on ``gamma``, ``delta`` and ``sigma``; our rule is one simple instance of that family,
+not their optimised parameter table. Correctness additionally needs ``t`` of each client's
+``k + 1`` share holders to survive (the server aborts otherwise). Callers that need other
+``(gamma, delta, sigma)`` pass ``sigma``/``bad_fraction`` or an explicit ``k``.
 
 The Shamir share holders of client ``i`` are its neighbours and ``i`` itself (``k + 1``
 holders); the threshold ``t`` counts shares among those holders.
@@ -42,14 +46,26 @@ import numpy as np
 __all__ = ["NeighbourGraph", "complete_graph", "default_degree", "random_harary_graph"]
 
 
-def default_degree(n: int) -> int:
-    """Return the default SecAgg+ degree ``k = 2 ceil(2 log2 n)``, or ``n - 1`` if larger.
+def default_degree(n: int, *, sigma: float = 40.0, bad_fraction: float = 0.25) -> int:
+    """Return the SecAgg+ degree ``k`` of the rule above, or ``n - 1`` (complete) if larger.
 
-    ``n - 1`` (the complete graph) is returned when the rule gives ``k >= n - 1``.
+    Parameters
+    ----------
+    n : int
+        Number of clients.
+    sigma : float
+        Statistical security parameter: the honest survivors stay connected except with
+        probability ``2^-(sigma + 1)``.
+    bad_fraction : float
+        Upper bound on ``gamma + delta``, the fraction of corrupt plus dropped clients.
     """
     if n < 2:
         raise ValueError(f"need at least 2 clients, got n={n}.")
-    k = 2 * math.ceil(2 * math.log2(n))
+    if not 0.0 < bad_fraction < 1.0:
+        raise ValueError(f"bad_fraction must lie in (0, 1), got {bad_fraction}.")
+    if not sigma > 0:
+        raise ValueError(f"sigma must be positive, got {sigma}.")
+    k = 2 * math.ceil((sigma + 2 * math.log2(n)) / (2 * math.log2(1.0 / bad_fraction)))
     return n - 1 if k >= n - 1 else k
 
 

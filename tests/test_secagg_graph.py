@@ -6,11 +6,45 @@ import pytest
 from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
 
 
-@pytest.mark.parametrize(("n", "k"), [(2, 1), (10, 9), (30, 20), (100, 28), (1000, 40)])
+@pytest.mark.parametrize(
+    ("n", "k"), [(2, 1), (10, 9), (27, 26), (30, 26), (100, 28), (1000, 30), (10**6, 40)]
+)
 def test_default_degree_rule(n, k):
     assert default_degree(n) == k
     if k < n - 1:
-        assert k == 2 * math.ceil(2 * math.log2(n)) and k % 2 == 0
+        assert k % 2 == 0
+        # the stated guarantee: n^2 / 2 * (1/4)^k <= 2^-41, and k is the smallest such even k
+        assert math.log2(n**2 / 2) - 2 * k <= -41
+        assert math.log2(n**2 / 2) - 2 * (k - 2) > -41
+
+
+def test_default_degree_parameters():
+    assert default_degree(1000, sigma=80) > default_degree(1000)
+    assert default_degree(1000, bad_fraction=0.5) > default_degree(1000)
+    with pytest.raises(ValueError, match="bad_fraction"):
+        default_degree(1000, bad_fraction=1.0)
+
+
+@pytest.mark.parametrize(("n", "k"), [(12, 4), (15, 6), (20, 8)])
+def test_harary_separators_are_two_runs_of_half_k(n, k):
+    # removing k/2 consecutive ring positions keeps H_{k,n} connected; two disjoint such
+    # runs disconnect it (the fact behind the degree rule)
+    graph = NeighbourGraph(ring=tuple(range(n)), degree=k)
+
+    def connected(removed):
+        alive = [c for c in range(n) if c not in removed]
+        seen, todo = {alive[0]}, [alive[0]]
+        while todo:
+            for j in graph.neighbours(todo.pop()):
+                if j not in removed and j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        return len(seen) == len(alive)
+
+    half = k // 2
+    assert connected(set(range(half)))
+    assert not connected(set(range(half)) | set(range(n // 2, n // 2 + half)))
+    assert connected(set(range(half - 1)) | set(range(n // 2, n // 2 + half)))
 
 
 def test_harary_graph_is_k_regular_and_symmetric():

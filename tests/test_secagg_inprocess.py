@@ -204,5 +204,5 @@ def test_property_sum_does_not_depend_on_client_order(seed, n):
 def test_default_threshold_is_a_majority_of_holders():
     assert default_threshold(2, "complete") == 2
     assert default_threshold(10, "complete") == 6
-    assert default_threshold(1000) == 21  # k = 40: 41 holders
+    assert default_threshold(1000) == 16  # k = 30: 31 holders
     assert default_threshold(1000, 8) == 5
