@@ -18,22 +18,21 @@ different clients inconsistent views (active attacks need Bonawitz et al.'s cons
 round and signatures), and traffic analysis. With a SecAgg+ graph, "the sum" is the sum over
 survivors as long as the honest survivors stay connected (see :mod:`secagg.graph`).
 
-Message flow (``S`` summations; each arrow is one ``dict``)
----------------------------------------------------------
-====  =====================================  ===========================================
- #    server -> client(s)                    client -> server
-====  =====================================  ===========================================
- 0    ``server.setup_message()`` (all)       ``client.advertise_keys(setup)``
-                                             -> ``server.receive_advertise_keys(msg)``
- 1    ``server.key_directory()`` (all that    ``client.share_keys(directory)``
-      advertised; closes round 0)            -> ``server.receive_share_keys(msg)``
- 2    ``server.start_summation(encoding)``   ``client.masked_input(request, values,
-      -> ``{client_id: request}`` (closes    rng=...)`` -> ``server.receive_masked_input``
-      round 1 / previous summation)
- 3    ``server.unmask_request()`` (every     ``client.unmask(request)``
-      survivor; closes round 2)              -> ``server.receive_unmask(msg)``
-      ``server.finish_summation()`` -> :class:`SumResult` (closes round 3)
-====  =====================================  ===========================================
+Message flow
+------------
+``S`` summations; every request and reply is one plain ``dict``::
+
+    round  server -> client(s)                     client -> server
+    0      server.setup_message()       (all)      client.advertise_keys(setup)
+                                                     -> server.receive_advertise_keys
+    1      server.key_directory()       (all that  client.share_keys(directory)
+           advertised; closes round 0)               -> server.receive_share_keys
+    2      server.start_summation(encoding)        client.masked_input(request, values, rng=)
+           -> {client_id: request}  (closes          -> server.receive_masked_input
+           round 1 / the previous summation)
+    3      server.unmask_request()      (every     client.unmask(request)
+           survivor; closes round 2)                 -> server.receive_unmask
+           server.finish_summation() -> SumResult  (closes round 3)
 
 Rounds 2-3 repeat for every summation ``s = 0 .. S-1``. The first masked-input request
 also carries the encrypted Shamir shares addressed to that client. Each client holds one
