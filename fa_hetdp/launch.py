@@ -533,6 +533,8 @@ def run_simulation(
     """
     result_path = workdir / "result.json"
     progress_path = workdir / "progress.jsonl"
+    result_path.unlink(missing_ok=True)
+    progress_path.unlink(missing_ok=True)
     config = dict(run_config)
     config["result-path"] = str(result_path)
     config["progress-path"] = str(progress_path)

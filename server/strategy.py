@@ -43,7 +43,7 @@ import numpy as np
 
 from clients.csprng import csprng_generator
 from clients.settings import SERVER_STREAM, RunSettings
-from fa_hetdp.errors import AggregationError
+from fa_hetdp.errors import AggregationError, FaHetdpError
 from fa_hetdp.protocol import (
     PrivateStatistics,
     ProtocolPlan,
@@ -278,11 +278,26 @@ class HeterogeneityStrategy:
     def run(self, transport: Transport) -> dict[str, Any]:
         """Run the whole protocol; write and return the result document.
 
+        Any failure writes a result with ``status = "aborted"`` and its reason (replacing a
+        result file left at the path by an earlier run).
+
         Raises
         ------
         ProtocolAbortError
-            Too few nodes or too few clients left at some step (the abort file is written).
+            Too few nodes or too few clients left at some step, or the protocol could not be
+            completed (invalid settings, secure aggregation failed).
         """
+        try:
+            return self._run(transport)
+        except ProtocolAbortError:
+            raise
+        except (FaHetdpError, SecAggError) as exc:
+            raise self.abort(f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            self.abort(f"internal error: {type(exc).__name__}: {exc}")
+            raise
+
+    def _run(self, transport: Transport) -> dict[str, Any]:
         s = self.settings
         wait_start = self.clock()
         nodes = self.wait_for_nodes(transport)

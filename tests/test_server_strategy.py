@@ -254,3 +254,13 @@ def test_load_vector_averages_records(tmp_path: Path) -> None:
     np.testing.assert_allclose(load_vector(str(path)), [0.25, 0.5])
     np.save(tmp_path / "v.npy", np.array([0.1, 0.2]))
     np.testing.assert_allclose(load_vector(str(tmp_path / "v.npy")), [0.1, 0.2])
+
+
+def test_invalid_plan_aborts_with_its_reason(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    result.write_text('{"status": "success"}')  # left by an earlier run: must be replaced
+    config = run_config(tmp_path, scenario_file(tmp_path, 6), **{"min-honest-clients": 50})
+    with pytest.raises(ProtocolAbortError, match="min_honest_clients"):
+        run(config, 6)
+    document = json.loads(result.read_text())
+    assert document["status"] == "aborted" and "min_honest_clients" in document["reason"]
