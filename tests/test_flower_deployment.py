@@ -111,6 +111,7 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
         # The unregistered SuperNode never joined: exactly the 5 registered ones connected.
         nodes_event = next(e for e in read_progress(progress) if e["event"] == "nodes")
         assert nodes_event["connected"] == NUM_NODES, intruder_log
+        assert "Failed to activate SuperNode" in intruder_log
         settings = RunSettings.from_run_config(config)
         assert settings.seed is None and result["seed"] is None
         plan = plan_protocol(settings.protocol, n=NUM_NODES, d=64)
