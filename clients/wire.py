@@ -180,10 +180,7 @@ def _array(blob: bytes, spec: Any) -> np.ndarray:
         raise WireFormatError(f"array reference with a bad dtype {dtype_text!r}") from exc
     if dtype.kind not in "biufc" or dtype.hasobject:
         raise WireFormatError(f"array reference with a non-numeric dtype {dtype_text!r}")
-    if not isinstance(shape, list) or not all(
-        type(n) is int and n >= 0
-        for n in shape
-    ):
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         raise WireFormatError(f"array reference with a bad shape {shape!r}")
     count = math.prod(shape)
     start, _ = _slice(blob, [offset, count * dtype.itemsize])
