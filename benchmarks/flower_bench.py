@@ -15,6 +15,19 @@ the rounds themselves (server side: first round sent to last reply), and the pea
 all Flower processes together (sum of PSS over every process that has the benchmark's
 ``FLWR_HOME``, sampled every 0.5 s). Prints a table; ``--json PATH`` also writes the numbers.
 
+Measured on the 2-core development machine (load average below 1; the two apps alternate in
+one process, so each ratio compares runs a minute apart)::
+
+     clients |       app |   wall s |  rounds s |  peak MiB | wall / bare
+         100 |      bare |     12.8 |       6.4 |      1025 |
+         100 |  fa-hetdp |     14.3 |       7.9 |      1153 |       1.12x
+         500 |      bare |     25.8 |      19.2 |      1090 |
+         500 |  fa-hetdp |     39.9 |      33.3 |      1332 |       1.54x
+        1000 |      bare |     50.1 |      43.6 |      1176 |
+        1000 |  fa-hetdp |     90.9 |      84.3 |      1570 |       1.82x
+
+Under load (load average 4-5 from other jobs) the ratios were 1.4-2.6x: compare within one run.
+
 Usage::
 
     python benchmarks/flower_bench.py                 # 100, 500, 1000 clients
