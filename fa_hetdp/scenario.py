@@ -18,16 +18,11 @@ name against the shipped ``scenarios/`` directory; any other argument is a path.
 from __future__ import annotations
 
 import math
-import sys
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast, get_args
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport
-    import tomli as tomllib
 
 from fa_hetdp.data import DATASET_NAMES, LABEL_COUNTS, SPLITS, Split
 from fa_hetdp.errors import ScenarioError
