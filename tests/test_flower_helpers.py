@@ -7,13 +7,13 @@ overrides, and the check that a seeded run equals its in-process twin
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import tomllib
 
 from clients.settings import RunSettings
 from fa_hetdp.partition import partition_scenario
