@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final, Literal, get_args
+
 import numpy as np
 import numpy.typing as npt
 
@@ -10,3 +12,21 @@ FloatArray = npt.NDArray[np.float64]
 
 IntArray = npt.NDArray[np.int64]
 """An int64 array: labels, counts, indices."""
+
+# The privacy modes, defined once; every module (and the scenario schema) uses these.
+Mechanism = Literal["agm", "cgm"]
+"""``"agm"``: analytic Gaussian mechanism (Thm 2.10); ``"cgm"``: classical (Thm 2.9)."""
+Composition = Literal["basic", "gdp"]
+"""``"basic"``: sum of (epsilon_k, delta_k) (the paper); ``"gdp"``: exact Gaussian composition."""
+Placement = Literal["distributed", "central"]
+"""Where the noise is added: by every client before masking, or by the server after."""
+Profile = Literal["bounded", "paper"]
+"""Sensitivities: ``"bounded"`` (DP) or ``"paper"`` (weights ignored; not DP)."""
+
+MECHANISMS: Final[tuple[str, ...]] = get_args(Mechanism)
+COMPOSITIONS: Final[tuple[str, ...]] = get_args(Composition)
+PLACEMENTS: Final[tuple[str, ...]] = get_args(Placement)
+PROFILES: Final[tuple[str, ...]] = get_args(Profile)
+
+RELEASE_NAMES: Final[tuple[str, ...]] = ("mean", "weighted", "dispersion", "q", "i2_extra")
+"""Names of the noisy releases, in protocol order (see :mod:`fa_hetdp.protocol`)."""

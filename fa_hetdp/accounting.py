@@ -36,8 +36,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
-from typing import Final, Literal
+from typing import Final
 
+from fa_hetdp._types import Composition
 from fa_hetdp.calibration import (
     Mechanism,
     _check_delta,
@@ -61,8 +62,6 @@ __all__ = [
     "privacy_spent",
 ]
 
-Composition = Literal["basic", "gdp"]
-"""``"basic"``: sum of (epsilon_k, delta_k); ``"gdp"``: exact Gaussian composition."""
 
 CGM_BASELINE_LABEL: Final = "CGM at epsilon_k >= 1 is not a DP guarantee (baseline)"
 """Label carried by a :class:`BudgetPlan` whose CGM releases include ``epsilon_k >= 1``."""

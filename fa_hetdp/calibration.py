@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 import warnings
 from numbers import Real
-from typing import Final, Literal
+from typing import Final
 
 import numpy as np
 from scipy.optimize import brentq
 from scipy.special import erf, erfcx, log_ndtr, ndtr, ndtri
 
+from fa_hetdp._types import Mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
     "cgm_sigma",
 ]
 
-Mechanism = Literal["agm", "cgm"]
-"""``"agm"``: analytic Gaussian mechanism (Thm 2.10); ``"cgm"``: classical (Thm 2.9)."""
 
 _SQRT2: Final = math.sqrt(2.0)
 _LOG_SQRT_2PI: Final = 0.5 * math.log(2.0 * math.pi)

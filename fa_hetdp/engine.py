@@ -38,12 +38,12 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, get_args
 
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp._types import FloatArray
+from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
 from fa_hetdp.errors import BaselineWarning, ScenarioError
 from fa_hetdp.report import Table, plot_emse_vs_epsilon, write_table
 
@@ -60,10 +60,6 @@ __all__ = [
     "write_outputs",
 ]
 
-Mechanism = Literal["agm", "cgm"]
-Placement = Literal["distributed", "central"]
-Composition = Literal["basic", "gdp"]
-Profile = Literal["bounded", "paper"]
 
 STATISTICS: Final[tuple[str, ...]] = (
     "mean",

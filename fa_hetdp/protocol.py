@@ -41,7 +41,18 @@ from typing import Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp._types import FloatArray
+from fa_hetdp._types import (
+    COMPOSITIONS,
+    MECHANISMS,
+    PLACEMENTS,
+    PROFILES,
+    RELEASE_NAMES,
+    Composition,
+    FloatArray,
+    Mechanism,
+    Placement,
+    Profile,
+)
 from fa_hetdp.accounting import (
     BudgetPlan,
     PrivacySpent,
@@ -91,24 +102,9 @@ __all__ = [
     "stage2_contribution",
 ]
 
-Mechanism = Literal["agm", "cgm"]
-"""``"agm"``: analytic Gaussian mechanism (Thm 2.10); ``"cgm"``: classical (Thm 2.9)."""
-Composition = Literal["basic", "gdp"]
-"""``"basic"``: sum of (eps_k, delta_k) (the paper); ``"gdp"``: exact Gaussian composition."""
-Placement = Literal["distributed", "central"]
-"""Where the noise is added: by every client before masking, or by the server after."""
-Profile = Literal["bounded", "paper"]
-"""Sensitivities: ``"bounded"`` (DP) or ``"paper"`` (weights ignored; not DP)."""
 NoiseDraw = Literal["summed", "per_client"]
 """How the batch path draws distributed noise: one summed draw or ``n`` shares summed."""
 
-RELEASE_NAMES: Final = ("mean", "weighted", "dispersion", "q", "i2_extra")
-"""Names of the noisy releases, in protocol order."""
-
-_MECHANISMS: Final = ("agm", "cgm")
-_COMPOSITIONS: Final = ("basic", "gdp")
-_PLACEMENTS: Final = ("distributed", "central")
-_PROFILES: Final = ("bounded", "paper")
 
 LABEL_PAPER_PROFILE: Final = (
     "paper profile: not DP for the weighted stages (their sensitivity ignores the weights "
@@ -192,10 +188,10 @@ class ProtocolConfig:
         delta = _positive_finite("delta", self.delta)
         if not delta < 1.0:
             raise PrivacyParameterError(f"delta must be in (0, 1), got delta={delta!r}.")
-        _choice("mechanism", self.mechanism, _MECHANISMS)
-        _choice("placement", self.placement, _PLACEMENTS)
-        _choice("composition", self.composition, _COMPOSITIONS)
-        _choice("profile", self.profile, _PROFILES)
+        _choice("mechanism", self.mechanism, MECHANISMS)
+        _choice("placement", self.placement, PLACEMENTS)
+        _choice("composition", self.composition, COMPOSITIONS)
+        _choice("profile", self.profile, PROFILES)
         if self.mechanism == "cgm" and self.composition == "gdp":
             raise PrivacyParameterError(
                 "composition='gdp' calibrates with the exact Gaussian (AGM) condition; "

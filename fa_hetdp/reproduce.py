@@ -45,11 +45,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from fa_hetdp._types import FloatArray
+from fa_hetdp._types import FloatArray, Profile
 from fa_hetdp.engine import (
     STATISTIC_LABELS,
     ExperimentResult,
-    Profile,
     write_json_atomic,
 )
 from fa_hetdp.report import (

@@ -24,6 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast, get_args
 
+from fa_hetdp._types import (
+    COMPOSITIONS,
+    MECHANISMS,
+    PLACEMENTS,
+    PROFILES,
+    RELEASE_NAMES,
+    Composition,
+    Mechanism,
+    Placement,
+    Profile,
+)
 from fa_hetdp.data import DATASET_NAMES, LABEL_COUNTS, SPLITS, Split
 from fa_hetdp.errors import ScenarioError
 
@@ -52,22 +63,12 @@ __all__ = [
     "skew_scenario_name",
 ]
 
-Mechanism = Literal["agm", "cgm"]
-Composition = Literal["basic", "gdp"]
-Placement = Literal["distributed", "central"]
-Profile = Literal["bounded", "paper"]
 DropoutStage = Literal["stage1", "stage1-unmask", "stage2", "stage2-unmask"]
 """When dropped clients leave: before sending their masked input of summation 1 or 2
 (``"stageK"``: their noise share is lost), or after sending it but before unmasking
 (``"stageK-unmask"``: their masks must be recovered from the survivors' shares)."""
 
-MECHANISMS: Final[tuple[str, ...]] = get_args(Mechanism)
-COMPOSITIONS: Final[tuple[str, ...]] = get_args(Composition)
-PLACEMENTS: Final[tuple[str, ...]] = get_args(Placement)
-PROFILES: Final[tuple[str, ...]] = get_args(Profile)
 DROPOUT_STAGES: Final[tuple[str, ...]] = get_args(DropoutStage)
-RELEASE_NAMES: Final[tuple[str, ...]] = ("mean", "weighted", "dispersion", "q", "i2_extra")
-"""Names of the releases a ``[privacy.split]`` table may weight (see ``fa_hetdp.protocol``)."""
 
 DEFAULT_SECAGG_THRESHOLD: Final[float] = 2.0 / 3.0
 
