@@ -33,7 +33,7 @@ from scipy.special import ndtr, ndtri
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol import BatchResult, PrivateStatistics, ProtocolPlan
-from fa_hetdp.statistics import TrueStatistics, validate_clients
+from fa_hetdp.statistics import TrueStatistics, _coordinate_averages, validate_clients
 
 __all__ = [
     "STATISTICS",
@@ -420,13 +420,7 @@ class PaperTMSE:
 
     def averages(self) -> dict[str, float]:
         """Monte-Carlo means over repeats (the paper's TMSE columns)."""
-        return {
-            "mean": float(np.mean(self.mean)),
-            "dispersion": float(np.mean(self.dispersion)),
-            "weighted_mean": float(np.mean(self.weighted_mean)),
-            "q": float(np.mean(self.q)),
-            "i2": float(np.mean(self.i2)),
-        }
+        return _coordinate_averages(self)
 
 
 def _leading(result: Result, values: FloatArray) -> FloatArray:

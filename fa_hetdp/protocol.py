@@ -69,6 +69,7 @@ from fa_hetdp.errors import (
 from fa_hetdp.statistics import (
     MAX_WITHIN_VARIANCE,
     TrueStatistics,
+    _coordinate_averages,
     check_variance_floor,
     client_weights,
     i_squared,
@@ -719,15 +720,7 @@ class PrivateStatistics:
             ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``), ``epsilon_spent``,
             ``delta_spent``, ``n``, ``d``.
         """
-        out = {
-            "mean": float(np.mean(self.mean)),
-            "dispersion": float(np.mean(self.dispersion)),
-            "weighted_mean": float(np.mean(self.weighted_mean)),
-            "q": float(np.mean(self.q)),
-            "i2": float(np.mean(self.i2)),
-        }
-        if self.i2_extra is not None:
-            out["i2_extra"] = float(np.mean(self.i2_extra))
+        out = _coordinate_averages(self, self.i2_extra)
         out["epsilon_spent"] = float(self.spent.epsilon)
         out["delta_spent"] = float(self.spent.delta)
         out["n"] = float(self.n)
@@ -1136,15 +1129,7 @@ class BatchResult:
             ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``), ``repeats``,
             ``epsilon_spent``, ``delta_spent``, ``fraction_clamped``.
         """
-        out = {
-            "mean": float(np.mean(self.mean)),
-            "dispersion": float(np.mean(self.dispersion)),
-            "weighted_mean": float(np.mean(self.weighted_mean)),
-            "q": float(np.mean(self.q)),
-            "i2": float(np.mean(self.i2)),
-        }
-        if self.i2_extra is not None:
-            out["i2_extra"] = float(np.mean(self.i2_extra))
+        out = _coordinate_averages(self, self.i2_extra)
         out["repeats"] = float(self.repeats)
         out["epsilon_spent"] = float(self.spent.epsilon)
         out["delta_spent"] = float(self.spent.delta)

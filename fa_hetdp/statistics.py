@@ -21,6 +21,7 @@ Departures from the paper (each fixed by DESIGN.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -292,11 +293,7 @@ class TrueStatistics:
             ``n, d, n_at_floor, n_clipped``.
         """
         return {
-            "mean": float(np.mean(self.mean)),
-            "dispersion": float(np.mean(self.dispersion)),
-            "weighted_mean": float(np.mean(self.weighted_mean)),
-            "q": float(np.mean(self.q)),
-            "i2": float(np.mean(self.i2)),
+            **_coordinate_averages(self),
             "n": float(self.n),
             "d": float(self.d),
             "n_at_floor": float(self.n_at_floor),
@@ -382,3 +379,34 @@ def statistics_of_validated(
         d=d,
         variance_floor=float(variance_floor),
     )
+
+
+class _FiveStatistics(Protocol):
+    # Anything carrying the five statistics (true, private, batched or their errors).
+    @property
+    def mean(self) -> FloatArray: ...
+    @property
+    def dispersion(self) -> FloatArray: ...
+    @property
+    def weighted_mean(self) -> FloatArray: ...
+    @property
+    def q(self) -> FloatArray: ...
+    @property
+    def i2(self) -> FloatArray: ...
+
+
+def _coordinate_averages(
+    stats: _FiveStatistics, i2_extra: FloatArray | None = None
+) -> dict[str, float]:
+    # Means over all axes of ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``
+    # when given), in that key order; shared by the ``summary`` methods and the TMSE.
+    out = {
+        "mean": float(np.mean(stats.mean)),
+        "dispersion": float(np.mean(stats.dispersion)),
+        "weighted_mean": float(np.mean(stats.weighted_mean)),
+        "q": float(np.mean(stats.q)),
+        "i2": float(np.mean(stats.i2)),
+    }
+    if i2_extra is not None:
+        out["i2_extra"] = float(np.mean(i2_extra))
+    return out
