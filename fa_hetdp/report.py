@@ -356,6 +356,28 @@ def _new_figure(
     return figure, list(axes)
 
 
+def _finish_panel(ax: Axes, *, title: str, ylabel: str, has_lines: bool) -> None:
+    # Shared by every ε-axis panel: labels, grid, and a legend (or "no data" when empty).
+    ax.set_xlabel("ε (total privacy budget)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.35)
+    if has_lines:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+
+
+def _save_figure(figure: Figure, path: str | os.PathLike[str], *, title: str) -> Path:
+    # Adds the figure title, creates the parent folders and writes the PNG.
+    if title:
+        figure.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=120)
+    return out
+
+
 def plot_emse_vs_epsilon(
     panels: Mapping[str, Mapping[str, tuple[npt.ArrayLike, npt.ArrayLike]]],
     path: str | os.PathLike[str],
@@ -395,20 +417,8 @@ def plot_emse_vs_epsilon(
                 x, y, marker=markers[k % len(markers)], markersize=3.5, linewidth=1.2, label=label
             )
         ax.set_yscale("log")
-        ax.set_xlabel("ε (total privacy budget)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(panel_title)
-        ax.grid(True, which="major", alpha=0.35)
-        if lines:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    if title:
-        figure.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    return out
+        _finish_panel(ax, title=panel_title, ylabel=ylabel, has_lines=bool(lines))
+    return _save_figure(figure, path, title=title)
 
 
 def plot_ratio_bands(
@@ -466,17 +476,7 @@ def plot_ratio_bands(
             ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
         if log_y:
             ax.set_yscale("log")
-        ax.set_xlabel("ε (total privacy budget)")
-        ax.set_ylabel("EMSE ratio (bands: 95 % CI)")
-        ax.set_title(panel_title)
-        ax.grid(True, which="major", alpha=0.35)
-        if lines:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    if title:
-        figure.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    return out
+        _finish_panel(
+            ax, title=panel_title, ylabel="EMSE ratio (bands: 95 % CI)", has_lines=bool(lines)
+        )
+    return _save_figure(figure, path, title=title)
