@@ -268,6 +268,20 @@ def _common_epsilons(a: ExperimentResult, b: ExperimentResult) -> None:
         )
 
 
+def _percentage_change_row(
+    changed: ExperimentResult | None, reference: ExperimentResult | None
+) -> list[float]:
+    # One Table 5 row: mean over ε of the % change changed vs reference, per statistic;
+    # NaN throughout when either experiment is missing.
+    if changed is None or reference is None:
+        return [math.nan] * len(TABLE5_STATISTICS)
+    _common_epsilons(changed, reference)
+    return [
+        mean_percentage_change(_emse_series(changed, s), _emse_series(reference, s))
+        for s, _ in TABLE5_STATISTICS
+    ]
+
+
 def percentage_change_tables(results: Mapping[SkewLevel, ExperimentResult]) -> tuple[Table, Table]:
     """Table 5(a) and 5(b): mean over ε of the percentage change of the AGM EMSE.
 
@@ -281,17 +295,9 @@ def percentage_change_tables(results: Mapping[SkewLevel, ExperimentResult]) -> t
     rows_a: list[list[float]] = []
     labels_a: list[str] = []
     for k in (10, 5, 2):
-        sh, iid = results.get(_skew(k, True)), results.get(_skew(k, False))
         labels_a.append(f"{k} labels")
-        if sh is None or iid is None:
-            rows_a.append([math.nan] * len(columns))
-            continue
-        _common_epsilons(sh, iid)
         rows_a.append(
-            [
-                mean_percentage_change(_emse_series(sh, s), _emse_series(iid, s))
-                for s, _ in TABLE5_STATISTICS
-            ]
+            _percentage_change_row(results.get(_skew(k, True)), results.get(_skew(k, False)))
         )
     rows_b: list[list[float]] = []
     labels_b: list[str] = []
@@ -299,17 +305,11 @@ def percentage_change_tables(results: Mapping[SkewLevel, ExperimentResult]) -> t
         for more, fewer in ((10, 5), (5, 2)):
             prefix = "SH" if heterogeneous else "Non-SH"
             labels_b.append(f"{prefix}: {more}v{fewer}")
-            a = results.get(_skew(fewer, heterogeneous))
-            b = results.get(_skew(more, heterogeneous))
-            if a is None or b is None:
-                rows_b.append([math.nan] * len(columns))
-                continue
-            _common_epsilons(a, b)
             rows_b.append(
-                [
-                    mean_percentage_change(_emse_series(a, s), _emse_series(b, s))
-                    for s, _ in TABLE5_STATISTICS
-                ]
+                _percentage_change_row(
+                    results.get(_skew(fewer, heterogeneous)),
+                    results.get(_skew(more, heterogeneous)),
+                )
             )
     table_a = Table.from_array(
         "table5a_sh_vs_nonsh",
