@@ -213,11 +213,7 @@ def stage1_input(msg: Message, context: Context) -> Message:
     plan = _plan(settings, record)
     rng = _generator(settings, record, pid)
     values = stage1_contribution(_local(context, settings), plan, rng=rng)
-    secagg = _secagg(record)
-    reply = secagg.masked_input(decode(msg.content)["secagg"], values, rng=rng)
-    record["secagg"] = secagg.to_bytes()
-    _save_generator(settings, record, rng)
-    return _reply(msg, {"secagg": reply})
+    return _masked_input(msg, decode(msg.content), values, settings, record, rng)
 
 
 @app.query("stage1_unmask")
@@ -243,17 +239,29 @@ def stage2_input(msg: Message, context: Context) -> Message:
         np.asarray(request["weighted-mu-prime"], dtype=np.float64),
         rng=rng,
     )
-    secagg = _secagg(record)
-    reply = secagg.masked_input(request["secagg"], values, rng=rng)
-    record["secagg"] = secagg.to_bytes()
-    _save_generator(settings, record, rng)
-    return _reply(msg, {"secagg": reply})
+    return _masked_input(msg, request, values, settings, record, rng)
 
 
 @app.query("stage2_unmask")
 def stage2_unmask(msg: Message, context: Context) -> Message:
     """Stage 2: reveal the shares that remove the masks."""
     return _unmask(msg, context, "stage2_unmask")
+
+
+def _masked_input(
+    msg: Message,
+    request: dict[str, Any],
+    values: np.ndarray,
+    settings: RunSettings,
+    record: ConfigRecord,
+    rng: np.random.Generator,
+) -> Message:
+    # Shared tail of both input stages: mask the contribution, keep the secagg and rng state.
+    secagg = _secagg(record)
+    reply = secagg.masked_input(request["secagg"], values, rng=rng)
+    record["secagg"] = secagg.to_bytes()
+    _save_generator(settings, record, rng)
+    return _reply(msg, {"secagg": reply})
 
 
 def _unmask(msg: Message, context: Context, step: str) -> Message:
