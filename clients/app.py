@@ -117,6 +117,15 @@ def _maybe_drop(settings: RunSettings, partition_id: int, step: str) -> None:
         raise SimulatedDropoutError(f"partition {partition_id} drops out at step {step!r}")
 
 
+def _start_step(context: Context, step: str) -> tuple[RunSettings, int, ConfigRecord]:
+    # Every step after advertise_keys: settings, partition id (after a simulated dropout
+    # check) and the session state.
+    settings = _settings(context)
+    pid, _ = _partition(context)
+    _maybe_drop(settings, pid, step)
+    return settings, pid, _record(context)
+
+
 def _record(context: Context) -> ConfigRecord:
     record = context.state.get(_STATE)
     if not isinstance(record, ConfigRecord):
@@ -193,10 +202,7 @@ def advertise_keys(msg: Message, context: Context) -> Message:
 @app.query("share_keys")
 def share_keys(msg: Message, context: Context) -> Message:
     """Secagg round 1: encrypted shares of the mask keys and self-mask seeds."""
-    settings = _settings(context)
-    pid, _ = _partition(context)
-    _maybe_drop(settings, pid, "share_keys")
-    record = _record(context)
+    _, _, record = _start_step(context, "share_keys")
     secagg = _secagg(record)
     reply = secagg.share_keys(decode(msg.content)["secagg"])
     record["secagg"] = secagg.to_bytes()
@@ -206,10 +212,7 @@ def share_keys(msg: Message, context: Context) -> Message:
 @app.query("stage1_input")
 def stage1_input(msg: Message, context: Context) -> Message:
     """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
-    settings = _settings(context)
-    pid, _ = _partition(context)
-    _maybe_drop(settings, pid, "stage1_input")
-    record = _record(context)
+    settings, pid, record = _start_step(context, "stage1_input")
     plan = _plan(settings, record)
     rng = _generator(settings, record, pid)
     values = stage1_contribution(_local(context, settings), plan, rng=rng)
@@ -225,10 +228,7 @@ def stage1_unmask(msg: Message, context: Context) -> Message:
 @app.query("stage2_input")
 def stage2_input(msg: Message, context: Context) -> Message:
     """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share, encoded and masked."""
-    settings = _settings(context)
-    pid, _ = _partition(context)
-    _maybe_drop(settings, pid, "stage2_input")
-    record = _record(context)
+    settings, pid, record = _start_step(context, "stage2_input")
     plan = _plan(settings, record)
     request = decode(msg.content)
     rng = _generator(settings, record, pid)
@@ -265,10 +265,7 @@ def _masked_input(
 
 
 def _unmask(msg: Message, context: Context, step: str) -> Message:
-    settings = _settings(context)
-    pid, _ = _partition(context)
-    _maybe_drop(settings, pid, step)
-    record = _record(context)
+    _, _, record = _start_step(context, step)
     secagg = _secagg(record)
     reply = secagg.unmask(decode(msg.content)["secagg"])
     record["secagg"] = secagg.to_bytes()
