@@ -60,6 +60,7 @@ from fa_hetdp.accounting import (
     plan_budget,
     privacy_spent,
 )
+from fa_hetdp.calibration import _check_delta, _check_positive
 from fa_hetdp.errors import (
     AggregationError,
     BaselineWarning,
@@ -120,15 +121,6 @@ LABEL_I2_EXTRA: Final = (
 # --------------------------------------------------------------------------- configuration
 
 
-def _positive_finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise PrivacyParameterError(f"{name} must be a real number, got {name}={value!r}.")
-    out = float(value)
-    if not (math.isfinite(out) and out > 0.0):
-        raise PrivacyParameterError(f"{name} must be finite and > 0, got {name}={out!r}.")
-    return out
-
-
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise PrivacyParameterError(f"{name} must be one of {allowed}, got {name}={value!r}.")
@@ -185,10 +177,8 @@ class ProtocolConfig:
     split: Mapping[str, float] | None = field(default=None)
 
     def __post_init__(self) -> None:
-        _positive_finite("epsilon", self.epsilon)
-        delta = _positive_finite("delta", self.delta)
-        if not delta < 1.0:
-            raise PrivacyParameterError(f"delta must be in (0, 1), got delta={delta!r}.")
+        _check_positive("epsilon", self.epsilon)
+        _check_delta(self.delta)
         _choice("mechanism", self.mechanism, MECHANISMS)
         _choice("placement", self.placement, PLACEMENTS)
         _choice("composition", self.composition, COMPOSITIONS)
@@ -223,7 +213,7 @@ class ProtocolConfig:
                     raise PrivacyParameterError(
                         f"split has an unknown release {key!r}; allowed: {RELEASE_NAMES}."
                     )
-                clean[key] = _positive_finite(f"split[{key!r}]", value)
+                clean[key] = _check_positive(f"split[{key!r}]", value)
             object.__setattr__(self, "split", clean)
 
     def weight(self, name: str) -> float:
