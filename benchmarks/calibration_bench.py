@@ -1,4 +1,4 @@
-"""Benchmark: AGM calibration (fa_hetdp.calibration) vs dp-accounting's get_sigma_gaussian.
+"""Benchmark: AGM calibration (fa_hetdp.dp.calibration) vs dp-accounting's get_sigma_gaussian.
 
 Run as ``python benchmarks/calibration_bench.py [--repeats N]``. For each (epsilon, delta) of a
 log-spaced grid it prints the median wall time per call of both implementations (measured in
@@ -16,7 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from fa_hetdp.calibration import achieved_delta, calibrate_sigma
+from fa_hetdp.dp.calibration import achieved_delta, calibrate_sigma
 
 try:
     from dp_accounting.gaussian_mechanism import get_sigma_gaussian

@@ -22,7 +22,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from fa_hetdp.protocol import (
+from fa_hetdp.protocol.core import (
     ProtocolConfig,
     local_values,
     plan_protocol,

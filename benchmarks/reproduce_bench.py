@@ -31,7 +31,7 @@ def _rss_mib() -> float:
 
 
 def bench_digits(repeats: int) -> list[tuple[str, str, str]]:
-    from fa_hetdp.reproduce import run_reproduction, write_reproduction
+    from fa_hetdp.experiments.reproduce import run_reproduction, write_reproduction
 
     start = time.perf_counter()
     results = run_reproduction("digits", repeats=repeats, progress=False)
@@ -60,7 +60,7 @@ def bench_digits(repeats: int) -> list[tuple[str, str, str]]:
 
 
 def bench_paper_scale(runs: int = 15) -> list[tuple[str, str, str]]:
-    from fa_hetdp.protocol import ProtocolConfig, private_statistics, private_statistics_batch
+    from fa_hetdp.protocol.core import ProtocolConfig, private_statistics, private_statistics_batch
 
     rng = np.random.default_rng(0)
     x = rng.uniform(0.0, 1.0, size=(1000, 3072))
@@ -89,8 +89,8 @@ def bench_paper_scale(runs: int = 15) -> list[tuple[str, str, str]]:
 
 
 def bench_10k() -> list[tuple[str, str, str]]:
-    from fa_hetdp.engine import run_scenario
-    from fa_hetdp.scenario import load_scenario
+    from fa_hetdp.config.scenario import load_scenario
+    from fa_hetdp.experiments.engine import run_scenario
 
     scenario = load_scenario("synthetic-10k")
     rss_before = _rss_mib()

@@ -1,6 +1,6 @@
 """The fa-hetdp ``ClientApp``: one ``@app.query`` handler per protocol step.
 
-Each handler reads the server's request (:mod:`clients.wire`), restores the client's state
+Each handler reads the server's request (:mod:`fa_hetdp.flower.wire`), restores the client's state
 from ``context.state`` (the ``secagg`` client, the noise generator, the session size), does
 its step with the :mod:`fa_hetdp.protocol` client functions and :class:`secagg.SecAggClient`,
 saves the state and replies:
@@ -23,7 +23,7 @@ Noise: in ``mode = "simulation"`` the generator is ``SeedSequence(seed,
 spawn_key=(partition_id,))`` and its state is kept in ``context.state`` between steps (one
 stream per client: stage-1 noise, stage-1 rounding, stage-2 noise, stage-2 rounding); in
 ``mode = "deployment"`` every step draws from a fresh CSPRNG-backed generator
-(:mod:`clients.csprng`) and a seed is refused.
+(:mod:`fa_hetdp.dp.rng`) and a seed is refused.
 
 Any failure raises, so Flower sends an error reply and the server counts this client as a
 dropout. ``dropout-fraction``/``dropout-stage`` (simulation only) make a seeded set of
@@ -39,11 +39,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
-from clients.csprng import client_generator
-from clients.settings import RunSettings, dropout_partitions
-from clients.wire import decode, encode
-from fa_hetdp.partition import client_vector
-from fa_hetdp.protocol import (
+from fa_hetdp.data.partition import client_vector
+from fa_hetdp.dp.rng import client_generator
+from fa_hetdp.flower.settings import RunSettings, dropout_partitions
+from fa_hetdp.flower.wire import decode, encode
+from fa_hetdp.protocol.core import (
     LocalValues,
     ProtocolPlan,
     local_values,

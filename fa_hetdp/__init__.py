@@ -7,15 +7,16 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 
 from __future__ import annotations
 
-from fa_hetdp.accounting import (
+from fa_hetdp.config.scenario import Scenario, default_scenario, load_scenario
+from fa_hetdp.data.datasets import Dataset, load_dataset
+from fa_hetdp.dp.accounting import (
     BudgetPlan,
     PrivacySpent,
     ReleaseSpec,
     plan_budget,
     privacy_spent,
 )
-from fa_hetdp.calibration import achieved_delta, achieved_epsilon, calibrate_sigma
-from fa_hetdp.data import Dataset, load_dataset
+from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon, calibrate_sigma
 from fa_hetdp.errors import (
     AggregationError,
     BaselineWarning,
@@ -25,8 +26,7 @@ from fa_hetdp.errors import (
     PrivacyParameterError,
     ScenarioError,
 )
-from fa_hetdp.metrics import emse, expected_mse
-from fa_hetdp.protocol import (
+from fa_hetdp.protocol.core import (
     PrivateStatistics,
     ProtocolConfig,
     ProtocolPlan,
@@ -34,8 +34,8 @@ from fa_hetdp.protocol import (
     private_statistics,
     private_statistics_batch,
 )
-from fa_hetdp.scenario import Scenario, default_scenario, load_scenario
-from fa_hetdp.statistics import TrueStatistics, true_statistics
+from fa_hetdp.stats.exact import TrueStatistics, true_statistics
+from fa_hetdp.stats.metrics import emse, expected_mse
 
 __version__ = "0.1.0"
 

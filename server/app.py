@@ -1,7 +1,7 @@
 """The fa-hetdp ``ServerApp``: drives the protocol over Flower's ``Grid``.
 
 ``@app.main()`` resolves the run settings from ``context.run_config``
-(:class:`clients.settings.RunSettings`), and hands a :class:`GridTransport` to
+(:class:`fa_hetdp.flower.settings.RunSettings`), and hands a :class:`GridTransport` to
 :class:`server.strategy.HeterogeneityStrategy`, which waits for the expected nodes, runs
 the six steps and writes the result file. On an abort the strategy writes a result with
 ``status = "aborted"`` and its reason, and the ServerApp raises so Flower marks the run failed.
@@ -16,8 +16,8 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from clients.settings import RunSettings
-from clients.wire import WireFormatError, decode, encode
+from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flower.wire import WireFormatError, decode, encode
 from server.strategy import HeterogeneityStrategy, write_json_atomic
 
 __all__ = ["GridTransport", "app"]

@@ -41,10 +41,10 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from clients.csprng import csprng_generator
-from clients.settings import SERVER_STREAM, RunSettings
+from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import AggregationError, FaHetdpError
-from fa_hetdp.protocol import (
+from fa_hetdp.flower.settings import SERVER_STREAM, RunSettings
+from fa_hetdp.protocol.core import (
     PrivateStatistics,
     ProtocolPlan,
     Stage1Release,

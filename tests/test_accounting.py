@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.accounting: budget plans (basic, gdp) and exact privacy spent."""
+"""Tests for fa_hetdp.dp.accounting: budget plans (basic, gdp) and exact privacy spent."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fa_hetdp.accounting import (
+from fa_hetdp.dp.accounting import (
     CGM_BASELINE_LABEL,
     BudgetPlan,
     ReleaseSpec,
     plan_budget,
     privacy_spent,
 )
-from fa_hetdp.calibration import achieved_delta, calibrate_sigma, cgm_sigma
+from fa_hetdp.dp.calibration import achieved_delta, calibrate_sigma, cgm_sigma
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 # The protocol's releases (DESIGN.md), with d = 16, W = 100, n = 50.

@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.bench_noise: comparisons, outputs, validation before any work."""
+"""Tests of fa_hetdp.experiments.bench_noise: comparisons, outputs, validation before any work."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fa_hetdp.bench_noise import BENCH_STATISTICS, compare, comparison_table
-from fa_hetdp.cli import main
-from fa_hetdp.engine import CellResult, ExperimentResult, GridSpec
-from fa_hetdp.report import ratio_confidence_interval
+from fa_hetdp.cli.main import main
+from fa_hetdp.experiments.bench_noise import BENCH_STATISTICS, compare, comparison_table
+from fa_hetdp.experiments.engine import CellResult, ExperimentResult, GridSpec
+from fa_hetdp.report.tables import ratio_confidence_interval
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

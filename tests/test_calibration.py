@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.calibration: AGM (Thm 2.10, Alg. 1) and CGM (Thm 2.9) calibration.
+"""Tests for fa_hetdp.dp.calibration: AGM (Thm 2.10, Alg. 1) and CGM (Thm 2.9) calibration.
 
 Reference values come from an mpmath solution of the paper's Thm 2.10 condition at
 ``mp.dps = 50`` (independent of the float code: the float result only proposes a bracket,
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fa_hetdp.calibration import (
+from fa_hetdp.dp.calibration import (
     achieved_delta,
     achieved_epsilon,
     calibrate_sigma,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from clients.csprng import (
+from fa_hetdp.dp.rng import (
     AesCtrBitGenerator,
     client_generator,
     csprng_generator,

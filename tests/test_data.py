@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.data: the real readers on small files written in the standard formats."""
+"""Tests of fa_hetdp.data.datasets: the readers on small files in the standard formats."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fa_hetdp import data
-from fa_hetdp.data import (
+from fa_hetdp.data import datasets as data
+from fa_hetdp.data.datasets import (
     Dataset,
     load_dataset,
     read_cifar10,

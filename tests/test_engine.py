@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.engine: determinism, grid semantics, outputs, validation."""
+"""Tests of fa_hetdp.experiments.engine: determinism, grid semantics, outputs, validation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fa_hetdp.engine import (
+from fa_hetdp.errors import InputDataError, ScenarioError
+from fa_hetdp.experiments.engine import (
     CELL_CSV_FIXED_COLUMNS,
     STATISTICS,
     GridSpec,
@@ -20,7 +21,6 @@ from fa_hetdp.engine import (
     run_scenario,
     write_outputs,
 )
-from fa_hetdp.errors import InputDataError, ScenarioError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -220,7 +220,7 @@ seed = 4
 
 
 def test_run_scenario_on_a_tiny_scenario_file(tmp_path: Path) -> None:
-    from fa_hetdp.scenario import load_scenario
+    from fa_hetdp.config.scenario import load_scenario
 
     path = tmp_path / "tiny.toml"
     path.write_text(TINY_SCENARIO)
@@ -262,7 +262,7 @@ def test_metrics_recorded_per_cell() -> None:
 def test_invalid_cell_settings_rejected_before_any_measurement(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import fa_hetdp.engine as engine
+    import fa_hetdp.experiments.engine as engine
     from fa_hetdp.errors import FaHetdpError
 
     calls: list[object] = []
@@ -286,7 +286,7 @@ def test_default_output_folder_is_results_slash_name(
 
 
 def test_cell_noise_depends_only_on_seed_and_cell() -> None:
-    from fa_hetdp.engine import cell_seed
+    from fa_hetdp.experiments.engine import cell_seed
 
     # Same cell, different grid shapes: same draws (the cell's spawn key is the cell itself).
     x = _data()

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from clients.settings import RunSettings
-from fa_hetdp.accounting import privacy_spent
-from fa_hetdp.launch import FlowerCluster, TlsSettings, read_progress
-from fa_hetdp.protocol import plan_protocol
+from fa_hetdp.cli.launch import FlowerCluster, TlsSettings, read_progress
+from fa_hetdp.dp.accounting import privacy_spent
+from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.core import plan_protocol
 from server.certs import generate_node_keys, generate_tls_files
 
 pytestmark = pytest.mark.slow

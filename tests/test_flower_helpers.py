@@ -2,7 +2,7 @@
 
 Small digits scenarios written to a temporary directory, the run config of the app with test
 overrides, and the check that a seeded run equals its in-process twin
-(:func:`server.reference.reference_statistics`) up to the fixed-point encoding error.
+(:func:`fa_hetdp.protocol.replay.reference_statistics`) up to the fixed-point encoding error.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clients.settings import RunSettings
-from fa_hetdp.partition import partition_scenario
-from server.reference import reference_statistics
+from fa_hetdp.data.partition import partition_scenario
+from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.replay import reference_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

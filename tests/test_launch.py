@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from test_flower_helpers import scenario_file
 
-from fa_hetdp.cli import main
-from fa_hetdp.launch import (
+from fa_hetdp.cli.launch import (
     ClusterError,
     FlowerCluster,
     _descendants,
@@ -19,6 +18,7 @@ from fa_hetdp.launch import (
     read_progress,
     toml_value,
 )
+from fa_hetdp.cli.main import main
 
 
 def processes_with_home(home: Path) -> list[int]:

@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.metrics (EMSE, expected MSE, paper TMSE, intervals)."""
+"""Tests for fa_hetdp.stats.metrics (EMSE, expected MSE, paper TMSE, intervals)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ from scipy import integrate, stats
 from sklearn.datasets import load_digits
 
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.metrics import (
+from fa_hetdp.protocol.core import (
+    ProtocolConfig,
+    plan_protocol,
+    private_statistics,
+    private_statistics_batch,
+)
+from fa_hetdp.stats.exact import true_statistics
+from fa_hetdp.stats.metrics import (
     batch_emse,
     clipped_gaussian_moment,
     coverage,
@@ -21,13 +28,6 @@ from fa_hetdp.metrics import (
     paper_tmse,
     squared_error,
 )
-from fa_hetdp.protocol import (
-    ProtocolConfig,
-    plan_protocol,
-    private_statistics,
-    private_statistics_batch,
-)
-from fa_hetdp.statistics import true_statistics
 
 CORE = ("mean", "dispersion", "weighted_mean", "q")
 

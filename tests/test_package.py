@@ -14,7 +14,7 @@ def test_public_names_resolve() -> None:
 
 
 def test_top_level_calibration_matches_the_module() -> None:
-    from fa_hetdp.calibration import calibrate_sigma
+    from fa_hetdp.dp.calibration import calibrate_sigma
 
     assert fa_hetdp.calibrate_sigma is calibrate_sigma
     # Reference: the exact AGM sigma for (1, 1e-5, 1) is 3.7306316... (mpmath, dps=50, see

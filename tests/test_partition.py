@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.partition: label skew, Dirichlet and uniform samples, client vectors."""
+"""Tests of fa_hetdp.data.partition: label skew, Dirichlet and uniform samples, client vectors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fa_hetdp.data import Dataset, load_dataset, synthetic_dataset
-from fa_hetdp.errors import DatasetError, ScenarioError
-from fa_hetdp.partition import (
+from fa_hetdp.config.scenario import Scenario, load_scenario, scenario_from_dict
+from fa_hetdp.data.datasets import Dataset, load_dataset, synthetic_dataset
+from fa_hetdp.data.partition import (
     clear_partition_cache,
     client_vector,
     clients_per_label,
@@ -24,7 +24,7 @@ from fa_hetdp.partition import (
     sample_uniform,
     scenario_dataset,
 )
-from fa_hetdp.scenario import Scenario, load_scenario, scenario_from_dict
+from fa_hetdp.errors import DatasetError, ScenarioError
 
 
 def _unique_dataset(per_label: int = 50, num_labels: int = 10, d: int = 6) -> Dataset:
@@ -81,7 +81,7 @@ def test_clients_per_label_properties(n: int, ratios: list[int]) -> None:
 )
 def test_scenario_validation_uses_the_same_rounding(n: int, ratios: list[int]) -> None:
     # Scenario validation (sample size) re-implements the rule without numpy; they must agree.
-    from fa_hetdp.scenario import _largest_remainder
+    from fa_hetdp.config.scenario import _largest_remainder
 
     assert list(_largest_remainder(n, ratios)) == clients_per_label(n, ratios).tolist()
 
@@ -357,8 +357,8 @@ def test_client_vector_other_federation_size() -> None:
 def test_client_vector_same_in_another_process() -> None:
     # Flower client processes each compute the partition; they must agree.
     code = (
-        "from fa_hetdp.scenario import load_scenario\n"
-        "from fa_hetdp.partition import client_vector\n"
+        "from fa_hetdp.config.scenario import load_scenario\n"
+        "from fa_hetdp.data.partition import client_vector\n"
         "print(client_vector(load_scenario('digits/digits-skew10'), 42, 100).tobytes().hex())\n"
     )
     out = subprocess.run(

@@ -13,7 +13,7 @@ from fa_hetdp.errors import (
     InputDataError,
     PrivacyParameterError,
 )
-from fa_hetdp.protocol import (
+from fa_hetdp.protocol.core import (
     Placement,
     PrivateStatistics,
     ProtocolConfig,
@@ -32,7 +32,7 @@ from fa_hetdp.protocol import (
     stage1_contribution,
     stage2_contribution,
 )
-from fa_hetdp.statistics import client_weights, true_statistics
+from fa_hetdp.stats.exact import client_weights, true_statistics
 
 STATS = ("mean", "dispersion", "weighted_mean", "q", "i2", "i2_extra")
 

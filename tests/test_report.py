@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.report: tables, percentage changes, ratio intervals, figures."""
+"""Tests of fa_hetdp.report.tables: tables, percentage changes, ratio intervals, figures."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fa_hetdp.report import (
+from fa_hetdp.report.tables import (
     Table,
     format_value,
     mean_percentage_change,

@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.reproduce: table builders on hand-made results, and the CLI end to end."""
+"""Tests of fa_hetdp.experiments.reproduce: table builders on hand-made results; the CLI."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fa_hetdp.cli import main
-from fa_hetdp.engine import CellResult, ExperimentResult, GridSpec
-from fa_hetdp.reproduce import (
+from fa_hetdp.cli.main import main
+from fa_hetdp.experiments.engine import CellResult, ExperimentResult, GridSpec
+from fa_hetdp.experiments.reproduce import (
     PAPER_SKEWS,
     build_tables,
     coverage_table,
@@ -82,7 +82,7 @@ def _result(
         compositions=("basic", "gdp") if gdp else ("basic",),
         repeats=100,
     )
-    from fa_hetdp.engine import _fill_cmse
+    from fa_hetdp.experiments.engine import _fill_cmse
 
     return ExperimentResult(
         name=name,

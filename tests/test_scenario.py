@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.scenario: the shipped files, the schema's validation, round trips."""
+"""Tests of fa_hetdp.config.scenario: the shipped files, the schema's validation, round trips."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from fa_hetdp.errors import ScenarioError
-from fa_hetdp.scenario import (
+from fa_hetdp.config.scenario import (
     SKEW_LEVELS,
     Scenario,
     available_scenarios,
@@ -22,6 +21,7 @@ from fa_hetdp.scenario import (
     skew_scenario,
     skew_scenario_name,
 )
+from fa_hetdp.errors import ScenarioError
 
 PAPER_EPSILONS = [0.25 * k for k in range(1, 21)]
 

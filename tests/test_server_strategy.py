@@ -20,10 +20,10 @@ from flwr.supercore.task_identity import TaskIdentity
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 
 from clients.app import app as client_app
-from clients.settings import RunSettings, dropout_partitions
-from clients.wire import decode, encode
-from fa_hetdp.accounting import privacy_spent
-from fa_hetdp.protocol import plan_protocol
+from fa_hetdp.dp.accounting import privacy_spent
+from fa_hetdp.flower.settings import RunSettings, dropout_partitions
+from fa_hetdp.flower.wire import decode, encode
+from fa_hetdp.protocol.core import plan_protocol
 from server.strategy import HeterogeneityStrategy, ProtocolAbortError, write_json_atomic
 
 

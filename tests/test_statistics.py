@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.statistics (exact statistics, input policy)."""
+"""Tests for fa_hetdp.stats.exact (exact statistics, input policy)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
-from fa_hetdp.statistics import (
+from fa_hetdp.stats.exact import (
     client_weights,
     i_squared,
     true_statistics,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fa_hetdp.config.scenario import DROPOUT_STAGES, Scenario, default_scenario, load_scenario
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
-from fa_hetdp.protocol import ProtocolConfig
-from fa_hetdp.scenario import DROPOUT_STAGES, Scenario, default_scenario, load_scenario
+from fa_hetdp.protocol.core import ProtocolConfig
 
 __all__ = ["SERVER_STREAM", "STEPS", "UNSET", "RunSettings", "dropout_partitions"]
 
@@ -247,7 +247,7 @@ class RunSettings:
         progress = _get(config, "progress-path", str) if "progress-path" in config else ""
         return cls(
             scenario=scenario,
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             seed=seed,
             num_clients=n,
             protocol=protocol,

@@ -2,8 +2,9 @@
 
 Everything here works on plain numbers: a :class:`Table` is a title, row and column labels and
 a grid of floats; the figure functions take arrays keyed by label. The experiment engine
-(:mod:`fa_hetdp.engine`), ``fa-hetdp reproduce`` (:mod:`fa_hetdp.reproduce`) and
-``fa-hetdp bench-noise`` (:mod:`fa_hetdp.bench_noise`) build their outputs from these pieces.
+(:mod:`fa_hetdp.experiments.engine`), ``fa-hetdp reproduce``
+(:mod:`fa_hetdp.experiments.reproduce`) and ``fa-hetdp bench-noise``
+(:mod:`fa_hetdp.experiments.bench_noise`) build their outputs from these pieces.
 
 Figures are drawn with matplotlib's object API on the Agg canvas (no ``pyplot`` state, no
 display needed), so they can be produced in CI and in worker processes.
@@ -346,7 +347,7 @@ def ratio_confidence_interval(
 def _new_figure(
     ncols: int, *, width: float = 4.6, height: float = 3.8
 ) -> tuple[Figure, list[Axes]]:
-    # Local imports keep ``import fa_hetdp.report`` cheap and never touch pyplot.
+    # Local imports keep ``import fa_hetdp.report.tables`` cheap and never touch pyplot.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

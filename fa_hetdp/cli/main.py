@@ -3,11 +3,14 @@
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
 ``run_command(args) -> int``; this module only wires them together.
 
-- ``fa-hetdp run [SCENARIO]``            Flower simulation of a scenario (:mod:`fa_hetdp.launch`)
-- ``fa-hetdp reproduce``                 the paper's tables and figures (:mod:`fa_hetdp.reproduce`)
+- ``fa-hetdp run [SCENARIO]``            Flower simulation of a scenario
+  (:mod:`fa_hetdp.cli.launch`)
+- ``fa-hetdp reproduce``                 the paper's tables and figures
+  (:mod:`fa_hetdp.experiments.reproduce`)
 - ``fa-hetdp bench-noise SCENARIO``      distributed vs central noise, AGM vs CGM
-  (:mod:`fa_hetdp.bench_noise`)
-- ``fa-hetdp data download NAME``        fetch a dataset with torchvision (:mod:`fa_hetdp.data`)
+  (:mod:`fa_hetdp.experiments.bench_noise`)
+- ``fa-hetdp data download NAME``        fetch a dataset with torchvision
+  (:mod:`fa_hetdp.data.datasets`)
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from collections.abc import Sequence
 from fa_hetdp.errors import FaHetdpError
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("run", "fa_hetdp.launch", "run a Flower simulation of a scenario and print the results"),
-    ("reproduce", "fa_hetdp.reproduce", "reproduce the paper's Tables 1-5 and Figure 1"),
-    ("bench-noise", "fa_hetdp.bench_noise", "distributed vs central noise, AGM vs CGM"),
-    ("data", "fa_hetdp.data", "dataset utilities (download)"),
+    ("run", "fa_hetdp.cli.launch", "run a Flower simulation of a scenario and print the results"),
+    (
+        "reproduce",
+        "fa_hetdp.experiments.reproduce",
+        "reproduce the paper's Tables 1-5 and Figure 1",
+    ),
+    ("bench-noise", "fa_hetdp.experiments.bench_noise", "distributed vs central noise, AGM vs CGM"),
+    ("data", "fa_hetdp.data.datasets", "dataset utilities (download)"),
 )
 
 

@@ -808,7 +808,8 @@ def load_dataset(
     if name == "synthetic":
         raise DatasetError(
             "dataset 'synthetic' is generated, not loaded: call "
-            "fa_hetdp.data.synthetic_dataset(n, d, num_labels, heterogeneity, rng=...) or give "
+            "fa_hetdp.data.datasets.synthetic_dataset(n, d, num_labels, heterogeneity, rng=...) "
+            "or give "
             "a scenario a [data.synthetic] table"
         )
     if name not in DATASET_NAMES:

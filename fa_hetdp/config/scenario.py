@@ -8,7 +8,8 @@ ratios that do not match the label count, a sample larger than the data, ``epsil
 (``privacy.delta``) and say what is allowed.
 
 Sample sizes are checked against the number of images per label of the standard files
-(:data:`fa_hetdp.data.LABEL_COUNTS`), so a scenario for CIFAR-10 is validated without reading
+(:data:`fa_hetdp.data.datasets.LABEL_COUNTS`),
+so a scenario for CIFAR-10 is validated without reading
 CIFAR-10; the sampler checks again against the files actually read.
 
 ``load_scenario("quickstart")`` or ``load_scenario("paper/cifar10-skew10")`` resolves a bare
@@ -35,7 +36,7 @@ from fa_hetdp._types import (
     Placement,
     Profile,
 )
-from fa_hetdp.data import DATASET_NAMES, LABEL_COUNTS, SPLITS, Split
+from fa_hetdp.data.datasets import DATASET_NAMES, LABEL_COUNTS, SPLITS, Split
 from fa_hetdp.errors import ScenarioError
 
 __all__ = [
@@ -82,7 +83,7 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class SyntheticSpec:
-    """``[data.synthetic]``: parameters of :func:`fa_hetdp.data.synthetic_dataset`.
+    """``[data.synthetic]``: parameters of :func:`fa_hetdp.data.datasets.synthetic_dataset`.
 
     Parameters
     ----------
@@ -385,7 +386,7 @@ class Scenario:
 
 
 def _largest_remainder(n: int, ratios: Sequence[float]) -> tuple[int, ...]:
-    """Largest-remainder apportionment (same rule as ``fa_hetdp.partition.clients_per_label``)."""
+    """Largest-remainder apportionment (as ``fa_hetdp.data.partition.clients_per_label``)."""
     total = float(sum(ratios))
     quotas = [n * r / total for r in ratios]
     counts = [math.floor(q) for q in quotas]
@@ -967,7 +968,7 @@ def scenarios_dir() -> Path:
     ``fa_hetdp/_scenarios`` (where a wheel can carry a copy, e.g. with hatch's
     ``force-include``).
     """
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     repo = package.parent / "scenarios"
     if (repo / "quickstart.toml").is_file():
         return repo

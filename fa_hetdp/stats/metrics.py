@@ -32,8 +32,8 @@ from scipy.special import ndtr, ndtri
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol import BatchResult, PrivateStatistics, ProtocolPlan
-from fa_hetdp.statistics import TrueStatistics, _coordinate_averages, validate_clients
+from fa_hetdp.protocol.core import BatchResult, PrivateStatistics, ProtocolPlan
+from fa_hetdp.stats.exact import TrueStatistics, _coordinate_averages, validate_clients
 
 __all__ = [
     "STATISTICS",

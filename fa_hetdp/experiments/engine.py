@@ -7,7 +7,7 @@ One *cell* of the grid is a total budget ``epsilon`` with a ``mechanism`` (AGM /
 
 - the EMSE (Monte-Carlo mean over repeats of the coordinate-mean squared error, Section 4) and
   its standard deviation over repeats,
-- the analytic expected MSE (:func:`fa_hetdp.metrics.expected_mse`),
+- the analytic expected MSE (:func:`fa_hetdp.stats.metrics.expected_mse`),
 - the paper's TMSE (Cor. 3.4, 3.5, 3.10, 3.11 on the realised noise) and its SD,
 - the CMSE (the EMSE of the central-placement cell with the same ε, mechanism and composition),
 - the ratios EMSE / expected, EMSE / TMSE, distributed / central,
@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
 from fa_hetdp.errors import BaselineWarning, ScenarioError
-from fa_hetdp.report import Table, plot_emse_vs_epsilon, write_table
+from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
 
 __all__ = [
     "STATISTICS",
@@ -437,7 +437,7 @@ _TRUE_NAME: Final[Mapping[str, str]] = {
     "i2": "i2",
     "i2_extra": "i2",
 }
-"""Attribute of :class:`fa_hetdp.statistics.TrueStatistics` each private statistic estimates."""
+"""Attribute of :class:`fa_hetdp.stats.exact.TrueStatistics` each private statistic estimates."""
 
 
 def _metric_values(
@@ -449,7 +449,7 @@ def _metric_values(
     realised Z_3 enters them), so they are stored under ``"i2_extra"`` then and under ``"i2"``
     otherwise. The noise-based intervals for I² are built on I²''.
     """
-    from fa_hetdp import metrics
+    from fa_hetdp.stats import metrics
 
     truth = batch.truth
     plan = batch.plan
@@ -477,7 +477,7 @@ def _config(
     composition: Composition,
 ) -> Any:
     """Build (and so validate) the :class:`fa_hetdp.protocol.ProtocolConfig` of one cell."""
-    from fa_hetdp.protocol import ProtocolConfig
+    from fa_hetdp.protocol.core import ProtocolConfig
 
     return ProtocolConfig(
         epsilon=epsilon,
@@ -497,7 +497,7 @@ def _measure_cell(
     x: FloatArray, config: Any, *, repeats: int, rng: np.random.Generator
 ) -> CellResult:
     """Run ``repeats`` private measurements of one cell and compute its metrics."""
-    from fa_hetdp import protocol
+    from fa_hetdp.protocol import core as protocol
 
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -643,7 +643,7 @@ def run_grid(
     ----------
     x
         Client vectors, shape (n, d), values in [0, 1] (out-of-range values are clipped and
-        counted by :func:`fa_hetdp.statistics.validate_clients`).
+        counted by :func:`fa_hetdp.stats.exact.validate_clients`).
     grid
         The grid and protocol settings.
     name
@@ -668,8 +668,8 @@ def run_grid(
 
     Both are raised before any measurement runs.
     """
-    from fa_hetdp.protocol import plan_protocol
-    from fa_hetdp.statistics import true_statistics, validate_clients
+    from fa_hetdp.protocol.core import plan_protocol
+    from fa_hetdp.stats.exact import true_statistics, validate_clients
 
     clients, n_clipped = validate_clients(x)
     truth = true_statistics(clients, variance_floor=grid.variance_floor)
@@ -752,7 +752,7 @@ def grid_from_scenario(
     mechanisms: Sequence[Mechanism] | None = None,
     placements: Sequence[Placement] | None = None,
 ) -> GridSpec:
-    """Build the :class:`GridSpec` of a :class:`fa_hetdp.scenario.Scenario`.
+    """Build the :class:`GridSpec` of a :class:`fa_hetdp.config.scenario.Scenario`.
 
     Parameters
     ----------
@@ -793,8 +793,8 @@ def run_scenario(
     Parameters
     ----------
     scenario
-        A validated :class:`fa_hetdp.scenario.Scenario`; its clients come from
-        :func:`fa_hetdp.partition.partition_scenario` (the same partition the Flower apps use).
+        A validated :class:`fa_hetdp.config.scenario.Scenario`; its clients come from
+        :func:`fa_hetdp.data.partition.partition_scenario` (the same partition the Flower apps use).
     progress
         Show a progress bar (default: when stderr is a terminal).
     grid
@@ -809,7 +809,7 @@ def run_scenario(
     DatasetError
         The scenario's data files are missing or corrupt (raised before any cell runs).
     """
-    from fa_hetdp.partition import partition_scenario
+    from fa_hetdp.data.partition import partition_scenario
 
     spec = grid if grid is not None else grid_from_scenario(scenario)
     partition = partition_scenario(scenario)

@@ -4,7 +4,7 @@ The paper (Section 4) measures dispersion, Q and I² on a 2 % sample of CIFAR-10
 Fashion-MNIST at six levels of label skew, with ε from 0.25 to 5, δ = 1e-5 (the text says
 δ = 0.1; the published numbers were computed with 1e-5), AGM against CGM and distributed
 against central noise. This command runs the same grid with the :mod:`fa_hetdp` estimators
-(:mod:`fa_hetdp.engine`) on the six skew scenarios of a dataset and writes:
+(:mod:`fa_hetdp.experiments.engine`) on the six skew scenarios of a dataset and writes:
 
 - ``table1_dispersion``, ``table2_q``, ``table3_i2``: EMSE, TMSE, CMSE and their standard
   deviations for AGM and CGM at ε = 0.25 (1 : … : 1 over 10 labels, as the paper);
@@ -24,7 +24,8 @@ against central noise. This command runs the same grid with the :mod:`fa_hetdp` 
   ``<slug>/results.json``, ``cells.csv`` and EMSE tables.
 
 The six runs of a dataset use the scenarios' seed, so they share their noise draws cell by cell
-(:func:`fa_hetdp.engine.cell_seed`): differences between skew levels are differences of the
+(:func:`fa_hetdp.experiments.engine.cell_seed`):
+differences between skew levels are differences of the
 data, not Monte-Carlo scatter.
 
 ``I²`` in the paper's tables is the paper's I²''' (Thm 3.13, with its third noise stage); I²''
@@ -46,12 +47,12 @@ from typing import Any, Final
 import numpy as np
 
 from fa_hetdp._types import FloatArray, Profile
-from fa_hetdp.engine import (
+from fa_hetdp.experiments.engine import (
     STATISTIC_LABELS,
     ExperimentResult,
     write_json_atomic,
 )
-from fa_hetdp.report import (
+from fa_hetdp.report.tables import (
     Table,
     mean_percentage_change,
     plot_emse_vs_epsilon,
@@ -372,7 +373,8 @@ def ratio_tables(result: ExperimentResult, *, epsilon: float) -> tuple[Table, Ta
             row_header="mechanism",
             note=note
             + " TMSE = Cor. 3.5 (D), Cor. 3.11 (Q) and the paper's I² corollary as written, "
-            "evaluated on the noise actually drawn (fa_hetdp.metrics.paper_tmse); 1 would mean "
+            "evaluated on the noise actually drawn (fa_hetdp.stats.metrics.paper_tmse); "
+            "1 would mean "
             "the corollary predicts the error.",
         ),
         Table.from_array(
@@ -458,7 +460,8 @@ def expected_ratio_table(result: ExperimentResult, *, epsilon: float) -> Table:
         values,
         row_header="statistic",
         note=(
-            f"{result.name}: expected MSE from fa_hetdp.metrics.expected_mse (exact for μ' and "
+            f"{result.name}: expected MSE from fa_hetdp.stats.metrics.expected_mse "
+            "(exact for μ' and "
             "D''; delta method for μ̄', Q'', I²). Monte-Carlo relative standard error of a ratio "
             f"≈ SD / (EMSE · √{result.grid.repeats}). The last two columns give the range of the "
             "AGM distributed ratio over the ε grid."
@@ -603,7 +606,7 @@ def coverage_table(result: ExperimentResult, *, epsilon: float) -> Table:
         note=(
             "Fraction of (repeat, coordinate) pairs whose interval contains the true value. "
             "'paper' = Thm 3.6 (D), 3.9 (Q), 3.14 (I²) as written; 'ours' = intervals from the "
-            "public noise distribution (fa_hetdp.metrics.noise_confidence_intervals). — = no "
+            "public noise distribution (fa_hetdp.stats.metrics.noise_confidence_intervals). — = no "
             "interval defined for that statistic."
         ),
     )
@@ -693,8 +696,8 @@ def find_skew_scenarios(dataset: str) -> dict[SkewLevel, Any]:
         A skew level has no shipped scenario, or one that does not match (the message says
         which).
     """
+    from fa_hetdp.config.scenario import available_scenarios, load_scenario
     from fa_hetdp.errors import ScenarioError
-    from fa_hetdp.scenario import available_scenarios, load_scenario
 
     names = {name.rsplit("/", 1)[-1]: name for name in available_scenarios()}
     found: dict[SkewLevel, Any] = {}
@@ -774,8 +777,8 @@ def run_reproduction(
     ScenarioError, DatasetError
         Missing scenarios or data files, raised before any measurement.
     """
-    from fa_hetdp.engine import GridSpec, run_scenario
-    from fa_hetdp.partition import partition_scenario
+    from fa_hetdp.data.partition import partition_scenario
+    from fa_hetdp.experiments.engine import GridSpec, run_scenario
 
     if dataset not in DATASETS:
         from fa_hetdp.errors import DatasetError
@@ -836,7 +839,7 @@ def write_reproduction(
     list of Path
         The files written.
     """
-    from fa_hetdp.engine import write_outputs
+    from fa_hetdp.experiments.engine import write_outputs
 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """``fa-hetdp bench-noise SCENARIO``: distributed against central noise, AGM against CGM.
 
-For every ε of the scenario, the engine (:mod:`fa_hetdp.engine`) runs the same client data with
+For every ε of the scenario, the engine
+(:mod:`fa_hetdp.experiments.engine`) runs the same client data with
 the AGM and the CGM, each with distributed noise (every client adds ``N(0, σ²/t)`` before secure
 aggregation) and with central noise (the server adds ``N(0, σ²)`` after unmasking). This command
 reports, per statistic (D'', Q'', I²''):
@@ -11,7 +12,7 @@ reports, per statistic (D'', Q'', I²''):
   paper's ratio table), next to the ratio of the analytic expected MSEs that it should equal;
 
 each with a 95 % confidence interval: the delta method on the log ratio of two independent
-Monte-Carlo means (:func:`fa_hetdp.report.ratio_confidence_interval`). It prints the table,
+Monte-Carlo means (:func:`fa_hetdp.report.tables.ratio_confidence_interval`). It prints the table,
 and writes ``bench_noise.csv``, ``bench_noise.md``, ``bench_noise.png`` and the engine's full
 outputs (``results.json``, ``cells.csv``, figures) into ``results/<scenario>/bench-noise/``.
 
@@ -31,7 +32,7 @@ from typing import Final
 
 import numpy as np
 
-from fa_hetdp.engine import (
+from fa_hetdp.experiments.engine import (
     STATISTIC_LABELS,
     CellResult,
     ExperimentResult,
@@ -39,7 +40,7 @@ from fa_hetdp.engine import (
     run_scenario,
     write_outputs,
 )
-from fa_hetdp.report import (
+from fa_hetdp.report.tables import (
     RatioInterval,
     Table,
     plot_ratio_bands,
@@ -172,7 +173,7 @@ def comparison_table(comparisons: Sequence[Comparison], *, title: str) -> Table:
             "EMSE ratios with 95 % delta-method intervals (log scale, independent Monte-Carlo "
             "runs). 'expected': 1 for distributed/central (the summed shares have the central "
             "noise's distribution); for AGM/CGM the ratio of the analytic expected MSEs "
-            "(fa_hetdp.metrics.expected_mse)."
+            "(fa_hetdp.stats.metrics.expected_mse)."
         ),
     )
 
@@ -255,8 +256,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the benchmark; returns 0 on success (errors raise :class:`FaHetdpError`)."""
+    from fa_hetdp.config.scenario import load_scenario
     from fa_hetdp.errors import ScenarioError
-    from fa_hetdp.scenario import load_scenario
 
     scenario = load_scenario(args.scenario)  # validated before any work
     repeats = args.repeats

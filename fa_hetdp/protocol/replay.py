@@ -20,11 +20,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from clients.csprng import simulation_generator
-from clients.settings import SERVER_STREAM
 from fa_hetdp._types import FloatArray
+from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol import (
+from fa_hetdp.flower.settings import SERVER_STREAM
+from fa_hetdp.protocol.core import (
     PrivateStatistics,
     ProtocolConfig,
     assemble_stage1,

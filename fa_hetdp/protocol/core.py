@@ -53,21 +53,21 @@ from fa_hetdp._types import (
     Placement,
     Profile,
 )
-from fa_hetdp.accounting import (
+from fa_hetdp.dp.accounting import (
     BudgetPlan,
     PrivacySpent,
     ReleaseSpec,
     plan_budget,
     privacy_spent,
 )
-from fa_hetdp.calibration import _check_delta, _check_positive
+from fa_hetdp.dp.calibration import _check_delta, _check_positive
 from fa_hetdp.errors import (
     AggregationError,
     BaselineWarning,
     InputDataError,
     PrivacyParameterError,
 )
-from fa_hetdp.statistics import (
+from fa_hetdp.stats.exact import (
     MAX_WITHIN_VARIANCE,
     TrueStatistics,
     _coordinate_averages,
@@ -149,7 +149,7 @@ class ProtocolConfig:
     placement : {"distributed", "central"}
         Clients add noise shares ``N(0, sigma^2/t)``, or the server adds ``N(0, sigma^2)``.
     composition : {"basic", "gdp"}
-        How the budget is split over the releases (see :mod:`fa_hetdp.accounting`).
+        How the budget is split over the releases (see :mod:`fa_hetdp.dp.accounting`).
     profile : {"bounded", "paper"}
         Sensitivities; ``"paper"`` drops ``W`` from the weighted stages (not DP; flagged).
     variance_floor : float

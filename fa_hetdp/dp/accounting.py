@@ -39,7 +39,7 @@ from numbers import Real
 from typing import Final
 
 from fa_hetdp._types import Composition
-from fa_hetdp.calibration import (
+from fa_hetdp.dp.calibration import (
     Mechanism,
     _check_delta,
     _check_mechanism,

@@ -55,7 +55,7 @@ __all__ = [
 
 #: The Flower app: the repository (or installed source tree) that holds ``pyproject.toml``
 #: with ``[tool.flwr.app]`` and the ``clients``/``server`` packages.
-APP_DIR = Path(__file__).resolve().parent.parent
+APP_DIR = Path(__file__).resolve().parents[2]
 
 CONNECTION_NAME = "fa-hetdp"
 DEFAULT_SCENARIO = "digits-quickstart"
@@ -582,9 +582,9 @@ class RunSetup:
 
 def prepare(args: argparse.Namespace) -> RunSetup:
     """Load the scenario, build the run-config overrides and the true statistics."""
-    from fa_hetdp.partition import partition_scenario
-    from fa_hetdp.scenario import default_scenario, load_scenario
-    from fa_hetdp.statistics import true_statistics
+    from fa_hetdp.config.scenario import default_scenario, load_scenario
+    from fa_hetdp.data.partition import partition_scenario
+    from fa_hetdp.stats.exact import true_statistics
 
     name = str(args.scenario)
     if name in (DEFAULT_SCENARIO, "quickstart"):

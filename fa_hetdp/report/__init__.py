@@ -1,0 +1,1 @@
+"""Tables (text, CSV, Markdown) and plots of results."""
