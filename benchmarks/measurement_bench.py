@@ -22,8 +22,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.core import (
-    ProtocolConfig,
     local_values,
     plan_protocol,
     private_statistics,

@@ -7,6 +7,7 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 
 from __future__ import annotations
 
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.scenario import Scenario, default_scenario, load_scenario
 from fa_hetdp.data.datasets import Dataset, load_dataset
 from fa_hetdp.dp.accounting import (
@@ -28,7 +29,6 @@ from fa_hetdp.errors import (
 )
 from fa_hetdp.protocol.core import (
     PrivateStatistics,
-    ProtocolConfig,
     ProtocolPlan,
     plan_protocol,
     private_statistics,

@@ -9,9 +9,9 @@ import pytest
 from scipy import integrate, stats
 from sklearn.datasets import load_digits
 
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.core import (
-    ProtocolConfig,
     plan_protocol,
     private_statistics,
     private_statistics_batch,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import (
     BaselineWarning,
     InputDataError,
@@ -16,7 +17,6 @@ from fa_hetdp.errors import (
 from fa_hetdp.protocol.core import (
     Placement,
     PrivateStatistics,
-    ProtocolConfig,
     ProtocolPlan,
     Stage1Release,
     _run_protocol,

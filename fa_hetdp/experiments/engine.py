@@ -477,7 +477,7 @@ def _config(
     composition: Composition,
 ) -> Any:
     """Build (and so validate) the :class:`fa_hetdp.protocol.ProtocolConfig` of one cell."""
-    from fa_hetdp.protocol.core import ProtocolConfig
+    from fa_hetdp.config.protocol import ProtocolConfig
 
     return ProtocolConfig(
         epsilon=epsilon,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.scenario import DROPOUT_STAGES, Scenario, default_scenario, load_scenario
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
-from fa_hetdp.protocol.core import ProtocolConfig
 
 __all__ = ["SERVER_STREAM", "STEPS", "UNSET", "RunSettings", "dropout_partitions"]
 

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.flower.settings import SERVER_STREAM
 from fa_hetdp.protocol.core import (
     PrivateStatistics,
-    ProtocolConfig,
     assemble_stage1,
     assemble_stage2,
     local_values,
