@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fa_hetdp.cli.launch import FlowerCluster, read_progress
+from fa_hetdp.cli.cluster import FlowerCluster, read_progress
 
 D = 3072
 ROUNDS = 6

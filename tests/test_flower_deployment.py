@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from fa_hetdp.cli.launch import FlowerCluster, TlsSettings, read_progress
+from fa_hetdp.cli.cluster import FlowerCluster, TlsSettings, read_progress
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.core import plan_protocol

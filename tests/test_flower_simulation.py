@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from fa_hetdp.cli.launch import FlowerCluster, read_progress
+from fa_hetdp.cli.cluster import FlowerCluster, read_progress
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def test_flwr_run_dot_the_flower_way(tmp_path: Path) -> None:
     import signal
     import subprocess
 
-    from fa_hetdp.cli.launch import APP_DIR, free_port, toml_value
+    from fa_hetdp.cli.cluster import APP_DIR, free_port, toml_value
 
     home = tmp_path / "flwr-home"
     env = dict(os.environ)

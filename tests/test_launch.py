@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_flower_helpers import scenario_file
 
-from fa_hetdp.cli.launch import (
+from fa_hetdp.cli.cluster import (
     ClusterError,
     FlowerCluster,
     _descendants,

@@ -4,7 +4,7 @@ Each subcommand lives in its own module, which provides ``add_arguments(parser)`
 ``run_command(args) -> int``; this module only wires them together.
 
 - ``fa-hetdp run [SCENARIO]``            Flower simulation of a scenario
-  (:mod:`fa_hetdp.cli.launch`)
+  (:mod:`fa_hetdp.cli.run`)
 - ``fa-hetdp reproduce``                 the paper's tables and figures
   (:mod:`fa_hetdp.experiments.reproduce`)
 - ``fa-hetdp bench-noise SCENARIO``      distributed vs central noise, AGM vs CGM
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from fa_hetdp.errors import FaHetdpError
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("run", "fa_hetdp.cli.launch", "run a Flower simulation of a scenario and print the results"),
+    ("run", "fa_hetdp.cli.run", "run a Flower simulation of a scenario and print the results"),
     (
         "reproduce",
         "fa_hetdp.experiments.reproduce",

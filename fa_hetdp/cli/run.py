@@ -1,0 +1,252 @@
+"""``fa-hetdp run``: run the Flower apps (``clients/``, ``server/``) on one machine.
+
+``fa-hetdp run [SCENARIO]`` starts a SuperLink in simulation mode (see
+:func:`fa_hetdp.cli.cluster.run_simulation`), submits the app with ``flwr run``, follows the
+server's progress file, reads the result file the ServerApp writes, and prints each private
+statistic against its true value (known in simulation) with the error and the privacy spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fa_hetdp.cli.cluster import run_simulation
+
+__all__ = [
+    "DEFAULT_SCENARIO",
+    "RunSetup",
+    "add_arguments",
+    "prepare",
+    "print_result",
+    "progress_display",
+    "run_command",
+]
+
+DEFAULT_SCENARIO = "digits-quickstart"
+
+
+@contextlib.contextmanager
+def _workdir(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="fa-hetdp-run-") as tmp:
+        yield Path(tmp)
+
+
+STEP_LABELS: tuple[tuple[str, str], ...] = (
+    ("advertise_keys", "secagg: advertise keys"),
+    ("share_keys", "secagg: share keys"),
+    ("stage1_input", "stage 1: masked [x, w x, w] + noise"),
+    ("stage1_unmask", "stage 1: unmask"),
+    ("stage2_input", "stage 2: masked squared deviations + noise"),
+    ("stage2_unmask", "stage 2: unmask"),
+)
+
+STATISTIC_LABELS: tuple[tuple[str, str], ...] = (
+    ("mean", "mean μ'"),
+    ("dispersion", "dispersion D''"),
+    ("weighted_mean", "weighted mean μ̄'"),
+    ("q", "Cochran's Q''"),
+    ("i2", "I²''"),
+    ("i2_extra", "I²''' (extra noise)"),
+)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What ``fa-hetdp run`` submits and what it compares against."""
+
+    scenario_name: str
+    num_clients: int
+    run_config: dict[str, object]
+    truth: dict[str, float]
+
+
+def prepare(args: argparse.Namespace) -> RunSetup:
+    """Load the scenario, build the run-config overrides and the true statistics."""
+    from fa_hetdp.config.scenario import default_scenario, load_scenario
+    from fa_hetdp.data.partition import partition_scenario
+    from fa_hetdp.stats.exact import true_statistics
+
+    name = str(args.scenario)
+    if name in (DEFAULT_SCENARIO, "quickstart"):
+        scenario = default_scenario()
+        scenario_arg = "quickstart"
+    else:
+        scenario = load_scenario(name)
+        path = Path(name)
+        scenario_arg = str(path.resolve()) if path.is_file() else name
+    run_config: dict[str, object] = {"scenario": scenario_arg, "mode": "simulation"}
+    overrides = {
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "mechanism": args.mechanism,
+        "placement": args.placement,
+        "composition": args.composition,
+        "seed": args.seed,
+    }
+    run_config.update({k: v for k, v in overrides.items() if v is not None})
+    truth = true_statistics(
+        partition_scenario(scenario).vectors, variance_floor=scenario.privacy.variance_floor
+    ).summary()
+    return RunSetup(
+        scenario_name=scenario.name,
+        num_clients=scenario.num_clients,
+        run_config=run_config,
+        truth={k: float(v) for k, v in truth.items()},
+    )
+
+
+@contextlib.contextmanager
+def progress_display(
+    setup: RunSetup,
+) -> Iterator[Callable[[list[dict[str, Any]]], None]]:
+    """Show a rich progress display fed with the server's progress events."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    ) as bar:
+        task = bar.add_task(
+            f"{setup.scenario_name}: starting Flower ({setup.num_clients} clients)",
+            total=len(STEP_LABELS) + 1,
+        )
+        labels = dict(STEP_LABELS)
+
+        def update(events: list[dict[str, Any]]) -> None:
+            done = 0
+            description = f"{setup.scenario_name}: waiting for {setup.num_clients} clients"
+            for event in events:
+                kind = event.get("event")
+                if kind == "nodes":
+                    done = max(done, 1)
+                    description = f"{setup.scenario_name}: {event.get('connected')} clients"
+                elif kind == "step":
+                    done += 1
+                    step = str(event.get("step"))
+                    replied, sent = event.get("replied"), event.get("sent")
+                    description = f"{labels.get(step, step)}: {replied}/{sent} replied"
+                elif kind in ("done", "aborted"):
+                    description = f"{setup.scenario_name}: {kind}"
+            bar.update(task, completed=done, description=description)
+
+        yield update
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{float(value):.4g}"
+    return str(value)
+
+
+def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
+    """Print the private statistics against the truth, and the privacy spent."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    summary = result.get("summary", {})
+    table = Table(
+        title=(
+            f"{setup.scenario_name}: n={result.get('n')} clients, d={result.get('d')} "
+            "(coordinate averages)"
+        )
+    )
+    for column in ("statistic", "private", "true", "error", "σ of release"):
+        table.add_column(column, justify="left" if column == "statistic" else "right")
+    release_of = {
+        "mean": "mean",
+        "dispersion": "dispersion",
+        "weighted_mean": "weighted",
+        "q": "q",
+        "i2_extra": "i2_extra",
+    }
+    sigmas = result.get("sigmas", {})
+    for key, label in STATISTIC_LABELS:
+        if key not in summary:
+            continue
+        private = float(summary[key])
+        true = setup.truth.get("i2" if key == "i2_extra" else key)
+        table.add_row(
+            label,
+            _fmt(private),
+            "" if true is None else _fmt(true),
+            "" if true is None else _fmt(private - true),
+            _fmt(sigmas.get(release_of.get(key, ""), "")),
+        )
+    console.print(table)
+    privacy = result.get("privacy", {})
+    degraded = "  [DEGRADED: noise shares missing]" if privacy.get("degraded") else ""
+    console.print(
+        f"privacy spent (exact composition): ε = {_fmt(privacy.get('epsilon_spent'))} at "
+        f"δ = {_fmt(privacy.get('delta'))}  (target ε = {_fmt(privacy.get('target_epsilon'))},"
+        f" δ = {_fmt(privacy.get('target_delta'))}){degraded}"
+    )
+    survivors = result.get("survivors", {})
+    console.print("clients per step: " + ", ".join(f"{k}={v}" for k, v in survivors.items()))
+    timings = result.get("timings", {})
+    if "protocol" in timings:
+        console.print(f"protocol time: {float(timings['protocol']):.2f} s")
+    for label in result.get("labels", []):
+        console.print(f"  note: {label}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the arguments of ``fa-hetdp run``."""
+    parser.add_argument(
+        "scenario",
+        nargs="?",
+        default=DEFAULT_SCENARIO,
+        help=f"scenario name or TOML file (default: {DEFAULT_SCENARIO})",
+    )
+    parser.add_argument("--epsilon", type=float, help="total privacy budget ε (overrides)")
+    parser.add_argument("--delta", type=float, help="total δ (overrides the scenario)")
+    parser.add_argument("--mechanism", choices=("agm", "cgm"))
+    parser.add_argument("--placement", choices=("distributed", "central"))
+    parser.add_argument("--composition", choices=("basic", "gdp"))
+    parser.add_argument("--seed", type=int, help="simulation seed (overrides the scenario)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
+    parser.add_argument("--output", type=Path, help="also copy the result JSON to this path")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep logs and Flower's home here instead of a temp dir"
+    )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``fa-hetdp run``; return the process exit code."""
+    setup = prepare(args)
+    with _workdir(args.workdir) as workdir:
+        with progress_display(setup) as on_progress:
+            outcome = run_simulation(
+                setup.run_config,
+                num_supernodes=setup.num_clients,
+                workdir=workdir,
+                timeout=float(args.timeout),
+                progress=on_progress,
+            )
+        if outcome.result is None or outcome.result.get("status") != "success":
+            reason = "no result file was written"
+            if outcome.result is not None:
+                reason = str(outcome.result.get("reason", reason))
+            print(f"fa-hetdp run: the run failed: {reason}", file=sys.stderr)
+            print(outcome.output[-3000:], file=sys.stderr)
+            return 1
+        if args.output is not None:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(outcome.result_path, args.output)
+        print_result(setup, outcome.result)
+    return 0
