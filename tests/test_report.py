@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,20 @@ def test_plots_write_png_files(tmp_path) -> None:
         plot_emse_vs_epsilon({}, tmp_path / "x.png")
     with pytest.raises(ValueError, match="panel"):
         plot_ratio_bands({}, tmp_path / "x.png")
+
+
+def test_write_json_atomic_is_strict_json_and_leaves_no_partial_file(tmp_path: Path) -> None:
+    import json
+
+    from fa_hetdp.report.files import write_json_atomic
+
+    target = tmp_path / "sub" / "result.json"
+    written = write_json_atomic(
+        target, {"x": np.float32(0.5), "n": np.int64(3), "bad": float("nan"), "a": np.arange(2)}
+    )
+    assert written == target
+    assert json.loads(target.read_text()) == {"x": 0.5, "n": 3, "bad": None, "a": [0, 1]}
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"unserialisable": object()})
+    assert json.loads(target.read_text())["n"] == 3
+    assert sorted(p.name for p in target.parent.iterdir()) == ["result.json"]

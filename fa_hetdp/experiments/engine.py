@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
 from fa_hetdp.errors import BaselineWarning, ScenarioError
+from fa_hetdp.report.files import write_json_atomic, write_text_atomic
 from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
 
 __all__ = [
@@ -831,38 +832,6 @@ def run_scenario(
 # --------------------------------------------------------------------------------------------
 
 
-def _json_ready(value: Any) -> Any:
-    """Replace NaN / inf (not valid JSON) by ``None`` and numpy scalars by Python numbers."""
-    if isinstance(value, Mapping):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [_json_ready(v) for v in value.tolist()]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    return value
-
-
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> Path:
-    """Write ``payload`` as JSON to ``path`` atomically (temporary file + :func:`os.replace`).
-
-    NaN and infinities are written as ``null`` so the file is strict JSON.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump(_json_ready(payload), handle, indent=1, ensure_ascii=False, allow_nan=False)
-        handle.write("\n")
-    os.replace(tmp, path)
-    return path
-
-
 CELL_CSV_FIXED_COLUMNS: Final[tuple[str, ...]] = (
     "epsilon",
     "mechanism",
@@ -1001,11 +970,7 @@ def write_outputs(
     folder = Path(directory) if directory is not None else Path("results") / result.name
     folder.mkdir(parents=True, exist_ok=True)
     written = [write_json_atomic(folder / "results.json", result.to_dict())]
-    cells_path = folder / "cells.csv"
-    tmp = cells_path.with_name(cells_path.name + ".tmp")
-    tmp.write_text(cells_csv(result), encoding="utf-8")
-    os.replace(tmp, cells_path)
-    written.append(cells_path)
+    written.append(write_text_atomic(folder / "cells.csv", cells_csv(result)))
     for table in emse_tables(result):
         written.extend(write_table(table, folder))
     if not figures:

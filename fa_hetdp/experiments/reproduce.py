@@ -50,8 +50,8 @@ from fa_hetdp._types import FloatArray, Profile
 from fa_hetdp.experiments.engine import (
     STATISTIC_LABELS,
     ExperimentResult,
-    write_json_atomic,
 )
+from fa_hetdp.report.files import write_json_atomic
 from fa_hetdp.report.tables import (
     Table,
     mean_percentage_change,

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.report.files import write_text_atomic
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -207,12 +208,6 @@ class Table:
         return "\n".join(lines) + "\n"
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_table(table: Table, directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     """Write ``<name>.csv`` and ``<name>.md`` into ``directory`` (created if missing).
 
@@ -232,8 +227,8 @@ def write_table(table: Table, directory: str | os.PathLike[str]) -> tuple[Path, 
     folder.mkdir(parents=True, exist_ok=True)
     csv_path = folder / f"{table.name}.csv"
     md_path = folder / f"{table.name}.md"
-    _atomic_write_text(csv_path, table.to_csv())
-    _atomic_write_text(md_path, table.to_markdown())
+    write_text_atomic(csv_path, table.to_csv())
+    write_text_atomic(md_path, table.to_markdown())
     return csv_path, md_path
 
 
