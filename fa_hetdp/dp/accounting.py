@@ -42,13 +42,12 @@ from fa_hetdp._types import Composition
 from fa_hetdp.dp.calibration import (
     Mechanism,
     _check_delta,
-    _check_mechanism,
     _check_positive,
     achieved_delta,
     achieved_epsilon,
     calibrate_sigma,
-    cgm_sigma,
 )
+from fa_hetdp.dp.mechanisms import PrivacyEvent, get_mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 __all__ = [
@@ -65,6 +64,13 @@ __all__ = [
 
 CGM_BASELINE_LABEL: Final = "CGM at epsilon_k >= 1 is not a DP guarantee (baseline)"
 """Label carried by a :class:`BudgetPlan` whose CGM releases include ``epsilon_k >= 1``."""
+
+
+def _baseline_label(mechanism: str) -> str:
+    """Label of a plan with releases outside the mechanism's guarantee."""
+    if mechanism == "cgm":
+        return CGM_BASELINE_LABEL
+    return f"{mechanism} outside its DP guarantee for some epsilon_k (baseline)"
 
 
 def _check_composition(composition: object) -> Composition:
@@ -198,9 +204,11 @@ class BudgetPlan:
 
     @property
     def is_baseline(self) -> bool:
-        """``True`` for CGM with some ``epsilon_k >= 1`` (Thm 2.9 does not apply)."""
-        return self.mechanism == "cgm" and any(
-            r.epsilon_share is not None and r.epsilon_share >= 1.0 for r in self.releases
+        """``True`` if some ``epsilon_k`` is outside the mechanism's guarantee (CGM: ``>= 1``)."""
+        mech = get_mechanism(self.mechanism)
+        return any(
+            r.epsilon_share is not None and mech.is_baseline(r.epsilon_share)
+            for r in self.releases
         )
 
 
@@ -335,13 +343,13 @@ def plan_budget(
     """
     epsilon_f = _check_positive("epsilon", epsilon)
     delta_f = _check_delta(delta)
-    mech = _check_mechanism(mechanism)
+    mech = get_mechanism(mechanism)
     comp = _check_composition(composition)
     items = _validate_releases(releases)
-    if comp == "gdp" and mech == "cgm":
+    if not mech.supports(comp):
         raise PrivacyParameterError(
-            "composition='gdp' requires mechanism='agm', got mechanism='cgm': CGM (Thm 2.9) is "
-            "the paper's basic-composition baseline and not an exact Gaussian calibration"
+            f"composition={comp!r} is not available with mechanism={mech.name!r} "
+            f"({mech.description}); it supports composition in {mech.compositions}"
         )
     counted_weight = math.fsum(r.weight for r in items if r.counts_for_privacy)
     # Shares are normalised over the counted releases; post-processing noise takes none.
@@ -354,12 +362,9 @@ def plan_budget(
             share = r.weight / total_weight
             eps_k = epsilon_f * share
             delta_k = delta_f * share
-            if mech == "cgm":
-                sigma_k = cgm_sigma(eps_k, delta_k, r.sensitivity)  # Thm 2.9
-                if eps_k >= 1.0:
-                    baseline.append(f"{r.name} (epsilon_k={eps_k:.6g})")
-            else:
-                sigma_k = calibrate_sigma(eps_k, delta_k, r.sensitivity, "agm")  # Thm 2.10
+            sigma_k = mech.calibrate(eps_k, delta_k, r.sensitivity)  # Thm 2.9 / 2.10
+            if mech.is_baseline(eps_k):
+                baseline.append(f"{r.name} (epsilon_k={eps_k:.6g})")
             planned.append(
                 CalibratedRelease(
                     name=r.name,
@@ -372,7 +377,7 @@ def plan_budget(
                 )
             )
         if baseline:
-            label = f"{CGM_BASELINE_LABEL}: {', '.join(baseline)}"
+            label = f"{_baseline_label(mech.name)}: {', '.join(baseline)}"
             labels.append(label)
             warnings.warn(label, BaselineWarning, stacklevel=2)
     else:
@@ -383,7 +388,7 @@ def plan_budget(
                 CalibratedRelease(
                     name=r.name,
                     sensitivity=r.sensitivity,
-                    sigma=r.sensitivity / mu_k,
+                    sigma=mech.calibrate_gdp(mu_k, r.sensitivity),
                     epsilon_share=None,
                     delta_share=None,
                     counts_for_privacy=r.counts_for_privacy,
@@ -399,11 +404,16 @@ def plan_budget(
     return BudgetPlan(
         epsilon=epsilon_f,
         delta=delta_f,
-        mechanism=mech,
+        mechanism=mechanism,
         composition=comp,
         releases=tuple(planned),
         labels=tuple(labels),
     )
+
+
+def _event_mu(event: PrivacyEvent) -> float:
+    """Gaussian-DP ``mu`` of one privacy event (Dong, Roth & Su: ``Delta/sigma``)."""
+    return event.mu
 
 
 def _check_fraction(name: str, value: object) -> float:
@@ -468,6 +478,7 @@ def privacy_spent(
                     + ", ".join(sorted(repr(k) for k in known))
                 )
             fractions[name] = _check_fraction(name, value)
+    mech = get_mechanism(plan.mechanism)
     per_release: list[ReleaseSpent] = []
     mu_sq_terms: list[float] = []
     degraded = False
@@ -475,7 +486,7 @@ def privacy_spent(
     for r in plan.releases:
         frac = fractions.get(r.name, 1.0)
         sigma_eff = r.sigma * math.sqrt(frac)
-        mu_k = r.sensitivity / sigma_eff if sigma_eff > 0.0 else math.inf
+        mu_k = _event_mu(mech.event(sigma_eff, r.sensitivity))
         per_release.append(
             ReleaseSpent(
                 name=r.name,
