@@ -42,6 +42,17 @@ from flwr.clientapp import ClientApp
 from fa_hetdp.data.partition import client_vector
 from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions
+from fa_hetdp.flower.steps import (
+    ADVERTISE_KEYS,
+    SHARE_KEYS,
+    STAGE1_INPUT,
+    STAGE1_UNMASK,
+    STAGE2_INPUT,
+    STAGE2_UNMASK,
+    Key,
+    NodeConfig,
+    State,
+)
 from fa_hetdp.flower.wire import decode, encode
 from fa_hetdp.protocol.core import (
     LocalValues,
@@ -57,9 +68,6 @@ __all__ = ["app"]
 
 app = ClientApp()
 
-_STATE = "fa-hetdp"
-_LOCAL = "fa-hetdp-local"
-
 
 class SimulatedDropoutError(RuntimeError):
     """Raised by a client chosen to drop out (``dropout-fraction`` > 0, simulation only)."""
@@ -68,9 +76,10 @@ class SimulatedDropoutError(RuntimeError):
 def _partition(context: Context) -> tuple[int, int]:
     config = context.node_config
     try:
-        if "data-path" in config and "partition-id" not in config:
+        if NodeConfig.DATA_PATH in config and NodeConfig.PARTITION_ID not in config:
             return -1, 0  # a data owner with its own file needs no partition id
-        return int(config["partition-id"]), int(config.get("num-partitions", 0))
+        pid = int(config[NodeConfig.PARTITION_ID])
+        return pid, int(config.get(NodeConfig.NUM_PARTITIONS, 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise RuntimeError(
             "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>' (data "
@@ -81,8 +90,8 @@ def _partition(context: Context) -> tuple[int, int]:
 def load_vector(path: str) -> np.ndarray:
     """Read a data owner's records: ``.npy`` (no pickles) or ``.csv``; rows are records.
 
-    One row is the client's vector ``x_i``; several rows are averaged (DESIGN.md: a client
-    holding several records contributes their mean). Values must already be scaled to
+    One row is the client's vector ``x_i``; several rows are averaged (docs/design.md: a
+    client holding several records contributes their mean). Values must already be scaled to
     ``[0, 1]`` (pixels / 255); values outside are clipped and counted by ``local_values``.
     """
     if path.endswith(".npy"):
@@ -127,7 +136,7 @@ def _start_step(context: Context, step: str) -> tuple[RunSettings, int, ConfigRe
 
 
 def _record(context: Context) -> ConfigRecord:
-    record = context.state.get(_STATE)
+    record = context.state.get(State.RECORD)
     if not isinstance(record, ConfigRecord):
         raise RuntimeError("no protocol state: the session did not start on this node")
     return record
@@ -135,7 +144,7 @@ def _record(context: Context) -> ConfigRecord:
 
 def _generator(settings: RunSettings, record: ConfigRecord, pid: int) -> np.random.Generator:
     rng = client_generator(settings.mode, seed=settings.seed, partition_id=pid)
-    saved = record.get("rng-state", "")
+    saved = record.get(State.RNG_STATE, "")
     if settings.mode == "simulation" and isinstance(saved, str) and saved:
         rng.bit_generator.state = json.loads(saved)
     return rng
@@ -143,19 +152,27 @@ def _generator(settings: RunSettings, record: ConfigRecord, pid: int) -> np.rand
 
 def _save_generator(settings: RunSettings, record: ConfigRecord, rng: np.random.Generator) -> None:
     if settings.mode == "simulation":
-        record["rng-state"] = json.dumps(rng.bit_generator.state)
+        record[State.RNG_STATE] = json.dumps(rng.bit_generator.state)
 
 
 def _local(context: Context, settings: RunSettings) -> LocalValues:
-    arrays = context.state.get(_LOCAL)
+    arrays = context.state.get(State.LOCAL)
     if not isinstance(arrays, ArrayRecord):
         raise RuntimeError("no local data: the session did not start on this node")
-    x = np.asarray(arrays["x"].numpy(), dtype=np.float64)
+    x = np.asarray(arrays[State.X].numpy(), dtype=np.float64)
     return local_values(x, variance_floor=settings.protocol.variance_floor)
 
 
+def _state_int(record: ConfigRecord, key: str) -> int:
+    value = record.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RuntimeError(f"corrupt protocol state: {key!r} is {value!r}, not an int")
+    return value
+
+
 def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
-    return plan_protocol(settings.protocol, n=int(record["session-size"]), d=int(record["d"]))
+    n = _state_int(record, State.SESSION_SIZE)
+    return plan_protocol(settings.protocol, n=n, d=_state_int(record, State.D))
 
 
 def _reply(msg: Message, payload: dict[str, Any]) -> Message:
@@ -163,89 +180,89 @@ def _reply(msg: Message, payload: dict[str, Any]) -> Message:
 
 
 def _secagg(record: ConfigRecord) -> SecAggClient:
-    blob = record.get("secagg", b"")
+    blob = record.get(State.SECAGG, b"")
     if not isinstance(blob, bytes):
         raise RuntimeError("corrupt secagg state")
     return SecAggClient.from_bytes(blob)
 
 
-@app.query("advertise_keys")
+@app.query(ADVERTISE_KEYS)
 def advertise_keys(msg: Message, context: Context) -> Message:
     """Secagg round 0: start the session, load ``x_i``, advertise the public keys."""
     settings = _settings(context)
     pid, num = _partition(context)
-    _maybe_drop(settings, pid, "advertise_keys")
+    _maybe_drop(settings, pid, ADVERTISE_KEYS)
     request = decode(msg.content)
-    client_id = int(request["client-id"])
-    session_size = int(request["session-size"])
-    data_path = context.node_config.get("data-path")
+    client_id = int(request[Key.CLIENT_ID])
+    session_size = int(request[Key.SESSION_SIZE])
+    data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
         x = load_vector(data_path)
     else:
         x = client_vector(settings.scenario, pid, num)
     secagg = SecAggClient(client_id)
-    reply = secagg.advertise_keys(request["setup"])
-    context.state[_LOCAL] = ArrayRecord(array_dict={"x": Array(np.ascontiguousarray(x))})
+    reply = secagg.advertise_keys(request[Key.SETUP])
+    context.state[State.LOCAL] = ArrayRecord(array_dict={State.X: Array(np.ascontiguousarray(x))})
     record = ConfigRecord(
         {
-            "secagg": secagg.to_bytes(),
-            "client-id": client_id,
-            "session-size": session_size,
-            "d": int(x.shape[0]),
-            "rng-state": "",
+            State.SECAGG: secagg.to_bytes(),
+            State.CLIENT_ID: client_id,
+            State.SESSION_SIZE: session_size,
+            State.D: int(x.shape[0]),
+            State.RNG_STATE: "",
         }
     )
-    context.state[_STATE] = record
-    return _reply(msg, {"d": int(x.shape[0]), "partition-id": pid, "secagg": reply})
+    context.state[State.RECORD] = record
+    return _reply(msg, {Key.D: int(x.shape[0]), Key.PARTITION_ID: pid, Key.SECAGG: reply})
 
 
-@app.query("share_keys")
+@app.query(SHARE_KEYS)
 def share_keys(msg: Message, context: Context) -> Message:
     """Secagg round 1: encrypted shares of the mask keys and self-mask seeds."""
-    _, _, record = _start_step(context, "share_keys")
+    _, _, record = _start_step(context, SHARE_KEYS)
     secagg = _secagg(record)
-    reply = secagg.share_keys(decode(msg.content)["secagg"])
-    record["secagg"] = secagg.to_bytes()
-    return _reply(msg, {"secagg": reply})
+    reply = secagg.share_keys(decode(msg.content)[Key.SECAGG])
+    record[State.SECAGG] = secagg.to_bytes()
+    return _reply(msg, {Key.SECAGG: reply})
 
 
-@app.query("stage1_input")
+@app.query(STAGE1_INPUT)
 def stage1_input(msg: Message, context: Context) -> Message:
     """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
-    settings, pid, record = _start_step(context, "stage1_input")
+    settings, pid, record = _start_step(context, STAGE1_INPUT)
     plan = _plan(settings, record)
     rng = _generator(settings, record, pid)
     values = stage1_contribution(_local(context, settings), plan, rng=rng)
     return _masked_input(msg, decode(msg.content), values, settings, record, rng)
 
 
-@app.query("stage1_unmask")
+@app.query(STAGE1_UNMASK)
 def stage1_unmask(msg: Message, context: Context) -> Message:
     """Stage 1: reveal the shares that remove the masks."""
-    return _unmask(msg, context, "stage1_unmask")
+    return _unmask(msg, context, STAGE1_UNMASK)
 
 
-@app.query("stage2_input")
+@app.query(STAGE2_INPUT)
 def stage2_input(msg: Message, context: Context) -> Message:
     """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share, encoded and masked."""
-    settings, pid, record = _start_step(context, "stage2_input")
+    settings, pid, record = _start_step(context, STAGE2_INPUT)
     plan = _plan(settings, record)
     request = decode(msg.content)
     rng = _generator(settings, record, pid)
     values = stage2_contribution(
         _local(context, settings),
         plan,
-        np.asarray(request["mu-prime"], dtype=np.float64),
-        np.asarray(request["weighted-mu-prime"], dtype=np.float64),
+        np.asarray(request[Key.MU_PRIME], dtype=np.float64),
+        np.asarray(request[Key.WEIGHTED_MU_PRIME], dtype=np.float64),
         rng=rng,
     )
     return _masked_input(msg, request, values, settings, record, rng)
 
 
-@app.query("stage2_unmask")
+@app.query(STAGE2_UNMASK)
 def stage2_unmask(msg: Message, context: Context) -> Message:
     """Stage 2: reveal the shares that remove the masks."""
-    return _unmask(msg, context, "stage2_unmask")
+    return _unmask(msg, context, STAGE2_UNMASK)
 
 
 def _masked_input(
@@ -258,15 +275,15 @@ def _masked_input(
 ) -> Message:
     # Shared tail of both input stages: mask the contribution, keep the secagg and rng state.
     secagg = _secagg(record)
-    reply = secagg.masked_input(request["secagg"], values, rng=rng)
-    record["secagg"] = secagg.to_bytes()
+    reply = secagg.masked_input(request[Key.SECAGG], values, rng=rng)
+    record[State.SECAGG] = secagg.to_bytes()
     _save_generator(settings, record, rng)
-    return _reply(msg, {"secagg": reply})
+    return _reply(msg, {Key.SECAGG: reply})
 
 
 def _unmask(msg: Message, context: Context, step: str) -> Message:
     _, _, record = _start_step(context, step)
     secagg = _secagg(record)
-    reply = secagg.unmask(decode(msg.content)["secagg"])
-    record["secagg"] = secagg.to_bytes()
-    return _reply(msg, {"secagg": reply})
+    reply = secagg.unmask(decode(msg.content)[Key.SECAGG])
+    record[State.SECAGG] = secagg.to_bytes()
+    return _reply(msg, {Key.SECAGG: reply})

@@ -17,8 +17,10 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flower.steps import message_type
 from fa_hetdp.flower.wire import WireFormatError, decode, encode
-from server.strategy import HeterogeneityStrategy, write_json_atomic
+from fa_hetdp.report.files import write_json_atomic
+from server.strategy import HeterogeneityStrategy
 
 __all__ = ["GridTransport", "app"]
 
@@ -51,7 +53,7 @@ class GridTransport:
             Message(
                 content=encode(payload),
                 dst_node_id=node,
-                message_type=f"query.{step}",
+                message_type=message_type(step),
                 group_id=step,
             )
             for node, payload in payloads.items()

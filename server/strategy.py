@@ -1,6 +1,6 @@
 """The protocol strategy: sampling, thresholds, timeouts, releases, assembling the results.
 
-:class:`HeterogeneityStrategy` drives one private measurement (DESIGN.md, "The private
+:class:`HeterogeneityStrategy` drives one private measurement (docs/design.md, "The private
 protocol"; Thm 3.3, 3.8, 3.13) over any :class:`Transport` (the ServerApp's is Flower's
 ``Grid``; tests can use an in-memory one). Steps, each one message per active client:
 
@@ -21,7 +21,7 @@ and the threshold in its reason otherwise. A client that drops before sending a 
 loses its noise share: the privacy actually spent is computed from the shares that arrived
 (:meth:`fa_hetdp.protocol.ProtocolPlan.noise_fraction`) under exact composition.
 
-Results are written atomically (a temporary file in the same directory, then ``os.replace``):
+Results are written atomically (:func:`fa_hetdp.report.files.write_json_atomic`):
 ``status = "success"`` with every private value, or ``status = "aborted"`` with the reason
 (never a file that claims success for an aborted run).
 """
@@ -31,12 +31,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -44,6 +41,14 @@ import numpy as np
 from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import AggregationError, FaHetdpError
 from fa_hetdp.flower.settings import SERVER_STREAM, RunSettings
+from fa_hetdp.flower.steps import (
+    ADVERTISE_KEYS,
+    INPUT_STEP,
+    SHARE_KEYS,
+    UNMASK_STEP,
+    Event,
+    Key,
+)
 from fa_hetdp.protocol.core import (
     PrivateStatistics,
     ProtocolPlan,
@@ -53,6 +58,8 @@ from fa_hetdp.protocol.core import (
     contribution_bounds,
     plan_protocol,
 )
+from fa_hetdp.report.files import write_json_atomic
+from fa_hetdp.stats.registry import STATISTICS
 from secagg.encoding import FixedPointEncoding, choose_encoding
 from secagg.errors import SecAggError
 from secagg.server import SecAggServer, SumResult
@@ -62,7 +69,6 @@ __all__ = [
     "ProtocolAbortError",
     "StepOutcome",
     "Transport",
-    "write_json_atomic",
 ]
 
 
@@ -96,29 +102,6 @@ class StepOutcome:
     replied: int
     dropouts: dict[int, str]
     seconds: float
-
-
-def write_json_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` as JSON to ``path`` atomically (temporary file + ``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(document, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with_suppress_unlink(tmp)
-        raise
-
-
-def with_suppress_unlink(path: str) -> None:
-    """Remove ``path`` if it exists."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _floats(values: np.ndarray) -> list[float]:
@@ -194,7 +177,7 @@ class HeterogeneityStrategy:
         self.timings["total"] = self.clock() - self._start
         document = {"status": "aborted", "reason": reason, **self._base_document()}
         write_json_atomic(self.settings.result_path, document)
-        self.progress("aborted", reason=reason)
+        self.progress(Event.ABORTED, reason=reason)
         return ProtocolAbortError(reason)
 
     # ---------------------------------------------------------------- nodes
@@ -211,7 +194,7 @@ class HeterogeneityStrategy:
                 )
             time.sleep(poll)
             nodes = transport.node_ids()
-        self.progress("nodes", connected=len(nodes), wanted=wanted)
+        self.progress(Event.NODES, connected=len(nodes), wanted=wanted)
         return nodes
 
     def sample(self, nodes: Sequence[int]) -> list[int]:
@@ -253,7 +236,7 @@ class HeterogeneityStrategy:
         outcome = StepOutcome(step, len(payloads), len(replies), dict(dropouts), seconds)
         self.steps.append(outcome)
         self.timings[step] = seconds
-        self.progress("step", step=step, sent=len(payloads), replied=len(replies))
+        self.progress(Event.STEP, step=step, sent=len(payloads), replied=len(replies))
         self._check_threshold(step, len(replies), len(payloads))
         return replies
 
@@ -320,17 +303,18 @@ class HeterogeneityStrategy:
             raise self.abort(f"invalid secure-aggregation settings: {exc}") from exc
 
         def to_nodes(cids: Sequence[int], message: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
-            return {nodes_of[c]: {"secagg": message} for c in cids if nodes_of[c] in active}
+            return {nodes_of[c]: {Key.SECAGG: message} for c in cids if nodes_of[c] in active}
 
         # 1. advertise keys (setup) ---------------------------------------------------------
         setup = server.setup_message()
         payloads = {
-            node: {"client-id": ids[node], "session-size": n, "setup": setup} for node in sampled
+            node: {Key.CLIENT_ID: ids[node], Key.SESSION_SIZE: n, Key.SETUP: setup}
+            for node in sampled
         }
-        replies = self._step(transport, "advertise_keys", payloads, active)
+        replies = self._step(transport, ADVERTISE_KEYS, payloads, active)
         dims: dict[int, int] = {}
         for node, reply in list(replies.items()):
-            d_value = reply.get("d")
+            d_value = reply.get(Key.D)
             if isinstance(d_value, int) and not isinstance(d_value, bool) and d_value >= 1:
                 dims[node] = d_value
             else:
@@ -338,7 +322,7 @@ class HeterogeneityStrategy:
         if not dims:
             raise self.abort("no client reported a usable dimension d")
         for node, reply in replies.items():
-            pid = reply.get("partition-id")
+            pid = reply.get(Key.PARTITION_ID)
             if isinstance(pid, int) and not isinstance(pid, bool):
                 self.partitions[ids[node]] = pid
         values, counts = np.unique(list(dims.values()), return_counts=True)
@@ -346,38 +330,36 @@ class HeterogeneityStrategy:
         for node, d_value in dims.items():
             if d_value != d:
                 self._reject(replies, node, f"d={d_value}, majority d={d}", active)
-        self._accept(server.receive_advertise_keys, "advertise_keys", replies, ids, active)
+        self._accept(server.receive_advertise_keys, ADVERTISE_KEYS, replies, ids, active)
         plan = plan_protocol(s.protocol, n=n, d=d)
 
         # 2. share keys ---------------------------------------------------------------------
         directory = self._secagg(server.key_directory)
         payloads = to_nodes(sorted(server.keys), directory)
-        replies = self._step(transport, "share_keys", payloads, active)
-        self._accept(server.receive_share_keys, "share_keys", replies, ids, active)
+        replies = self._step(transport, SHARE_KEYS, payloads, active)
+        self._accept(server.receive_share_keys, SHARE_KEYS, replies, ids, active)
 
         # 3-4. stage 1 ------------------------------------------------------------------
         encoding1 = self._encoding(plan, 1, n)
-        sum1 = self._summation(transport, server, "stage1", encoding1, nodes_of, ids, active)
+        sum1 = self._summation(transport, server, 1, encoding1, nodes_of, ids, active)
         n1 = len(sum1.survivors)
         stage1 = assemble_stage1(sum1.sum, plan, n=n1, noise_shares=n1, rng=self.rng)
-        self.progress("stage1", clients=n1)
+        self.progress(Event.STAGE1, clients=n1)
 
         # 5-6. stage 2 ------------------------------------------------------------------
         encoding2 = self._encoding(plan, 2, n)
         extra = {
-            "mu-prime": stage1.mu_prime_broadcast,
-            "weighted-mu-prime": stage1.weighted_mu_prime,
+            Key.MU_PRIME: stage1.mu_prime_broadcast,
+            Key.WEIGHTED_MU_PRIME: stage1.weighted_mu_prime,
         }
-        sum2 = self._summation(
-            transport, server, "stage2", encoding2, nodes_of, ids, active, extra=extra
-        )
+        sum2 = self._summation(transport, server, 2, encoding2, nodes_of, ids, active, extra=extra)
         n2 = len(sum2.survivors)
         result = assemble_stage2(sum2.sum, plan, stage1, n=n2, noise_shares=n2, rng=self.rng)
         self.timings["protocol"] = self.clock() - protocol_start
         self.timings["total"] = self.clock() - self._start
         document = self._success_document(plan, stage1, result, sum1, sum2)
         write_json_atomic(s.result_path, document)
-        self.progress("done")
+        self.progress(Event.DONE)
         return document
 
     def _secagg(self, call: Callable[[], _T]) -> _T:
@@ -410,7 +392,7 @@ class HeterogeneityStrategy:
         """
         for node, reply in list(replies.items()):
             try:
-                message = reply["secagg"]
+                message = reply[Key.SECAGG]
                 if message.get("sender") != ids[node]:
                     raise ValueError(
                         f"sender {message.get('sender')!r} is not this node's id {ids[node]}"
@@ -424,7 +406,7 @@ class HeterogeneityStrategy:
         self,
         transport: Transport,
         server: SecAggServer,
-        stage: str,
+        stage: int,
         encoding: FixedPointEncoding,
         nodes_of: Mapping[int, int],
         ids: Mapping[int, int],
@@ -436,14 +418,15 @@ class HeterogeneityStrategy:
         for cid, request in requests.items():
             node = nodes_of[cid]
             if node in active:
-                payloads[node] = {"secagg": request, **(extra or {})}
-        replies = self._step(transport, f"{stage}_input", payloads, active)
-        self._accept(server.receive_masked_input, f"{stage}_input", replies, ids, active)
+                payloads[node] = {Key.SECAGG: request, **(extra or {})}
+        input_step, unmask_step = INPUT_STEP[stage], UNMASK_STEP[stage]
+        replies = self._step(transport, input_step, payloads, active)
+        self._accept(server.receive_masked_input, input_step, replies, ids, active)
         unmask = self._secagg(server.unmask_request)
-        survivors = [nodes_of[c] for c in unmask["survivors"]]  # type: ignore[union-attr]
-        payloads = {node: {"secagg": unmask} for node in survivors if node in active}
-        replies = self._step(transport, f"{stage}_unmask", payloads, active)
-        self._accept(server.receive_unmask, f"{stage}_unmask", replies, ids, active)
+        survivors = [nodes_of[c] for c in server.survivors]  # those named in `unmask`
+        payloads = {node: {Key.SECAGG: unmask} for node in survivors if node in active}
+        replies = self._step(transport, unmask_step, payloads, active)
+        self._accept(server.receive_unmask, unmask_step, replies, ids, active)
         return self._secagg(server.finish_summation)
 
     def _success_document(
@@ -455,14 +438,10 @@ class HeterogeneityStrategy:
         sum2: SumResult,
     ) -> dict[str, Any]:
         spent = result.spent
-        statistics: dict[str, Any] = {
-            "mean": _floats(result.mean),
-            "dispersion": _floats(result.dispersion),
-            "weighted_mean": _floats(result.weighted_mean),
-            "q": _floats(result.q),
-            "i2": _floats(result.i2),
-            "i2_extra": None if result.i2_extra is None else _floats(result.i2_extra),
-        }
+        statistics: dict[str, list[float] | None] = {}
+        for spec in STATISTICS:  # the table of statistics: key -> per-coordinate values
+            values = getattr(result, spec.key)
+            statistics[spec.key] = None if values is None else _floats(values)
         return {
             "status": "success",
             **self._base_document(),

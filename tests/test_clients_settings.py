@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
-from fa_hetdp.flower.settings import STEPS, UNSET, RunSettings, dropout_partitions
+from fa_hetdp.flower.settings import UNSET, RunSettings, dropout_partitions
+from fa_hetdp.flower.steps import STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

@@ -24,7 +24,8 @@ from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.wire import decode, encode
 from fa_hetdp.protocol.core import plan_protocol
-from server.strategy import HeterogeneityStrategy, ProtocolAbortError, write_json_atomic
+from fa_hetdp.report.files import write_json_atomic
+from server.strategy import HeterogeneityStrategy, ProtocolAbortError
 
 
 class InMemoryTransport:

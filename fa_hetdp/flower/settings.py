@@ -23,22 +23,12 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.scenario import DROPOUT_STAGES, Scenario, default_scenario, load_scenario
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
 
-__all__ = ["SERVER_STREAM", "STEPS", "UNSET", "RunSettings", "dropout_partitions"]
+__all__ = ["SERVER_STREAM", "UNSET", "RunSettings", "dropout_partitions"]
 
 #: spawn key of the server's generator in simulation (client streams use their partition id).
 SERVER_STREAM: Final = 2**32
 #: spawn key of the simulated-dropout choice.
 DROPOUT_STREAM: Final = 2**32 + 1
-
-#: The protocol steps, in order: one ``@app.query`` handler each on the client.
-STEPS: Final = (
-    "advertise_keys",
-    "share_keys",
-    "stage1_input",
-    "stage1_unmask",
-    "stage2_input",
-    "stage2_unmask",
-)
 
 #: Values that mean "take it from the scenario".
 UNSET: Final[Mapping[str, object]] = {

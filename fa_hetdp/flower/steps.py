@@ -1,0 +1,161 @@
+"""Step names and message keys shared by the ClientApp, the ServerApp and the launcher.
+
+The client (:mod:`clients.app`) and the server (:mod:`server.strategy`, :mod:`server.app`)
+meet only through messages; every name they must agree on is defined here once (as Flower
+does for SecAgg+ in ``flwr.common.secure_aggregation.secaggplus_constants``):
+
+- the protocol steps, in order, with the labels the launcher shows (:data:`STEPS`,
+  :data:`STEP_LABELS`); each is one ``query.<step>`` message per client and one
+  ``@app.query(<step>)`` handler on the client;
+- the keys of the request and reply payloads (:class:`Key`);
+- the keys the client keeps in ``context.state`` between steps (:class:`State`);
+- the keys of a SuperNode's ``--node-config`` (:class:`NodeConfig`);
+- the events of the server's JSON-lines progress file (:class:`Event`).
+
+This module imports nothing from Flower, so the launcher and the tests can use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, final
+
+__all__ = [
+    "ADVERTISE_KEYS",
+    "INPUT_STEP",
+    "SHARE_KEYS",
+    "STAGE1_INPUT",
+    "STAGE1_UNMASK",
+    "STAGE2_INPUT",
+    "STAGE2_UNMASK",
+    "STEPS",
+    "STEP_LABELS",
+    "UNMASK_STEP",
+    "Event",
+    "Key",
+    "NodeConfig",
+    "State",
+    "message_type",
+]
+
+# ---------------------------------------------------------------------------- steps
+ADVERTISE_KEYS: Final = "advertise_keys"
+"""Secagg round 0: session setup; clients reply with ``d`` and their public keys."""
+SHARE_KEYS: Final = "share_keys"
+"""Secagg round 1: encrypted Shamir shares for the neighbours."""
+STAGE1_INPUT: Final = "stage1_input"
+"""Stage 1: masked ``[x, w x, w]`` plus a noise share (summation 0)."""
+STAGE1_UNMASK: Final = "stage1_unmask"
+"""Stage 1: the shares that remove the masks."""
+STAGE2_INPUT: Final = "stage2_input"
+"""Stage 2: masked ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share (summation 1)."""
+STAGE2_UNMASK: Final = "stage2_unmask"
+"""Stage 2: the shares that remove the masks."""
+
+STEPS: Final[tuple[str, ...]] = (
+    ADVERTISE_KEYS,
+    SHARE_KEYS,
+    STAGE1_INPUT,
+    STAGE1_UNMASK,
+    STAGE2_INPUT,
+    STAGE2_UNMASK,
+)
+"""The protocol steps, in order: one ``@app.query`` handler each on the client."""
+
+STEP_LABELS: Final[tuple[tuple[str, str], ...]] = (
+    (ADVERTISE_KEYS, "secagg: advertise keys"),
+    (SHARE_KEYS, "secagg: share keys"),
+    (STAGE1_INPUT, "stage 1: masked [x, w x, w] + noise"),
+    (STAGE1_UNMASK, "stage 1: unmask"),
+    (STAGE2_INPUT, "stage 2: masked squared deviations + noise"),
+    (STAGE2_UNMASK, "stage 2: unmask"),
+)
+"""``(step, label)`` pairs, in protocol order, for progress displays."""
+
+INPUT_STEP: Final[Mapping[int, str]] = {1: STAGE1_INPUT, 2: STAGE2_INPUT}
+"""The masked-input step of stage 1 and stage 2."""
+UNMASK_STEP: Final[Mapping[int, str]] = {1: STAGE1_UNMASK, 2: STAGE2_UNMASK}
+"""The unmask step of stage 1 and stage 2."""
+
+_QUERY: Final = "query"  # flwr.app.MessageType.QUERY (not imported: this module is Flower-free)
+
+
+def message_type(step: str) -> str:
+    """Return the Flower message type of ``step`` (``"query.<step>"``)."""
+    return f"{_QUERY}.{step}"
+
+
+# ---------------------------------------------------------------------------- payload keys
+@final
+class Key:
+    """Keys of the request and reply payloads (the dicts :mod:`fa_hetdp.flower.wire` encodes)."""
+
+    SECAGG: Final = "secagg"
+    """A secure-aggregation message (:mod:`secagg.messages`), in every step."""
+    CLIENT_ID: Final = "client-id"
+    """``advertise_keys`` request: the client's secagg id (1..n)."""
+    SESSION_SIZE: Final = "session-size"
+    """``advertise_keys`` request: the number n of sampled clients."""
+    SETUP: Final = "setup"
+    """``advertise_keys`` request: the secagg session setup."""
+    D: Final = "d"
+    """``advertise_keys`` reply: the client's dimension d."""
+    PARTITION_ID: Final = "partition-id"
+    """``advertise_keys`` reply: the client's partition id (-1 for a data owner's own file)."""
+    MU_PRIME: Final = "mu-prime"
+    """``stage2_input`` request: the broadcast ``clip(mu')``."""
+    WEIGHTED_MU_PRIME: Final = "weighted-mu-prime"
+    """``stage2_input`` request: the broadcast ``mu_bar'``."""
+
+
+# ---------------------------------------------------------------------------- client state
+@final
+class State:
+    """Keys the client keeps in ``context.state`` between steps."""
+
+    RECORD: Final = "fa-hetdp"
+    """The ``ConfigRecord`` of the session (the fields below)."""
+    LOCAL: Final = "fa-hetdp-local"
+    """The ``ArrayRecord`` holding the client's vector under :attr:`X`."""
+    X: Final = "x"
+    """The client's vector ``x_i`` in :attr:`LOCAL`."""
+    SECAGG: Final = "secagg"
+    """The serialised :class:`secagg.client.SecAggClient`."""
+    CLIENT_ID: Final = "client-id"
+    """The client's secagg id."""
+    SESSION_SIZE: Final = "session-size"
+    """The number n of sampled clients."""
+    D: Final = "d"
+    """The client's dimension d."""
+    RNG_STATE: Final = "rng-state"
+    """The noise generator's state as JSON (simulation mode; ``""`` otherwise)."""
+
+
+# ---------------------------------------------------------------------------- node config
+@final
+class NodeConfig:
+    """Keys of a SuperNode's ``--node-config``."""
+
+    PARTITION_ID: Final = "partition-id"
+    """The node's partition of the scenario's data."""
+    NUM_PARTITIONS: Final = "num-partitions"
+    """The number of partitions the scenario's data is split into."""
+    DATA_PATH: Final = "data-path"
+    """A data owner's own file (``.npy`` or ``.csv``), instead of a partition."""
+
+
+# ---------------------------------------------------------------------------- progress
+@final
+class Event:
+    """Events of the server's JSON-lines progress file (read by ``fa-hetdp run``)."""
+
+    NODES: Final = "nodes"
+    """The expected nodes connected."""
+    STEP: Final = "step"
+    """One step finished (with ``step``, ``sent``, ``replied``)."""
+    STAGE1: Final = "stage1"
+    """Stage 1 assembled (with ``clients``)."""
+    DONE: Final = "done"
+    """The result file was written with ``status = "success"``."""
+    ABORTED: Final = "aborted"
+    """The run aborted (with ``reason``)."""
