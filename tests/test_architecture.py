@@ -1,0 +1,247 @@
+"""The architecture's rules, checked on the source (imports parsed with ``ast``).
+
+- ``server/`` never imports ``clients/`` and vice versa: the two Flower apps meet only through
+  messages and the shared definitions in ``fa_hetdp.flower``;
+- ``secagg/`` imports nothing from ``fa_hetdp``, ``clients``, ``server`` or ``flwr``;
+- inside ``fa_hetdp``, only the shared codec (``fa_hetdp/flower/wire.py``) and the launcher
+  (``fa_hetdp/cli/``) import ``flwr``;
+- no module of ``fa_hetdp/``, ``clients/``, ``server/``, ``secagg/`` is longer than 600 lines;
+- no tracked file refers to the design notes that live outside the repository (the
+  repository's own is ``docs/design.md``).
+
+Imports inside functions, relative imports and ``importlib.import_module("...")`` calls with
+a literal name count. Each rule is also run on a planted tree, so it is known to fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("fa_hetdp", "clients", "server", "secagg")
+MAX_LINES = 600
+# Built from parts so that this file does not mention the name it looks for.
+OUTSIDE_DESIGN_NOTES = "DESIGN" + ".md"
+
+#: top-level package -> top-level packages it must not import.
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "server": frozenset({"clients"}),
+    "clients": frozenset({"server"}),
+    "secagg": frozenset({"fa_hetdp", "clients", "server", "flwr"}),
+}
+#: Inside fa_hetdp, the only modules (files, or folders ending in "/") that may import flwr.
+FLWR_ALLOWED_IN_FA_HETDP = ("fa_hetdp/flower/wire.py", "fa_hetdp/cli/")
+
+
+# ---------------------------------------------------------------------------- scanners
+def module_name(root: Path, path: Path) -> str:
+    """Dotted module name of ``path`` (``fa_hetdp/flower/__init__.py`` -> ``fa_hetdp.flower``)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, anywhere in the file (dotted names, relatives resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".") if package else []
+                anchor = anchor[: len(anchor) - (node.level - 1)] if node.level > 1 else anchor
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            if base:
+                found.add(base)
+            found.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (isinstance(node.func, ast.Name) and node.func.id in {"__import__"})
+            )
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+def python_files(root: Path, packages: Iterable[str] = PACKAGES) -> Iterator[Path]:
+    """The ``.py`` files of ``packages`` under ``root``, sorted."""
+    for package in packages:
+        yield from sorted((root / package).rglob("*.py"))
+
+
+def import_violations(root: Path) -> list[str]:
+    """Every import that breaks :data:`FORBIDDEN` or the flwr rule, as ``"file: module"``."""
+    out: list[str] = []
+    for path in python_files(root):
+        rel = path.relative_to(root).as_posix()
+        top = rel.split("/")[0]
+        for name in sorted(imports_of(path, module_name(root, path))):
+            target = name.split(".")[0]
+            if target in FORBIDDEN.get(top, frozenset()):
+                out.append(f"{rel}: imports {name}")
+            elif (
+                top == "fa_hetdp"
+                and target == "flwr"
+                and not any(
+                    rel == allowed or (allowed.endswith("/") and rel.startswith(allowed))
+                    for allowed in FLWR_ALLOWED_IN_FA_HETDP
+                )
+            ):
+                out.append(f"{rel}: imports {name} (only the codec and the CLI may)")
+    return out
+
+
+def long_modules(root: Path, limit: int = MAX_LINES) -> list[str]:
+    """Modules of the packages longer than ``limit`` lines, as ``"file: N lines"``."""
+    out = []
+    for path in python_files(root):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            out.append(f"{path.relative_to(root).as_posix()}: {lines} lines")
+    return out
+
+
+def files_mentioning(root: Path, files: Iterable[str], needle: str) -> list[str]:
+    """Those of ``files`` (relative to ``root``) whose bytes contain ``needle``."""
+    data = needle.encode()
+    return [f for f in files if (root / f).is_file() and data in (root / f).read_bytes()]
+
+
+def tracked_files(root: Path) -> list[str]:
+    """``git ls-files`` of ``root``; skip the test outside a git checkout."""
+    try:
+        listing = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return [name for name in listing.decode().split("\0") if name]
+
+
+# ---------------------------------------------------------------------------- the rules
+def test_apps_and_secagg_keep_their_import_boundaries() -> None:
+    assert import_violations(ROOT) == []
+
+
+def test_no_module_longer_than_600_lines() -> None:
+    assert long_modules(ROOT) == []
+
+
+def test_no_file_refers_to_design_notes_outside_the_repository() -> None:
+    assert files_mentioning(ROOT, tracked_files(ROOT), OUTSIDE_DESIGN_NOTES) == []
+
+
+def test_the_scanned_tree_is_the_project() -> None:
+    # The rules above pass vacuously if the scan finds nothing.
+    files = {p.relative_to(ROOT).as_posix() for p in python_files(ROOT)}
+    assert {"clients/app.py", "server/strategy.py", "fa_hetdp/flower/wire.py"} <= files
+    assert any(f.startswith("secagg/") for f in files)
+    wire = imports_of(ROOT / "fa_hetdp/flower/wire.py", "fa_hetdp.flower.wire")
+    assert "flwr.app" in wire
+
+
+# ---------------------------------------------------------------------------- self-checks
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    for package in PACKAGES:
+        (root / package).mkdir(exist_ok=True)
+    return root
+
+
+def test_scanner_finds_imports_inside_functions_relative_and_dynamic(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "server/__init__.py": "",
+            "server/sub/__init__.py": "",
+            "server/sub/mod.py": (
+                "import json\n"
+                "def f():\n"
+                "    from clients import app\n"
+                "    return app\n"
+                "from ..strategy import X\n"
+                "from . import sibling\n"
+                "import importlib\n"
+                "importlib.import_module('flwr.app')\n"
+            ),
+        },
+    )
+    found = imports_of(root / "server/sub/mod.py", "server.sub.mod")
+    assert {"json", "clients", "clients.app", "server.strategy", "server.sub.sibling"} <= found
+    assert "flwr.app" in found
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("server/strategy.py", "def f():\n    import clients.app\n", "server/strategy.py"),
+        ("clients/app.py", "from server.strategy import X\n", "clients/app.py"),
+        ("secagg/crypto.py", "from fa_hetdp.errors import E\n", "secagg/crypto.py"),
+        ("secagg/server.py", "import flwr\n", "secagg/server.py"),
+        ("secagg/client.py", "def g():\n    from server import app\n", "secagg/client.py"),
+        (
+            "fa_hetdp/protocol/plan.py",
+            "from flwr.app import Message\n",
+            "fa_hetdp/protocol/plan.py",
+        ),
+        ("fa_hetdp/flower/settings.py", "import flwr.app\n", "fa_hetdp/flower/settings.py"),
+    ],
+)
+def test_import_rule_catches_a_planted_import(
+    tmp_path: Path, name: str, text: str, expected: str
+) -> None:
+    root = _plant(tmp_path, {name: text})
+    violations = import_violations(root)
+    assert violations
+    assert all(v.startswith(f"{expected}: imports ") for v in violations)
+
+
+def test_import_rule_allows_the_codec_cli_and_shared_modules(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "fa_hetdp/flower/wire.py": "from flwr.app import RecordDict\n",
+            "fa_hetdp/cli/cluster.py": "def f():\n    import flwr\n",
+            "server/app.py": "from fa_hetdp.flower.wire import decode\nimport flwr\n",
+            "clients/app.py": "from fa_hetdp.flower.steps import Key\nimport secagg\n",
+            "secagg/client.py": (
+                "import numpy\nfrom cryptography import x509\nfrom . import shamir\n"
+            ),
+        },
+    )
+    assert import_violations(root) == []
+
+
+def test_length_rule_catches_a_long_module(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {"fa_hetdp/ok.py": "x = 1\n" * MAX_LINES, "secagg/long.py": "x = 1\n" * (MAX_LINES + 1)},
+    )
+    assert long_modules(root) == [f"secagg/long.py: {MAX_LINES + 1} lines"]
+
+
+def test_mention_rule_catches_a_planted_reference(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text(f"see {OUTSIDE_DESIGN_NOTES}\n")
+    (tmp_path / "b.md").write_text("see docs/design.md\n")
+    assert files_mentioning(tmp_path, ["a.md", "b.md", "missing.md"], OUTSIDE_DESIGN_NOTES) == [
+        "a.md"
+    ]
