@@ -8,7 +8,8 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 from __future__ import annotations
 
 from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.config.scenario import Scenario, default_scenario, load_scenario
+from fa_hetdp.config.scenario import default_scenario, load_scenario
+from fa_hetdp.config.schema import Scenario
 from fa_hetdp.data.datasets import Dataset, load_dataset
 from fa_hetdp.dp.accounting import (
     BudgetPlan,

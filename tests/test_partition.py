@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fa_hetdp.config.scenario import Scenario, load_scenario, scenario_from_dict
+from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+from fa_hetdp.config.schema import Scenario
 from fa_hetdp.data.datasets import Dataset, load_dataset, synthetic_dataset
 from fa_hetdp.data.partition import (
     clear_partition_cache,
@@ -81,7 +82,7 @@ def test_clients_per_label_properties(n: int, ratios: list[int]) -> None:
 )
 def test_scenario_validation_uses_the_same_rounding(n: int, ratios: list[int]) -> None:
     # Scenario validation (sample size) re-implements the rule without numpy; they must agree.
-    from fa_hetdp.config.scenario import _largest_remainder
+    from fa_hetdp.config.schema import largest_remainder as _largest_remainder
 
     assert list(_largest_remainder(n, ratios)) == clients_per_label(n, ratios).tolist()
 

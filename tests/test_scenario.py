@@ -11,16 +11,14 @@ from typing import Any
 import pytest
 
 from fa_hetdp.config.scenario import (
-    SKEW_LEVELS,
-    Scenario,
     available_scenarios,
     default_scenario,
     load_scenario,
     scenario_from_dict,
     scenarios_dir,
-    skew_scenario,
-    skew_scenario_name,
 )
+from fa_hetdp.config.schema import Scenario
+from fa_hetdp.config.skew import SKEW_LEVELS, skew_scenario, skew_scenario_name
 from fa_hetdp.errors import ScenarioError
 
 PAPER_EPSILONS = [0.25 * k for k in range(1, 21)]
@@ -224,11 +222,16 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("privacy.split", {"mean": 0}, "privacy.split.mean", "must be > 0"),
     ("privacy.split", [1, 2], "privacy.split", "table of weights"),
     ("protocol.placement", "edge", "protocol.placement", "allowed: distributed, central"),
-    ("secagg.threshold", 1, "secagg.threshold", "count of clients and must be in 2..1000"),
+    ("secagg.threshold", 1, "secagg.threshold", "must be >= 2"),
+    ("secagg.threshold", 1001, "secagg.threshold", "must be in 2..1000 (the share holders"),
     ("secagg.threshold", 1.5, "secagg.threshold", "in (0.0, 1.0]"),
-    ("secagg.threshold", "half", "secagg.threshold", "fraction in (0, 1] or a count"),
-    ("secagg.neighbours", "ring", "secagg.neighbours", "'complete' or an integer"),
-    ("secagg.neighbours", 1000, "secagg.neighbours", "<= 999"),
+    ("secagg.threshold", "half", "secagg.threshold", "fraction in (0, 1] of the share holders or a count"),
+    ("secagg.neighbours", "ring", "secagg.neighbours", "allowed: complete"),
+    ("secagg.neighbours", 1.5, "secagg.neighbours", "'complete' or an even integer k >= 4"),
+    ("secagg.neighbours", 1, "secagg.neighbours", "must be >= 2"),
+    ("secagg.neighbours", 2, "secagg.neighbours", "even integer k >= 4"),
+    ("secagg.neighbours", 3, "secagg.neighbours", "even integer k >= 4"),
+    ("secagg.neighbours", 31, "secagg.neighbours", "even integer k >= 4"),
     ("secagg.dropout_fraction", 1.0, "secagg.dropout_fraction", "in [0.0, 1.0)"),
     ("secagg.dropout_stage", "later", "secagg.dropout_stage", "allowed: stage1, stage1-unmask"),
     ("experiment.repeats", 0, "experiment.repeats", ">= 1"),
@@ -335,7 +338,7 @@ def test_split_mapping_and_defaults() -> None:
     assert scenario.privacy.variance_floor == 0.01 and scenario.privacy.composition == "basic"
     raw = _with("privacy.extra_i2_noise", False)
     raw["privacy"]["split"] = {"i2_extra": 1}
-    with pytest.raises(ScenarioError, match=r"privacy\.split\.i2_extra: given but"):
+    with pytest.raises(ScenarioError, match=r"privacy\.split: a weight for 'i2_extra' is given but"):
         scenario_from_dict(raw)
 
 

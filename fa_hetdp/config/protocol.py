@@ -5,34 +5,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from fa_hetdp._types import (
-    COMPOSITIONS,
-    MECHANISMS,
-    PLACEMENTS,
-    PROFILES,
-    RELEASE_NAMES,
-    Composition,
-    Mechanism,
-    Placement,
-    Profile,
-)
-from fa_hetdp.dp.calibration import _check_delta, _check_positive
-from fa_hetdp.errors import PrivacyParameterError
-from fa_hetdp.stats.exact import check_variance_floor
+from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.rules import check
 
 __all__ = ["ProtocolConfig"]
 
-
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise PrivacyParameterError(f"{name} must be one of {allowed}, got {name}={value!r}.")
+_FIELDS = (
+    "epsilon",
+    "delta",
+    "mechanism",
+    "placement",
+    "composition",
+    "profile",
+    "variance_floor",
+    "extra_i2_noise",
+    "min_honest_clients",
+    "split",
+)
 
 
 @dataclass(frozen=True)
 class ProtocolConfig:
     """Privacy settings of one run of the two-stage protocol (validated on construction).
+
+    Construction runs the declared rules of :mod:`fa_hetdp.config.rules` and raises one
+    :class:`~fa_hetdp.config.rules.ConfigError` (a ``PrivacyParameterError``) that lists every
+    bad field.
 
     Attributes
     ----------
@@ -71,44 +69,11 @@ class ProtocolConfig:
     split: Mapping[str, float] | None = field(default=None)
 
     def __post_init__(self) -> None:
-        _check_positive("epsilon", self.epsilon)
-        _check_delta(self.delta)
-        _choice("mechanism", self.mechanism, MECHANISMS)
-        _choice("placement", self.placement, PLACEMENTS)
-        _choice("composition", self.composition, COMPOSITIONS)
-        _choice("profile", self.profile, PROFILES)
-        if self.mechanism == "cgm" and self.composition == "gdp":
-            raise PrivacyParameterError(
-                "composition='gdp' calibrates with the exact Gaussian (AGM) condition; "
-                "use mechanism='agm' with it, or composition='basic' with mechanism='cgm'."
-            )
-        check_variance_floor(self.variance_floor)
-        if not isinstance(self.extra_i2_noise, bool):
-            raise PrivacyParameterError(
-                f"extra_i2_noise must be True or False, got {self.extra_i2_noise!r}."
-            )
-        if self.min_honest_clients is not None:
-            if isinstance(self.min_honest_clients, bool) or not isinstance(
-                self.min_honest_clients, (int, np.integer)
-            ):
-                raise PrivacyParameterError(
-                    "min_honest_clients must be an integer >= 1 or None, got "
-                    f"min_honest_clients={self.min_honest_clients!r}."
-                )
-            if self.min_honest_clients < 1:
-                raise PrivacyParameterError(
-                    "min_honest_clients must be >= 1 (and <= n), got "
-                    f"min_honest_clients={self.min_honest_clients}."
-                )
+        # Every rule is declared in fa_hetdp.config.rules; problems are reported together
+        # under the field names (``epsilon``, ``split.q``, ...).
+        check("ProtocolConfig", {f: getattr(self, f) for f in _FIELDS}, {})
         if self.split is not None:
-            clean: dict[str, float] = {}
-            for key, value in dict(self.split).items():
-                if key not in RELEASE_NAMES:
-                    raise PrivacyParameterError(
-                        f"split has an unknown release {key!r}; allowed: {RELEASE_NAMES}."
-                    )
-                clean[key] = _check_positive(f"split[{key!r}]", value)
-            object.__setattr__(self, "split", clean)
+            object.__setattr__(self, "split", {k: float(v) for k, v in dict(self.split).items()})
 
     def weight(self, name: str) -> float:
         """Relative budget weight of release ``name`` (1 unless given in ``split``)."""

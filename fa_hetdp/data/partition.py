@@ -30,7 +30,7 @@ from typing import Final, Literal
 import numpy as np
 
 from fa_hetdp._types import FloatArray, IntArray
-from fa_hetdp.config.scenario import Scenario
+from fa_hetdp.config.schema import Scenario
 from fa_hetdp.data.datasets import Dataset, load_dataset, synthetic_dataset
 from fa_hetdp.errors import DatasetError, ScenarioError
 

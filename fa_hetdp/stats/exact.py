@@ -21,13 +21,13 @@ Departures from the paper (each fixed by DESIGN.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
+from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
     "MAX_WITHIN_VARIANCE",
@@ -66,16 +66,10 @@ def check_variance_floor(variance_floor: float) -> float:
         If the floor is not a finite number in ``(0, 0.25]`` (it fixes the sensitivity
         ``W = 1/v_min`` of the weighted releases, hence a privacy parameter).
     """
-    try:
-        value = float(variance_floor)
-    except (TypeError, ValueError) as exc:
-        raise PrivacyParameterError(
-            f"variance_floor must be a number in (0, 0.25], got variance_floor={variance_floor!r}."
-        ) from exc
-    if not (np.isfinite(value) and 0.0 < value <= MAX_WITHIN_VARIANCE):
-        raise PrivacyParameterError(
-            f"variance_floor must be in (0, 0.25], got variance_floor={value!r}."
-        )
+    from fa_hetdp.config.rules import check  # the declared rule (one copy)
+
+    check("variance_floor", {"variance_floor": variance_floor}, {})
+    value = float(variance_floor)
     return value
 
 
@@ -381,32 +375,19 @@ def statistics_of_validated(
     )
 
 
-class _FiveStatistics(Protocol):
-    # Anything carrying the five statistics (true, private, batched or their errors).
-    @property
-    def mean(self) -> FloatArray: ...
-    @property
-    def dispersion(self) -> FloatArray: ...
-    @property
-    def weighted_mean(self) -> FloatArray: ...
-    @property
-    def q(self) -> FloatArray: ...
-    @property
-    def i2(self) -> FloatArray: ...
+def _coordinate_averages(stats: object) -> dict[str, float]:
+    """Means over all axes of every statistic of :data:`~fa_hetdp.stats.registry.STATISTICS`.
 
-
-def _coordinate_averages(
-    stats: _FiveStatistics, i2_extra: FloatArray | None = None
-) -> dict[str, float]:
-    # Means over all axes of ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``
-    # when given), in that key order; shared by the ``summary`` methods and the TMSE.
-    out = {
-        "mean": float(np.mean(stats.mean)),
-        "dispersion": float(np.mean(stats.dispersion)),
-        "weighted_mean": float(np.mean(stats.weighted_mean)),
-        "q": float(np.mean(stats.q)),
-        "i2": float(np.mean(stats.i2)),
-    }
-    if i2_extra is not None:
-        out["i2_extra"] = float(np.mean(i2_extra))
+    ``stats`` is anything with the statistics as attributes (true, private, batched, or their
+    errors); an optional statistic (``i2_extra``) that is missing or None is left out. Keys in
+    the table's order; shared by the ``summary`` methods and the TMSE.
+    """
+    out: dict[str, float] = {}
+    for spec in STATISTICS:
+        values = getattr(stats, spec.key, None)
+        if values is None:
+            if spec.optional:
+                continue
+            raise InputDataError(f"{type(stats).__name__} has no statistic {spec.key!r}.")
+        out[spec.key] = float(np.mean(values))
     return out

@@ -1,0 +1,597 @@
+"""Every configuration rule, declared once, and the one validator that applies them.
+
+The rules are data, in the spirit of scikit-learn's ``_parameter_constraints``:
+
+- :data:`FIELDS` maps each setting (by its canonical name, e.g. ``"epsilon"``) to the
+  constraints one value must meet on its own (type, range, allowed names);
+- :data:`CROSS_RULES` lists the rules between settings (``cgm => not gdp``, the masking graph's
+  degree, the secure-aggregation threshold's meaning, ``min_honest_clients <= n``, dropouts
+  only in simulation, ...).
+
+Every entry point passes through :func:`validate`: scenario files
+(:func:`fa_hetdp.config.scenario.scenario_from_dict`), Flower run-config overrides
+(:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`), the ``fa-hetdp run`` flags,
+the experiment grid (:class:`fa_hetdp.experiments.engine.GridSpec`) and
+:class:`~fa_hetdp.config.protocol.ProtocolConfig`. Each entry point names the settings in its
+own dotted scheme (``privacy.epsilon``, ``run-config.epsilon``, ``--epsilon``,
+``grid.epsilons[1]``, ``ProtocolConfig.epsilon``); every problem is collected and raised
+together as one :class:`ConfigError`, one ``key: what is wrong and what is allowed`` line each.
+
+The secure-aggregation threshold has one meaning everywhere (:func:`resolve_threshold`): a
+fraction in (0, 1] of a client's Shamir share holders (its ``k`` neighbours and itself, or all
+``n`` clients for the complete graph), rounded up and at least 2, or an integer count in
+``2 .. holders``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args
+
+from fa_hetdp._types import COMPOSITIONS, MECHANISMS, PLACEMENTS, PROFILES, RELEASE_NAMES
+from fa_hetdp.data.datasets import DATASET_NAMES, SPLITS
+from fa_hetdp.errors import PrivacyParameterError, ScenarioError
+
+__all__ = [
+    "CROSS_RULES",
+    "DEFAULT_SECAGG_THRESHOLD",
+    "DROPOUT_STAGES",
+    "FIELDS",
+    "MODES",
+    "Boolean",
+    "ConfigError",
+    "CrossRule",
+    "DropoutStage",
+    "Integer",
+    "Options",
+    "Problem",
+    "Real",
+    "check",
+    "check_value",
+    "graph_degree",
+    "raise_problems",
+    "resolve_threshold",
+    "share_holders",
+    "type_name",
+    "validate",
+]
+
+DropoutStage = Literal["stage1", "stage1-unmask", "stage2", "stage2-unmask"]
+"""When dropped clients leave: before sending their masked input of summation 1 or 2
+(``"stageK"``: their noise share is lost), or after sending it but before unmasking
+(``"stageK-unmask"``: their masks must be recovered from the survivors' shares)."""
+
+DROPOUT_STAGES: Final[tuple[str, ...]] = get_args(DropoutStage)
+MODES: Final[tuple[str, ...]] = ("simulation", "deployment")
+DEFAULT_SECAGG_THRESHOLD: Final[float] = 2.0 / 3.0
+MIN_SPARSE_DEGREE: Final[int] = 4
+
+Problem = tuple[str, str]
+"""One problem: (dotted key, what is wrong and what is allowed)."""
+
+
+class ConfigError(ScenarioError, PrivacyParameterError):
+    """Invalid settings, found before any work starts; lists every problem with its key.
+
+    Subclasses both :class:`~fa_hetdp.errors.ScenarioError` and
+    :class:`~fa_hetdp.errors.PrivacyParameterError` (hence ``FaHetdpError`` and
+    ``ValueError``), so callers that catch either keep working whatever the entry point.
+
+    Attributes
+    ----------
+    problems : tuple of (str, str)
+        ``(dotted key, message)`` pairs, in the order found.
+    """
+
+    def __init__(self, where: str, problems: Sequence[Problem]) -> None:
+        self.where = where
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        lines = "\n  ".join(f"{key}: {message}" for key, message in self.problems)
+        super().__init__(
+            f"{where} is invalid ({count} problem{'s' if count > 1 else ''}):\n  {lines}"
+        )
+
+    def lines(self) -> list[str]:
+        """Return one ``key: message`` line per problem."""
+        return [f"{key}: {message}" for key, message in self.problems]
+
+
+def type_name(value: object) -> str:
+    """Return the TOML-ish type name of ``value`` for messages."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, numbers.Integral):
+        return "integer"
+    if isinstance(value, numbers.Real):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "table"
+    return type(value).__name__
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+
+# --------------------------------------------------------------------------------------------
+# Constraints on one value
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite real number (int or float, not bool) in an interval."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def accepts_type(self, value: object) -> bool:
+        """Whether ``value`` has this constraint's type (numpy numbers included)."""
+        return isinstance(value, numbers.Real) and not _is_bool(value)
+
+    def describe(self) -> str:
+        """Return what is allowed, e.g. ``in (0.0, 1.0]``."""
+        if self.low is not None and self.high is not None:
+            lo, hi = float(self.low), float(self.high)
+            return f"in {'(' if self.low_open else '['}{lo}, {hi}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {self.high}"
+        return "a number"
+
+    def check(self, value: Any) -> str | None:
+        """Return what is wrong with ``value``, or None."""
+        if not self.accepts_type(value):
+            return f"must be a number, got {type_name(value)} {value!r}"
+        if not math.isfinite(value):
+            return f"must be finite, got {value}"
+        low, high = self.low, self.high
+        bad_low = low is not None and (value <= low if self.low_open else value < low)
+        bad_high = high is not None and (value >= high if self.high_open else value > high)
+        if bad_low or bad_high:
+            return f"must be {self.describe()}, got {value}"
+        return None
+
+
+@dataclass(frozen=True)
+class Integer:
+    """An integer (not bool) in ``minimum .. maximum``."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def accepts_type(self, value: object) -> bool:
+        """Whether ``value`` has this constraint's type (numpy integers included)."""
+        return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+    def describe(self) -> str:
+        """Return what is allowed, e.g. ``an integer >= 1``."""
+        lo = "" if self.minimum is None else f">= {self.minimum}"
+        hi = "" if self.maximum is None else f"<= {self.maximum}"
+        return "an integer " + " and ".join(s for s in (lo, hi) if s)
+
+    def check(self, value: Any) -> str | None:
+        """Return what is wrong with ``value``, or None."""
+        if not self.accepts_type(value):
+            return f"must be an integer, got {type_name(value)} {value!r}"
+        lo = "" if self.minimum is None else f">= {self.minimum}"
+        hi = "" if self.maximum is None else f"<= {self.maximum}"
+        if (self.minimum is not None and value < self.minimum) or (
+            self.maximum is not None and value > self.maximum
+        ):
+            return f"must be {' and '.join(s for s in (lo, hi) if s)}, got {value}"
+        return None
+
+
+@dataclass(frozen=True)
+class Options:
+    """One of a fixed set of names."""
+
+    values: tuple[str, ...]
+
+    def accepts_type(self, value: object) -> bool:
+        """Whether ``value`` has this constraint's type."""
+        return isinstance(value, str)
+
+    def describe(self) -> str:
+        """Return what is allowed."""
+        return "one of " + ", ".join(self.values)
+
+    def check(self, value: Any) -> str | None:
+        """Return what is wrong with ``value``, or None."""
+        if not isinstance(value, str):
+            return f"must be a string, one of {', '.join(self.values)}; got {value!r}"
+        if value not in self.values:
+            return f"unknown value {value!r}; allowed: {', '.join(self.values)}"
+        return None
+
+
+@dataclass(frozen=True)
+class Boolean:
+    """``True`` or ``False``."""
+
+    def accepts_type(self, value: object) -> bool:
+        """Whether ``value`` has this constraint's type."""
+        return isinstance(value, bool)
+
+    def describe(self) -> str:
+        """Return what is allowed."""
+        return "true or false"
+
+    def check(self, value: Any) -> str | None:
+        """Return what is wrong with ``value``, or None."""
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+
+
+Constraint = Real | Integer | Options | Boolean
+
+
+@dataclass(frozen=True)
+class Field:
+    """The constraints of one setting: a value must meet the first one whose type it has.
+
+    Parameters
+    ----------
+    constraints
+        Alternatives, tried in order by type (``threshold``: an integer count or a fraction).
+    optional
+        ``None`` is allowed (and means "not set": e.g. ``min_honest_clients = n``).
+    wrong_type
+        Message when the value has none of the types (default: the first constraint's).
+    """
+
+    constraints: tuple[Constraint, ...]
+    optional: bool = False
+    wrong_type: str | None = None
+
+
+FIELDS: Final[Mapping[str, Field]] = {
+    # privacy
+    "epsilon": Field((Real(low=0.0, low_open=True),)),
+    "delta": Field((Real(low=0.0, high=1.0, low_open=True, high_open=True),)),
+    "mechanism": Field((Options(MECHANISMS),)),
+    "placement": Field((Options(PLACEMENTS),)),
+    "composition": Field((Options(COMPOSITIONS),)),
+    "profile": Field((Options(PROFILES),)),
+    "variance_floor": Field((Real(low=0.0, high=0.25, low_open=True),)),
+    "extra_i2_noise": Field((Boolean(),)),
+    "min_honest_clients": Field((Integer(minimum=1),), optional=True),
+    "split_weight": Field((Real(low=0.0, low_open=True),)),
+    # clients and secure aggregation
+    "num_clients": Field((Integer(minimum=2),)),
+    "threshold": Field(
+        (Integer(minimum=2), Real(low=0.0, high=1.0, low_open=True)),
+        wrong_type="must be a fraction in (0, 1] of the share holders or a count >= 2",
+    ),
+    "neighbours": Field(
+        (Options(("complete",)), Integer(minimum=2)),
+        wrong_type="must be 'complete' or an even integer k >= 4",
+    ),
+    "dropout_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),
+    "dropout_stage": Field((Options(DROPOUT_STAGES),)),
+    # the run
+    "mode": Field((Options(MODES),)),
+    "seed": Field((Integer(minimum=0),), optional=True),
+    "repeats": Field((Integer(minimum=1),)),
+    "timeout": Field((Real(low=0.0, low_open=True),)),
+    # data
+    "dataset": Field((Options(DATASET_NAMES),)),
+    "data_split": Field((Options(SPLITS),)),
+    "records_per_client": Field((Integer(minimum=1),)),
+    "sample_fraction": Field((Real(low=0.0, high=1.0, low_open=True),)),
+    "dirichlet_alpha": Field((Real(low=0.0, low_open=True),)),
+    "label_ratio": Field((Real(low=0.0),)),
+    "num_labels": Field((Integer(minimum=1),)),
+    "synthetic_size": Field((Integer(minimum=1),)),
+    "synthetic_dim": Field((Integer(minimum=1),)),
+    "synthetic_heterogeneity": Field((Real(low=0.0, high=1.0),)),
+    "synthetic_noise_std": Field((Real(low=0.0),)),
+}
+"""The constraints of every setting on its own, by canonical name."""
+
+
+def check_value(name: str, value: Any) -> str | None:
+    """Return what is wrong with ``value`` as setting ``name`` (see :data:`FIELDS`), or None."""
+    spec = FIELDS[name]
+    if value is None and spec.optional:
+        return None
+    for constraint in spec.constraints:
+        if constraint.accepts_type(value):
+            return constraint.check(value)
+    if spec.wrong_type is not None:
+        return f"{spec.wrong_type}, got {type_name(value)} {value!r}"
+    return spec.constraints[0].check(value)
+
+
+# --------------------------------------------------------------------------------------------
+# The threshold and the masking graph (one meaning everywhere)
+# --------------------------------------------------------------------------------------------
+
+
+def graph_degree(neighbours: str | int | None, num_clients: int) -> int | None:
+    """Return the masking graph's degree ``k``, or None for the complete graph.
+
+    ``"complete"``, None and any ``k >= n - 1`` all mean the complete graph.
+    """
+    if neighbours is None or neighbours == "complete":
+        return None
+    k = int(neighbours)
+    return None if k >= num_clients - 1 else k
+
+
+def share_holders(num_clients: int, neighbours: str | int | None) -> int:
+    """Return the Shamir share holders of one client: ``k + 1``, or ``n`` (complete graph)."""
+    k = graph_degree(neighbours, num_clients)
+    return num_clients if k is None else k + 1
+
+
+def resolve_threshold(
+    threshold: float | int, num_clients: int, neighbours: str | int | None
+) -> int:
+    """Return the secure-aggregation threshold as a count of shares (THE one resolution).
+
+    Parameters
+    ----------
+    threshold : float or int
+        A fraction in (0, 1] of a client's share holders (rounded up, at least 2), or an
+        integer count.
+    num_clients : int
+        ``n``.
+    neighbours : "complete", int or None
+        The masking graph (see :func:`graph_degree`).
+    """
+    if isinstance(threshold, numbers.Integral) and not _is_bool(threshold):
+        return int(threshold)
+    holders = share_holders(num_clients, neighbours)
+    return max(2, math.ceil(float(threshold) * holders - 1e-9))
+
+
+# --------------------------------------------------------------------------------------------
+# Rules between settings
+# --------------------------------------------------------------------------------------------
+
+
+def _cgm_not_gdp(v: Mapping[str, Any]) -> str | None:
+    if v["mechanism"] == "cgm" and v["composition"] == "gdp":
+        return (
+            "'gdp' composes Gaussian mechanisms exactly and needs mechanism 'agm' only; "
+            "use 'basic' with 'cgm'"
+        )
+    return None
+
+
+def _honest_at_most_n(v: Mapping[str, Any]) -> str | None:
+    t, n = v["min_honest_clients"], v["num_clients"]
+    if t is not None and t > n:
+        return f"must be <= {n} (the number of clients n), got {t}"
+    return None
+
+
+def _neighbours_even(v: Mapping[str, Any]) -> str | None:
+    k, n = v["neighbours"], v["num_clients"]
+    if graph_degree(k, n) is None:
+        return None
+    if k < MIN_SPARSE_DEGREE or k % 2:
+        return (
+            f"must be 'complete' or an even integer k >= {MIN_SPARSE_DEGREE} (k >= n - 1 = "
+            f"{n - 1} is the complete graph), got {k}"
+        )
+    return None
+
+
+def _threshold_within_holders(v: Mapping[str, Any]) -> str | None:
+    t, n, k = v["threshold"], v["num_clients"], v["neighbours"]
+    if isinstance(k, int) and graph_degree(k, n) is not None and _neighbours_even(v):
+        return None  # the degree is already reported
+    holders = share_holders(n, k)
+    count = resolve_threshold(t, n, k)
+    if not 2 <= count <= holders:
+        return (
+            f"an integer is a count of shares and must be in 2..{holders} (the share holders "
+            f"of a client), got {t} (write a float such as 0.5 for a fraction of the holders)"
+        )
+    return None
+
+
+def _i2_extra_weight_needs_stage(v: Mapping[str, Any]) -> str | None:
+    split = v["split"]
+    if split is not None and "i2_extra" in split and v["extra_i2_noise"] is False:
+        return "a weight for 'i2_extra' is given but extra_i2_noise is false"
+    return None
+
+
+def _seed_only_in_simulation(v: Mapping[str, Any]) -> str | None:
+    if v["mode"] == "deployment" and v["seed"] is not None:
+        return (
+            f"seed={v['seed']} in deployment mode: deployments draw noise from a CSPRNG and "
+            "refuse a seed (leave it unset)"
+        )
+    return None
+
+
+def _dropouts_only_in_simulation(v: Mapping[str, Any]) -> str | None:
+    if v["mode"] == "deployment" and v["dropout_fraction"] > 0.0:
+        return "simulated dropouts (dropout fraction > 0) are for simulation mode only"
+    return None
+
+
+@dataclass(frozen=True)
+class CrossRule:
+    """A rule between settings: checked when all of ``fields`` are given and valid.
+
+    The problem is reported under the key of ``blame`` (the last of ``fields`` by default).
+    """
+
+    name: str
+    fields: tuple[str, ...]
+    check: Callable[[Mapping[str, Any]], str | None]
+    blame: str
+
+
+CROSS_RULES: Final[tuple[CrossRule, ...]] = (
+    CrossRule("cgm-not-gdp", ("mechanism", "composition"), _cgm_not_gdp, "composition"),
+    CrossRule(
+        "honest-at-most-n",
+        ("min_honest_clients", "num_clients"),
+        _honest_at_most_n,
+        "min_honest_clients",
+    ),
+    CrossRule("degree-even", ("neighbours", "num_clients"), _neighbours_even, "neighbours"),
+    CrossRule(
+        "threshold-within-holders",
+        ("threshold", "num_clients", "neighbours"),
+        _threshold_within_holders,
+        "threshold",
+    ),
+    CrossRule(
+        "i2-extra-weight", ("split", "extra_i2_noise"), _i2_extra_weight_needs_stage, "split"
+    ),
+    CrossRule("seed-simulation-only", ("mode", "seed"), _seed_only_in_simulation, "seed"),
+    CrossRule(
+        "dropouts-simulation-only",
+        ("mode", "dropout_fraction"),
+        _dropouts_only_in_simulation,
+        "dropout_fraction",
+    ),
+)
+"""The rules between settings, each reported under the key of its ``blame`` setting."""
+
+
+def cross_rule(name: str) -> CrossRule:
+    """Return the declared rule called ``name`` (e.g. ``"cgm-not-gdp"``)."""
+    for rule in CROSS_RULES:
+        if rule.name == name:
+            return rule
+    raise KeyError(name)
+
+
+# --------------------------------------------------------------------------------------------
+# The validator
+# --------------------------------------------------------------------------------------------
+
+
+def _check_split(split: Any, key: str) -> list[Problem]:
+    if not isinstance(split, Mapping):
+        return [(key, f"must be a table of weights, got {type_name(split)}")]
+    problems: list[Problem] = []
+    for name in sorted(split, key=str):
+        if name not in RELEASE_NAMES:
+            problems.append(
+                (f"{key}.{name}", f"unknown release; allowed: {', '.join(RELEASE_NAMES)}")
+            )
+            continue
+        message = check_value("split_weight", split[name])
+        if message is not None:
+            problems.append((f"{key}.{name}", message))
+    return problems
+
+
+def validate(
+    values: Mapping[str, Any],
+    keys: Mapping[str, str] | Callable[[str], str],
+    *,
+    lists: Iterable[str] = (),
+    extra_rules: Iterable[CrossRule] = (),
+) -> list[Problem]:
+    """Check ``values`` against :data:`FIELDS` and :data:`CROSS_RULES`; return every problem.
+
+    Parameters
+    ----------
+    values : mapping
+        Settings by canonical name (those of :data:`FIELDS`, and ``"split"``: a table of
+        release weights). Settings that are absent are not checked; a cross rule runs when
+        every setting it involves is present and valid on its own.
+    keys : mapping or callable
+        The dotted key under which each setting is reported (e.g. ``"epsilon"`` ->
+        ``"privacy.epsilon"``); missing names are reported under their canonical name.
+    lists : iterable of str
+        Settings given as a non-empty list of distinct values (a grid); each item is checked
+        (reported as ``key[i]``) and the cross rules run for every combination.
+    extra_rules : iterable of CrossRule
+        Rules that only one entry point has (none today; kept for callers' structural rules).
+    """
+    key_of: Callable[[str], str] = (
+        keys if callable(keys) else (lambda name, _m=keys: _m.get(name, name))  # type: ignore[misc]
+    )
+    list_names = set(lists)
+    problems: list[Problem] = []
+    valid: dict[str, list[Any]] = {}
+    for name, value in values.items():
+        key = key_of(name)
+        if name == "split":
+            found = [] if value is None else _check_split(value, key)
+            problems += found
+            if not found:
+                valid[name] = [value]
+            continue
+        if name in list_names:
+            items = list(value) if isinstance(value, list | tuple) else [value]
+            if not items:
+                problems.append((key, "must not be an empty list"))
+                continue
+            item_problems = []
+            for i, item in enumerate(items):
+                message = check_value(name, item)
+                if message is not None:
+                    item_key = f"{key}[{i}]" if isinstance(value, list | tuple) else key
+                    item_problems.append((item_key, message))
+            problems += item_problems
+            if item_problems:
+                continue
+            if len(set(items)) != len(items):
+                problems.append((key, f"has repeated values {list(items)!r}"))
+                continue
+            valid[name] = items
+            continue
+        message = check_value(name, value)
+        if message is not None:
+            problems.append((key, message))
+        else:
+            valid[name] = [value]
+    for rule in (*CROSS_RULES, *extra_rules):
+        if not all(name in valid for name in rule.fields):
+            continue
+        messages: list[str] = []
+        for combination in _combinations([valid[name] for name in rule.fields]):
+            message = rule.check(dict(zip(rule.fields, combination, strict=True)))
+            if message is not None and message not in messages:
+                messages.append(message)
+        problems += [(key_of(rule.blame), message) for message in messages]
+    return problems
+
+
+def _combinations(pools: Sequence[Sequence[Any]]) -> Iterable[tuple[Any, ...]]:
+    if not pools:
+        yield ()
+        return
+    for head in pools[0]:
+        for tail in _combinations(pools[1:]):
+            yield (head, *tail)
+
+
+def raise_problems(where: str, problems: Sequence[Problem]) -> None:
+    """Raise one :class:`ConfigError` listing ``problems`` (do nothing when there are none)."""
+    if problems:
+        raise ConfigError(where, problems)
+
+
+def check(
+    where: str,
+    values: Mapping[str, Any],
+    keys: Mapping[str, str] | Callable[[str], str],
+    *,
+    lists: Iterable[str] = (),
+) -> None:
+    """Validate ``values`` (see :func:`validate`) and raise one :class:`ConfigError` if bad."""
+    raise_problems(where, validate(values, keys, lists=lists))

@@ -1,0 +1,358 @@
+"""The scenario schema: frozen dataclasses for the sections of a scenario file.
+
+A :class:`Scenario` is built only by :func:`fa_hetdp.config.scenario.scenario_from_dict`
+(after every rule of :mod:`fa_hetdp.config.rules` has passed); the schema of the file is in
+``scenarios/README.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.rules import (
+    DEFAULT_SECAGG_THRESHOLD,
+    DropoutStage,
+    graph_degree,
+    resolve_threshold,
+)
+from fa_hetdp.data.datasets import Split
+
+__all__ = [
+    "DataSpec",
+    "ExperimentSpec",
+    "GridPoint",
+    "PrivacySpec",
+    "ProtocolSpec",
+    "Scenario",
+    "SecAggSpec",
+    "SyntheticSpec",
+    "largest_remainder",
+]
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """``[data.synthetic]``: parameters of :func:`fa_hetdp.data.datasets.synthetic_dataset`.
+
+    Parameters
+    ----------
+    size : int
+        Number of records generated (the pool the clients are sampled from).
+    dim : int
+        Dimension d.
+    num_labels : int
+        Number of labels (balanced).
+    heterogeneity : float
+        In [0, 1]: 0 = every label has the same distribution, 1 = independent label centres.
+    noise_std : float
+        Spread of records around their label's centre.
+    """
+
+    size: int
+    dim: int
+    num_labels: int = 10
+    heterogeneity: float = 0.5
+    noise_std: float = 0.1
+
+    def label_counts(self) -> tuple[int, ...]:
+        """Return the records per label (balanced, as the generator makes them)."""
+        q, rem = divmod(self.size, self.num_labels)
+        return tuple(q + (1 if k < rem else 0) for k in range(self.num_labels))
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """``[data]``: where the clients' vectors come from and how they are sampled.
+
+    Parameters
+    ----------
+    dataset : str
+        ``"digits"``, ``"cifar10"``, ``"cifar100"``, ``"fashion-mnist"`` or ``"synthetic"``.
+    root : str or None
+        Data directory (torchvision's layout); None = ``$FA_HETDP_DATA`` or ``./data``.
+    split : {"train", "test", "all"}
+        Which files to sample from.
+    num_clients : int
+        Number of clients n (resolved from ``sample_fraction`` when that was given).
+    sample_fraction : float or None
+        As given: n = floor(sample_fraction x dataset size) (the paper: 0.02).
+    records_per_client : int
+        Records behind each client vector (their mean); 1 in the paper.
+    label_ratios : tuple of float or None
+        Label skew over labels 0 .. k-1 (e.g. 91:1:...:1).
+    dirichlet_alpha : float or None
+        Dirichlet(alpha) label mixtures instead of fixed ratios.
+    num_labels : int or None
+        Labels used (0 .. num_labels-1); equals ``len(label_ratios)`` when both are given.
+    synthetic : SyntheticSpec or None
+        Required when ``dataset = "synthetic"``.
+    """
+
+    dataset: str
+    num_clients: int
+    root: str | None = None
+    split: Split = "train"
+    sample_fraction: float | None = None
+    records_per_client: int = 1
+    label_ratios: tuple[float, ...] | None = None
+    dirichlet_alpha: float | None = None
+    num_labels: int | None = None
+    synthetic: SyntheticSpec | None = None
+
+    @property
+    def partition(self) -> Literal["label-skew", "dirichlet", "uniform"]:
+        """How clients are sampled: fixed label ratios, Dirichlet mixtures, or uniformly."""
+        if self.label_ratios is not None:
+            return "label-skew"
+        if self.dirichlet_alpha is not None:
+            return "dirichlet"
+        return "uniform"
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """``[privacy]``: the total budget of one private measurement and how it is spent.
+
+    Parameters
+    ----------
+    epsilons : tuple of float
+        The epsilon grid (one value or several); each run spends one of them in total.
+    delta : float
+        Total delta, in (0, 1).
+    mechanisms : tuple of {"agm", "cgm"}
+        Calibration(s) to run.
+    composition : {"basic", "gdp"}
+        Budget split by basic composition (the paper) or exact Gaussian-DP composition.
+    profile : {"bounded", "paper"}
+        Sensitivity profile (``"paper"`` is a labelled, non-DP baseline for the weighted stages).
+    split : tuple of (str, float) pairs or None
+        Relative budget weights per release (names from :data:`RELEASE_NAMES`); None = the
+        protocol's default.
+    variance_floor : float
+        v_min in (0, 1/4]; weights are 1 / max(s_i^2, v_min).
+    extra_i2_noise : bool
+        Add the paper's third noise stage I^2''' (Thm 3.13).
+    min_honest_clients : int or None
+        t: each client adds N(0, sigma^2 / t); None = n.
+    """
+
+    epsilons: tuple[float, ...]
+    delta: float
+    mechanisms: tuple[Mechanism, ...] = ("agm",)
+    composition: Composition = "basic"
+    profile: Profile = "bounded"
+    split: tuple[tuple[str, float], ...] | None = None
+    variance_floor: float = 0.01
+    extra_i2_noise: bool = True
+    min_honest_clients: int | None = None
+
+    def split_mapping(self) -> dict[str, float] | None:
+        """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
+        return None if self.split is None else dict(self.split)
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """``[protocol]``: where the noise is added.
+
+    Parameters
+    ----------
+    placements : tuple of {"distributed", "central"}
+        Noise added by the clients in shares (the paper) and/or by the server after unmasking.
+    """
+
+    placements: tuple[Placement, ...] = ("distributed",)
+
+
+@dataclass(frozen=True)
+class SecAggSpec:
+    """``[secagg]``: secure-aggregation settings (used by the Flower apps).
+
+    Parameters
+    ----------
+    threshold : float or int
+        Shamir threshold: a float in (0, 1] is a fraction of a client's share holders (its
+        ``k`` neighbours and itself, or all ``n`` clients for the complete graph), rounded up
+        and at least 2; an int is a count in ``2 .. holders``.
+    neighbours : "complete" or int
+        Masking graph: every pair of clients, or a random k-regular graph (SecAgg+) of even
+        degree ``k >= 4``; ``k >= n - 1`` is the complete graph.
+    dropout_fraction : float
+        Fraction of clients that drop out, in [0, 1).
+    dropout_stage : {"stage1", "stage1-unmask", "stage2", "stage2-unmask"}
+        When they drop out (see :data:`DropoutStage`).
+    """
+
+    threshold: float | int = DEFAULT_SECAGG_THRESHOLD
+    neighbours: Literal["complete"] | int = "complete"
+    dropout_fraction: float = 0.0
+    dropout_stage: DropoutStage = "stage1"
+
+    def degree(self, num_clients: int) -> int | None:
+        """Return the masking graph's degree ``k`` for ``num_clients``; None = complete graph."""
+        return graph_degree(self.neighbours, num_clients)
+
+    def threshold_count(self, num_clients: int) -> int:
+        """Return the threshold as a count of shares for ``num_clients`` clients.
+
+        Resolved by :func:`fa_hetdp.config.rules.resolve_threshold`, the function the Flower
+        run settings call too, so the value reported here is the value a run uses.
+        """
+        return resolve_threshold(self.threshold, num_clients, self.neighbours)
+
+    def num_dropouts(self, num_clients: int) -> int:
+        """Return the number of clients that drop out: floor(dropout_fraction x n)."""
+        return math.floor(self.dropout_fraction * num_clients + 1e-9)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """``[experiment]``: Monte-Carlo repeats and the seed of everything random.
+
+    Parameters
+    ----------
+    repeats : int
+        Private measurements per grid point (>= 1).
+    seed : int
+        Seed (>= 0) of the partition, a synthetic dataset and the noise.
+    """
+
+    repeats: int = 100
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One point of a scenario's grid: epsilon x mechanism x placement."""
+
+    epsilon: float
+    mechanism: Mechanism
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario (hashable; every field immutable).
+
+    Parameters
+    ----------
+    name : str
+        ``[scenario] name``; default: the file's stem.
+    description : str
+        Free text.
+    data, privacy, protocol, secagg, experiment
+        The sections.
+    path : str or None
+        The file it was loaded from.
+    """
+
+    name: str
+    description: str
+    data: DataSpec
+    privacy: PrivacySpec
+    protocol: ProtocolSpec
+    secagg: SecAggSpec
+    experiment: ExperimentSpec
+    path: str | None = None
+
+    @property
+    def num_clients(self) -> int:
+        """Number of clients n."""
+        return self.data.num_clients
+
+    def grid(self) -> tuple[GridPoint, ...]:
+        """Return every (epsilon, mechanism, placement) combination, epsilon varying slowest."""
+        return tuple(
+            GridPoint(epsilon=e, mechanism=m, placement=p)
+            for e in self.privacy.epsilons
+            for m in self.privacy.mechanisms
+            for p in self.protocol.placements
+        )
+
+    def clients_per_label(self) -> tuple[int, ...] | None:
+        """Clients per label under label skew (largest remainder), else None."""
+        if self.data.label_ratios is None:
+            return None
+        return largest_remainder(self.num_clients, self.data.label_ratios)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the scenario as plain data (JSON/TOML-able), for results files.
+
+        The sections are in the file's schema, so ``scenario_from_dict(s.to_dict())`` gives
+        back an equal scenario; the ``derived`` table (resolved client count, clients per
+        label, source path) is informative and ignored on load.
+        """
+        d = self.data
+        data: dict[str, Any] = {"dataset": d.dataset, "split": d.split}
+        if d.root is not None:
+            data["root"] = d.root
+        if d.sample_fraction is not None:
+            data["sample_fraction"] = d.sample_fraction
+        else:
+            data["num_clients"] = d.num_clients
+        data["records_per_client"] = d.records_per_client
+        if d.label_ratios is not None:
+            data["label_ratios"] = list(d.label_ratios)
+        if d.dirichlet_alpha is not None:
+            data["dirichlet_alpha"] = d.dirichlet_alpha
+        if d.num_labels is not None:
+            data["num_labels"] = d.num_labels
+        if d.synthetic is not None:
+            s = d.synthetic
+            data["synthetic"] = {
+                "size": s.size,
+                "dim": s.dim,
+                "num_labels": s.num_labels,
+                "heterogeneity": s.heterogeneity,
+                "noise_std": s.noise_std,
+            }
+        per_label = self.clients_per_label()
+        p = self.privacy
+        privacy: dict[str, Any] = {
+            "epsilon": list(p.epsilons),
+            "delta": p.delta,
+            "mechanism": list(p.mechanisms),
+            "composition": p.composition,
+            "profile": p.profile,
+            "variance_floor": p.variance_floor,
+            "extra_i2_noise": p.extra_i2_noise,
+        }
+        if p.min_honest_clients is not None:
+            privacy["min_honest_clients"] = p.min_honest_clients
+        if p.split is not None:
+            privacy["split"] = dict(p.split)
+        return {
+            "scenario": {"name": self.name, "description": self.description},
+            "data": data,
+            "privacy": privacy,
+            "protocol": {"placement": list(self.protocol.placements)},
+            "secagg": {
+                "threshold": self.secagg.threshold,
+                "neighbours": self.secagg.neighbours,
+                "dropout_fraction": self.secagg.dropout_fraction,
+                "dropout_stage": self.secagg.dropout_stage,
+            },
+            "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
+            "derived": {
+                "num_clients": self.num_clients,
+                "clients_per_label": None if per_label is None else list(per_label),
+                "secagg_threshold_count": self.secagg.threshold_count(self.num_clients),
+                "path": self.path,
+            },
+        }
+
+
+def largest_remainder(n: int, ratios: Sequence[float]) -> tuple[int, ...]:
+    """Largest-remainder apportionment (as ``fa_hetdp.data.partition.clients_per_label``)."""
+    total = float(sum(ratios))
+    quotas = [n * r / total for r in ratios]
+    counts = [math.floor(q) for q in quotas]
+    left = n - sum(counts)
+    order = sorted(range(len(ratios)), key=lambda j: (-(quotas[j] - counts[j]), j))
+    for j in order[:left]:
+        counts[j] += 1
+    return tuple(counts)
