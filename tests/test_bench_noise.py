@@ -9,7 +9,8 @@ import pytest
 
 from fa_hetdp.cli.main import main
 from fa_hetdp.experiments.bench_noise import BENCH_STATISTICS, compare, comparison_table
-from fa_hetdp.experiments.engine import CellResult, ExperimentResult, GridSpec
+from fa_hetdp.experiments.grid import GridSpec
+from fa_hetdp.experiments.results import CellResult, ExperimentResult
 from fa_hetdp.report.tables import ratio_confidence_interval
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

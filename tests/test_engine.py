@@ -1,4 +1,7 @@
-"""Tests of fa_hetdp.experiments.engine: determinism, grid semantics, outputs, validation."""
+"""Tests of fa_hetdp.experiments (engine, grid, results, outputs).
+
+Determinism, grid semantics, cell seeds, outputs, validation.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +14,11 @@ import numpy as np
 import pytest
 
 from fa_hetdp.errors import InputDataError, ScenarioError
-from fa_hetdp.experiments.engine import (
-    CELL_CSV_FIXED_COLUMNS,
-    STATISTICS,
-    GridSpec,
-    grid_from_scenario,
-    load_results,
-    run_grid,
-    run_scenario,
-    write_outputs,
-)
+from fa_hetdp.experiments.engine import run_grid, run_scenario
+from fa_hetdp.experiments.grid import GridSpec, grid_from_scenario
+from fa_hetdp.experiments.outputs import CELL_CSV_FIXED_COLUMNS, write_outputs
+from fa_hetdp.experiments.results import load_results
+from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -88,7 +86,7 @@ def test_grid_order_skips_and_cmse() -> None:
             continue
         central = result.cell(c.epsilon, c.mechanism, "central", c.composition)
         assert c.cmse == central.emse
-        assert set(c.emse) == set(STATISTICS)
+        assert set(c.emse) == set(STATISTIC_KEYS)
         assert all(v >= 0 for v in c.emse.values())
         assert c.sigmas and all(v > 0 for v in c.sigmas.values())
         assert 0 < c.spent_epsilon <= c.epsilon * (1 + 1e-9)
@@ -175,7 +173,7 @@ def test_outputs_written(tmp_path: Path) -> None:
     assert len(rows) == 16
     header = list(rows[0])
     assert header[: len(CELL_CSV_FIXED_COLUMNS)] == list(CELL_CSV_FIXED_COLUMNS)
-    for s in STATISTICS:
+    for s in STATISTIC_KEYS:
         assert f"emse_{s}" in header and f"cmse_{s}" in header
     assert float(rows[0]["emse_q"]) == result.cells[0].emse["q"]
     for placement in ("distributed", "central"):
@@ -246,7 +244,7 @@ def test_metrics_recorded_per_cell() -> None:
         progress=False,
     )
     for cell in result.cells:
-        assert set(cell.expected_mse) == set(STATISTICS)
+        assert set(cell.expected_mse) == set(STATISTIC_KEYS)
         assert 0.8 <= cell.ratio("emse", "expected_mse")["mean"] <= 1.25
         # The paper's TMSE of mu' (Cor. 3.4) is Y_1^2 on the realised noise: equal to the EMSE.
         assert cell.tmse["mean"] == pytest.approx(cell.emse["mean"], rel=1e-9)
@@ -286,7 +284,7 @@ def test_default_output_folder_is_results_slash_name(
 
 
 def test_cell_noise_depends_only_on_seed_and_cell() -> None:
-    from fa_hetdp.experiments.engine import cell_seed
+    from fa_hetdp.experiments.grid import cell_seed
 
     # Same cell, different grid shapes: same draws (the cell's spawn key is the cell itself).
     x = _data()
@@ -302,3 +300,32 @@ def test_cell_noise_depends_only_on_seed_and_cell() -> None:
     assert not np.array_equal(a, b) and not np.array_equal(a, c)
     again = np.random.default_rng(cell_seed(5, 1.0, "agm", "distributed", "basic")).random(4)
     np.testing.assert_array_equal(a, again)
+
+
+def test_cell_seeds_do_not_change_when_a_mechanism_is_added(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The (agm, cgm) cells keep their streams when the package learns a new mechanism."""
+    from typing import Literal
+
+    import fa_hetdp.experiments.grid as grid_module
+
+    def states(grid: GridSpec) -> dict[tuple[float, str, str, str], list[int]]:
+        return {
+            cell: grid_module.cell_seed(grid.seed, *cell).generate_state(4).tolist()
+            for cell in grid.cells()
+        }
+
+    before = states(_grid(seed=11))
+    # A new mechanism registered in front of the others and requested in the grid.
+    monkeypatch.setattr(grid_module, "Mechanism", Literal["skellam", "agm", "cgm"])
+    wider = _grid(seed=11, mechanisms=("skellam", "agm", "cgm"))
+    after = states(wider)
+    assert {k: v for k, v in after.items() if k[1] != "skellam"} == before
+    # The new mechanism's cells get streams of their own.
+    new = [v for k, v in after.items() if k[1] == "skellam"]
+    assert len(new) == 8 and all(v not in before.values() for v in new)
+    # Pinned value: the stream of a cell is a fixed function of (seed, ε, names).
+    seq = grid_module.cell_seed(0, 0.25, "agm", "distributed", "basic")
+    assert seq.spawn_key == (0, 0x3FD00000, *seq.spawn_key[2:])
+    assert len(seq.spawn_key) == 5

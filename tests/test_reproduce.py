@@ -11,18 +11,19 @@ import numpy as np
 import pytest
 
 from fa_hetdp.cli.main import main
-from fa_hetdp.experiments.engine import CellResult, ExperimentResult, GridSpec
-from fa_hetdp.experiments.reproduce import (
-    PAPER_SKEWS,
+from fa_hetdp.experiments.grid import GridSpec
+from fa_hetdp.experiments.paper import PAPER_SKEWS
+from fa_hetdp.experiments.paper_tables import (
     build_tables,
     coverage_table,
     distributed_central_table,
-    find_skew_scenarios,
     minimum_values_table,
     percentage_change_tables,
     ratio_tables,
     statistic_table,
 )
+from fa_hetdp.experiments.reproduce import find_skew_scenarios
+from fa_hetdp.experiments.results import CellResult, ExperimentResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EPS = (0.25, 1.0)

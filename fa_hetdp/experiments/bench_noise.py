@@ -32,14 +32,10 @@ from typing import Final
 
 import numpy as np
 
-from fa_hetdp.experiments.engine import (
-    STATISTIC_LABELS,
-    CellResult,
-    ExperimentResult,
-    grid_from_scenario,
-    run_scenario,
-    write_outputs,
-)
+from fa_hetdp.experiments.engine import run_scenario
+from fa_hetdp.experiments.grid import grid_from_scenario
+from fa_hetdp.experiments.outputs import write_outputs
+from fa_hetdp.experiments.results import CellResult, ExperimentResult
 from fa_hetdp.report.tables import (
     RatioInterval,
     Table,
@@ -47,6 +43,7 @@ from fa_hetdp.report.tables import (
     ratio_confidence_interval,
     write_table,
 )
+from fa_hetdp.stats.registry import paper_label
 
 __all__ = ["BENCH_STATISTICS", "Comparison", "add_arguments", "compare", "run_command"]
 
@@ -157,7 +154,7 @@ def compare(
 
 def comparison_table(comparisons: Sequence[Comparison], *, title: str) -> Table:
     """Long-format table: one row per (ε, statistic, comparison)."""
-    labels = [f"ε={c.epsilon:g} {STATISTIC_LABELS[c.statistic]} {c.name}" for c in comparisons]
+    labels = [f"ε={c.epsilon:g} {paper_label(c.statistic)} {c.name}" for c in comparisons]
     values = [
         [c.epsilon, c.interval.ratio, c.interval.low, c.interval.high, c.expected]
         for c in comparisons
@@ -186,7 +183,7 @@ def _print_table(comparisons: Sequence[Comparison], result: ExperimentResult) ->
     names = ("distributed/central AGM", "distributed/central CGM", "AGM/CGM")
     for s in BENCH_STATISTICS:
         table = RichTable(
-            title=f"{result.name}: {STATISTIC_LABELS[s]} EMSE ratios (95 % CI)",
+            title=f"{result.name}: {paper_label(s)} EMSE ratios (95 % CI)",
             title_justify="left",
         )
         table.add_column("ε", justify="right")
@@ -228,7 +225,7 @@ def plot_comparisons(comparisons: Sequence[Comparison], path: Path, *, title: st
             lo.append(c.interval.low)
             hi.append(c.interval.high)
         if lines:
-            panels[STATISTIC_LABELS[s]] = lines
+            panels[paper_label(s)] = lines
     return plot_ratio_bands(panels, path, title=title, reference=1.0, log_y=True)
 
 

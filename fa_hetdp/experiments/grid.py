@@ -1,0 +1,203 @@
+"""The experiment grid: which cells run, with which settings, and each cell's random stream.
+
+A *cell* is a total budget ``epsilon`` with a ``mechanism`` (AGM / CGM), a noise
+``placement`` (distributed / central) and a ``composition`` (basic / gdp). :class:`GridSpec`
+holds the values crossed into cells and the protocol settings shared by every cell;
+:func:`grid_from_scenario` reads them from a scenario.
+
+Randomness: every cell draws from its own child of ``SeedSequence(seed)`` whose spawn key is
+the cell (:func:`cell_seed`), so a run is deterministic for a seed, the cells of a run are
+independent, and a cell's draws depend neither on the rest of the grid, nor on the list of
+mechanisms the package knows, nor on the data (runs of different data with the same seed share
+their noise draws: common random numbers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, get_args
+
+import numpy as np
+
+from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.errors import ScenarioError
+
+__all__ = ["GridSpec", "cell_seed", "grid_from_scenario"]
+
+
+def _check_choice(name: str, values: Sequence[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
+    if not values:
+        raise ScenarioError(f"{name} must list at least one of {allowed}, got an empty list")
+    for value in values:
+        if value not in allowed:
+            raise ScenarioError(f"{name} has {value!r}; allowed values: {', '.join(allowed)}")
+    if len(set(values)) != len(values):
+        raise ScenarioError(f"{name} lists a value twice: {list(values)}")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """The experiment grid and the fixed protocol settings of every cell.
+
+    Parameters
+    ----------
+    epsilons
+        Total privacy budgets ε (> 0), one cell row each.
+    delta
+        Total δ in (0, 1) of every measurement (the paper's tables used 1e-5).
+    mechanisms, placements, compositions
+        Values crossed with ``epsilons``. The combination CGM + gdp is not defined (exact
+        composition needs the AGM's exact privacy curve) and is skipped with a reason.
+    repeats
+        Independent private measurements per cell (>= 1; standard deviations need >= 2).
+    seed
+        Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
+    profile, variance_floor, extra_i2_noise, min_honest_clients, split
+        Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged.
+    """
+
+    epsilons: tuple[float, ...]
+    delta: float
+    mechanisms: tuple[Mechanism, ...] = ("agm",)
+    placements: tuple[Placement, ...] = ("distributed",)
+    compositions: tuple[Composition, ...] = ("basic",)
+    repeats: int = 100
+    seed: int = 0
+    profile: Profile = "bounded"
+    variance_floor: float = 0.01
+    extra_i2_noise: bool = True
+    min_honest_clients: int | None = None
+    split: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.epsilons:
+            raise ScenarioError("epsilons must list at least one ε > 0, got an empty list")
+        for eps in self.epsilons:
+            if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+                raise ScenarioError(f"every ε must be a finite number > 0, got {eps!r}")
+        if not (isinstance(self.delta, (int, float)) and 0.0 < self.delta < 1.0):
+            raise ScenarioError(f"delta must be in (0, 1), got delta={self.delta!r}")
+        _check_choice("mechanisms", self.mechanisms, get_args(Mechanism))
+        _check_choice("placements", self.placements, get_args(Placement))
+        _check_choice("compositions", self.compositions, get_args(Composition))
+        if self.profile not in get_args(Profile):
+            raise ScenarioError(
+                f"profile={self.profile!r}; allowed values: {', '.join(get_args(Profile))}"
+            )
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise ScenarioError(f"repeats must be an integer >= 1, got repeats={self.repeats!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ScenarioError(f"seed must be an integer >= 0, got seed={self.seed!r}")
+        if not (0.0 < self.variance_floor <= 0.25):
+            raise ScenarioError(
+                f"variance_floor must be in (0, 0.25], got variance_floor={self.variance_floor!r}"
+            )
+
+    def cells(self) -> Iterator[tuple[float, Mechanism, Placement, Composition]]:
+        """Yield the cells in canonical order (ε, mechanism, placement, composition)."""
+        for eps in self.epsilons:
+            for mechanism in self.mechanisms:
+                for placement in self.placements:
+                    for composition in self.compositions:
+                        yield float(eps), mechanism, placement, composition
+
+    @property
+    def n_cells(self) -> int:
+        """Number of cells (including those that will be skipped)."""
+        return (
+            len(self.epsilons)
+            * len(self.mechanisms)
+            * len(self.placements)
+            * len(self.compositions)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dictionary of the specification."""
+        data = asdict(self)
+        data["split"] = dict(self.split) if self.split is not None else None
+        return data
+
+
+def _name_word(name: str) -> int:
+    """Return a 32-bit word derived from ``name`` alone (BLAKE2b of its UTF-8 bytes)."""
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=4).digest(), "little")
+
+
+def cell_seed(
+    seed: int, epsilon: float, mechanism: str, placement: str, composition: str
+) -> np.random.SeedSequence:
+    """Return the :class:`numpy.random.SeedSequence` of one grid cell.
+
+    The cell's stream is a child of ``SeedSequence(seed)`` whose spawn key is the cell itself:
+    the 64 bits of ``epsilon`` and one 32-bit word hashed from each of the names of the
+    mechanism, placement and composition. The key depends on those values only, never on list
+    positions, so a cell's noise depends only on the seed and on the cell: not on the rest of
+    the grid, and not on which mechanisms (placements, compositions) the package allows, so
+    adding a mechanism leaves the draws of the existing ones unchanged. Runs on different data
+    with the same seed (e.g. the six skew levels of the reproduction) therefore use the same
+    noise draws for the same cell (common random numbers), while different cells of one run
+    are independent.
+
+    Parameters
+    ----------
+    seed
+        The scenario's seed (>= 0).
+    epsilon, mechanism, placement, composition
+        The cell.
+
+    Returns
+    -------
+    numpy.random.SeedSequence
+    """
+    eps_bits = int(np.array(epsilon, dtype=np.float64).view(np.uint64))
+    key = (
+        eps_bits & 0xFFFFFFFF,
+        eps_bits >> 32,
+        _name_word(mechanism),
+        _name_word(placement),
+        _name_word(composition),
+    )
+    return np.random.SeedSequence(seed, spawn_key=key)
+
+
+def grid_from_scenario(
+    scenario: Any,
+    *,
+    repeats: int | None = None,
+    epsilons: Sequence[float] | None = None,
+    compositions: Sequence[Composition] | None = None,
+    mechanisms: Sequence[Mechanism] | None = None,
+    placements: Sequence[Placement] | None = None,
+) -> GridSpec:
+    """Build the :class:`GridSpec` of a :class:`fa_hetdp.config.scenario.Scenario`.
+
+    Parameters
+    ----------
+    scenario
+        A validated scenario.
+    repeats, epsilons, compositions, mechanisms, placements
+        Overrides (``--quick`` runs, ``bench-noise``); default: the scenario's values.
+
+    Returns
+    -------
+    GridSpec
+    """
+    privacy = scenario.privacy
+    return GridSpec(
+        epsilons=tuple(float(e) for e in (epsilons if epsilons is not None else privacy.epsilons)),
+        delta=float(privacy.delta),
+        mechanisms=tuple(mechanisms if mechanisms is not None else privacy.mechanisms),
+        placements=tuple(placements if placements is not None else scenario.protocol.placements),
+        compositions=tuple(compositions if compositions is not None else (privacy.composition,)),
+        repeats=int(repeats if repeats is not None else scenario.experiment.repeats),
+        seed=int(scenario.experiment.seed),
+        profile=privacy.profile,
+        variance_floor=float(privacy.variance_floor),
+        extra_i2_noise=bool(privacy.extra_i2_noise),
+        min_honest_clients=privacy.min_honest_clients,
+        split=privacy.split_mapping(),
+    )

@@ -1,0 +1,206 @@
+"""Files of a grid run: ``results.json``, ``cells.csv``, EMSE tables and figures.
+
+:func:`write_outputs` writes into ``results/<scenario>/``: ``results.json`` (everything, written
+atomically by :func:`fa_hetdp.report.files.write_json_atomic`), ``cells.csv`` (one row per
+cell), ``emse_<placement>.csv/.md`` (EMSE tables) and PNG figures (EMSE against ε,
+EMSE / expected MSE against ε).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.experiments.results import ExperimentResult
+from fa_hetdp.report.files import write_json_atomic, write_text_atomic
+from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
+from fa_hetdp.stats.registry import statistic
+
+__all__ = ["CELL_CSV_FIXED_COLUMNS", "cells_csv", "emse_tables", "write_outputs"]
+
+
+CELL_CSV_FIXED_COLUMNS: Final[tuple[str, ...]] = (
+    "epsilon",
+    "mechanism",
+    "placement",
+    "composition",
+    "repeats",
+    "skipped",
+    "is_baseline",
+    "spent_epsilon",
+    "spent_delta",
+)
+_CELL_CSV_METRICS: Final[tuple[str, ...]] = (
+    "emse",
+    "emse_sd",
+    "expected_mse",
+    "tmse",
+    "tmse_sd",
+    "cmse",
+    "coverage_paper",
+    "coverage_noise",
+)
+
+
+def cells_csv(result: ExperimentResult) -> str:
+    """One CSV row per cell: settings, per-statistic metrics, σ per release, labels."""
+    import csv
+    import io
+
+    releases = sorted({k for c in result.cells for k in c.sigmas})
+    metric_columns = [f"{m}_{s}" for m in _CELL_CSV_METRICS for s in result.statistics]
+    ratio_columns = [
+        f"{r}_{s}"
+        for r in ("emse_over_expected", "emse_over_tmse", "emse_over_cmse")
+        for s in result.statistics
+    ]
+    header = [
+        *CELL_CSV_FIXED_COLUMNS,
+        *metric_columns,
+        *ratio_columns,
+        *(f"sigma_{r}" for r in releases),
+        "labels",
+    ]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for c in result.cells:
+        row: list[Any] = [
+            c.epsilon,
+            c.mechanism,
+            c.placement,
+            c.composition,
+            c.repeats,
+            c.skipped or "",
+            int(c.is_baseline),
+            repr(c.spent_epsilon),
+            repr(c.spent_delta),
+        ]
+        for metric in _CELL_CSV_METRICS:
+            mapping: Mapping[str, float] = getattr(c, metric)
+            row.extend(repr(float(mapping.get(s, math.nan))) for s in result.statistics)
+        for num, den in (("emse", "expected_mse"), ("emse", "tmse"), ("emse", "cmse")):
+            ratios = c.ratio(num, den)
+            row.extend(repr(ratios.get(s, math.nan)) for s in result.statistics)
+        row.extend(repr(float(c.sigmas.get(r, math.nan))) for r in releases)
+        row.append("; ".join(c.labels))
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def _line_label(mechanism: str, placement: str, composition: str, result: ExperimentResult) -> str:
+    parts = [mechanism.upper()]
+    if len(result.grid.placements) > 1:
+        parts.append(placement)
+    if len(result.grid.compositions) > 1:
+        parts.append(composition)
+    return " ".join(parts)
+
+
+def emse_tables(result: ExperimentResult) -> list[Table]:
+    """EMSE per ε (rows) and statistic × mechanism × composition (columns), per placement."""
+    tables: list[Table] = []
+    for placement in result.grid.placements:
+        columns: list[str] = []
+        data: list[FloatArray] = []
+        for mechanism in result.grid.mechanisms:
+            for composition in result.grid.compositions:
+                for s in result.statistics:
+                    _, values = result.series(
+                        "emse", s, mechanism=mechanism, placement=placement, composition=composition
+                    )
+                    columns.append(
+                        f"{statistic(s).label} {mechanism.upper()}"
+                        + (f" {composition}" if len(result.grid.compositions) > 1 else "")
+                    )
+                    data.append(values)
+        eps = [f"{e:g}" for e in result.grid.epsilons]
+        tables.append(
+            Table.from_array(
+                f"emse_{placement}",
+                f"{result.name}: EMSE, {placement} noise (n={result.n}, d={result.d}, "
+                f"δ={result.grid.delta:g}, {result.grid.repeats} repeats)",
+                eps,
+                columns,
+                np.column_stack(data),
+                row_header="ε",
+                note="EMSE = mean over repeats of the coordinate-mean squared error (Section 4).",
+            )
+        )
+    return tables
+
+
+def write_outputs(
+    result: ExperimentResult,
+    directory: str | os.PathLike[str] | None = None,
+    *,
+    figures: bool = True,
+) -> list[Path]:
+    """Write ``results.json``, ``cells.csv``, EMSE tables and figures into ``directory``.
+
+    Parameters
+    ----------
+    result
+        The run.
+    directory
+        Output folder; default ``results/<result.name>`` under the working directory. Created
+        if missing.
+    figures
+        Also draw ``emse_vs_epsilon.png`` and ``emse_over_expected.png`` (about a second
+        each).
+
+    Returns
+    -------
+    list of Path
+        Every file written.
+    """
+    folder = Path(directory) if directory is not None else Path("results") / result.name
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [write_json_atomic(folder / "results.json", result.to_dict())]
+    written.append(write_text_atomic(folder / "cells.csv", cells_csv(result)))
+    for table in emse_tables(result):
+        written.extend(write_table(table, folder))
+    if not figures:
+        return written
+    plotted = [s for s in ("dispersion", "q", "i2", "i2_extra") if s in result.statistics]
+    lines = [
+        (m, p, c)
+        for m in result.grid.mechanisms
+        for p in result.grid.placements
+        for c in result.grid.compositions
+        if not (m == "cgm" and c == "gdp")
+    ]
+    for metric, stem, ylabel in (
+        ("emse", "emse_vs_epsilon", "EMSE"),
+        ("emse_over_expected", "emse_over_expected", "EMSE / expected MSE"),
+    ):
+        panels: dict[str, dict[str, tuple[FloatArray, FloatArray]]] = {}
+        for s in plotted:
+            panel: dict[str, tuple[FloatArray, FloatArray]] = {}
+            for m, p, c in lines:
+                if metric == "emse":
+                    eps, values = result.series("emse", s, mechanism=m, placement=p, composition=c)
+                else:
+                    eps, top = result.series("emse", s, mechanism=m, placement=p, composition=c)
+                    _, bottom = result.series(
+                        "expected_mse", s, mechanism=m, placement=p, composition=c
+                    )
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        values = top / bottom
+                panel[_line_label(m, p, c, result)] = (eps, values)
+            panels[statistic(s).label] = panel
+        written.append(
+            plot_emse_vs_epsilon(
+                panels,
+                folder / f"{stem}.png",
+                title=f"{result.name}: {ylabel} vs ε (n={result.n}, d={result.d})",
+                ylabel=ylabel,
+            )
+        )
+    return written
