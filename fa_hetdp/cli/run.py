@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fa_hetdp.cli.cluster import run_simulation
+from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
     "DEFAULT_SCENARIO",
@@ -50,15 +51,6 @@ STEP_LABELS: tuple[tuple[str, str], ...] = (
     ("stage1_unmask", "stage 1: unmask"),
     ("stage2_input", "stage 2: masked squared deviations + noise"),
     ("stage2_unmask", "stage 2: unmask"),
-)
-
-STATISTIC_LABELS: tuple[tuple[str, str], ...] = (
-    ("mean", "mean μ'"),
-    ("dispersion", "dispersion D''"),
-    ("weighted_mean", "weighted mean μ̄'"),
-    ("q", "Cochran's Q''"),
-    ("i2", "I²''"),
-    ("i2_extra", "I²''' (extra noise)"),
 )
 
 
@@ -168,25 +160,18 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
     )
     for column in ("statistic", "private", "true", "error", "σ of release"):
         table.add_column(column, justify="left" if column == "statistic" else "right")
-    release_of = {
-        "mean": "mean",
-        "dispersion": "dispersion",
-        "weighted_mean": "weighted",
-        "q": "q",
-        "i2_extra": "i2_extra",
-    }
     sigmas = result.get("sigmas", {})
-    for key, label in STATISTIC_LABELS:
-        if key not in summary:
+    for spec in STATISTICS:
+        if spec.key not in summary:
             continue
-        private = float(summary[key])
-        true = setup.truth.get("i2" if key == "i2_extra" else key)
+        private = float(summary[spec.key])
+        true = setup.truth.get(spec.truth)
         table.add_row(
-            label,
+            spec.display,
             _fmt(private),
             "" if true is None else _fmt(true),
             "" if true is None else _fmt(private - true),
-            _fmt(sigmas.get(release_of.get(key, ""), "")),
+            _fmt(sigmas.get(spec.release, "")),
         )
     console.print(table)
     privacy = result.get("privacy", {})
