@@ -117,3 +117,130 @@ def test_big_endian_and_huge_ints_round_trip() -> None:
     out = decode(encode(payload))
     np.testing.assert_array_equal(out["be"], [0, 1, 2])
     assert out["big"] == [2**70, 1, 2, 3] and out["empty"].shape == (0, 2)
+
+
+# ---------------------------------------------------------------------------- hostile input
+def _with_document(document: str, blob: bytes = b"xy") -> RecordDict:
+    content = RecordDict()
+    content["doc"] = ConfigRecord({"json": document, "blob": blob})
+    return content
+
+
+@pytest.mark.parametrize(
+    ("document", "match"),
+    [
+        ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "not JSON"),  # RecursionError in json
+        ('{"a": ' + "[" * 100 + "]" * 100 + "}", "deeper than"),
+        ('{"a": {"__t__": ' + "[" * 100 + "]" * 100 + "}}", "deeper than"),
+        ('{"a": ' + "7" * 5000 + "}", "not JSON"),  # ValueError: int over 4300 digits
+        ('{"a": {"__a__": [0, "<f8", [0, 4611686018427387904, 4]]}}', "bad shape"),
+        ('{"a": {"__a__": [0, "<f8", [' + ", ".join(["0"] * 40) + "]]}}", "bad shape"),
+        ('{"a": {"__a__": [0, "(99999999999,)f8", [1]]}}', "bad dtype"),
+        ('{"a": {"__a__": [0, "<f8,<i4", [1]]}}', "non-numeric"),
+        ('{"a": {"__a__": [0, "zz", [1]]}}', "bad dtype"),
+        ('{"a": {"__a__": [0, 5, [1]]}}', "bad dtype"),
+        ('{"a": {"__a__": [0, "<U4", [0]]}}', "non-numeric"),
+        ('{"a": {"__bl__": [0, 0, 1000000000000]}}', "malformed bytes-list"),
+        ('{"a": {"__bl__": [0, -1, 2]}}', "malformed bytes-list"),
+        ('{"a": {"__il__": [0, 1000000000000000000]}}', "bad shape"),
+        ('{"a": {"__il__": [0, 1000000]}}', "missing blob range"),
+        ('{"a": {"__b__": [0, 1' + "0" * 4000 + "]}}", "missing blob range"),
+        ('{"a": {"__d__": [[{"k": 1}, 2]]}}', "unhashable"),
+    ],
+)
+def test_hostile_documents_raise_wire_format_error(document: str, match: str) -> None:
+    with pytest.raises(WireFormatError, match=match):
+        decode(_with_document(document))
+
+
+def test_lists_of_empty_bytes_round_trip_unpacked() -> None:
+    payload = {"e": [b"", b"", b"", b"", b""]}
+    content = encode(payload)
+    assert "__bl__" not in content["doc"]["json"]
+    assert decode(content) == payload
+
+
+def _decodes_or_wire_error(content: RecordDict) -> None:
+    try:
+        out = decode(content)
+    except WireFormatError:
+        return
+    assert isinstance(out, dict)
+
+
+_json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([0, 1, 2, 8, -1, 2**40, 2**62]),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["<f8", "|u1", "<i8", ">u4", "<c16", "|O", "<U2", "V8", "(2,)f8", "M8"]),
+)
+_marker_trees = st.recursive(
+    _json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        st.builds(
+            lambda marker, value: {marker: value},
+            st.sampled_from(["__a__", "__b__", "__t__", "__d__", "__il__", "__bl__"]),
+            inner,
+        ),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=_marker_trees, blob=st.binary(max_size=64))
+def test_fuzz_marker_documents_raise_only_wire_format_error(document: Any, blob: bytes) -> None:
+    import json
+
+    _decodes_or_wire_error(_with_document(json.dumps({"a": document}), blob))
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=st.text(max_size=64), blob=st.binary(max_size=32))
+def test_fuzz_arbitrary_text_raises_only_wire_format_error(document: str, blob: bytes) -> None:
+    _decodes_or_wire_error(_with_document(document, blob))
+
+
+_record_values = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(),
+    st.text(max_size=16),
+    st.binary(max_size=16),
+    st.booleans(),
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=3),
+    st.lists(st.text(max_size=4), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["json", "blob", "other"]), _record_values, max_size=3),
+    st.sampled_from(["doc", "other"]),
+)
+def test_fuzz_arbitrary_records_raise_only_wire_format_error(
+    fields: dict[str, Any], name: str
+) -> None:
+    content = RecordDict()
+    content[name] = ConfigRecord(fields)
+    _decodes_or_wire_error(content)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_fuzz_mutated_messages_raise_only_wire_format_error(data: st.DataObject) -> None:
+    content = encode(
+        {"v": np.arange(5.0), "ids": list(range(6)), "keys": [b"ab"] * 4, "t": (1, b"z")}
+    )
+    document = content["doc"]["json"]
+    blob = content["doc"]["blob"]
+    assert isinstance(document, str) and isinstance(blob, bytes)
+    start = data.draw(st.integers(0, len(document)))
+    end = data.draw(st.integers(start, min(len(document), start + 8)))
+    filler = data.draw(st.sampled_from(["", "0", "-1", "9" * 30, "[", "]", '"x"', "{}", ","]))
+    cut = data.draw(st.integers(0, len(blob)))
+    _decodes_or_wire_error(_with_document(document[:start] + filler + document[end:], blob[:cut]))

@@ -18,25 +18,37 @@ and every long list of integers (as int64):
 keeps a round's cost close to that of a single array.)
 
 No pickle: decoding only builds the types above, and anything else raises
-:class:`WireFormatError` (the server counts such a reply as a dropout).
+:class:`WireFormatError` (the server counts such a reply as a dropout). Decoding is bounded
+by the message itself: nesting deeper than :data:`MAX_DEPTH` is refused, and every packed
+value must lie in the blob (``__bl__`` items are never empty, arrays have at most
+:data:`MAX_NDIM` axes of at most :data:`MAX_DIM` entries), so a short document cannot make
+the decoder build a large object.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-__all__ = ["WireFormatError", "decode", "encode"]
+__all__ = ["MAX_DEPTH", "MAX_DIM", "MAX_NDIM", "WireFormatError", "decode", "encode"]
 
 _DOC = "doc"
 _MARKERS = frozenset({"__a__", "__b__", "__t__", "__d__", "__il__", "__bl__"})
 _PACK_MIN = 4  # lists at least this long are packed
 _INT64 = np.dtype("<i8")
+
+MAX_DEPTH = 64
+"""Deepest nesting of lists and dicts a message may have (the protocol's use about 6)."""
+MAX_NDIM = 32
+"""Most axes an array in a message may have."""
+MAX_DIM = 2**40
+"""Largest length of one array axis (bounds the shape of an empty array)."""
 
 
 class WireFormatError(ValueError):
@@ -81,7 +93,7 @@ def encode(payload: Mapping[str, Any]) -> RecordDict:
                     if packed is not None:
                         offset = append(packed.tobytes(), align=True)
                         return {"__il__": [offset, len(value)]}
-                elif kinds == {bytes} and len(set(map(len, value))) == 1:
+                elif kinds == {bytes} and len(set(map(len, value))) == 1 and value[0]:
                     offset = append(b"".join(value))
                     return {"__bl__": [offset, len(value[0]), len(value)]}
             return [walk(v) for v in value]
@@ -97,17 +109,37 @@ def encode(payload: Mapping[str, Any]) -> RecordDict:
     return content
 
 
+def _short(value: Any) -> str:
+    # A bounded repr for error messages (a hostile reference may hold a huge list).
+    return reprlib.repr(value)
+
+
 def _slice(blob: bytes, spec: Any) -> tuple[int, int]:
     if not isinstance(spec, list) or len(spec) != 2 or not all(type(v) is int for v in spec):
-        raise WireFormatError(f"malformed blob reference {spec!r}")
+        raise WireFormatError(f"malformed blob reference {_short(spec)}")
     offset, length = spec
     if offset < 0 or length < 0 or offset + length > len(blob):
-        raise WireFormatError(f"message refers to a missing blob range {spec!r}")
+        raise WireFormatError(f"message refers to a missing blob range {_short(spec)}")
     return offset, length
 
 
 def decode(content: RecordDict) -> dict[str, Any]:
-    """Decode a ``RecordDict`` built by :func:`encode`; raise :class:`WireFormatError` if not."""
+    """Decode a ``RecordDict`` built by :func:`encode`; raise :class:`WireFormatError` if not.
+
+    Every failure -- a missing record, invalid JSON, too deep a nesting, an integer over
+    Python's digit limit, a reference outside the blob, a bad dtype or shape -- raises
+    :class:`WireFormatError` (and nothing else).
+    """
+    try:
+        return _decode(content)
+    except WireFormatError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError, MemoryError) as exc:
+        # Defence in depth: the checks in _decode should leave nothing to reach here.
+        raise WireFormatError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
+
+
+def _decode(content: RecordDict) -> dict[str, Any]:
     try:
         record = content[_DOC]
         doc = record["json"]
@@ -118,12 +150,14 @@ def decode(content: RecordDict) -> dict[str, Any]:
         raise WireFormatError("message records have the wrong types")
     try:
         tree = json.loads(doc)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, the int digit limit
         raise WireFormatError(f"message document is not JSON: {exc}") from exc
 
-    def walk(value: Any) -> Any:
+    def walk(value: Any, depth: int = 0) -> Any:
+        if isinstance(value, (list, dict)) and depth >= MAX_DEPTH:
+            raise WireFormatError(f"message nests deeper than {MAX_DEPTH} levels")
         if isinstance(value, list):
-            return [walk(v) for v in value]
+            return [walk(v, depth + 1) for v in value]
         if isinstance(value, dict):
             if len(value) == 1 and (_MARKERS & set(value)):
                 ((marker, inner),) = value.items()
@@ -131,21 +165,21 @@ def decode(content: RecordDict) -> dict[str, Any]:
                     return _array(blob, inner)
                 if marker == "__il__":
                     if not isinstance(inner, list) or len(inner) != 2:
-                        raise WireFormatError(f"malformed int-list reference {inner!r}")
+                        raise WireFormatError(f"malformed int-list reference {_short(inner)}")
                     return _array(blob, [inner[0], _INT64.str, [inner[1]]]).tolist()
                 if marker == "__b__":
                     offset, length = _slice(blob, inner)
                     return blob[offset : offset + length]
                 if marker == "__bl__":
                     if not isinstance(inner, list) or len(inner) != 3:
-                        raise WireFormatError(f"malformed bytes-list reference {inner!r}")
+                        raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
                     offset, size, count = inner
-                    if type(count) is not int or count < 0:
-                        raise WireFormatError(f"malformed bytes-list reference {inner!r}")
-                    _slice(blob, [offset, size * count if type(size) is int else -1])
+                    if type(count) is not int or count < 0 or type(size) is not int or size < 1:
+                        raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
+                    _slice(blob, [offset, size * count])
                     return [blob[offset + i * size : offset + (i + 1) * size] for i in range(count)]
                 if marker == "__t__":
-                    items = walk(inner)
+                    items = walk(inner, depth + 1)
                     if not isinstance(items, list):
                         raise WireFormatError("malformed tuple in message")
                     return tuple(items)
@@ -154,14 +188,15 @@ def decode(content: RecordDict) -> dict[str, Any]:
                     for pair in inner:
                         if not isinstance(pair, list) or len(pair) != 2:
                             raise WireFormatError("malformed key/value pair in message")
-                        key = walk(pair[0])
+                        key = walk(pair[0], depth + 1)
+                        value = walk(pair[1], depth + 1)
                         try:
-                            out[key] = walk(pair[1])
+                            out[key] = value
                         except TypeError as exc:
                             raise WireFormatError(f"unhashable key in message: {exc}") from exc
                     return out
                 raise WireFormatError(f"malformed {marker} entry in message")
-            return {k: walk(v) for k, v in value.items()}
+            return {k: walk(v, depth + 1) for k, v in value.items()}
         return value
 
     result = walk(tree)
@@ -172,16 +207,29 @@ def decode(content: RecordDict) -> dict[str, Any]:
 
 def _array(blob: bytes, spec: Any) -> np.ndarray:
     if not isinstance(spec, list) or len(spec) != 3:
-        raise WireFormatError(f"malformed array reference {spec!r}")
+        raise WireFormatError(f"malformed array reference {_short(spec)}")
     offset, dtype_text, shape = spec
+    if not isinstance(dtype_text, str) or len(dtype_text) > 8:
+        raise WireFormatError(f"array reference with a bad dtype {_short(dtype_text)}")
     try:
         dtype = np.dtype(dtype_text)
-    except TypeError as exc:
-        raise WireFormatError(f"array reference with a bad dtype {dtype_text!r}") from exc
-    if dtype.kind not in "biufc" or dtype.hasobject:
-        raise WireFormatError(f"array reference with a non-numeric dtype {dtype_text!r}")
-    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-        raise WireFormatError(f"array reference with a bad shape {shape!r}")
+    except Exception as exc:  # numpy raises TypeError, ValueError or SyntaxError
+        raise WireFormatError(f"array reference with a bad dtype {_short(dtype_text)}") from exc
+    if dtype.kind not in "biufc" or dtype.hasobject or dtype.itemsize < 1:
+        raise WireFormatError(f"array reference with a non-numeric dtype {_short(dtype_text)}")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_NDIM
+        or not all(type(n) is int and 0 <= n <= MAX_DIM for n in shape)
+    ):
+        raise WireFormatError(
+            f"array reference with a bad shape {_short(shape)} (at most {MAX_NDIM} axes of "
+            f"0..{MAX_DIM} entries)"
+        )
     count = math.prod(shape)
     start, _ = _slice(blob, [offset, count * dtype.itemsize])
-    return np.frombuffer(blob, dtype=dtype, count=count, offset=start).reshape(shape).copy()
+    try:
+        array = np.frombuffer(blob, dtype=dtype, count=count, offset=start).reshape(shape)
+    except (ValueError, MemoryError) as exc:
+        raise WireFormatError(f"array reference with a bad shape {_short(shape)}: {exc}") from exc
+    return array.copy()
