@@ -101,7 +101,7 @@ def test_fa_hetdp_run_prints_the_table_and_cleans_up(
     code = main(["run", str(scenario), "--workdir", str(workdir), "--output", str(output)])
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    for text in ("mean μ'", "dispersion D''", "Cochran's Q''", "I²''", "privacy spent"):
+    for text in ("mean μ'", "dispersion D''", "Cochran's Q Q''", "I²''", "privacy spent"):
         assert text in printed.out
     assert output.is_file()
     assert (workdir / "logs" / "superlink.log").is_file()
@@ -123,3 +123,24 @@ def test_fa_hetdp_run_reports_an_abort(tmp_path: Path, capsys: pytest.CaptureFix
     assert "threshold" in printed.err
     assert processes_with_home(tmp_path / "work" / "flwr-home") == []
     assert os.path.exists(tmp_path / "work" / "result.json")
+
+
+def test_print_result_lists_every_released_statistic_from_the_registry(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fa_hetdp.cli.run import RunSetup, print_result
+    from fa_hetdp.stats.registry import STATISTICS
+
+    monkeypatch.setenv("COLUMNS", "200")
+    truth = {"mean": 0.5, "dispersion": 0.1, "weighted_mean": 0.4, "q": 30.0, "i2": 0.25}
+    setup = RunSetup(scenario_name="demo", num_clients=3, run_config={}, truth=truth)
+    summary = {s.key: 0.0 for s in STATISTICS if s.key != "i2_extra"}
+    summary["q"] = 32.5
+    result = {"n": 3, "d": 2, "summary": summary, "sigmas": {"q": 1.5}, "privacy": {}}
+    print_result(setup, result)
+    out = capsys.readouterr().out
+    for spec in STATISTICS:
+        assert (spec.display in out) == (spec.key in summary)
+    q_row = next(line for line in out.splitlines() if "Cochran" in line)
+    # private, true, error (private - true) and the σ of the q release.
+    assert ["32.5", "30", "2.5", "1.5"] == [c.strip() for c in q_row.split("│")[2:6]]
