@@ -1,4 +1,5 @@
-"""Run settings: scenario-backed defaults, overrides, deployment refuses a seed."""
+"""Run settings (fa_hetdp.flower.settings): scenario-backed defaults, overrides checked by the
+declared rules, deployment refuses a seed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
 from fa_hetdp.flower.settings import UNSET, RunSettings, dropout_partitions
 from fa_hetdp.flower.steps import STEPS
@@ -83,22 +85,52 @@ def test_fractional_threshold_is_a_fraction_of_the_share_holders() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"mode": "prod"}, "mode"),
-        ({"secagg-threshold": 1.5}, "secagg-threshold"),
-        ({"secagg-threshold": 500.0}, "threshold must be in"),
-        ({"secagg-neighbours": 7}, "even degree"),
-        ({"mode": "simulation", "dropout-fraction": 1.0}, "dropout-fraction"),
-        ({"mode": "simulation", "dropout-stage": "later"}, "dropout-stage"),
-        ({"dropout-fraction": 0.1}, "simulation mode only"),
-        ({"stage-timeout": 0.0}, "timeouts"),
-        ({"extra-i2-noise": "yes"}, "extra-i2-noise"),
-        ({"epsilon": "one"}, "type float"),
+        ({"mode": "prod"}, r"run-config\.mode: unknown value 'prod'"),
+        ({"secagg-threshold": 1.5}, r"run-config\.secagg-threshold: must be in \(0\.0, 1\.0\]"),
+        ({"secagg-threshold": 500.0}, r"run-config\.secagg-threshold: .* must be in 2\.\.100 "),
+        ({"secagg-neighbours": 7}, r"run-config\.secagg-neighbours: .* even integer k >= 4"),
+        ({"secagg-neighbours": 2}, r"run-config\.secagg-neighbours: .* even integer k >= 4"),
+        ({"secagg-neighbours": -5}, r"run-config\.secagg-neighbours: must be >= 2"),
+        ({"mode": "simulation", "dropout-fraction": 1.0}, r"run-config\.dropout-fraction: "),
+        ({"mode": "simulation", "dropout-stage": "later"}, r"run-config\.dropout-stage: "),
+        ({"dropout-fraction": 0.1}, r"run-config\.dropout-fraction: .*simulation mode only"),
+        ({"stage-timeout": 0.0}, r"run-config\.stage-timeout: must be > 0"),
+        ({"extra-i2-noise": "yes"}, r"run-config\.extra-i2-noise: "),
+        ({"epsilon": "one"}, r"run-config\.epsilon: must be a number"),
+        ({"epsilon": -1.0}, r"run-config\.epsilon: must be > 0"),
+        ({"delta": 1.0}, r"run-config\.delta: must be in \(0\.0, 1\.0\)"),
+        ({"variance-floor": 0.3}, r"run-config\.variance-floor: must be in \(0\.0, 0\.25\]"),
+        ({"num-clients": 1}, r"run-config\.num-clients: must be >= 2"),
+        ({"min-honest-clients": 101}, r"run-config\.min-honest-clients: must be <= 100"),
+        ({"mechanism": "cgm", "composition": "gdp"}, r"run-config\.composition: 'gdp'"),
+        ({"mode": "simulation", "seed": -3}, r"run-config\.seed: must be >= 0"),
         ({"scenario": "no/such/scenario"}, "no scenario file"),
     ],
 )
 def test_invalid_settings_name_the_key(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         RunSettings.from_run_config(config(**overrides))
+
+
+def test_invalid_settings_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as info:
+        RunSettings.from_run_config(
+            config(epsilon=-1.0, **{"variance-floor": 0.5, "secagg-neighbours": 3})
+        )
+    keys = [key for key, _ in info.value.problems]
+    assert keys == [
+        "run-config.epsilon",
+        "run-config.variance-floor",
+        "run-config.secagg-neighbours",
+    ]
+    assert isinstance(info.value, PrivacyParameterError)
+
+
+def test_sentinels_take_the_scenario_value() -> None:
+    settings = RunSettings.from_run_config(config(**dict(UNSET)))
+    scenario = settings.scenario
+    assert settings.protocol.epsilon == scenario.privacy.epsilons[0]
+    assert settings.threshold == scenario.secagg.threshold_count(settings.num_clients)
 
 
 def test_dropout_partitions_are_a_seeded_choice() -> None:

@@ -284,7 +284,8 @@ FIELDS: Final[Mapping[str, Field]] = {
     "mode": Field((Options(MODES),)),
     "seed": Field((Integer(minimum=0),), optional=True),
     "repeats": Field((Integer(minimum=1),)),
-    "timeout": Field((Real(low=0.0, low_open=True),)),
+    "node_wait_timeout": Field((Real(low=0.0, low_open=True),)),
+    "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),

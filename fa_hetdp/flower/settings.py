@@ -3,7 +3,9 @@
 ``[tool.flwr.app.config]`` in ``pyproject.toml`` holds the keys (kebab-case). Scenario-backed
 keys take their value from the scenario file when left at their "unset" value (``0``, ``-1``
 or ``""``, as listed in :data:`UNSET`), so ``flwr run .`` runs the scenario as written and
-``--run-config 'epsilon=0.5'`` overrides one setting.
+``--run-config 'epsilon=0.5'`` overrides one setting. Every other value is checked by the
+declared rules of :mod:`fa_hetdp.config.rules` before anything starts; problems are reported
+together, each under ``run-config.<key>``.
 
 ``mode`` decides where the noise comes from: ``"deployment"`` (the default: safe) draws it
 from a CSPRNG on every client and the server, and refuses a seed; ``"simulation"`` seeds every
@@ -20,8 +22,15 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.config.scenario import DROPOUT_STAGES, Scenario, default_scenario, load_scenario
-from fa_hetdp.errors import PrivacyParameterError, ScenarioError
+from fa_hetdp.config.rules import (
+    Problem,
+    graph_degree,
+    raise_problems,
+    resolve_threshold,
+    validate,
+)
+from fa_hetdp.config.scenario import default_scenario, load_scenario
+from fa_hetdp.config.schema import Scenario
 
 __all__ = ["SERVER_STREAM", "UNSET", "RunSettings", "dropout_partitions"]
 
@@ -61,15 +70,129 @@ _DROP_STEP: Final = {
 }
 
 
-def _get(config: Mapping[str, Any], key: str, kind: type) -> Any:
-    value = config.get(key, UNSET.get(key))
-    if value is None:
-        raise ScenarioError(f"run config lacks the key {key!r}")
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ScenarioError(f"run config {key!r} must be of type {kind.__name__}, got {value!r}")
-    return value
+#: Run-config key of each setting of :data:`fa_hetdp.config.rules.FIELDS` it can override.
+RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
+    "mode": "mode",
+    "seed": "seed",
+    "num_clients": "num-clients",
+    "epsilon": "epsilon",
+    "delta": "delta",
+    "mechanism": "mechanism",
+    "placement": "placement",
+    "composition": "composition",
+    "profile": "profile",
+    "variance_floor": "variance-floor",
+    "extra_i2_noise": "extra-i2-noise",
+    "min_honest_clients": "min-honest-clients",
+    "threshold": "secagg-threshold",
+    "neighbours": "secagg-neighbours",
+    "dropout_fraction": "dropout-fraction",
+    "dropout_stage": "dropout-stage",
+    "node_wait_timeout": "node-wait-timeout",
+    "stage_timeout": "stage-timeout",
+}
+
+_KINDS: Final[Mapping[str, type]] = {
+    "scenario": str,
+    "mode": str,
+    "seed": int,
+    "num-clients": int,
+    "epsilon": float,
+    "delta": float,
+    "mechanism": str,
+    "placement": str,
+    "composition": str,
+    "profile": str,
+    "variance-floor": float,
+    "extra-i2-noise": str,
+    "min-honest-clients": int,
+    "secagg-threshold": float,
+    "secagg-neighbours": int,
+    "dropout-fraction": float,
+    "dropout-stage": str,
+    "node-wait-timeout": float,
+    "stage-timeout": float,
+    "result-path": str,
+    "progress-path": str,
+}
+_OPTIONAL: Final = frozenset({"progress-path"})
+_KIND_NAMES: Final = {str: "a string", int: "an integer", float: "a number"}
+
+
+def run_config_key(name: str) -> str:
+    """Return the dotted key of setting ``name`` in error messages: ``run-config.<key>``."""
+    return f"run-config.{RUN_CONFIG_KEYS.get(name, name)}"
+
+
+def _read(config: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
+    """Read every key with its Flower type; type problems go to ``problems``."""
+    raw: dict[str, Any] = {}
+    for key, kind in _KINDS.items():
+        value = config.get(key, UNSET.get(key, "" if key in _OPTIONAL else None))
+        if value is None:
+            problems.append((f"run-config.{key}", "missing (see [tool.flwr.app.config])"))
+            continue
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            problems.append((f"run-config.{key}", f"must be {_KIND_NAMES[kind]}, got {value!r}"))
+            continue
+        raw[key] = value
+    return raw
+
+
+def resolve_overrides(
+    scenario: Scenario, raw: Mapping[str, Any], problems: list[Problem]
+) -> dict[str, Any]:
+    """Return the settings by canonical name: each override, or the scenario's value if unset.
+
+    A key at its :data:`UNSET` value takes the scenario's value; any other value overrides it
+    and is checked by the declared rules. ``secagg-neighbours = 0`` is the complete graph; a
+    ``secagg-threshold`` >= 2 with no fractional part is a count of shares; ``seed = -1`` in
+    deployment mode means "no seed".
+    """
+    privacy, secagg = scenario.privacy, scenario.secagg
+    from_scenario: dict[str, Any] = {
+        "seed": scenario.experiment.seed,
+        "num_clients": scenario.num_clients,
+        "epsilon": privacy.epsilons[0],
+        "delta": privacy.delta,
+        "mechanism": privacy.mechanisms[0],
+        "placement": scenario.protocol.placements[0],
+        "composition": privacy.composition,
+        "profile": privacy.profile,
+        "variance_floor": privacy.variance_floor,
+        "extra_i2_noise": privacy.extra_i2_noise,
+        "min_honest_clients": privacy.min_honest_clients,
+        "threshold": secagg.threshold,
+        "neighbours": secagg.neighbours,
+        "dropout_fraction": secagg.dropout_fraction,
+        "dropout_stage": secagg.dropout_stage,
+    }
+    values: dict[str, Any] = {}
+    for name, key in RUN_CONFIG_KEYS.items():
+        if key not in raw:
+            continue  # a type problem, already reported
+        value = raw[key]
+        if name in from_scenario and key in UNSET and value == UNSET[key]:
+            if name == "seed" and raw.get("mode") == "deployment":
+                values[name] = None
+            else:
+                values[name] = from_scenario[name]
+            continue
+        if name == "extra_i2_noise":
+            if value not in ("true", "false"):
+                problems.append(
+                    (run_config_key(name), f"must be '', 'true' or 'false', got {value!r}")
+                )
+                continue
+            value = value == "true"
+        elif name == "neighbours" and value == 0:
+            value = "complete"
+        elif name == "threshold" and value >= 2 and float(value).is_integer():
+            value = int(value)
+        values[name] = value
+    return values
 
 
 @dataclass(frozen=True)
@@ -90,7 +213,9 @@ class RunSettings:
         Privacy settings.
     threshold : int
         Secure-aggregation threshold ``t_s``: shares needed to unmask a client (among its
-        neighbours and itself); a summation needs at least this many survivors.
+        share holders: its neighbours and itself); a summation needs at least this many
+        survivors. Resolved by :func:`fa_hetdp.config.rules.resolve_threshold`, so it equals
+        the scenario's ``derived.secagg_threshold_count`` for the same ``n`` and graph.
     neighbours : int or None
         Masking-graph degree (None: complete graph).
     dropout_fraction : float
@@ -121,133 +246,47 @@ class RunSettings:
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
-        """Resolve the settings (raises ``ScenarioError``/``PrivacyParameterError``)."""
-        name = _get(config, "scenario", str)
+        """Resolve the settings; every problem is raised together as one ``ConfigError``.
+
+        The overrides pass through the declared rules of :mod:`fa_hetdp.config.rules`
+        (reported as ``run-config.<key>``); the threshold is resolved by
+        :func:`~fa_hetdp.config.rules.resolve_threshold`, as the scenario's derived value is.
+        """
+        problems: list[Problem] = []
+        raw = _read(config, problems)
+        name = raw.get("scenario", "")
         scenario = default_scenario() if name in ("", "quickstart") else load_scenario(name)
-        mode = _get(config, "mode", str)
-        if mode not in ("simulation", "deployment"):
-            raise ScenarioError(
-                f"run config 'mode' must be 'simulation' or 'deployment', got {mode!r}"
-            )
-        seed_value = _get(config, "seed", int)
-        seed: int | None
-        if mode == "deployment":
-            if seed_value != -1:
-                raise PrivacyParameterError(
-                    f"run config seed={seed_value} in deployment mode: deployments draw noise "
-                    "from a CSPRNG and refuse a seed (leave seed = -1)."
-                )
-            seed = None
-        else:
-            seed = scenario.experiment.seed if seed_value == -1 else seed_value
-            if seed < 0:
-                raise ScenarioError(f"run config seed must be >= 0 or -1, got {seed}")
+        values = resolve_overrides(scenario, raw, problems)
+        problems += validate(values, run_config_key)
+        raise_problems("run config", problems)
 
-        n = _get(config, "num-clients", int) or scenario.num_clients
-        if n < 2:
-            raise ScenarioError(f"run config num-clients must be >= 2, got {n}")
-        privacy = scenario.privacy
-        epsilon = _get(config, "epsilon", float) or privacy.epsilons[0]
-        delta = _get(config, "delta", float) or privacy.delta
-        mechanism = _get(config, "mechanism", str) or privacy.mechanisms[0]
-        placement = _get(config, "placement", str) or scenario.protocol.placements[0]
-        composition = _get(config, "composition", str) or privacy.composition
-        profile = _get(config, "profile", str) or privacy.profile
-        floor = _get(config, "variance-floor", float) or privacy.variance_floor
-        extra = _get(config, "extra-i2-noise", str)
-        if extra not in ("", "true", "false"):
-            raise ScenarioError(
-                f"run config extra-i2-noise must be '', 'true' or 'false', got {extra!r}"
-            )
-        extra_i2 = privacy.extra_i2_noise if extra == "" else extra == "true"
-        honest = _get(config, "min-honest-clients", int) or privacy.min_honest_clients
+        n = int(values["num_clients"])
         protocol = ProtocolConfig(
-            epsilon=epsilon,
-            delta=delta,
-            mechanism=mechanism,
-            placement=placement,
-            composition=composition,
-            profile=profile,
-            variance_floor=floor,
-            extra_i2_noise=extra_i2,
-            min_honest_clients=honest,
-            split=privacy.split_mapping(),
+            epsilon=float(values["epsilon"]),
+            delta=float(values["delta"]),
+            mechanism=values["mechanism"],
+            placement=values["placement"],
+            composition=values["composition"],
+            profile=values["profile"],
+            variance_floor=float(values["variance_floor"]),
+            extra_i2_noise=values["extra_i2_noise"],
+            min_honest_clients=values["min_honest_clients"],
+            split=scenario.privacy.split_mapping(),
         )
-
-        neighbours_value = _get(config, "secagg-neighbours", int)
-        if neighbours_value == -1:
-            scenario_k = scenario.secagg.neighbours
-            neighbours = None if scenario_k == "complete" else int(scenario_k)
-        elif neighbours_value == 0:
-            neighbours = None
-        else:
-            neighbours = neighbours_value
-        if neighbours is not None and neighbours >= n - 1:
-            neighbours = None  # a degree >= n - 1 is the complete graph
-        if neighbours is not None and (neighbours < 2 or neighbours % 2):
-            raise ScenarioError(
-                f"secagg neighbours must be an even degree >= 2 (or 0: complete graph), "
-                f"got {neighbours}"
-            )
-        # Shamir shares are held by a client's neighbours and itself (Bell et al. 2020): a
-        # fractional threshold is a fraction of those holders.
-        holders = n if neighbours is None else neighbours + 1
-        threshold_value = _get(config, "secagg-threshold", float)
-        if threshold_value == 0.0:
-            scenario_t = scenario.secagg.threshold
-            if isinstance(scenario_t, int) and not isinstance(scenario_t, bool):
-                threshold = scenario_t
-            else:
-                threshold = max(2, math.ceil(float(scenario_t) * holders - 1e-9))
-        elif 0.0 < threshold_value <= 1.0:
-            threshold = max(2, math.ceil(threshold_value * holders - 1e-9))
-        elif threshold_value >= 2 and float(threshold_value).is_integer():
-            threshold = int(threshold_value)
-        else:
-            raise ScenarioError(
-                "run config secagg-threshold must be 0 (scenario), a fraction in (0, 1] of the "
-                f"share holders, or a count >= 2, got {threshold_value}"
-            )
-        if not 2 <= threshold <= holders:
-            raise ScenarioError(
-                f"secagg threshold must be in [2, {holders}] (share holders per client), "
-                f"got {threshold}"
-            )
-
-        fraction = _get(config, "dropout-fraction", float)
-        if fraction == -1.0:
-            fraction = scenario.secagg.dropout_fraction
-        if not 0.0 <= fraction < 1.0:
-            raise ScenarioError(f"run config dropout-fraction must be in [0, 1), got {fraction}")
-        stage = _get(config, "dropout-stage", str) or scenario.secagg.dropout_stage
-        if stage not in DROPOUT_STAGES:
-            raise ScenarioError(
-                f"run config dropout-stage must be one of {DROPOUT_STAGES}, got {stage!r}"
-            )
-        if mode == "deployment" and fraction > 0.0:
-            raise ScenarioError(
-                "simulated dropouts (dropout-fraction > 0) are for simulation mode only"
-            )
-
-        node_wait = _get(config, "node-wait-timeout", float)
-        stage_timeout = _get(config, "stage-timeout", float)
-        if node_wait <= 0 or stage_timeout <= 0:
-            raise ScenarioError("run config timeouts must be > 0 seconds")
-        result_path = Path(_get(config, "result-path", str)).expanduser()
-        progress = _get(config, "progress-path", str) if "progress-path" in config else ""
+        progress = raw.get("progress-path", "")
         return cls(
             scenario=scenario,
-            mode=mode,
-            seed=seed,
+            mode=values["mode"],
+            seed=values["seed"],
             num_clients=n,
             protocol=protocol,
-            threshold=threshold,
-            neighbours=neighbours,
-            dropout_fraction=fraction,
-            dropout_step=_DROP_STEP[stage],
-            node_wait_timeout=node_wait,
-            stage_timeout=stage_timeout,
-            result_path=result_path,
+            threshold=resolve_threshold(values["threshold"], n, values["neighbours"]),
+            neighbours=graph_degree(values["neighbours"], n),
+            dropout_fraction=float(values["dropout_fraction"]),
+            dropout_step=_DROP_STEP[values["dropout_stage"]],
+            node_wait_timeout=float(values["node_wait_timeout"]),
+            stage_timeout=float(values["stage_timeout"]),
+            result_path=Path(raw["result-path"]).expanduser(),
             progress_path=Path(progress).expanduser() if progress else None,
         )
 
