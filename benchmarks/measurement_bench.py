@@ -23,14 +23,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.protocol.core import (
-    local_values,
-    plan_protocol,
-    private_statistics,
-    private_statistics_batch,
-    stage1_contribution,
-    stage2_contribution,
-)
+from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
+from fa_hetdp.protocol.plan import plan_protocol
+from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 
 EPSILON = 1.0
 DELTA = 1e-5

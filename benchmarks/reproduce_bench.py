@@ -61,7 +61,7 @@ def bench_digits(repeats: int) -> list[tuple[str, str, str]]:
 
 def bench_paper_scale(runs: int = 15) -> list[tuple[str, str, str]]:
     from fa_hetdp.config.protocol import ProtocolConfig
-    from fa_hetdp.protocol.core import private_statistics, private_statistics_batch
+    from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 
     rng = np.random.default_rng(0)
     x = rng.uniform(0.0, 1.0, size=(1000, 3072))

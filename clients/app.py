@@ -54,14 +54,13 @@ from fa_hetdp.flower.steps import (
     State,
 )
 from fa_hetdp.flower.wire import decode, encode
-from fa_hetdp.protocol.core import (
+from fa_hetdp.protocol.client import (
     LocalValues,
-    ProtocolPlan,
     local_values,
-    plan_protocol,
     stage1_contribution,
     stage2_contribution,
 )
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from secagg.client import SecAggClient
 
 __all__ = ["app"]

@@ -28,13 +28,9 @@ from fa_hetdp.errors import (
     PrivacyParameterError,
     ScenarioError,
 )
-from fa_hetdp.protocol.core import (
-    PrivateStatistics,
-    ProtocolPlan,
-    plan_protocol,
-    private_statistics,
-    private_statistics_batch,
-)
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.server import PrivateStatistics
+from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import TrueStatistics, true_statistics
 from fa_hetdp.stats.metrics import emse, expected_mse
 

@@ -49,14 +49,13 @@ from fa_hetdp.flower.steps import (
     Event,
     Key,
 )
-from fa_hetdp.protocol.core import (
+from fa_hetdp.protocol.layout import Stage
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.server import (
     PrivateStatistics,
-    ProtocolPlan,
     Stage1Release,
     assemble_stage1,
     assemble_stage2,
-    contribution_bounds,
-    plan_protocol,
 )
 from fa_hetdp.report.files import write_json_atomic
 from fa_hetdp.stats.registry import STATISTICS
@@ -249,14 +248,15 @@ class HeterogeneityStrategy:
             )
 
     # ---------------------------------------------------------------- the protocol
-    def _encoding(self, plan: ProtocolPlan, stage: int, n: int) -> FixedPointEncoding:
-        bounds = contribution_bounds(plan, 1 if stage == 1 else 2)
-        d = plan.d
-        std = np.empty(bounds.shape[0])
-        names = ("mean", "weighted") if stage == 1 else ("dispersion", "q")
-        std[:d] = plan.share_std(names[0])
-        std[d:] = plan.share_std(names[1])
-        return choose_encoding(n, bounds, noise_std=std)
+    def _encoding(self, plan: ProtocolPlan, stage: Stage, n: int) -> FixedPointEncoding:
+        # Stated bound per coordinate: the contribution's bound plus the noise share's tail
+        # bound of the plan's mechanism (noise_tail=1: the tail is already in the bound).
+        return choose_encoding(
+            n,
+            plan.contribution_bounds(stage),
+            noise_std=plan.share_tail_bounds(stage),
+            noise_tail=1.0,
+        )
 
     def run(self, transport: Transport) -> dict[str, Any]:
         """Run the whole protocol; write and return the result document.

@@ -11,11 +11,8 @@ from sklearn.datasets import load_digits
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.core import (
-    plan_protocol,
-    private_statistics,
-    private_statistics_batch,
-)
+from fa_hetdp.protocol.plan import plan_protocol
+from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import true_statistics
 from fa_hetdp.stats.metrics import (
     batch_emse,

@@ -8,29 +8,27 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fa_hetdp._types import Placement
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import (
     BaselineWarning,
     InputDataError,
     PrivacyParameterError,
 )
-from fa_hetdp.protocol.core import (
-    Placement,
+from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.server import (
     PrivateStatistics,
-    ProtocolPlan,
     Stage1Release,
-    _run_protocol,
     assemble_stage1,
     assemble_stage2,
-    contribution_bounds,
-    local_values,
+)
+from fa_hetdp.protocol.simulate import (
+    _run_protocol,
     noiseless_stage1,
     noiseless_stage2,
-    plan_protocol,
     private_statistics,
     private_statistics_batch,
-    stage1_contribution,
-    stage2_contribution,
 )
 from fa_hetdp.stats.exact import client_weights, true_statistics
 
@@ -120,9 +118,9 @@ def test_plan_sensitivities_and_noise_scales() -> None:
     assert plan.share_std("q") == pytest.approx(plan.sigma_q / 5.0)
     assert plan.noise_std("q") == pytest.approx(plan.sigma_q * 2.0)  # 100 shares of sigma^2/25
     assert (plan.stage1_length, plan.stage2_length) == (19, 18)
-    bounds1 = contribution_bounds(plan, 1)
+    bounds1 = plan.contribution_bounds(1)
     assert bounds1.shape == (19,) and bounds1[0] == 1.0 and bounds1[-1] == pytest.approx(w)
-    assert contribution_bounds(plan, 2).shape == (18,)
+    assert plan.contribution_bounds(2).shape == (18,)
     central = plan_protocol(ProtocolConfig(2.0, 1e-6, placement="central"), n=100, d=9)
     assert central.share_std("mean") == 0.0
     assert central.noise_std("mean") == central.sigma_mean

@@ -23,7 +23,7 @@ from clients.app import app as client_app
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.wire import decode, encode
-from fa_hetdp.protocol.core import plan_protocol
+from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.report.files import write_json_atomic
 from server.strategy import HeterogeneityStrategy, ProtocolAbortError
 

@@ -207,8 +207,7 @@ class BudgetPlan:
         """``True`` if some ``epsilon_k`` is outside the mechanism's guarantee (CGM: ``>= 1``)."""
         mech = get_mechanism(self.mechanism)
         return any(
-            r.epsilon_share is not None and mech.is_baseline(r.epsilon_share)
-            for r in self.releases
+            r.epsilon_share is not None and mech.is_baseline(r.epsilon_share) for r in self.releases
         )
 
 

@@ -141,14 +141,12 @@ class NoiseMechanism(ABC):
         """Variance of one noise coordinate of the given ``scale``."""
 
     @abstractmethod
-    def tail_bound(
-        self, scale: float | npt.ArrayLike, failure_probability: float
-    ) -> FloatArray:
+    def tail_bound(self, scale: float | npt.ArrayLike, failure_probability: float) -> FloatArray:
         """Per-coordinate ``b`` with ``P(|noise| > b) <= failure_probability``."""
 
     @abstractmethod
     def event(self, scale: float, sensitivity: float) -> PrivacyEvent:
-        """The privacy event of a release of L2 ``sensitivity`` with noise ``scale``."""
+        """Return the privacy event of a release of L2 ``sensitivity`` with noise ``scale``."""
 
 
 class GaussianMechanism(NoiseMechanism):
@@ -210,9 +208,7 @@ class GaussianMechanism(NoiseMechanism):
         s = np.asarray(scale, dtype=np.float64)
         return np.asarray(s * s, dtype=np.float64)
 
-    def tail_bound(
-        self, scale: float | npt.ArrayLike, failure_probability: float
-    ) -> FloatArray:
+    def tail_bound(self, scale: float | npt.ArrayLike, failure_probability: float) -> FloatArray:
         """``sigma z`` with ``z = Phi^{-1}(1 - p/2)``: ``P(|N(0, sigma^2)| > sigma z) = p``."""
         p = float(failure_probability)
         if not 0.0 < p < 1.0:

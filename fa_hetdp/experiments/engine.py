@@ -116,7 +116,7 @@ def _measure_cell(
     x: FloatArray, config: Any, *, repeats: int, rng: np.random.Generator
 ) -> CellResult:
     """Run ``repeats`` private measurements of one cell and compute its metrics."""
-    from fa_hetdp.protocol import core as protocol
+    from fa_hetdp.protocol import simulate as protocol
 
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -255,7 +255,7 @@ def run_grid(
 
     Both are raised before any measurement runs.
     """
-    from fa_hetdp.protocol.core import plan_protocol
+    from fa_hetdp.protocol.plan import plan_protocol
     from fa_hetdp.stats.exact import true_statistics, validate_clients
 
     clients, n_clipped = validate_clients(x)

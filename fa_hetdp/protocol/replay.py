@@ -25,15 +25,9 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.flower.settings import SERVER_STREAM
-from fa_hetdp.protocol.core import (
-    PrivateStatistics,
-    assemble_stage1,
-    assemble_stage2,
-    local_values,
-    plan_protocol,
-    stage1_contribution,
-    stage2_contribution,
-)
+from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
+from fa_hetdp.protocol.plan import plan_protocol
+from fa_hetdp.protocol.server import PrivateStatistics, assemble_stage1, assemble_stage2
 
 __all__ = ["reference_statistics"]
 

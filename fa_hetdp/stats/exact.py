@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.errors import InputDataError, PrivacyParameterError
+from fa_hetdp.errors import InputDataError
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
@@ -287,7 +287,7 @@ class TrueStatistics:
             ``n, d, n_at_floor, n_clipped``.
         """
         return {
-            **_coordinate_averages(self),
+            **coordinate_averages(self),
             "n": float(self.n),
             "d": float(self.d),
             "n_at_floor": float(self.n_at_floor),
@@ -375,7 +375,7 @@ def statistics_of_validated(
     )
 
 
-def _coordinate_averages(stats: object) -> dict[str, float]:
+def coordinate_averages(stats: object) -> dict[str, float]:
     """Means over all axes of every statistic of :data:`~fa_hetdp.stats.registry.STATISTICS`.
 
     ``stats`` is anything with the statistics as attributes (true, private, batched, or their

@@ -32,8 +32,10 @@ from scipy.special import ndtr, ndtri
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.core import BatchResult, PrivateStatistics, ProtocolPlan
-from fa_hetdp.stats.exact import TrueStatistics, _coordinate_averages, validate_clients
+from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.protocol.server import PrivateStatistics
+from fa_hetdp.protocol.simulate import BatchResult
+from fa_hetdp.stats.exact import TrueStatistics, coordinate_averages, validate_clients
 
 __all__ = [
     "STATISTICS",
@@ -420,7 +422,7 @@ class PaperTMSE:
 
     def averages(self) -> dict[str, float]:
         """Monte-Carlo means over repeats (the paper's TMSE columns)."""
-        return _coordinate_averages(self)
+        return coordinate_averages(self)
 
 
 def _leading(result: Result, values: FloatArray) -> FloatArray:

@@ -1,0 +1,156 @@
+"""The client's part of the protocol: local values and the two stage contributions.
+
+Stage 1: ``[x_i, w_i x_i, w_i]`` (Thm 3.3, Lemma 3.7); stage 2:
+``[(x_i - mu')^2, w_i (x_i - mu_bar')^2]`` (Thm 3.3, Thm 3.8), each plus the client's noise
+share (distributed placement) drawn through the plan's mechanism. The block layout is
+:mod:`fa_hetdp.protocol.layout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.stats.exact import client_weights, validate_client_vector
+
+__all__ = ["LocalValues", "local_values", "stage1_contribution", "stage2_contribution"]
+
+
+@dataclass(frozen=True)
+class LocalValues:
+    """One client's local values (computed on the client, never sent in the clear).
+
+    Attributes
+    ----------
+    x : FloatArray, shape (d,)
+        The vector clipped into ``[0, 1]``.
+    weight : float
+        ``w_i = 1/max(s_i^2, v_min)`` (Def. 2.5, floored).
+    n_clipped : int
+        Values clipped into ``[0, 1]``.
+    at_floor : bool
+        Whether ``s_i^2 <= v_min`` (the weight is ``W``).
+    """
+
+    x: FloatArray
+    weight: float
+    n_clipped: int
+    at_floor: bool
+
+
+def local_values(x_i: npt.ArrayLike, *, variance_floor: float) -> LocalValues:
+    """Validate and clip one client's vector and compute its weight (client side).
+
+    Parameters
+    ----------
+    x_i : array_like, shape (d,)
+        The client's vector (values outside ``[0, 1]`` are clipped and counted).
+    variance_floor : float
+        ``v_min`` of the run's :class:`ProtocolConfig`.
+
+    Returns
+    -------
+    LocalValues
+        The clipped vector, its weight and the counts.
+    """
+    x, n_clipped = validate_client_vector(x_i)
+    weights, n_floor = client_weights(x[np.newaxis, :], variance_floor=variance_floor)
+    return LocalValues(x=x, weight=float(weights[0]), n_clipped=n_clipped, at_floor=n_floor > 0)
+
+
+def _check_local(local: LocalValues, plan: ProtocolPlan) -> None:
+    if local.x.shape != (plan.d,):
+        raise InputDataError(
+            f"client vector has shape {local.x.shape}; the plan expects shape ({plan.d},)."
+        )
+    if not plan.min_weight - 1e-9 <= local.weight <= plan.max_weight + 1e-9:
+        raise InputDataError(
+            f"client weight {local.weight!r} outside [{plan.min_weight}, {plan.max_weight}]; "
+            "compute it with local_values(x, variance_floor=plan.config.variance_floor)."
+        )
+
+
+def stage1_contribution(
+    local: LocalValues, plan: ProtocolPlan, *, rng: np.random.Generator
+) -> FloatArray:
+    """Build a client's stage-1 vector ``[x, w x, w]`` plus its noise share (client side).
+
+    Parameters
+    ----------
+    local : LocalValues
+        From :func:`local_values`.
+    plan : ProtocolPlan
+        The broadcast plan (public).
+    rng : numpy.random.Generator
+        Source of the noise share (a CSPRNG-backed generator in deployments).
+
+    Returns
+    -------
+    FloatArray, shape (2d + 1,)
+        ``[x_i, w_i x_i, w_i]`` (Thm 3.3, Lemma 3.7) plus the plan's noise share (scale
+        ``sigma_k/sqrt(t)`` per block) for distributed placement (no noise for central placement).
+    """
+    _check_local(local, plan)
+    out = np.concatenate([local.x, local.weight * local.x, [local.weight]])
+    if plan.config.placement == "distributed":
+        out += plan.mechanism.sample(plan.share_std_vector(1), plan.stage1_length, rng=rng)
+    return out
+
+
+def _check_broadcast(name: str, value: npt.ArrayLike, d: int) -> FloatArray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.shape != (d,):
+        raise InputDataError(f"{name} must have shape ({d},), got shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0.0) or np.any(arr > 1.0):
+        raise InputDataError(
+            f"{name} must be the broadcast value clipped into [0, 1] (finite); got values in "
+            f"[{np.nanmin(arr)!r}, {np.nanmax(arr)!r}]. Unclipped values break the sensitivity."
+        )
+    return arr
+
+
+def stage2_contribution(
+    local: LocalValues,
+    plan: ProtocolPlan,
+    mu_prime: npt.ArrayLike,
+    weighted_mu_prime: npt.ArrayLike,
+    *,
+    rng: np.random.Generator,
+) -> FloatArray:
+    """Build a client's stage-2 vector ``[(x - mu')^2, w (x - mu_bar')^2]`` plus noise share.
+
+    Parameters
+    ----------
+    local : LocalValues
+        From :func:`local_values`.
+    plan : ProtocolPlan
+        The broadcast plan.
+    mu_prime, weighted_mu_prime : array_like, shape (d,)
+        The broadcast ``mu'`` and ``mu_bar'``, clipped into ``[0, 1]``
+        (:attr:`Stage1Release.mu_prime_broadcast`, :attr:`Stage1Release.weighted_mu_prime`).
+    rng : numpy.random.Generator
+        Source of the noise share.
+
+    Returns
+    -------
+    FloatArray, shape (2d,)
+        Thm 3.3 / Thm 3.8 summands plus the plan's noise share (scale ``sigma_k/sqrt(t)``
+        per block; distributed only).
+
+    Raises
+    ------
+    InputDataError
+        If a broadcast value has the wrong shape or lies outside ``[0, 1]``.
+    """
+    _check_local(local, plan)
+    m = _check_broadcast("mu_prime", mu_prime, plan.d)
+    mb = _check_broadcast("weighted_mu_prime", weighted_mu_prime, plan.d)
+    out = np.concatenate([(local.x - m) ** 2, local.weight * (local.x - mb) ** 2])
+    if plan.config.placement == "distributed":
+        out += plan.mechanism.sample(plan.share_std_vector(2), plan.stage2_length, rng=rng)
+    return out

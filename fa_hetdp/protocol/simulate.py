@@ -1,0 +1,378 @@
+"""The protocol run in process: one measurement and many, vectorised (Alg. 3.1).
+
+:func:`private_statistics` runs both stages once; :func:`private_statistics_batch` repeats
+them ``repeats`` times on the same data for the experiment engine. Both compute the noiseless
+sums from one pass over the data (:class:`~fa_hetdp.stats.exact.TrueStatistics`), draw the
+noise through the plan's mechanism and post-process with the server's own functions
+(:func:`~fa_hetdp.protocol.server.estimate_stage1`,
+:func:`~fa_hetdp.protocol.server.estimate_stage2`, vectorised over the repeat axis), so every
+formula has one implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
+from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.dp.accounting import PrivacySpent
+from fa_hetdp.protocol.layout import Stage
+from fa_hetdp.protocol.plan import ProtocolPlan, _choice, _count, plan_protocol
+from fa_hetdp.protocol.server import (
+    PrivateStatistics,
+    assemble_stage1,
+    assemble_stage2,
+    estimate_stage1,
+    estimate_stage2,
+    extra_i2_noise,
+    privacy_spent_of,
+    result_labels,
+)
+from fa_hetdp.stats.exact import (
+    TrueStatistics,
+    coordinate_averages,
+    statistics_of_validated,
+    validate_clients,
+)
+
+__all__ = [
+    "BatchResult",
+    "NoiseDraw",
+    "noiseless_stage1",
+    "noiseless_stage2",
+    "private_statistics",
+    "private_statistics_batch",
+]
+
+NoiseDraw = Literal["summed", "per_client"]
+"""How the batch path draws distributed noise: one summed draw or ``n`` shares summed."""
+
+
+def noiseless_stage1(x: FloatArray, weights: FloatArray) -> FloatArray:
+    """``sum_i [x_i, w_i x_i, w_i]`` over validated data (the sum secure aggregation unmasks).
+
+    Parameters
+    ----------
+    x : FloatArray, shape (n, d)
+        Validated client data in ``[0, 1]``.
+    weights : FloatArray, shape (n,)
+        Client weights.
+
+    Returns
+    -------
+    FloatArray, shape (2d + 1,)
+    """
+    return np.concatenate([x.sum(axis=0), np.einsum("i,ij->j", weights, x), [weights.sum()]])
+
+
+def noiseless_stage2(
+    x: FloatArray, weights: FloatArray, mu_prime: FloatArray, weighted_mu_prime: FloatArray
+) -> FloatArray:
+    """``sum_i [(x_i - mu')^2, w_i (x_i - mu_bar')^2]`` over validated data.
+
+    Parameters
+    ----------
+    x : FloatArray, shape (n, d)
+        Validated client data.
+    weights : FloatArray, shape (n,)
+        Client weights.
+    mu_prime, weighted_mu_prime : FloatArray, shape (d,)
+        The broadcast (clipped) values.
+
+    Returns
+    -------
+    FloatArray, shape (2d,)
+    """
+    return np.concatenate(
+        [
+            ((x - mu_prime) ** 2).sum(axis=0),
+            np.einsum("i,ij->j", weights, (x - weighted_mu_prime) ** 2),
+        ]
+    )
+
+
+def _stage1_sums(truth: TrueStatistics) -> FloatArray:
+    """``sum_i [x_i, w_i x_i, w_i]`` from the exact statistics (``[n mu, B mu_bar, B]``)."""
+    b = truth.weight_sum
+    return np.concatenate([truth.n * truth.mean, b * truth.weighted_mean, [b]])
+
+
+def _stage2_sums(truth: TrueStatistics, mu_prime: FloatArray, weighted: FloatArray) -> FloatArray:
+    """:func:`noiseless_stage2` in ``O(d)`` from the exact statistics.
+
+    Exact algebra, since ``sum (x_i - mu) = 0`` and ``sum w_i (x_i - mu_bar) = 0``:
+    ``sum (x_i - m)^2 = n D + n (mu - m)^2`` and
+    ``sum w_i (x_i - m)^2 = Q + B (mu_bar - m)^2``.
+    """
+    n, b = truth.n, truth.weight_sum
+    return np.concatenate(
+        [
+            n * truth.dispersion + n * (truth.mean - mu_prime) ** 2,
+            truth.q + b * (truth.weighted_mean - weighted) ** 2,
+        ],
+        axis=-1,
+    )
+
+
+def _run_protocol(
+    truth: TrueStatistics,
+    plan: ProtocolPlan,
+    *,
+    stage1_noise: FloatArray | None,
+    stage2_noise: FloatArray | None,
+    rng: np.random.Generator,
+) -> PrivateStatistics:
+    """Both stages in process with given summed client noise (None: central placement).
+
+    The noiseless sums come from one pass over the data (:class:`TrueStatistics`) and the
+    identities of :func:`_stage2_sums`; the server functions are the ones the Flower server
+    calls.
+    """
+    n = truth.n
+    shares = n if plan.config.placement == "distributed" else 0
+    s1 = _stage1_sums(truth)
+    if stage1_noise is not None:
+        s1 = s1 + stage1_noise
+    st1 = assemble_stage1(s1, plan, n=n, noise_shares=shares, rng=rng)
+    s2 = _stage2_sums(truth, st1.mu_prime_broadcast, st1.weighted_mu_prime)
+    if stage2_noise is not None:
+        s2 = s2 + stage2_noise
+    result = assemble_stage2(s2, plan, st1, n=n, noise_shares=shares, rng=rng)
+    return replace(result, n_clipped=truth.n_clipped, n_at_floor=truth.n_at_floor)
+
+
+def private_statistics(
+    x: npt.ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    mechanism: Mechanism = "agm",
+    placement: Placement = "distributed",
+    composition: Composition = "basic",
+    profile: Profile = "bounded",
+    variance_floor: float = 0.01,
+    extra_i2_noise: bool = True,
+    min_honest_clients: int | None = None,
+    rng: np.random.Generator,
+) -> PrivateStatistics:
+    """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
+
+    Distributed noise is drawn as the *sum* of the ``n`` shares in one draw per stage:
+    ``n`` independent ``N(0, sigma^2/t)`` shares sum to exactly ``N(0, n sigma^2/t)``, and
+    ``tests/test_protocol.py`` checks the equivalence with a KS test against per-client shares
+    summed (fixed seed, alpha = 0.01). Everything else goes through the same server functions
+    the Flower server calls (:func:`assemble_stage1`, :func:`assemble_stage2`); the noiseless
+    sums come from one pass over the data and, for stage 2, the exact identities
+    ``sum (x_i - m)^2 = sum (x_i - mu)^2 + n (mu - m)^2`` and
+    ``sum w_i (x_i - m)^2 = sum w_i (x_i - mu_bar)^2 + B (mu_bar - m)^2``.
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        Client data (one row per client); values outside ``[0, 1]`` are clipped and counted.
+    epsilon, delta, mechanism, placement, composition, profile, variance_floor, \
+extra_i2_noise, min_honest_clients
+        See :class:`ProtocolConfig`.
+    rng : numpy.random.Generator
+        Source of all noise.
+
+    Returns
+    -------
+    PrivateStatistics
+        ``mu', D'', mu_bar', Q'', I2'', I2'''`` with sigmas, privacy spent and labels.
+    """
+    config = ProtocolConfig(
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        placement=placement,
+        composition=composition,
+        profile=profile,
+        variance_floor=variance_floor,
+        extra_i2_noise=extra_i2_noise,
+        min_honest_clients=min_honest_clients,
+    )
+    values, n_clipped = validate_clients(x)
+    n, d = values.shape
+    plan = plan_protocol(config, n=n, d=d)
+    truth = statistics_of_validated(
+        values, n_clipped=n_clipped, variance_floor=config.variance_floor
+    )
+    noise1: FloatArray | None = None
+    noise2: FloatArray | None = None
+    if placement == "distributed":
+        # One draw of the summed shares (same distribution; KS-tested).
+        noise1 = plan.mechanism.sample(plan.noise_std_vector(1), plan.stage1_length, rng=rng)
+        noise2 = plan.mechanism.sample(plan.noise_std_vector(2), plan.stage2_length, rng=rng)
+    return _run_protocol(truth, plan, stage1_noise=noise1, stage2_noise=noise2, rng=rng)
+
+
+# --------------------------------------------------------------------------- batch
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Many independent private measurements of the same data (leading repeat axis).
+
+    Attributes
+    ----------
+    config : ProtocolConfig
+        Settings.
+    plan : ProtocolPlan
+        Calibrated plan.
+    truth : TrueStatistics
+        The exact statistics of the data.
+    mean, dispersion, weighted_mean, q, i2 : FloatArray, shape (repeats, d)
+        ``mu', D'', mu_bar', Q'', I2''`` of each repeat.
+    i2_extra : FloatArray or None, shape (repeats, d)
+        ``I2'''`` of each repeat, or None when disabled.
+    weighted_denominator_clamped : numpy.ndarray of bool, shape (repeats,)
+        Whether ``B'`` was clamped to ``n w_min`` in each repeat.
+    weighted_denominator : FloatArray, shape (repeats,)
+        ``max(B', n w_min)`` of each repeat.
+    sigmas : Mapping[str, float]
+        Calibrated sigma of every release.
+    spent : PrivacySpent
+        Privacy spent by each measurement (all shares arrive).
+    labels : tuple[str, ...]
+        Caveats of the plan.
+    """
+
+    config: ProtocolConfig
+    plan: ProtocolPlan
+    truth: TrueStatistics
+    mean: FloatArray
+    dispersion: FloatArray
+    weighted_mean: FloatArray
+    q: FloatArray
+    i2: FloatArray
+    i2_extra: FloatArray | None
+    weighted_denominator_clamped: npt.NDArray[np.bool_]
+    weighted_denominator: FloatArray
+    sigmas: Mapping[str, float]
+    spent: PrivacySpent
+    labels: tuple[str, ...]
+
+    @property
+    def repeats(self) -> int:
+        """Number of repeats (the leading axis)."""
+        return int(self.mean.shape[0])
+
+    @property
+    def mu_prime_broadcast(self) -> FloatArray:
+        """``clip(mu', 0, 1)`` of each repeat, shape ``(repeats, d)``."""
+        return np.clip(self.mean, 0.0, 1.0)
+
+    def summary(self) -> dict[str, float]:
+        """Averages over repeats and coordinates of every private statistic.
+
+        Returns
+        -------
+        dict[str, float]
+            ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``), ``repeats``,
+            ``epsilon_spent``, ``delta_spent``, ``fraction_clamped``.
+        """
+        out = coordinate_averages(self)
+        out["repeats"] = float(self.repeats)
+        out["epsilon_spent"] = float(self.spent.epsilon)
+        out["delta_spent"] = float(self.spent.delta)
+        out["fraction_clamped"] = float(np.mean(self.weighted_denominator_clamped))
+        return out
+
+
+def _summed_noise(
+    plan: ProtocolPlan,
+    stage: Stage,
+    repeats: int,
+    noise_draw: NoiseDraw,
+    rng: np.random.Generator,
+) -> FloatArray:
+    """Total noise of stage ``stage`` per repeat, shape ``(repeats, stage length)``."""
+    total = plan.layout(stage).length
+    if noise_draw == "per_client" and plan.config.placement == "distributed":
+        share = plan.share_std_vector(stage)
+        out = np.empty((repeats, total))
+        for r in range(repeats):
+            out[r] = plan.mechanism.sample(share, (plan.n, total), rng=rng).sum(axis=0)
+        return out
+    return plan.mechanism.sample(plan.noise_std_vector(stage), (repeats, total), rng=rng)
+
+
+def private_statistics_batch(
+    x: npt.ArrayLike,
+    config: ProtocolConfig,
+    *,
+    repeats: int,
+    rng: np.random.Generator,
+    noise_draw: NoiseDraw = "summed",
+) -> BatchResult:
+    """Repeat the in-process protocol ``repeats`` times on the same data, vectorised.
+
+    One ``O(n d)`` pass computes the noiseless sums; each repeat then costs ``O(d)``, using (per
+    coordinate; exact since ``sum (x_i - mu) = 0`` and ``sum w_i (x_i - mu_bar) = 0``)::
+
+        sum (x_i - m)^2       = sum (x_i - mu)^2           + n (mu - m)^2
+        sum w_i (x_i - m)^2   = sum w_i (x_i - mu_bar)^2   + B (mu_bar - m)^2
+
+    with ``m`` the broadcast (clipped) ``mu'`` resp. ``mu_bar'`` of the repeat. Distributed and
+    central placement differ only in the noise scale (``sigma sqrt(n/t)`` vs ``sigma``): the sum of
+    ``n`` shares ``N(0, sigma^2/t)`` is drawn in one draw (``noise_draw="summed"``) unless
+    ``noise_draw="per_client"`` asks for ``n`` shares per repeat, summed (slow; for tests).
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        Client data; validated and clipped like :func:`private_statistics`.
+    config : ProtocolConfig
+        Settings.
+    repeats : int
+        Number of independent measurements, ``>= 1``.
+    rng : numpy.random.Generator
+        Source of all noise.
+    noise_draw : {"summed", "per_client"}
+        How distributed noise is drawn (same distribution).
+
+    Returns
+    -------
+    BatchResult
+        Arrays with a leading repeat axis, the truth, sigmas, privacy spent and labels.
+    """
+    repeats = _count("repeats", repeats, 1)
+    _choice("noise_draw", noise_draw, ("summed", "per_client"))
+    values, n_clipped = validate_clients(x)
+    n, d = values.shape
+    plan = plan_protocol(config, n=n, d=d)
+    truth = statistics_of_validated(
+        values, n_clipped=n_clipped, variance_floor=config.variance_floor
+    )
+    del values
+    z1 = _summed_noise(plan, 1, repeats, noise_draw, rng)
+    z2 = _summed_noise(plan, 2, repeats, noise_draw, rng)
+    st1 = estimate_stage1(_stage1_sums(truth) + z1, plan, n=n)
+    s2 = _stage2_sums(truth, st1.mu_prime_broadcast, st1.weighted_mu_prime) + z2
+    st2 = estimate_stage2(s2, plan, n=n)
+    i2_extra: FloatArray | None = None
+    if config.extra_i2_noise:
+        i2_extra = extra_i2_noise(st2.i2, plan, rng=rng)  # Thm 3.13
+    spent = privacy_spent_of(plan, 1.0, 1.0)
+    return BatchResult(
+        config=config,
+        plan=plan,
+        truth=truth,
+        mean=st1.mu_prime,
+        dispersion=st2.dispersion,
+        weighted_mean=st1.weighted_mu_prime,
+        q=st2.q,
+        i2=st2.i2,
+        i2_extra=i2_extra,
+        weighted_denominator_clamped=st1.b_clamped,
+        weighted_denominator=st1.b_used,
+        sigmas=plan.sigmas,
+        spent=spent,
+        labels=result_labels(plan, spent, bool(st1.b_clamped.any())),
+    )
