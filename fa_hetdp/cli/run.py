@@ -19,12 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from fa_hetdp.cli.cluster import run_simulation
+from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
+from fa_hetdp.config.schema import Scenario
+from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
     "DEFAULT_SCENARIO",
+    "FLAG_SETTINGS",
     "RunSetup",
     "add_arguments",
+    "check_flags",
     "prepare",
     "print_result",
     "progress_display",
@@ -64,8 +69,51 @@ class RunSetup:
     truth: dict[str, float]
 
 
+#: The flags that override a scenario setting, by canonical setting name (None = not given).
+FLAG_SETTINGS: tuple[str, ...] = (
+    "epsilon",
+    "delta",
+    "mechanism",
+    "placement",
+    "composition",
+    "seed",
+)
+
+
+def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, object]:
+    """Check the flags with the declared rules, against the scenario; return the overrides.
+
+    A flag that was not given is None and leaves the scenario's value; any given value (0
+    included) is checked by :mod:`fa_hetdp.config.rules` together with the scenario's other
+    settings (so ``--mechanism cgm`` on a gdp scenario is refused), and every problem is
+    reported at once under its flag (``--epsilon``).
+
+    Raises
+    ------
+    ConfigError
+        Before anything starts.
+    """
+    given = {name: getattr(args, name) for name in FLAG_SETTINGS}
+    given = {name: value for name, value in given.items() if value is not None}
+    problems: list[Problem] = []
+    raw = {key: UNSET.get(key, "") for key in RUN_CONFIG_KEYS.values()}
+    raw.update({"mode": "simulation", "node-wait-timeout": 1.0, "stage-timeout": 1.0})
+    values = resolve_overrides(scenario, raw, problems)
+    values.update(given)
+    values["run_timeout"] = args.timeout
+
+    def key(name: str) -> str:
+        if name in given or name == "run_timeout":
+            return "--" + name.removeprefix("run_").replace("_", "-")
+        return run_config_key(name)
+
+    problems += validate(values, key)
+    raise_problems("command line", problems)
+    return {RUN_CONFIG_KEYS[name]: value for name, value in given.items()}
+
+
 def prepare(args: argparse.Namespace) -> RunSetup:
-    """Load the scenario, build the run-config overrides and the true statistics."""
+    """Load the scenario, check the flags, build the run-config overrides and the truth."""
     from fa_hetdp.config.scenario import default_scenario, load_scenario
     from fa_hetdp.data.partition import partition_scenario
     from fa_hetdp.stats.exact import true_statistics
@@ -79,15 +127,7 @@ def prepare(args: argparse.Namespace) -> RunSetup:
         path = Path(name)
         scenario_arg = str(path.resolve()) if path.is_file() else name
     run_config: dict[str, object] = {"scenario": scenario_arg, "mode": "simulation"}
-    overrides = {
-        "epsilon": args.epsilon,
-        "delta": args.delta,
-        "mechanism": args.mechanism,
-        "placement": args.placement,
-        "composition": args.composition,
-        "seed": args.seed,
-    }
-    run_config.update({k: v for k, v in overrides.items() if v is not None})
+    run_config.update(check_flags(args, scenario))
     truth = true_statistics(
         partition_scenario(scenario).vectors, variance_floor=scenario.privacy.variance_floor
     ).summary()
@@ -198,12 +238,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SCENARIO,
         help=f"scenario name or TOML file (default: {DEFAULT_SCENARIO})",
     )
-    parser.add_argument("--epsilon", type=float, help="total privacy budget ε (overrides)")
-    parser.add_argument("--delta", type=float, help="total δ (overrides the scenario)")
-    parser.add_argument("--mechanism", choices=("agm", "cgm"))
-    parser.add_argument("--placement", choices=("distributed", "central"))
-    parser.add_argument("--composition", choices=("basic", "gdp"))
-    parser.add_argument("--seed", type=int, help="simulation seed (overrides the scenario)")
+
+    # No argparse ``choices``/ranges here: every value goes through fa_hetdp.config.rules.
+    def allowed(name: str) -> str:
+        return ", ".join(c.describe() for c in FIELDS[name].constraints)
+
+    parser.add_argument(
+        "--epsilon", type=float, help=f"total privacy budget ε ({allowed('epsilon')})"
+    )
+    parser.add_argument("--delta", type=float, help=f"total δ ({allowed('delta')})")
+    parser.add_argument("--mechanism", help=f"calibration ({allowed('mechanism')})")
+    parser.add_argument("--placement", help=f"where the noise is added ({allowed('placement')})")
+    parser.add_argument("--composition", help=f"budget split ({allowed('composition')})")
+    parser.add_argument("--seed", type=int, help=f"simulation seed ({allowed('seed')})")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
     parser.add_argument("--output", type=Path, help="also copy the result JSON to this path")
     parser.add_argument(

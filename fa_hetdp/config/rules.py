@@ -286,6 +286,7 @@ FIELDS: Final[Mapping[str, Field]] = {
     "repeats": Field((Integer(minimum=1),)),
     "node_wait_timeout": Field((Real(low=0.0, low_open=True),)),
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
+    "run_timeout": Field((Real(low=0.0, low_open=True),)),
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),
