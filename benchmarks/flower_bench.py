@@ -243,7 +243,7 @@ def run_protocol(n: int, workdir: Path, timeout: float) -> dict[str, Any]:
         "node-wait-timeout": timeout,
     }
     with FlowerCluster(workdir / "cluster") as cluster, MemorySampler(cluster.home) as memory:
-        cluster.start_superlink(simulation=True)
+        cluster.start_superlink()
         started = time.monotonic()
         run = cluster.submit(config, num_supernodes=n)
         outcome = cluster.wait_run(run, result_path, timeout=timeout)
@@ -275,7 +275,7 @@ def run_bare(n: int, workdir: Path, timeout: float) -> dict[str, Any]:
         "result-path": str(result_path),
     }
     with FlowerCluster(workdir / "cluster") as cluster, MemorySampler(cluster.home) as memory:
-        cluster.start_superlink(simulation=True)
+        cluster.start_superlink()
         started = time.monotonic()
         run = cluster.submit(config, app_dir=app_dir, num_supernodes=n)
         outcome = cluster.wait_run(run, result_path, timeout=timeout)

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from deployment_cluster import DeploymentCluster, TlsSettings
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from fa_hetdp.cli.cluster import FlowerCluster, TlsSettings, read_progress
+from fa_hetdp.cli.cluster import FlowerCluster, read_progress
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
@@ -66,8 +67,8 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
         "node-wait-timeout": 120.0,
     }
     assert set(config) <= APP_CONFIG_KEYS
-    with FlowerCluster(tmp_path / "cluster", tls=tls_settings) as cluster:
-        cluster.start_superlink(simulation=False, node_auth=tls)
+    with DeploymentCluster(tmp_path / "cluster", tls=tls_settings, node_auth=tls) as cluster:
+        cluster.start_superlink()
         keys = [None] * NUM_NODES
         intruder = None
         if tls:

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerCluster]:
     with FlowerCluster(tmp_path_factory.mktemp("flower-sim")) as flower:
-        flower.start_superlink(simulation=True)
+        flower.start_superlink()
         yield flower
     for process in flower.processes:
         assert not process.alive()

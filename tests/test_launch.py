@@ -81,7 +81,7 @@ def test_failed_start_reports_the_log(tmp_path: Path) -> None:
     with FlowerCluster(tmp_path) as cluster, pytest.raises(ClusterError, match="not on PATH"):
         cluster.start("nothing", ["no-such-program-fa-hetdp"])
     with FlowerCluster(tmp_path) as cluster, pytest.raises(ClusterError, match="before"):
-        cluster.start_supernode({"partition-id": 0})
+        cluster.submit({"seed": 1})
 
 
 def test_read_progress_skips_partial_lines(tmp_path: Path) -> None:

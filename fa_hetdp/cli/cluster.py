@@ -1,10 +1,12 @@
 """The Flower process supervisor: Flower's command-line programs on this machine.
 
-:class:`FlowerCluster` starts a SuperLink on a free port with its own ``FLWR_HOME`` in a
-working directory, SuperNodes connected to it, and ``flwr run`` submissions, and stops every
-process it started (SuperLink, SuperNodes, their SuperExec/app children, Ray) when it is
-closed, also on errors and Ctrl-C. :func:`run_simulation` is the simulation run behind
-``fa-hetdp run`` (:mod:`fa_hetdp.cli.run`). It always passes
+:class:`FlowerCluster` starts a simulation SuperLink on a free port with its own
+``FLWR_HOME`` in a working directory and ``flwr run`` submissions, and stops every process it
+started (SuperLink, SuperExec/app children, Ray) when it is closed, also on errors and Ctrl-C.
+The deployment tests extend it (SuperNodes, TLS, SuperNode authentication) through
+:meth:`FlowerCluster.superlink_options` and :meth:`FlowerCluster.connection_options`.
+:func:`run_simulation` is the simulation run behind ``fa-hetdp run`` (:mod:`fa_hetdp.cli.run`).
+It always passes
 ``--disable-runtime-dependency-installation`` (the app's dependencies are the installed
 ``fa-hetdp``; ``uv`` would need the network).
 
@@ -37,7 +39,6 @@ __all__ = [
     "FlowerCluster",
     "ManagedProcess",
     "RunOutcome",
-    "TlsSettings",
     "free_port",
     "read_progress",
     "run_simulation",
@@ -53,15 +54,6 @@ CONNECTION_NAME = "fa-hetdp"
 
 class ClusterError(FaHetdpError, RuntimeError):
     """A Flower process failed to start, or a run failed or timed out."""
-
-
-@dataclass(frozen=True)
-class TlsSettings:
-    """TLS files for a SuperLink (server side) and its clients (the CA certificate)."""
-
-    ca_certificate: Path
-    server_certificate: Path
-    server_key: Path
 
 
 @dataclass
@@ -185,7 +177,6 @@ class FlowerCluster:
     """
 
     workdir: Path
-    tls: TlsSettings | None = None
     processes: list[ManagedProcess] = field(default_factory=list)
     superlink_address: str | None = None
 
@@ -283,13 +274,10 @@ class FlowerCluster:
         self.close()
 
     # -- SuperLink / SuperNodes ------------------------------------------------------------
-    def start_superlink(
-        self, *, simulation: bool, node_auth: bool = False, timeout: float = 60.0
-    ) -> str:
+    def start_superlink(self, *, timeout: float = 60.0) -> str:
         """Start a SuperLink on a free port, write the ``flwr`` connection, return its address.
 
-        ``node_auth`` adds ``--enable-supernode-auth``: only SuperNodes whose public keys were
-        registered (:meth:`register_supernode`) may connect.
+        Its mode and transport flags come from :meth:`superlink_options`.
         """
         port = free_port()
         argv = [
@@ -299,22 +287,8 @@ class FlowerCluster:
             "--port",
             str(port),
             "--disable-runtime-dependency-installation",
+            *self.superlink_options(),
         ]
-        if simulation:
-            argv.append("--simulation")
-        if node_auth:
-            argv.append("--enable-supernode-auth")
-        if self.tls is None:
-            argv.append("--insecure")
-        else:
-            argv += [
-                "--ssl-ca-certfile",
-                str(self.tls.ca_certificate),
-                "--ssl-certfile",
-                str(self.tls.server_certificate),
-                "--ssl-keyfile",
-                str(self.tls.server_key),
-            ]
         process = self.start("superlink", argv)
         address = f"127.0.0.1:{port}"
         self._wait_listening(process, port, timeout)
@@ -322,62 +296,17 @@ class FlowerCluster:
         self._write_connection(address)
         return address
 
-    def register_supernode(self, public_key: Path, *, timeout: float = 60.0) -> str:
-        """Register a SuperNode's public key (``flwr supernode register``); return the output."""
-        if self.superlink_address is None:
-            raise ClusterError("start the SuperLink before registering SuperNodes.")
-        executable = shutil.which("flwr")
-        if executable is None:
-            raise ClusterError("'flwr' is not on PATH; install flwr (pip install flwr).")
-        completed = subprocess.run(
-            [executable, "supernode", "register", str(public_key), CONNECTION_NAME],
-            env=self.env,
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if completed.returncode != 0:
-            raise ClusterError(
-                f"flwr supernode register {public_key} failed ({completed.returncode}):\n"
-                + completed.stdout[-2000:]
-                + completed.stderr[-2000:]
-            )
-        return completed.stdout
+    def superlink_options(self) -> list[str]:
+        """Mode and transport flags of the SuperLink: simulation, without TLS.
 
-    def start_supernode(
-        self,
-        node_config: Mapping[str, object],
-        *,
-        name: str | None = None,
-        auth_private_key: Path | None = None,
-    ) -> ManagedProcess:
-        """Start a SuperNode connected to this cluster's SuperLink with ``node_config``.
-
-        ``auth_private_key``: the SuperNode's private key (OpenSSH format) when the SuperLink
-        authenticates SuperNodes.
+        The deployment tests override this (and :meth:`connection_options`) for a SuperLink
+        with SuperNodes, TLS and SuperNode authentication.
         """
-        if self.superlink_address is None:
-            raise ClusterError("start the SuperLink before any SuperNode.")
-        config = " ".join(f"{key}={toml_value(value)}" for key, value in node_config.items())
-        argv = [
-            "flower-supernode",
-            "--superlink",
-            self.superlink_address,
-            "--port",
-            str(free_port()),
-            "--node-config",
-            config,
-        ]
-        if self.tls is None:
-            argv.append("--insecure")
-        else:
-            argv += ["--root-certificates", str(self.tls.ca_certificate)]
-        if auth_private_key is not None:
-            argv += ["--auth-supernode-private-key", str(auth_private_key)]
-        index = sum(1 for p in self.processes if p.name.startswith("supernode"))
-        return self.start(name or f"supernode-{index}", argv)
+        return ["--simulation", "--insecure"]
+
+    def connection_options(self) -> list[str]:
+        """Transport lines of the ``flwr`` connection in ``config.toml`` (no TLS here)."""
+        return ["insecure = true"]
 
     def _wait_listening(self, process: ManagedProcess, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -406,11 +335,8 @@ class FlowerCluster:
             "",
             f'[superlink."{CONNECTION_NAME}"]',
             f"address = {toml_value(address)}",
+            *self.connection_options(),
         ]
-        if self.tls is None:
-            lines.append("insecure = true")
-        else:
-            lines.append(f"root-certificates = {toml_value(str(self.tls.ca_certificate))}")
         (self.home / "config.toml").write_text("\n".join(lines) + "\n")
 
     # -- runs ------------------------------------------------------------------------------
@@ -514,7 +440,7 @@ def run_simulation(
     config["result-path"] = str(result_path)
     config["progress-path"] = str(progress_path)
     with FlowerCluster(workdir) as cluster:
-        cluster.start_superlink(simulation=True)
+        cluster.start_superlink()
         run = cluster.submit(config, num_supernodes=num_supernodes)
 
         def poll() -> None:

@@ -1,0 +1,134 @@
+"""Test support (no tests here): a Flower deployment with SuperNodes, TLS and node auth.
+
+:class:`fa_hetdp.cli.cluster.FlowerCluster` runs what ``fa-hetdp run`` needs: a simulation
+SuperLink without TLS. The deployment tests (``test_flower_deployment.py``) also need a
+SuperLink without ``--simulation``, one ``flower-supernode`` per data owner, optionally with
+TLS and with SuperNode authentication; only they use it, so it lives here.
+Import it by module name (``from deployment_cluster import DeploymentCluster``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fa_hetdp.cli.cluster import (
+    CONNECTION_NAME,
+    ClusterError,
+    FlowerCluster,
+    ManagedProcess,
+    free_port,
+    toml_value,
+)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """TLS files for a SuperLink (server side) and its clients (the CA certificate)."""
+
+    ca_certificate: Path
+    server_certificate: Path
+    server_key: Path
+
+
+@dataclass
+class DeploymentCluster(FlowerCluster):
+    """A :class:`FlowerCluster` whose SuperLink serves SuperNodes started here.
+
+    Attributes
+    ----------
+    tls
+        TLS files; ``None`` runs every connection with ``--insecure``.
+    simulation
+        Start the SuperLink with ``--simulation`` (default: deployment, SuperNodes connect).
+    node_auth
+        ``--enable-supernode-auth``: only SuperNodes whose public keys were registered
+        (:meth:`register_supernode`) may connect.
+    """
+
+    tls: TlsSettings | None = None
+    simulation: bool = False
+    node_auth: bool = False
+
+    def superlink_options(self) -> list[str]:
+        """Mode, SuperNode authentication and TLS flags of the SuperLink."""
+        options = ["--simulation"] if self.simulation else []
+        if self.node_auth:
+            options.append("--enable-supernode-auth")
+        if self.tls is None:
+            return [*options, "--insecure"]
+        return [
+            *options,
+            "--ssl-ca-certfile",
+            str(self.tls.ca_certificate),
+            "--ssl-certfile",
+            str(self.tls.server_certificate),
+            "--ssl-keyfile",
+            str(self.tls.server_key),
+        ]
+
+    def connection_options(self) -> list[str]:
+        """The ``flwr`` connection trusts the CA certificate under TLS."""
+        if self.tls is None:
+            return ["insecure = true"]
+        return [f"root-certificates = {toml_value(str(self.tls.ca_certificate))}"]
+
+    def register_supernode(self, public_key: Path, *, timeout: float = 60.0) -> str:
+        """Register a SuperNode's public key (``flwr supernode register``); return the output."""
+        if self.superlink_address is None:
+            raise ClusterError("start the SuperLink before registering SuperNodes.")
+        executable = shutil.which("flwr")
+        if executable is None:
+            raise ClusterError("'flwr' is not on PATH; install flwr (pip install flwr).")
+        completed = subprocess.run(
+            [executable, "supernode", "register", str(public_key), CONNECTION_NAME],
+            env=self.env,
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise ClusterError(
+                f"flwr supernode register {public_key} failed ({completed.returncode}):\n"
+                + completed.stdout[-2000:]
+                + completed.stderr[-2000:]
+            )
+        return completed.stdout
+
+    def start_supernode(
+        self,
+        node_config: Mapping[str, object],
+        *,
+        name: str | None = None,
+        auth_private_key: Path | None = None,
+    ) -> ManagedProcess:
+        """Start a SuperNode connected to this cluster's SuperLink with ``node_config``.
+
+        ``auth_private_key``: the SuperNode's private key (OpenSSH format) when the SuperLink
+        authenticates SuperNodes.
+        """
+        if self.superlink_address is None:
+            raise ClusterError("start the SuperLink before any SuperNode.")
+        config = " ".join(f"{key}={toml_value(value)}" for key, value in node_config.items())
+        argv = [
+            "flower-supernode",
+            "--superlink",
+            self.superlink_address,
+            "--port",
+            str(free_port()),
+            "--node-config",
+            config,
+        ]
+        if self.tls is None:
+            argv.append("--insecure")
+        else:
+            argv += ["--root-certificates", str(self.tls.ca_certificate)]
+        if auth_private_key is not None:
+            argv += ["--auth-supernode-private-key", str(auth_private_key)]
+        index = sum(1 for p in self.processes if p.name.startswith("supernode"))
+        return self.start(name or f"supernode-{index}", argv)
