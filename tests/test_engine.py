@@ -131,7 +131,7 @@ def test_emse_matches_a_direct_computation() -> None:
     ("kwargs", "match"),
     [
         ({"epsilons": ()}, "epsilons"),
-        ({"epsilons": (0.5, -1.0)}, "ε"),
+        ({"epsilons": (0.5, -1.0)}, r"grid\.epsilons\[1\]"),
         ({"delta": 1.5}, "delta"),
         ({"mechanisms": ("lap",)}, "mechanisms"),
         ({"placements": ("local",)}, "placements"),
@@ -140,7 +140,7 @@ def test_emse_matches_a_direct_computation() -> None:
         ({"seed": -1}, "seed"),
         ({"variance_floor": 0.5}, "variance_floor"),
         ({"profile": "loose"}, "profile"),
-        ({"mechanisms": ("agm", "agm")}, "twice"),
+        ({"mechanisms": ("agm", "agm")}, "repeated"),
     ],
 )
 def test_grid_validation(kwargs: dict[str, object], match: str) -> None:
@@ -319,6 +319,10 @@ def test_cell_seeds_do_not_change_when_a_mechanism_is_added(
     before = states(_grid(seed=11))
     # A new mechanism registered in front of the others and requested in the grid.
     monkeypatch.setattr(grid_module, "Mechanism", Literal["skellam", "agm", "cgm"])
+    import fa_hetdp.config.rules as rules  # the allowed names come from the declared rules
+
+    mechanisms = rules.Field((rules.Options(("skellam", "agm", "cgm")),))
+    monkeypatch.setitem(rules.FIELDS, "mechanism", mechanisms)  # type: ignore[index]
     wider = _grid(seed=11, mechanisms=("skellam", "agm", "cgm"))
     after = states(wider)
     assert {k: v for k, v in after.items() if k[1] != "skellam"} == before

@@ -504,7 +504,7 @@ def validate(
     keys: Mapping[str, str] | Callable[[str], str],
     *,
     lists: Iterable[str] = (),
-    extra_rules: Iterable[CrossRule] = (),
+    skip: Iterable[str] = (),
 ) -> list[Problem]:
     """Check ``values`` against :data:`FIELDS` and :data:`CROSS_RULES`; return every problem.
 
@@ -520,8 +520,9 @@ def validate(
     lists : iterable of str
         Settings given as a non-empty list of distinct values (a grid); each item is checked
         (reported as ``key[i]``) and the cross rules run for every combination.
-    extra_rules : iterable of CrossRule
-        Rules that only one entry point has (none today; kept for callers' structural rules).
+    skip : iterable of str
+        Names of cross rules not to apply (the grid skips ``cgm-not-gdp`` cells instead of
+        refusing them).
     """
     key_of: Callable[[str], str] = (
         keys if callable(keys) else (lambda name, _m=keys: _m.get(name, name))  # type: ignore[misc]
@@ -561,8 +562,9 @@ def validate(
             problems.append((key, message))
         else:
             valid[name] = [value]
-    for rule in (*CROSS_RULES, *extra_rules):
-        if not all(name in valid for name in rule.fields):
+    skipped = set(skip)
+    for rule in CROSS_RULES:
+        if rule.name in skipped or not all(name in valid for name in rule.fields):
             continue
         messages: list[str] = []
         for combination in _combinations([valid[name] for name in rule.fields]):

@@ -15,28 +15,16 @@ their noise draws: common random numbers).
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
-from fa_hetdp.errors import ScenarioError
+from fa_hetdp.config.rules import cross_rule, raise_problems, validate
 
 __all__ = ["GridSpec", "cell_seed", "grid_from_scenario"]
-
-
-def _check_choice(name: str, values: Sequence[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
-    if not values:
-        raise ScenarioError(f"{name} must list at least one of {allowed}, got an empty list")
-    for value in values:
-        if value not in allowed:
-            raise ScenarioError(f"{name} has {value!r}; allowed values: {', '.join(allowed)}")
-    if len(set(values)) != len(values):
-        raise ScenarioError(f"{name} lists a value twice: {list(values)}")
-    return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -74,28 +62,37 @@ class GridSpec:
     split: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
-        if not self.epsilons:
-            raise ScenarioError("epsilons must list at least one ε > 0, got an empty list")
-        for eps in self.epsilons:
-            if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-                raise ScenarioError(f"every ε must be a finite number > 0, got {eps!r}")
-        if not (isinstance(self.delta, (int, float)) and 0.0 < self.delta < 1.0):
-            raise ScenarioError(f"delta must be in (0, 1), got delta={self.delta!r}")
-        _check_choice("mechanisms", self.mechanisms, get_args(Mechanism))
-        _check_choice("placements", self.placements, get_args(Placement))
-        _check_choice("compositions", self.compositions, get_args(Composition))
-        if self.profile not in get_args(Profile):
-            raise ScenarioError(
-                f"profile={self.profile!r}; allowed values: {', '.join(get_args(Profile))}"
-            )
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise ScenarioError(f"repeats must be an integer >= 1, got repeats={self.repeats!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ScenarioError(f"seed must be an integer >= 0, got seed={self.seed!r}")
-        if not (0.0 < self.variance_floor <= 0.25):
-            raise ScenarioError(
-                f"variance_floor must be in (0, 0.25], got variance_floor={self.variance_floor!r}"
-            )
+        # The declared rules of fa_hetdp.config.rules, reported as ``grid.<attribute>``; the
+        # crossed values are lists. cgm + gdp is not an error here: such cells are skipped.
+        values = {
+            "epsilon": self.epsilons,
+            "delta": self.delta,
+            "mechanism": self.mechanisms,
+            "placement": self.placements,
+            "composition": self.compositions,
+            "repeats": self.repeats,
+            "seed": self.seed,
+            "profile": self.profile,
+            "variance_floor": self.variance_floor,
+            "extra_i2_noise": self.extra_i2_noise,
+            "min_honest_clients": self.min_honest_clients,
+            "split": self.split,
+        }
+        crossed = {n: n + "s" for n in ("epsilon", "mechanism", "placement", "composition")}
+        raise_problems(
+            "GridSpec",
+            validate(
+                values,
+                lambda name: f"grid.{crossed.get(name, name)}",
+                lists=crossed,
+                skip=("cgm-not-gdp",),
+            ),
+        )
+
+    @staticmethod
+    def skip_reason(mechanism: str, composition: str) -> str | None:
+        """Why a cell cannot run (the declared ``cgm-not-gdp`` rule), or None."""
+        return cross_rule("cgm-not-gdp").check({"mechanism": mechanism, "composition": composition})
 
     def cells(self) -> Iterator[tuple[float, Mechanism, Placement, Composition]]:
         """Yield the cells in canonical order (ε, mechanism, placement, composition)."""
