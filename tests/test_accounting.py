@@ -21,7 +21,7 @@ from fa_hetdp.dp.accounting import (
 from fa_hetdp.dp.calibration import achieved_delta, calibrate_sigma, cgm_sigma
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
-# The protocol's releases (DESIGN.md), with d = 16, W = 100, n = 50.
+# The protocol's releases (docs/design.md), with d = 16, W = 100, n = 50.
 PROTOCOL = (
     ReleaseSpec("mean", 4.0),
     ReleaseSpec("weighted", 100.0 * math.sqrt(17.0)),
@@ -75,7 +75,7 @@ def test_gdp_plan_shares_mu(epsilon: float, delta: float) -> None:
     [(1.0, 1e-5, 1.9554), (0.25, 0.1, 1.9133), (0.1, 1e-8, 1.9969), (4.0, 1e-6, 1.8861)],
 )
 def test_gdp_needs_less_noise_than_basic(epsilon: float, delta: float, measured: float) -> None:
-    # DESIGN.md says "~1.7x"; for 4 equal releases the measured ratio is 1.89-2.00 (above),
+    # An early estimate said "~1.7x"; for 4 equal releases the measured ratio is 1.89-2.00,
     # so the documented range asserted here is [1.85, 2.05].
     basic = plan_budget(epsilon, delta, FOUR_EQUAL)
     gdp = plan_budget(epsilon, delta, FOUR_EQUAL, composition="gdp")

@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.stats.metrics (EMSE, expected MSE, paper TMSE, intervals)."""
+"""Tests for fa_hetdp.stats.metrics and .intervals (EMSE, expected MSE, TMSE, intervals)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import true_statistics
+from fa_hetdp.stats.intervals import (
+    coverage,
+    noise_confidence_intervals,
+    paper_confidence_intervals,
+)
 from fa_hetdp.stats.metrics import (
     batch_emse,
     clipped_gaussian_moment,
-    coverage,
     emse,
     expected_mse,
-    noise_confidence_intervals,
-    paper_confidence_intervals,
     paper_tmse,
     squared_error,
 )
@@ -91,7 +93,7 @@ def test_clipped_moment_without_clipping_is_gaussian() -> None:
 
 
 def test_expected_mse_dispersion_unclipped_formula() -> None:
-    # mu away from the edges and tiny tau: E = 3 tau^4 + (s_3/n)^2 exactly (DESIGN.md).
+    # mu away from the edges and tiny tau: E = 3 tau^4 + (s_3/n)^2 exactly (docs/design.md).
     rng = np.random.default_rng(3)
     x = 0.4 + 0.2 * rng.random((400, 5))
     truth = true_statistics(x, variance_floor=0.01)

@@ -68,7 +68,7 @@ def _metric_values(
     realised Z_3 enters them), so they are stored under ``"i2_extra"`` then and under ``"i2"``
     otherwise. The noise-based intervals for I² are built on I²''.
     """
-    from fa_hetdp.stats import metrics
+    from fa_hetdp.stats import intervals, metrics
 
     truth = batch.truth
     plan = batch.plan
@@ -82,9 +82,9 @@ def _metric_values(
         "q": np.asarray(tmse.q, dtype=np.float64),
         i2_key: np.asarray(tmse.i2, dtype=np.float64),
     }
-    paper = metrics.coverage(metrics.paper_confidence_intervals(batch, plan, truth), truth)
+    paper = intervals.coverage(intervals.paper_confidence_intervals(batch, plan, truth), truth)
     coverage_paper = {(i2_key if k == "i2" else k): v for k, v in paper.items()}
-    coverage_noise = metrics.coverage(metrics.noise_confidence_intervals(batch, plan), truth)
+    coverage_noise = intervals.coverage(intervals.noise_confidence_intervals(batch, plan), truth)
     return expected, tmse_samples, coverage_paper, coverage_noise
 
 

@@ -3,13 +3,13 @@
 Every statistic is per coordinate (a ``d``-vector); :meth:`TrueStatistics.summary` gives the
 coordinate averages that reports print.
 
-Input policy (DESIGN.md, "Data model"): client data are an ``(n, d)`` array of floats,
+Input policy (docs/design.md, data model): client data are an ``(n, d)`` array of floats,
 ``n >= 2``, ``d >= 1``. Non-finite values (NaN, +-inf) are rejected with
 :class:`~fa_hetdp.errors.InputDataError`. Finite values outside ``[0, 1]`` are clipped into
 ``[0, 1]`` -- the clipping a client does before it contributes -- and the number of clipped
 values is returned and reported, never silently dropped.
 
-Departures from the paper (each fixed by DESIGN.md):
+Departures from the paper (each listed in docs/design.md):
 
 - weights are ``w_i = 1 / max(s_i^2, v_min)``: the paper's ``1/s_i^2`` is unbounded, so no
   finite noise can make the weighted stages private;
@@ -87,7 +87,7 @@ def validate_clients(x: npt.ArrayLike) -> tuple[FloatArray, int]:
         A float64 array with every value in ``[0, 1]``: a clipped copy when something was
         clipped, otherwise possibly ``x`` itself (treat it as read-only).
     n_clipped : int
-        How many values were outside ``[0, 1]`` and were clipped (DESIGN.md: the client clips
+        How many values were outside ``[0, 1]`` and were clipped (the client clips
         and reports the count).
 
     Raises
@@ -182,7 +182,7 @@ def within_variance(x: FloatArray) -> FloatArray:
 
 
 def client_weights(x: FloatArray, *, variance_floor: float) -> tuple[FloatArray, int]:
-    """Inverse-variance weights with a floor (Def. 2.5, bounded as DESIGN.md requires).
+    """Inverse-variance weights with a floor (Def. 2.5, bounded: the weighted stages need it).
 
     Parameters
     ----------
@@ -206,7 +206,7 @@ def client_weights(x: FloatArray, *, variance_floor: float) -> tuple[FloatArray,
     floor = check_variance_floor(variance_floor)
     s2 = within_variance(x)
     at_floor = s2 <= floor
-    weights = 1.0 / np.maximum(s2, floor)  # Def. 2.5: w_i = 1/s_i^2, floored (DESIGN.md)
+    weights = 1.0 / np.maximum(s2, floor)  # Def. 2.5: w_i = 1/s_i^2, floored (v_min)
     return weights, int(np.count_nonzero(at_floor))
 
 
@@ -347,7 +347,7 @@ def statistics_of_validated(
     work = values - values.mean(axis=1, keepdims=True)
     np.square(work, out=work)
     s2 = work.sum(axis=1) / d  # Def. 2.5: s_i^2 (ddof 0), as within_variance
-    weights = 1.0 / np.maximum(s2, floor)  # Def. 2.5, floored (DESIGN.md)
+    weights = 1.0 / np.maximum(s2, floor)  # Def. 2.5, floored (v_min)
     n_at_floor = int(np.count_nonzero(s2 <= floor))
     mean = values.sum(axis=0) / n  # Def. 2.4: mu = (1/n) sum x_i
     np.subtract(values, mean, out=work)

@@ -1,4 +1,4 @@
-"""Error metrics of Section 4: EMSE, analytic expected MSE, the paper's TMSE and intervals.
+"""Error metrics of Section 4: EMSE, analytic expected MSE and the paper's TMSE.
 
 - **EMSE** (:func:`emse`, :func:`squared_error`, :func:`batch_emse`): Monte-Carlo mean over
   repeats of the coordinate mean of ``(private - true)^2``. The paper's CMSE is the EMSE of a
@@ -12,11 +12,11 @@
   corollary, ``cor:msenoisyisquared``) evaluated on the realised noise, *as written*. They are
   wrong (Cor. 3.11 averages per-client terms where the error of ``Q''`` is their sum, so it
   misses by orders of magnitude); they are kept, labelled, to reproduce the paper's tables.
-- **Confidence intervals**: :func:`paper_confidence_intervals` (Thm 3.6, 3.9, 3.14 as
-  written, labelled) and :func:`noise_confidence_intervals` (built from the public noise
-  distribution; coverage >= the nominal level); :func:`coverage` measures either.
+- **Confidence intervals** live in :mod:`fa_hetdp.stats.intervals`.
 
-Theorem numbers follow DESIGN.md; where they may be ambiguous the LaTeX label is given too.
+The statistics are those of :data:`fa_hetdp.stats.registry.STATISTICS`. Theorem numbers are
+the paper's (see ``docs/design.md``); where they may be ambiguous the LaTeX label is given
+too.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import ndtr, ndtri
+from scipy.special import ndtr
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
@@ -36,35 +36,22 @@ from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
 from fa_hetdp.stats.exact import TrueStatistics, coordinate_averages, validate_clients
+from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
-    "STATISTICS",
     "ExpectedMSE",
-    "Intervals",
     "PaperTMSE",
     "batch_emse",
     "clipped_gaussian_moment",
-    "coverage",
     "emse",
     "expected_mse",
-    "noise_confidence_intervals",
-    "paper_confidence_intervals",
     "paper_tmse",
     "squared_error",
 ]
 
-STATISTICS: Final = ("mean", "dispersion", "weighted_mean", "q", "i2", "i2_extra")
-"""Names of the private statistics (attributes of the result objects)."""
-
 PAPER_TMSE_LABEL: Final = (
     "paper TMSE (Cor. 3.4, 3.5, 3.10, 3.11 and cor:msenoisyisquared as written): not the "
     "expected MSE of the estimators (wrong for Q by orders of magnitude)"
-)
-PAPER_CI_LABEL: Final = (
-    "paper confidence intervals (Thm 3.6, 3.9, 3.14 as written): not calibrated to the noise"
-)
-NOISE_CI_LABEL: Final = (
-    "intervals from the public noise distribution (coverage >= level; delta method for mu_bar')"
 )
 
 _Z_CLIP: Final = 40.0  # phi(40) underflows to 0, so z^k phi(z) -> 0 without inf * 0
@@ -133,18 +120,14 @@ def batch_emse(result: BatchResult) -> dict[str, float]:
     Returns
     -------
     dict[str, float]
-        Keys from :data:`STATISTICS` (``i2_extra`` only when present).
+        Keys from :data:`~fa_hetdp.stats.registry.STATISTICS` (optional ones only when
+        present), each against its ``truth`` statistic.
     """
-    t = result.truth
-    out = {
-        "mean": emse(result.mean, t.mean),
-        "dispersion": emse(result.dispersion, t.dispersion),
-        "weighted_mean": emse(result.weighted_mean, t.weighted_mean),
-        "q": emse(result.q, t.q),
-        "i2": emse(result.i2, t.i2),
-    }
-    if result.i2_extra is not None:
-        out["i2_extra"] = emse(result.i2_extra, t.i2)
+    out: dict[str, float] = {}
+    for spec in STATISTICS:
+        estimates = getattr(result, spec.key)
+        if estimates is not None:
+            out[spec.key] = emse(estimates, getattr(result.truth, spec.truth))
     return out
 
 
@@ -261,16 +244,12 @@ class ExpectedMSE:
     method: Mapping[str, str]
 
     def as_dict(self) -> dict[str, float]:
-        """Coordinate-averaged values by statistic name."""
-        out = {
-            "mean": self.mean,
-            "dispersion": self.dispersion,
-            "weighted_mean": self.weighted_mean,
-            "q": self.q,
-            "i2": self.i2,
-        }
-        if self.i2_extra is not None:
-            out["i2_extra"] = self.i2_extra
+        """Coordinate-averaged values by statistic name (the registry's order)."""
+        out: dict[str, float] = {}
+        for spec in STATISTICS:
+            value: float | None = getattr(self, spec.key)
+            if value is not None:
+                out[spec.key] = value
         return out
 
 
@@ -318,7 +297,7 @@ def _i2_quadrature(
 def expected_mse(
     truth: TrueStatistics, plan: ProtocolPlan, *, noise_shares: int | None = None
 ) -> ExpectedMSE:
-    """Analytic ``E[(private - true)^2]`` of every statistic (DESIGN.md "Error metrics").
+    """Analytic ``E[(private - true)^2]`` of every statistic (``docs/design.md``, error metrics).
 
     With ``tau = s_1/n`` (``s_k`` the total noise std of release ``k``:
     :meth:`ProtocolPlan.noise_std`, the same for both placements when ``t = n``):
@@ -362,16 +341,18 @@ def expected_mse(
     s2 = _noise_scale(plan, "weighted", noise_shares)
     s3 = _noise_scale(plan, "dispersion", noise_shares)
     s4 = _noise_scale(plan, "q", noise_shares)
+    variance = plan.mechanism.variance  # noise variance per coordinate of a given scale
     tau = s1 / n
     per: dict[str, FloatArray] = {}
-    per["mean"] = np.full(truth.d, tau**2)  # Cor. 3.4 corrected: Var(Y_1) = (s_1/n)^2
-    # Cor. 3.5 corrected: D'' - D = (mu - clip(mu'))^2 + N(0, s_3^2)/n.
-    per["dispersion"] = clipped_gaussian_moment(truth.mean, tau, 4) + (s3 / n) ** 2
+    # Cor. 3.4 corrected: Var(Y_1) = Var(noise_1)/n^2.
+    per["mean"] = np.full(truth.d, variance(s1) / n**2)
+    # Cor. 3.5 corrected: D'' - D = (mu - clip(mu'))^2 + noise_3/n.
+    per["dispersion"] = clipped_gaussian_moment(truth.mean, tau, 4) + variance(s3) / n**2
     # Lemma 3.7: mu_bar' = clip(A'/max(B', n w_min)); quadrature over the noise of B'.
     per["weighted_mean"] = _ratio_moment(truth, plan, s2, 2)
     # Cor. 3.11 corrected: Q'' - Q = B (mu_bar' - mu_bar)^2 + N(0, s_4^2).
     b = truth.weight_sum
-    per["q"] = b**2 * _ratio_moment(truth, plan, s2, 4) + s4**2
+    per["q"] = b**2 * _ratio_moment(truth, plan, s2, 4) + variance(s4)
     per["i2"] = _i2_quadrature(truth, plan, s2, s4)
     method = {
         "mean": "exact",
@@ -382,7 +363,7 @@ def expected_mse(
     }
     i2_extra: float | None = None
     if plan.config.extra_i2_noise:
-        per["i2_extra"] = per["i2"] + plan.sigma_i2**2
+        per["i2_extra"] = per["i2"] + variance(plan.sigma_i2)
         method["i2_extra"] = method["i2"] + " + sigma_5^2"
         i2_extra = float(np.mean(per["i2_extra"]))
     return ExpectedMSE(
@@ -423,11 +404,6 @@ class PaperTMSE:
     def averages(self) -> dict[str, float]:
         """Monte-Carlo means over repeats (the paper's TMSE columns)."""
         return coordinate_averages(self)
-
-
-def _leading(result: Result, values: FloatArray) -> FloatArray:
-    """Broadcast a per-result scalar/array so it lines up with ``(..., d)`` arrays."""
-    return values[..., None] if isinstance(result, BatchResult) else values
 
 
 def paper_tmse(x: npt.ArrayLike, result: Result, truth: TrueStatistics) -> PaperTMSE:
@@ -495,208 +471,3 @@ def paper_tmse(x: npt.ArrayLike, result: Result, truth: TrueStatistics) -> Paper
         q=np.asarray(np.mean(tmse_q, axis=-1)),
         i2=np.asarray(np.mean(tmse_i2, axis=-1)),
     )
-
-
-# --------------------------------------------------------------------------- intervals
-
-
-@dataclass(frozen=True)
-class Intervals:
-    """Confidence intervals for some statistics (per coordinate, optional repeat axis).
-
-    Attributes
-    ----------
-    lower, upper : Mapping[str, FloatArray]
-        Bounds by statistic name (``"dispersion"``, ``"q"``, ``"i2"``, ...), shape
-        ``(d,)`` or ``(repeats, d)``.
-    level : float
-        Nominal coverage.
-    label : str
-        Where the intervals come from.
-    """
-
-    lower: Mapping[str, FloatArray]
-    upper: Mapping[str, FloatArray]
-    level: float
-    label: str
-
-    def width(self, name: str) -> float:
-        """Mean width of the intervals of statistic ``name``."""
-        return float(np.mean(self.upper[name] - self.lower[name]))
-
-
-def coverage(intervals: Intervals, truth: TrueStatistics) -> dict[str, float]:
-    """Empirical coverage: fraction of (repeat, coordinate) intervals containing the truth.
-
-    Parameters
-    ----------
-    intervals : Intervals
-        From :func:`paper_confidence_intervals` or :func:`noise_confidence_intervals`.
-    truth : TrueStatistics
-        The exact statistics.
-
-    Returns
-    -------
-    dict[str, float]
-        Coverage by statistic name.
-    """
-    out: dict[str, float] = {}
-    for name, low in intervals.lower.items():
-        true = np.asarray(getattr(truth, name), dtype=np.float64)
-        high = intervals.upper[name]
-        out[name] = float(np.mean((low <= true) & (true <= high)))
-    return out
-
-
-def _check_level(level: float) -> float:
-    value = float(level)
-    if not (0.0 < value < 1.0):
-        raise InputDataError(f"level must be in (0, 1), got level={level!r}.")
-    return value
-
-
-def paper_confidence_intervals(
-    result: Result, plan: ProtocolPlan, truth: TrueStatistics
-) -> Intervals:
-    """Build the paper's 95 % intervals of Thm 3.6, 3.9 and 3.14, as written (labelled).
-
-    The paper's noise variances are taken as the variances of the noise our protocol actually
-    adds: ``xi_1^2 = (s_1/n)^2`` (noise of ``mu'``) and ``eta_1^2 = (s_2/B)^2`` (noise of
-    ``A'/B`` with ``B`` fixed), instead of the CGM formula ``2 d log(1.25/delta_1)/(n eps_1)^2``
-    -- the same quantity for the paper's own mechanism.
-
-    - Thm 3.6 (``thm:dispconf``): ``D'' +- 7.84 sqrt(6) xi_1^4 / sqrt(n)``;
-    - Thm 3.9 (``thm:qconf``): ``Q'' +- sum_i 7.84 w_i sqrt(6) eta_1^4 / sqrt(n)``;
-    - Thm 3.14 (``thm:isquaredconf``):
-      ``I2''' +- sum_i 0.625 (n-1) / (w_i sqrt(n) eta_1^4)`` (``I2''`` without the extra
-      noise).
-
-    The weights are the true client weights (the paper's formula needs them; they are not
-    public). The half-widths do not depend on the noise actually drawn.
-
-    Parameters
-    ----------
-    result : PrivateStatistics or BatchResult
-        The private releases.
-    plan : ProtocolPlan
-        The calibrated protocol.
-    truth : TrueStatistics
-        The exact statistics (for the weights).
-
-    Returns
-    -------
-    Intervals
-        For ``"dispersion"``, ``"q"`` and ``"i2"``, labelled as the paper's.
-    """
-    n = truth.n
-    xi1_sq = (plan.noise_std("mean") / n) ** 2
-    eta1_sq = (plan.noise_std("weighted") / truth.weight_sum) ** 2
-    w = truth.weights
-    h_d = 7.84 * math.sqrt(6.0) * xi1_sq**2 / math.sqrt(n)  # Thm 3.6
-    h_q = float(np.sum(7.84 * w * math.sqrt(6.0) * eta1_sq**2 / math.sqrt(n)))  # Thm 3.9
-    h_i = float(np.sum(0.625 * (n - 1) / (w * math.sqrt(n) * eta1_sq**2)))  # Thm 3.14
-    i2 = result.i2 if result.i2_extra is None else result.i2_extra
-    return Intervals(
-        lower={"dispersion": result.dispersion - h_d, "q": result.q - h_q, "i2": i2 - h_i},
-        upper={"dispersion": result.dispersion + h_d, "q": result.q + h_q, "i2": i2 + h_i},
-        level=0.95,
-        label=PAPER_CI_LABEL,
-    )
-
-
-def _quantile_chi2_plus_normal(scale_chi2: FloatArray, sd_normal: float, p: float) -> FloatArray:
-    """``p``-quantile of ``scale_chi2 * Y^2 + sd_normal * Z`` (``Y, Z`` iid standard normal).
-
-    The CDF ``E_Y[Phi((u - scale Y^2)/sd)]`` is evaluated by Gauss-Hermite quadrature over
-    ``Y`` (a smooth integrand) and inverted by bisection, vectorised over ``scale_chi2``.
-    """
-    nodes, weights = np.polynomial.hermite_e.hermegauss(96)
-    weights = weights / weights.sum()
-    y2 = nodes**2
-    scale = np.atleast_1d(np.asarray(scale_chi2, dtype=np.float64))
-    lo = np.full(scale.shape, -10.0 * sd_normal)
-    hi = 40.0 * scale + 10.0 * sd_normal
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        cdf = ndtr((mid[:, None] - scale[:, None] * y2) / sd_normal) @ weights
-        below = cdf < p
-        lo = np.where(below, mid, lo)
-        hi = np.where(below, hi, mid)
-    out: FloatArray = hi.reshape(np.shape(scale_chi2))
-    return out
-
-
-def noise_confidence_intervals(
-    result: Result, plan: ProtocolPlan, *, level: float = 0.95
-) -> Intervals:
-    """Intervals built from the public noise distribution (coverage >= ``level``).
-
-    Only public quantities are used (the plan's sigmas, ``n``, the released ``B'``). Each
-    interval splits ``alpha = 1 - level`` into two tails of ``alpha/2``:
-
-    - ``mean``: ``mu' +- z s_1/n`` (exact).
-    - ``dispersion``: ``E = D'' - D = (mu - clip(mu'))^2 + N(0, s_3^2)/n`` and
-      ``0 <= (mu - clip(mu'))^2 <= Y_1^2`` (clipping only shrinks the deviation), so
-      ``D in [D'' - U, D'' + z s_3/n]`` with ``U`` the ``1 - alpha/2`` quantile of
-      ``tau^2 chi^2_1 + N(0, (s_3/n)^2)``: coverage ``>= level`` exactly.
-    - ``weighted_mean``: ``mu_bar' +- z sqrt(v)`` clipped to ``[0, 1]``, with the
-      delta-method variance ``v = s_2^2 (1 + m^2)/B_lo^2`` made conservative by
-      ``m = min(1, mu_bar' + z s_2 sqrt(2)/B_lo)`` and ``B_lo = max(B' - z s_2, n w_min)``.
-    - ``q``: ``Q'' - Q = B (mu_bar - mu_bar')^2 + N(0, s_4^2)`` with
-      ``B (mu_bar - mu_bar')^2 <~ (2 s_2^2/B_lo) chi^2_1`` (delta method, ``mu_bar <= 1``), so
-      ``Q in [max(0, Q'' - U), Q'' + z s_4]`` with ``U`` the quantile of that sum.
-    - ``i2``: the image of the ``Q`` interval under the monotone map
-      ``Q -> max(0, 1 - (n-1)/Q)`` (built on ``I2''``; ``I2'''`` only adds noise).
-
-    Parameters
-    ----------
-    result : PrivateStatistics or BatchResult
-        The private releases.
-    plan : ProtocolPlan
-        The calibrated protocol (the noise scales assume every share arrived; fewer shares
-        mean less noise, so the intervals stay conservative).
-    level : float, default 0.95
-        Nominal coverage in ``(0, 1)``.
-
-    Returns
-    -------
-    Intervals
-        For ``"mean"``, ``"dispersion"``, ``"weighted_mean"``, ``"q"`` and ``"i2"``.
-    """
-    level = _check_level(level)
-    alpha = 1.0 - level
-    z = float(ndtri(1.0 - alpha / 2.0))
-    n = plan.n
-    s1, s2 = plan.noise_std("mean"), plan.noise_std("weighted")
-    s3, s4 = plan.noise_std("dispersion"), plan.noise_std("q")
-    tau = s1 / n
-    lower: dict[str, FloatArray] = {}
-    upper: dict[str, FloatArray] = {}
-    lower["mean"] = result.mean - z * tau
-    upper["mean"] = result.mean + z * tau
-
-    u_d = float(_quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0))
-    lower["dispersion"] = result.dispersion - u_d
-    upper["dispersion"] = result.dispersion + z * s3 / n
-
-    b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
-    b_lo = np.maximum(b_rel - z * s2, n * plan.min_weight)
-    b_lo_c = _leading(result, b_lo)
-    m = np.minimum(1.0, result.weighted_mean + z * s2 * math.sqrt(2.0) / b_lo_c)
-    half = z * s2 * np.sqrt(1.0 + m**2) / b_lo_c
-    lower["weighted_mean"] = np.clip(result.weighted_mean - half, 0.0, 1.0)
-    upper["weighted_mean"] = np.clip(result.weighted_mean + half, 0.0, 1.0)
-
-    u_q = _leading(result, _quantile_chi2_plus_normal(2.0 * s2**2 / b_lo, s4, 1.0 - alpha / 2.0))
-    q_lo = np.maximum(result.q - u_q, 0.0)
-    q_hi = result.q + z * s4
-    lower["q"] = q_lo
-    upper["q"] = q_hi
-
-    def g(q: FloatArray) -> FloatArray:
-        above = q > (n - 1)
-        return np.where(above, 1.0 - (n - 1) / np.where(above, q, 1.0), 0.0)
-
-    lower["i2"] = g(q_lo)
-    upper["i2"] = g(q_hi)
-    return Intervals(lower=lower, upper=upper, level=level, label=NOISE_CI_LABEL)

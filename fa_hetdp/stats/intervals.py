@@ -1,0 +1,253 @@
+"""Confidence intervals of the private statistics and their empirical coverage.
+
+- :func:`paper_confidence_intervals`: the paper's Thm 3.6, 3.9, 3.14 as written (labelled;
+  not calibrated to the noise);
+- :func:`noise_confidence_intervals`: built from the public noise distribution (coverage
+  ``>= level``);
+- :func:`coverage`: the fraction of (repeat, coordinate) intervals that contain the truth.
+
+Theorem numbers are the paper's (see ``docs/design.md``); where they may be ambiguous the
+LaTeX label is given too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.protocol.server import PrivateStatistics
+from fa_hetdp.protocol.simulate import BatchResult
+from fa_hetdp.stats.exact import TrueStatistics
+
+__all__ = [
+    "NOISE_CI_LABEL",
+    "PAPER_CI_LABEL",
+    "Intervals",
+    "coverage",
+    "noise_confidence_intervals",
+    "paper_confidence_intervals",
+]
+
+PAPER_CI_LABEL: Final = (
+    "paper confidence intervals (Thm 3.6, 3.9, 3.14 as written): not calibrated to the noise"
+)
+NOISE_CI_LABEL: Final = (
+    "intervals from the public noise distribution (coverage >= level; delta method for mu_bar')"
+)
+
+Result = PrivateStatistics | BatchResult
+
+
+def _leading(result: Result, values: FloatArray) -> FloatArray:
+    """Broadcast a per-result scalar/array so it lines up with ``(..., d)`` arrays."""
+    return values[..., None] if isinstance(result, BatchResult) else values
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Confidence intervals for some statistics (per coordinate, optional repeat axis).
+
+    Attributes
+    ----------
+    lower, upper : Mapping[str, FloatArray]
+        Bounds by statistic name (``"dispersion"``, ``"q"``, ``"i2"``, ...), shape
+        ``(d,)`` or ``(repeats, d)``.
+    level : float
+        Nominal coverage.
+    label : str
+        Where the intervals come from.
+    """
+
+    lower: Mapping[str, FloatArray]
+    upper: Mapping[str, FloatArray]
+    level: float
+    label: str
+
+    def width(self, name: str) -> float:
+        """Mean width of the intervals of statistic ``name``."""
+        return float(np.mean(self.upper[name] - self.lower[name]))
+
+
+def coverage(intervals: Intervals, truth: TrueStatistics) -> dict[str, float]:
+    """Empirical coverage: fraction of (repeat, coordinate) intervals containing the truth.
+
+    Parameters
+    ----------
+    intervals : Intervals
+        From :func:`paper_confidence_intervals` or :func:`noise_confidence_intervals`.
+    truth : TrueStatistics
+        The exact statistics.
+
+    Returns
+    -------
+    dict[str, float]
+        Coverage by statistic name.
+    """
+    out: dict[str, float] = {}
+    for name, low in intervals.lower.items():
+        true = np.asarray(getattr(truth, name), dtype=np.float64)
+        high = intervals.upper[name]
+        out[name] = float(np.mean((low <= true) & (true <= high)))
+    return out
+
+
+def _check_level(level: float) -> float:
+    value = float(level)
+    if not (0.0 < value < 1.0):
+        raise InputDataError(f"level must be in (0, 1), got level={level!r}.")
+    return value
+
+
+def paper_confidence_intervals(
+    result: Result, plan: ProtocolPlan, truth: TrueStatistics
+) -> Intervals:
+    """Build the paper's 95 % intervals of Thm 3.6, 3.9 and 3.14, as written (labelled).
+
+    The paper's noise variances are taken as the variances of the noise our protocol actually
+    adds: ``xi_1^2 = (s_1/n)^2`` (noise of ``mu'``) and ``eta_1^2 = (s_2/B)^2`` (noise of
+    ``A'/B`` with ``B`` fixed), instead of the CGM formula ``2 d log(1.25/delta_1)/(n eps_1)^2``
+    -- the same quantity for the paper's own mechanism.
+
+    - Thm 3.6 (``thm:dispconf``): ``D'' +- 7.84 sqrt(6) xi_1^4 / sqrt(n)``;
+    - Thm 3.9 (``thm:qconf``): ``Q'' +- sum_i 7.84 w_i sqrt(6) eta_1^4 / sqrt(n)``;
+    - Thm 3.14 (``thm:isquaredconf``):
+      ``I2''' +- sum_i 0.625 (n-1) / (w_i sqrt(n) eta_1^4)`` (``I2''`` without the extra
+      noise).
+
+    The weights are the true client weights (the paper's formula needs them; they are not
+    public). The half-widths do not depend on the noise actually drawn.
+
+    Parameters
+    ----------
+    result : PrivateStatistics or BatchResult
+        The private releases.
+    plan : ProtocolPlan
+        The calibrated protocol.
+    truth : TrueStatistics
+        The exact statistics (for the weights).
+
+    Returns
+    -------
+    Intervals
+        For ``"dispersion"``, ``"q"`` and ``"i2"``, labelled as the paper's.
+    """
+    n = truth.n
+    xi1_sq = (plan.noise_std("mean") / n) ** 2
+    eta1_sq = (plan.noise_std("weighted") / truth.weight_sum) ** 2
+    w = truth.weights
+    h_d = 7.84 * math.sqrt(6.0) * xi1_sq**2 / math.sqrt(n)  # Thm 3.6
+    h_q = float(np.sum(7.84 * w * math.sqrt(6.0) * eta1_sq**2 / math.sqrt(n)))  # Thm 3.9
+    h_i = float(np.sum(0.625 * (n - 1) / (w * math.sqrt(n) * eta1_sq**2)))  # Thm 3.14
+    i2 = result.i2 if result.i2_extra is None else result.i2_extra
+    return Intervals(
+        lower={"dispersion": result.dispersion - h_d, "q": result.q - h_q, "i2": i2 - h_i},
+        upper={"dispersion": result.dispersion + h_d, "q": result.q + h_q, "i2": i2 + h_i},
+        level=0.95,
+        label=PAPER_CI_LABEL,
+    )
+
+
+def _quantile_chi2_plus_normal(scale_chi2: FloatArray, sd_normal: float, p: float) -> FloatArray:
+    """``p``-quantile of ``scale_chi2 * Y^2 + sd_normal * Z`` (``Y, Z`` iid standard normal).
+
+    The CDF ``E_Y[Phi((u - scale Y^2)/sd)]`` is evaluated by Gauss-Hermite quadrature over
+    ``Y`` (a smooth integrand) and inverted by bisection, vectorised over ``scale_chi2``.
+    """
+    nodes, weights = np.polynomial.hermite_e.hermegauss(96)
+    weights = weights / weights.sum()
+    y2 = nodes**2
+    scale = np.atleast_1d(np.asarray(scale_chi2, dtype=np.float64))
+    lo = np.full(scale.shape, -10.0 * sd_normal)
+    hi = 40.0 * scale + 10.0 * sd_normal
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        cdf = ndtr((mid[:, None] - scale[:, None] * y2) / sd_normal) @ weights
+        below = cdf < p
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    out: FloatArray = hi.reshape(np.shape(scale_chi2))
+    return out
+
+
+def noise_confidence_intervals(
+    result: Result, plan: ProtocolPlan, *, level: float = 0.95
+) -> Intervals:
+    """Intervals built from the public noise distribution (coverage >= ``level``).
+
+    Only public quantities are used (the plan's sigmas, ``n``, the released ``B'``). Each
+    interval splits ``alpha = 1 - level`` into two tails of ``alpha/2``:
+
+    - ``mean``: ``mu' +- z s_1/n`` (exact).
+    - ``dispersion``: ``E = D'' - D = (mu - clip(mu'))^2 + N(0, s_3^2)/n`` and
+      ``0 <= (mu - clip(mu'))^2 <= Y_1^2`` (clipping only shrinks the deviation), so
+      ``D in [D'' - U, D'' + z s_3/n]`` with ``U`` the ``1 - alpha/2`` quantile of
+      ``tau^2 chi^2_1 + N(0, (s_3/n)^2)``: coverage ``>= level`` exactly.
+    - ``weighted_mean``: ``mu_bar' +- z sqrt(v)`` clipped to ``[0, 1]``, with the
+      delta-method variance ``v = s_2^2 (1 + m^2)/B_lo^2`` made conservative by
+      ``m = min(1, mu_bar' + z s_2 sqrt(2)/B_lo)`` and ``B_lo = max(B' - z s_2, n w_min)``.
+    - ``q``: ``Q'' - Q = B (mu_bar - mu_bar')^2 + N(0, s_4^2)`` with
+      ``B (mu_bar - mu_bar')^2 <~ (2 s_2^2/B_lo) chi^2_1`` (delta method, ``mu_bar <= 1``), so
+      ``Q in [max(0, Q'' - U), Q'' + z s_4]`` with ``U`` the quantile of that sum.
+    - ``i2``: the image of the ``Q`` interval under the monotone map
+      ``Q -> max(0, 1 - (n-1)/Q)`` (built on ``I2''``; ``I2'''`` only adds noise).
+
+    Parameters
+    ----------
+    result : PrivateStatistics or BatchResult
+        The private releases.
+    plan : ProtocolPlan
+        The calibrated protocol (the noise scales assume every share arrived; fewer shares
+        mean less noise, so the intervals stay conservative).
+    level : float, default 0.95
+        Nominal coverage in ``(0, 1)``.
+
+    Returns
+    -------
+    Intervals
+        For ``"mean"``, ``"dispersion"``, ``"weighted_mean"``, ``"q"`` and ``"i2"``.
+    """
+    level = _check_level(level)
+    alpha = 1.0 - level
+    z = float(ndtri(1.0 - alpha / 2.0))
+    n = plan.n
+    s1, s2 = plan.noise_std("mean"), plan.noise_std("weighted")
+    s3, s4 = plan.noise_std("dispersion"), plan.noise_std("q")
+    tau = s1 / n
+    lower: dict[str, FloatArray] = {}
+    upper: dict[str, FloatArray] = {}
+    lower["mean"] = result.mean - z * tau
+    upper["mean"] = result.mean + z * tau
+
+    u_d = float(_quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0))
+    lower["dispersion"] = result.dispersion - u_d
+    upper["dispersion"] = result.dispersion + z * s3 / n
+
+    b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
+    b_lo = np.maximum(b_rel - z * s2, n * plan.min_weight)
+    b_lo_c = _leading(result, b_lo)
+    m = np.minimum(1.0, result.weighted_mean + z * s2 * math.sqrt(2.0) / b_lo_c)
+    half = z * s2 * np.sqrt(1.0 + m**2) / b_lo_c
+    lower["weighted_mean"] = np.clip(result.weighted_mean - half, 0.0, 1.0)
+    upper["weighted_mean"] = np.clip(result.weighted_mean + half, 0.0, 1.0)
+
+    u_q = _leading(result, _quantile_chi2_plus_normal(2.0 * s2**2 / b_lo, s4, 1.0 - alpha / 2.0))
+    q_lo = np.maximum(result.q - u_q, 0.0)
+    q_hi = result.q + z * s4
+    lower["q"] = q_lo
+    upper["q"] = q_hi
+
+    def g(q: FloatArray) -> FloatArray:
+        above = q > (n - 1)
+        return np.where(above, 1.0 - (n - 1) / np.where(above, q, 1.0), 0.0)
+
+    lower["i2"] = g(q_lo)
+    upper["i2"] = g(q_hi)
+    return Intervals(lower=lower, upper=upper, level=level, label=NOISE_CI_LABEL)
