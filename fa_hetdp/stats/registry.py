@@ -1,10 +1,13 @@
 """The table of statistics: one record per private statistic, used everywhere.
 
 Every list of statistics in the project (the engine's columns, the reports, the run's printed
-table, the metrics, the result files) is read from :data:`STATISTICS`. Adding a statistic
-means adding one :class:`StatisticSpec` here, the formula that computes it (exactly in
-:mod:`fa_hetdp.stats.exact`, privately in the server part of :mod:`fa_hetdp.protocol`), and
-its expected error in :mod:`fa_hetdp.stats.metrics`.
+table, the metrics, the result files, the ``summary`` of the results) is read from
+:data:`STATISTICS`. Adding a statistic (say ``H^2 = Q/(n - 1)``) means: one
+:class:`StatisticSpec` here; its exact value in :mod:`fa_hetdp.stats.exact`
+(:class:`~fa_hetdp.stats.exact.TrueStatistics`); its private formula in
+:mod:`fa_hetdp.protocol.server` (``estimate_stage2``, vectorised, and a field of the result)
+plus the same field on :class:`~fa_hetdp.protocol.simulate.BatchResult`; and its expected
+error in :mod:`fa_hetdp.stats.metrics`.
 """
 
 from __future__ import annotations
