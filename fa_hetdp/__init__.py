@@ -10,7 +10,8 @@ from __future__ import annotations
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.data.datasets import Dataset, load_dataset
+from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.data.dataset import Dataset
 from fa_hetdp.dp.accounting import (
     BudgetPlan,
     PrivacySpent,

@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.data.datasets: the readers on small files in the standard formats."""
+"""Tests of fa_hetdp.data (dataset, readers, catalog, synthetic, download) on small files."""
 
 from __future__ import annotations
 
@@ -14,16 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fa_hetdp.data import datasets as data
-from fa_hetdp.data.datasets import (
-    Dataset,
-    load_dataset,
-    read_cifar10,
-    read_cifar100,
-    read_fashion_mnist,
-    read_idx,
-    synthetic_dataset,
-)
+from fa_hetdp.data import download
+from fa_hetdp.data.catalog import LABEL_COUNTS, default_data_root, load_dataset
+from fa_hetdp.data.dataset import Dataset
+from fa_hetdp.data.readers import read_cifar10, read_cifar100, read_fashion_mnist, read_idx
+from fa_hetdp.data.synthetic import synthetic_dataset
 from fa_hetdp.errors import DatasetError
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +375,7 @@ def test_digits_embedded() -> None:
     features = digits.features
     assert features.min() == 0.0 and features.max() == 1.0  # pixels 0..16 / 16
     # Counts of sklearn's load_digits, used by scenario validation.
-    assert tuple(digits.label_counts()) == data.LABEL_COUNTS[("digits", "train")]
+    assert tuple(digits.label_counts()) == LABEL_COUNTS[("digits", "train")]
     assert load_dataset("digits", split="all").size == 1797
 
 
@@ -412,7 +407,7 @@ def test_load_dataset_rejects(name: str, split: Any, match: str) -> None:
 def test_default_root_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_fashion(tmp_path)
     monkeypatch.setenv("FA_HETDP_DATA", str(tmp_path))
-    assert data.default_data_root() == tmp_path
+    assert default_data_root() == tmp_path
     assert load_dataset("fashion-mnist").size == 5
 
 
@@ -489,7 +484,7 @@ def test_dataset_rows_and_indices() -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fa-hetdp data")
-    data.add_arguments(parser)
+    download.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -498,7 +493,7 @@ def test_download_without_torchvision_explains(
 ) -> None:
     monkeypatch.setitem(sys.modules, "torchvision", None)  # makes `import torchvision` fail
     monkeypatch.setitem(sys.modules, "torchvision.datasets", None)
-    code = data.run_command(_parse(["download", "cifar10", "--root", str(tmp_path)]))
+    code = download.run_command(_parse(["download", "cifar10", "--root", str(tmp_path)]))
     assert code == 1
     err = capsys.readouterr().err
     assert "pip install 'fa-hetdp[datasets]'" in err
@@ -525,7 +520,7 @@ def test_download_with_torchvision_verifies(
     fake.datasets = fake_datasets  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torchvision", fake)
     monkeypatch.setitem(sys.modules, "torchvision.datasets", fake_datasets)
-    code = data.run_command(_parse(["download", "fashion-mnist", "--root", str(tmp_path)]))
+    code = download.run_command(_parse(["download", "fashion-mnist", "--root", str(tmp_path)]))
     assert code == 0
     assert calls == [(str(tmp_path), True, True), (str(tmp_path), False, True)]
     assert "fashion-mnist: 8 images of dimension 784" in capsys.readouterr().out
@@ -536,17 +531,40 @@ def test_download_without_torchvision_fashion_layout(
 ) -> None:
     monkeypatch.setitem(sys.modules, "torchvision", None)
     monkeypatch.setitem(sys.modules, "torchvision.datasets", None)
-    assert data.run_command(_parse(["download", "fashion-mnist", "--root", str(tmp_path)])) == 1
+    assert download.run_command(_parse(["download", "fashion-mnist", "--root", str(tmp_path)])) == 1
     err = capsys.readouterr().err
     assert f"{tmp_path}/FashionMNIST/raw/train-images-idx3-ubyte.gz" in err
     assert "zalandoresearch/fashion-mnist" in err
 
 
 def test_download_digits_needs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    assert data.run_command(_parse(["download", "digits"])) == 0
+    assert download.run_command(_parse(["download", "digits"])) == 0
     assert "embedded" in capsys.readouterr().out
 
 
 def test_download_rejects_unknown_name() -> None:
     with pytest.raises(SystemExit):
         _parse(["download", "imagenet"])
+
+
+def test_catalog_has_one_record_per_dataset_and_the_lists_are_views_of_it() -> None:
+    from typing import get_args
+
+    from fa_hetdp.data.catalog import DATASET_NAMES, DATASETS, DOWNLOADABLE, dataset_info
+    from fa_hetdp.data.dataset import DatasetName
+
+    assert DATASET_NAMES == get_args(DatasetName) == tuple(i.name for i in DATASETS)
+    assert DOWNLOADABLE == ("cifar10", "cifar100", "fashion-mnist")
+    assert {name for name, _ in LABEL_COUNTS} == {"digits", "cifar10", "cifar100", "fashion-mnist"}
+    assert LABEL_COUNTS[("fashion-mnist", "all")] == (7000,) * 10
+    assert ("digits", "test") not in LABEL_COUNTS
+    digits = load_dataset("digits")
+    info = dataset_info("digits")
+    assert (info.dim, info.num_labels) == (digits.dim, digits.num_labels)
+    for record in DATASETS:
+        assert (record.reader is None) == (record.name == "synthetic")
+        assert (record.manual is None) == (record.torchvision is None)
+    with pytest.raises(DatasetError, match="unknown dataset 'imagenet'; allowed: digits"):
+        dataset_info("imagenet")
+    with pytest.raises(DatasetError, match="'synthetic' is generated"):
+        load_dataset("synthetic")

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.data.datasets import Dataset, load_dataset, synthetic_dataset
+from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.data.dataset import Dataset
 from fa_hetdp.data.partition import (
     clear_partition_cache,
     client_vector,
@@ -25,6 +26,7 @@ from fa_hetdp.data.partition import (
     sample_uniform,
     scenario_dataset,
 )
+from fa_hetdp.data.synthetic import synthetic_dataset
 from fa_hetdp.errors import DatasetError, ScenarioError
 
 

@@ -10,7 +10,7 @@ Each subcommand lives in its own module, which provides ``add_arguments(parser)`
 - ``fa-hetdp bench-noise SCENARIO``      distributed vs central noise, AGM vs CGM
   (:mod:`fa_hetdp.experiments.bench_noise`)
 - ``fa-hetdp data download NAME``        fetch a dataset with torchvision
-  (:mod:`fa_hetdp.data.datasets`)
+  (:mod:`fa_hetdp.data.download`)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
         "reproduce the paper's Tables 1-5 and Figure 1",
     ),
     ("bench-noise", "fa_hetdp.experiments.bench_noise", "distributed vs central noise, AGM vs CGM"),
-    ("data", "fa_hetdp.data.datasets", "dataset utilities (download)"),
+    ("data", "fa_hetdp.data.download", "dataset utilities (download)"),
 )
 
 

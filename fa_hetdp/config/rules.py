@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from fa_hetdp._types import COMPOSITIONS, MECHANISMS, PLACEMENTS, PROFILES, RELEASE_NAMES
-from fa_hetdp.data.datasets import DATASET_NAMES, SPLITS
+from fa_hetdp.data.catalog import DATASET_NAMES
+from fa_hetdp.data.dataset import SPLITS
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
 
 __all__ = [

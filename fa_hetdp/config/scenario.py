@@ -12,7 +12,7 @@ onto them and adds the checks that only a data section has (label ratios against
 count, the sample against the data).
 
 Sample sizes are checked against the number of images per label of the standard files
-(:data:`fa_hetdp.data.datasets.LABEL_COUNTS`), so a scenario for CIFAR-10 is validated without
+(:data:`fa_hetdp.data.catalog.LABEL_COUNTS`), so a scenario for CIFAR-10 is validated without
 reading CIFAR-10; the sampler checks again against the files actually read.
 
 ``load_scenario("quickstart")`` or ``load_scenario("paper/cifar10-skew10")`` resolves a bare
@@ -45,7 +45,7 @@ from fa_hetdp.config.schema import (
     SyntheticSpec,
     largest_remainder,
 )
-from fa_hetdp.data.datasets import DATASET_NAMES, LABEL_COUNTS
+from fa_hetdp.data.catalog import DATASET_NAMES, LABEL_COUNTS
 from fa_hetdp.errors import ScenarioError
 
 __all__ = [

@@ -19,7 +19,7 @@ from fa_hetdp.config.rules import (
     graph_degree,
     resolve_threshold,
 )
-from fa_hetdp.data.datasets import Split
+from fa_hetdp.data.dataset import Split
 
 __all__ = [
     "DataSpec",
@@ -36,7 +36,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SyntheticSpec:
-    """``[data.synthetic]``: parameters of :func:`fa_hetdp.data.datasets.synthetic_dataset`.
+    """``[data.synthetic]``: parameters of :func:`fa_hetdp.data.synthetic.synthetic_dataset`.
 
     Parameters
     ----------

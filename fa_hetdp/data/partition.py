@@ -7,7 +7,7 @@ replacement**, with the scenario's seed: the authors' code took the first images
 and, through a bug, gave every client the same image. Every client gets distinct records.
 
 A client may hold several records (``records_per_client = r``); then its vector is the mean of
-its records (DESIGN.md, "Data model").
+its records (the data model of ``docs/design.md``).
 
 Rounding rule (largest remainder, Hamilton's method): with ``n`` clients and ratios
 ``r_0 .. r_{k-1}``, label ``j`` first gets ``floor(n r_j / sum(r))`` clients; the clients left
@@ -31,7 +31,9 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray, IntArray
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.data.datasets import Dataset, load_dataset, synthetic_dataset
+from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.data.dataset import Dataset
+from fa_hetdp.data.synthetic import synthetic_dataset
 from fa_hetdp.errors import DatasetError, ScenarioError
 
 __all__ = [
