@@ -11,7 +11,7 @@ The rules are data, in the spirit of scikit-learn's ``_parameter_constraints``:
 Every entry point passes through :func:`validate`: scenario files
 (:func:`fa_hetdp.config.scenario.scenario_from_dict`), Flower run-config overrides
 (:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`), the ``fa-hetdp run`` flags,
-the experiment grid (:class:`fa_hetdp.experiments.engine.GridSpec`) and
+the experiment grid (:class:`fa_hetdp.experiments.grid.GridSpec`) and
 :class:`~fa_hetdp.config.protocol.ProtocolConfig`. Each entry point names the settings in its
 own dotted scheme (``privacy.epsilon``, ``run-config.epsilon``, ``--epsilon``,
 ``grid.epsilons[1]``, ``ProtocolConfig.epsilon``); every problem is collected and raised
@@ -25,6 +25,7 @@ fraction in (0, 1] of a client's Shamir share holders (its ``k`` neighbours and 
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -95,10 +96,6 @@ class ConfigError(ScenarioError, PrivacyParameterError):
         super().__init__(
             f"{where} is invalid ({count} problem{'s' if count > 1 else ''}):\n  {lines}"
         )
-
-    def lines(self) -> list[str]:
-        """Return one ``key: message`` line per problem."""
-        return [f"{key}: {message}" for key, message in self.problems]
 
 
 def type_name(value: object) -> str:
@@ -568,21 +565,12 @@ def validate(
         if rule.name in skipped or not all(name in valid for name in rule.fields):
             continue
         messages: list[str] = []
-        for combination in _combinations([valid[name] for name in rule.fields]):
+        for combination in itertools.product(*(valid[name] for name in rule.fields)):
             message = rule.check(dict(zip(rule.fields, combination, strict=True)))
             if message is not None and message not in messages:
                 messages.append(message)
         problems += [(key_of(rule.blame), message) for message in messages]
     return problems
-
-
-def _combinations(pools: Sequence[Sequence[Any]]) -> Iterable[tuple[Any, ...]]:
-    if not pools:
-        yield ()
-        return
-    for head in pools[0]:
-        for tail in _combinations(pools[1:]):
-            yield (head, *tail)
 
 
 def raise_problems(where: str, problems: Sequence[Problem]) -> None:
