@@ -8,6 +8,7 @@ one the run uses and the server writes.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import tomllib
 from pathlib import Path
@@ -222,8 +223,17 @@ def test_flag_zero_is_a_value_not_unset(monkeypatch: pytest.MonkeyPatch) -> None
     assert main(["run", "--epsilon", "0"]) == 2
 
 
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan"])
+def test_bad_timeout_flag_refused(
+    timeout: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(run_module, "run_simulation", lambda *a, **k: pytest.fail("started"))
+    assert main(["run", "--timeout", timeout]) == 2
+    assert "--timeout: must be" in capsys.readouterr().err
+
+
 def test_valid_flags_reach_the_run_config() -> None:
-    args = run_module.argparse.Namespace(
+    args = argparse.Namespace(
         epsilon=0.5, delta=None, mechanism="cgm", placement=None, composition=None, seed=0,
         timeout=10.0,
     )  # fmt: skip
@@ -371,13 +381,16 @@ _SECTION_VALUES = st.dictionaries(
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.dictionaries(
-        st.sampled_from(["data", "privacy", "secagg", "experiment", "protocol", "x"]),
-        st.one_of(_SECTION_VALUES, _VALUES),
-        max_size=5,
+    st.one_of(
+        st.dictionaries(
+            st.sampled_from(["data", "privacy", "secagg", "experiment", "protocol", "x"]),
+            st.one_of(_SECTION_VALUES, _VALUES),
+            max_size=5,
+        ),
+        _VALUES,
     )
 )
-def test_scenario_fuzz_raises_only_config_errors(raw: dict[str, Any]) -> None:
+def test_scenario_fuzz_raises_only_config_errors(raw: Any) -> None:
     try:
         scenario_from_dict(raw)
     except ConfigError:

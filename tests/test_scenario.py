@@ -225,7 +225,12 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("secagg.threshold", 1, "secagg.threshold", "must be >= 2"),
     ("secagg.threshold", 1001, "secagg.threshold", "must be in 2..1000 (the share holders"),
     ("secagg.threshold", 1.5, "secagg.threshold", "in (0.0, 1.0]"),
-    ("secagg.threshold", "half", "secagg.threshold", "fraction in (0, 1] of the share holders or a count"),
+    (
+        "secagg.threshold",
+        "half",
+        "secagg.threshold",
+        "fraction in (0, 1] of the share holders or a count",
+    ),
     ("secagg.neighbours", "ring", "secagg.neighbours", "allowed: complete"),
     ("secagg.neighbours", 1.5, "secagg.neighbours", "'complete' or an even integer k >= 4"),
     ("secagg.neighbours", 1, "secagg.neighbours", "must be >= 2"),
@@ -338,7 +343,9 @@ def test_split_mapping_and_defaults() -> None:
     assert scenario.privacy.variance_floor == 0.01 and scenario.privacy.composition == "basic"
     raw = _with("privacy.extra_i2_noise", False)
     raw["privacy"]["split"] = {"i2_extra": 1}
-    with pytest.raises(ScenarioError, match=r"privacy\.split: a weight for 'i2_extra' is given but"):
+    with pytest.raises(
+        ScenarioError, match=r"privacy\.split: a weight for 'i2_extra' is given but"
+    ):
         scenario_from_dict(raw)
 
 

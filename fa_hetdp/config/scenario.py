@@ -174,7 +174,9 @@ def scenario_from_dict(
     """
     c = _Checker()
     if not isinstance(raw, Mapping):
-        raise ScenarioError(f"a scenario must be a table of tables, got {type_name(raw)}")
+        raise ConfigError(
+            "scenario", [("(top level)", f"must be a table of tables, got {type_name(raw)}")]
+        )
     for unknown in sorted(set(raw) - set(_SECTIONS) - _IGNORED_SECTIONS):
         c.fail(unknown, "unknown section; allowed: " + ", ".join(_SECTIONS))
     tables = {section: c.table(raw, section, keys) for section, keys in _SECTIONS.items()}
