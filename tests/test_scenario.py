@@ -211,7 +211,7 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("privacy.mechanism", "laplace", "privacy.mechanism", "allowed: agm, cgm"),
     ("privacy.mechanism", ["agm", "x"], "privacy.mechanism[1]", "allowed: agm, cgm"),
     ("privacy.composition", "advanced", "privacy.composition", "allowed: basic, gdp"),
-    ("privacy.composition", "gdp", "privacy.composition", "needs mechanism 'agm' only"),
+    ("privacy.composition", "gdp", "privacy.composition", "which supports 'basic'"),
     ("privacy.profile", "loose", "privacy.profile", "allowed: bounded, paper"),
     ("privacy.variance_floor", 0.0, "privacy.variance_floor", "in (0.0, 0.25]"),
     ("privacy.variance_floor", 0.26, "privacy.variance_floor", "in (0.0, 0.25]"),

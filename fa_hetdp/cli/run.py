@@ -22,6 +22,7 @@ from fa_hetdp.cli.cluster import run_simulation
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
+from fa_hetdp.flower.steps import STEP_LABELS, Event
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
@@ -47,16 +48,6 @@ def _workdir(keep: Path | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="fa-hetdp-run-") as tmp:
         yield Path(tmp)
-
-
-STEP_LABELS: tuple[tuple[str, str], ...] = (
-    ("advertise_keys", "secagg: advertise keys"),
-    ("share_keys", "secagg: share keys"),
-    ("stage1_input", "stage 1: masked [x, w x, w] + noise"),
-    ("stage1_unmask", "stage 1: unmask"),
-    ("stage2_input", "stage 2: masked squared deviations + noise"),
-    ("stage2_unmask", "stage 2: unmask"),
-)
 
 
 @dataclass(frozen=True)
@@ -164,15 +155,15 @@ def progress_display(
             description = f"{setup.scenario_name}: waiting for {setup.num_clients} clients"
             for event in events:
                 kind = event.get("event")
-                if kind == "nodes":
+                if kind == Event.NODES:
                     done = max(done, 1)
                     description = f"{setup.scenario_name}: {event.get('connected')} clients"
-                elif kind == "step":
+                elif kind == Event.STEP:
                     done += 1
                     step = str(event.get("step"))
                     replied, sent = event.get("replied"), event.get("sent")
                     description = f"{labels.get(step, step)}: {replied}/{sent} replied"
-                elif kind in ("done", "aborted"):
+                elif kind in (Event.DONE, Event.ABORTED):
                     description = f"{setup.scenario_name}: {kind}"
             bar.update(task, completed=done, description=description)
 

@@ -263,10 +263,12 @@ def run_grid(
     n, d = clients.shape
     # Validate every cell's settings (and calibrate) before any measurement runs.
     configs: list[Any] = []
+    skipped: list[str | None] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BaselineWarning)
         for eps, mechanism, placement, composition in grid.cells():
-            if mechanism == "cgm" and composition == "gdp":
+            skipped.append(grid.skip_reason(mechanism, composition))
+            if skipped[-1] is not None:
                 configs.append(None)
                 continue
             config = _config(grid, eps, mechanism, placement, composition)
@@ -278,10 +280,10 @@ def run_grid(
     cells: list[CellResult] = []
     started = time.perf_counter()
     try:
-        for child, config, (eps, mechanism, placement, composition) in zip(
-            children, configs, grid.cells(), strict=True
+        for child, config, reason, (eps, mechanism, placement, composition) in zip(
+            children, configs, skipped, grid.cells(), strict=True
         ):
-            if config is None:
+            if reason is not None:
                 cells.append(
                     CellResult(
                         epsilon=eps,
@@ -289,10 +291,7 @@ def run_grid(
                         placement=placement,
                         composition=composition,
                         repeats=0,
-                        skipped=(
-                            "cgm has no exact privacy curve to compose: gdp composition "
-                            "is defined for the AGM only"
-                        ),
+                        skipped=reason,
                     )
                 )
             else:

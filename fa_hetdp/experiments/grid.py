@@ -85,14 +85,16 @@ class GridSpec:
                 values,
                 lambda name: f"grid.{crossed.get(name, name)}",
                 lists=crossed,
-                skip=("cgm-not-gdp",),
+                skip=("composition-supported",),
             ),
         )
 
     @staticmethod
     def skip_reason(mechanism: str, composition: str) -> str | None:
-        """Why a cell cannot run (the declared ``cgm-not-gdp`` rule), or None."""
-        return cross_rule("cgm-not-gdp").check({"mechanism": mechanism, "composition": composition})
+        """Why a cell cannot run (the declared ``composition-supported`` rule), or None."""
+        return cross_rule("composition-supported").check(
+            {"mechanism": mechanism, "composition": composition}
+        )
 
     def cells(self) -> Iterator[tuple[float, Mechanism, Placement, Composition]]:
         """Yield the cells in canonical order (ε, mechanism, placement, composition)."""

@@ -174,7 +174,7 @@ def write_outputs(
         for m in result.grid.mechanisms
         for p in result.grid.placements
         for c in result.grid.compositions
-        if not (m == "cgm" and c == "gdp")
+        if result.grid.skip_reason(m, c) is None
     ]
     for metric, stem, ylabel in (
         ("emse", "emse_vs_epsilon", "EMSE"),

@@ -31,6 +31,7 @@ from fa_hetdp.config.rules import (
 )
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
+from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP
 
 __all__ = ["SERVER_STREAM", "UNSET", "RunSettings", "dropout_partitions"]
 
@@ -63,10 +64,10 @@ Mode = Literal["simulation", "deployment"]
 # Which step a simulated dropout fails at, per scenario dropout stage: "stageK" drops before
 # sending the masked input (its noise share is lost), "stageK-unmask" after it.
 _DROP_STEP: Final = {
-    "stage1": "stage1_input",
-    "stage1-unmask": "stage1_unmask",
-    "stage2": "stage2_input",
-    "stage2-unmask": "stage2_unmask",
+    "stage1": INPUT_STEP[1],
+    "stage1-unmask": UNMASK_STEP[1],
+    "stage2": INPUT_STEP[2],
+    "stage2-unmask": UNMASK_STEP[2],
 }
 
 
