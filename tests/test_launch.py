@@ -101,7 +101,7 @@ def test_fa_hetdp_run_prints_the_table_and_cleans_up(
     code = main(["run", str(scenario), "--workdir", str(workdir), "--output", str(output)])
     printed = capsys.readouterr()
     assert code == 0, printed.err
-    for text in ("mean μ'", "dispersion D''", "Cochran's Q Q''", "I²''", "privacy spent"):
+    for text in ("mean μ'", "dispersion D''", "Cochran's Q''", "I²''", "privacy spent"):
         assert text in printed.out
     assert output.is_file()
     assert (workdir / "logs" / "superlink.log").is_file()

@@ -53,6 +53,8 @@ class StatisticSpec:
         Released only when its setting is on (``I2'''``: ``extra_i2_noise``).
     paper_name : str or None
         The name the paper's tables give it, when they report it.
+    display : str
+        Words and notation for printed tables (default ``"<name> <label>"``).
     """
 
     key: str
@@ -64,11 +66,11 @@ class StatisticSpec:
     scale: Scale
     optional: bool = False
     paper_name: str | None = None
+    display: str = ""
 
-    @property
-    def display(self) -> str:
-        """``"dispersion D''"``: words and notation, for printed tables."""
-        return f"{self.name} {self.label}"
+    def __post_init__(self) -> None:
+        if not self.display:
+            object.__setattr__(self, "display", f"{self.name} {self.label}")
 
 
 STATISTICS: Final[tuple[StatisticSpec, ...]] = (
@@ -104,6 +106,7 @@ STATISTICS: Final[tuple[StatisticSpec, ...]] = (
         key="q",
         label="Q''",
         name="Cochran's Q",
+        display="Cochran's Q''",
         release="q",
         post_processing="Q'' = sum w_i (x_i - mu_bar')^2 + noise  (Thm 3.8)",
         truth="q",
@@ -114,6 +117,7 @@ STATISTICS: Final[tuple[StatisticSpec, ...]] = (
         key="i2",
         label="I²''",
         name="I²",
+        display="I²''",
         release="q",
         post_processing="I2'' = max(0, 1 - (n - 1) / Q'')  (Thm 3.13, post-processing)",
         truth="i2",
@@ -123,6 +127,7 @@ STATISTICS: Final[tuple[StatisticSpec, ...]] = (
         key="i2_extra",
         label="I²'''",
         name="I² (extra noise)",
+        display="I²''' (extra noise)",
         release="i2_extra",
         post_processing="I2''' = I2'' + N(0, sigma_5^2)  (Thm 3.13 option; no privacy gained)",
         truth="i2",
