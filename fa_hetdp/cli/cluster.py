@@ -17,6 +17,7 @@ Flower's command-line programs only.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,19 +37,97 @@ from fa_hetdp.errors import FaHetdpError
 
 __all__ = [
     "APP_DIR",
+    "APP_PACKAGES",
     "ClusterError",
     "FlowerCluster",
     "ManagedProcess",
     "RunOutcome",
+    "find_program",
+    "flower_app_dir",
     "free_port",
+    "is_app_dir",
     "read_progress",
     "run_simulation",
     "toml_value",
 ]
 
-#: The Flower app: the repository (or installed source tree) that holds ``pyproject.toml``
-#: with ``[tool.flwr.app]`` and the ``clients``/``server`` packages.
+#: The source tree (a clone or an editable install): the Flower app when it holds
+#: ``pyproject.toml`` with ``[tool.flwr.app]`` and the app's packages (see :func:`flower_app_dir`).
 APP_DIR = Path(__file__).resolve().parents[2]
+
+#: The packages a Flower app of fa-hetdp is made of (the ServerApp and ClientApp components
+#: and everything they import from this project).
+APP_PACKAGES: tuple[str, ...] = ("fa_hetdp", "clients", "server", "secagg")
+
+
+def is_app_dir(path: Path) -> bool:
+    """Whether ``path`` holds the Flower app: ``[tool.flwr.app]`` and the app's packages."""
+    pyproject = path / "pyproject.toml"
+    try:
+        text = pyproject.read_text()
+    except OSError:
+        return False
+    return "[tool.flwr.app]" in text and all(
+        (path / name / "__init__.py").is_file() for name in APP_PACKAGES
+    )
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    locations = None if spec is None else spec.submodule_search_locations
+    if not locations:
+        raise ClusterError(f"the package {name!r} of the Flower app is not installed.")
+    return Path(next(iter(locations)))
+
+
+def flower_app_dir(workdir: Path) -> Path:
+    """Return the directory ``flwr run`` builds the Flower app (FAB) from.
+
+    The source tree when it is one (:data:`APP_DIR`: a clone or an editable install);
+    otherwise (a wheel, ``pip install .``) an app directory assembled in ``workdir/app`` from
+    the installed packages (:data:`APP_PACKAGES`, Python sources only), the shipped
+    scenarios (``fa_hetdp/_scenarios``) and the app's ``pyproject.toml``
+    (``fa_hetdp/_app/pyproject.toml``). The FAB is the code that runs on the SuperLink and
+    on every SuperNode (docs/deployment.md).
+
+    Raises
+    ------
+    ClusterError
+        The installed package carries no app configuration.
+    """
+    if is_app_dir(APP_DIR):
+        return APP_DIR
+    package = _package_dir("fa_hetdp")
+    pyproject = package / "_app" / "pyproject.toml"
+    if not pyproject.is_file():
+        raise ClusterError(
+            f"this installation of fa-hetdp has no Flower app configuration ({pyproject}); "
+            "reinstall it from a wheel or the source tree (pip install fa-hetdp)."
+        )
+    target = workdir / "app"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    shutil.copyfile(pyproject, target / "pyproject.toml")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_app", "_scenarios")
+    for name in APP_PACKAGES:
+        shutil.copytree(_package_dir(name), target / name, ignore=ignore)
+    scenarios = package / "_scenarios"
+    if scenarios.is_dir():
+        shutil.copytree(scenarios, target / "scenarios")
+    return target
+
+
+def find_program(name: str) -> str | None:
+    """Return the path of a Flower program: beside ``sys.executable`` first, then ``PATH``.
+
+    A venv's programs are found even when the venv is not activated (``fa-hetdp`` run by its
+    absolute path).
+    """
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
 
 CONNECTION_NAME = "fa-hetdp"
 
@@ -204,15 +284,23 @@ class FlowerCluster:
             }
         )
         python_path = env.get("PYTHONPATH", "")
-        env["PYTHONPATH"] = str(APP_DIR) + (os.pathsep + python_path if python_path else "")
+        if is_app_dir(APP_DIR):
+            env["PYTHONPATH"] = str(APP_DIR) + (os.pathsep + python_path if python_path else "")
+        # Flower starts its helpers (flower-superexec, flwr-serverapp, ...) by name: the
+        # venv's own programs first, also when the venv is not activated.
+        path = env.get("PATH", "")
+        env["PATH"] = str(Path(sys.executable).parent) + (os.pathsep + path if path else "")
         return env
 
     # -- processes -------------------------------------------------------------------------
     def start(self, name: str, argv: Sequence[str]) -> ManagedProcess:
         """Start ``argv`` in a new session, logging to ``logs/<name>.log``."""
-        executable = shutil.which(argv[0])
+        executable = find_program(argv[0])
         if executable is None:
-            raise ClusterError(f"{argv[0]!r} is not on PATH; install flwr (pip install flwr).")
+            raise ClusterError(
+                f"{argv[0]!r} is not on PATH (nor beside {sys.executable}); "
+                "install flwr in this environment (pip install fa-hetdp)."
+            )
         log_path = self.logs / f"{name}.log"
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
@@ -344,11 +432,16 @@ class FlowerCluster:
         self,
         run_config: Mapping[str, object],
         *,
-        app_dir: Path = APP_DIR,
+        app_dir: Path | None = None,
         num_supernodes: int | None = None,
         name: str = "flwr-run",
     ) -> ManagedProcess:
-        """Start ``flwr run APP <connection> --stream`` with ``run_config`` overrides."""
+        """Start ``flwr run APP <connection> --stream`` with ``run_config`` overrides.
+
+        ``app_dir`` defaults to :func:`flower_app_dir` (the source tree or an assembled copy).
+        """
+        if app_dir is None:
+            app_dir = flower_app_dir(self.workdir)
         if self.superlink_address is None:
             raise ClusterError("start the SuperLink before submitting a run.")
         config_path = self.workdir / f"{name}-config.toml"
