@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -144,3 +145,150 @@ def test_print_result_lists_every_released_statistic_from_the_registry(
     q_row = next(line for line in out.splitlines() if "Cochran" in line)
     # private, true, error (private - true) and the σ of the q release.
     assert ["32.5", "30", "2.5", "1.5"] == [c.strip() for c in q_row.split("│")[2:6]]
+
+
+# --------------------------------------------------------------------------------------------
+# Checked before Flower starts; results kept; one line, no traceback
+# --------------------------------------------------------------------------------------------
+
+
+def _no_flower(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fa_hetdp.cli.run as run_module
+
+    def must_not_start(*args: object, **kwargs: object) -> object:
+        raise AssertionError("Flower was started")
+
+    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
+
+
+@pytest.mark.parametrize(
+    ("flags", "blamed"),
+    [
+        (["--epsilon", "0"], "--epsilon"),
+        (["--delta", "0"], "--delta"),
+        (["--epsilon", "-1"], "--epsilon"),
+        (["--delta", "1"], "--delta"),
+        (["--seed", "-3"], "--seed"),
+        (["digits/digits-dirichlet"], "scenario"),
+        (["digits/digits-skew10", "--epsilon", "1"], "scenario"),
+        (["--output", "/proc/no/result.json"], "--output"),
+        (["--workdir", "/proc/no-workdir"], "--workdir"),
+    ],
+)
+def test_refused_with_one_line_before_flower_starts(
+    flags: list[str],
+    blamed: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _no_flower(monkeypatch)
+    assert main(["run", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"fa-hetdp run: error: {blamed}: "), err
+
+
+def test_grid_point_chosen_by_flags_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from fa_hetdp.cli.run import check_flags
+    from fa_hetdp.config.scenario import load_scenario
+
+    args = argparse.Namespace(
+        epsilon=0.5, delta=None, mechanism=None, placement="central", composition=None,
+        seed=None, timeout=10.0,
+    )  # fmt: skip
+    overrides = check_flags(args, load_scenario("digits/digits-dirichlet"))
+    assert overrides == {"epsilon": 0.5, "placement": "central"}
+
+
+def test_interrupt_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fa_hetdp.cli.run as run_module
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "run_simulation", interrupted)
+    assert main(["run"]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
+
+
+def test_flower_start_failure_is_one_line_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fa_hetdp.cli.run as run_module
+
+    def timed_out(*args: object, **kwargs: object) -> object:
+        raise ClusterError("superlink did not listen on port 1 within 60 s:\nlog line\nlog line")
+
+    monkeypatch.setattr(run_module, "run_simulation", timed_out)
+    assert main(["run"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "did not listen" in err and "--workdir" in err
+
+
+def _outcome(tmp_path: Path, result: dict[str, object]) -> object:
+    from fa_hetdp.cli.cluster import RunOutcome
+
+    return RunOutcome(returncode=0, output="", result=result, result_path=tmp_path / "r.json")
+
+
+def test_unwritable_output_after_the_run_keeps_the_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fa_hetdp.cli.run import save_result
+
+    monkeypatch.chdir(tmp_path)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a folder")
+    result = {"status": "success", "run_id": 7, "summary": {}}
+    where = save_result(result, blocked / "result.json")
+    assert where == tmp_path / "fa-hetdp-result-7.json"
+    assert json.loads(where.read_text()) == result
+    assert str(where) in capsys.readouterr().err
+
+
+def test_a_failure_never_replaces_a_success(tmp_path: Path) -> None:
+    from fa_hetdp.cli.run import save_result
+
+    output = tmp_path / "result.json"
+    save_result({"status": "success", "run_id": 1}, output)
+    where = save_result({"status": "aborted", "run_id": 2, "reason": "x"}, output)
+    assert json.loads(output.read_text())["status"] == "success"
+    assert where == tmp_path / "result-2.json"
+    assert json.loads(where.read_text())["status"] == "aborted"
+
+
+def test_flwr_run_exit_0_on_an_aborted_run_is_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fa_hetdp.cli.run as run_module
+
+    aborted = {"status": "aborted", "reason": "step 'x': 2 of 6 clients remain", "privacy": {}}
+    monkeypatch.setattr(run_module, "run_simulation", lambda *a, **k: _outcome(tmp_path, aborted))
+    assert main(["run"]) == 1
+    assert "2 of 6 clients remain" in capsys.readouterr().err
+
+
+def test_not_private_result_shows_no_epsilon_before_any_number(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fa_hetdp.cli.run import RunSetup, print_result
+
+    setup = RunSetup(scenario_name="demo", num_clients=3, run_config={}, truth={})
+    result = {
+        "status": "success",
+        "differentially_private": False,
+        "n": 3,
+        "d": 2,
+        "summary": {"q": 1.0},
+        "privacy": {"differentially_private": False, "not_private_because": ["paper profile"]},
+    }
+    print_result(setup, result)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("NOT differentially private: paper profile")
+    assert "ε" not in out

@@ -55,10 +55,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args._handler(args)
+    except KeyboardInterrupt:
+        # The Flower processes were stopped on the way out (FlowerCluster closes on any exit).
+        print(f"fa-hetdp {args.command}: interrupted; every process it started was stopped.",
+              file=sys.stderr)  # fmt: skip
+        return 130
     except FaHetdpError as exc:
-        print(f"fa-hetdp {args.command}: error: {exc}", file=sys.stderr)
+        print(f"fa-hetdp {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     return code
+
+
+def _one_line(exc: FaHetdpError) -> str:
+    """Return the error on one line (a ConfigError's single problem as ``key: message``)."""
+    problems: tuple[tuple[str, str], ...] = tuple(getattr(exc, "problems", ()))
+    if len(problems) == 1:
+        key, message = problems[0]
+        return f"{key}: {message}"
+    return " ".join(str(exc).split("\n  ")).replace("\n", " ")
 
 
 if __name__ == "__main__":  # pragma: no cover

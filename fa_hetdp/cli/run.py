@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -18,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fa_hetdp.cli.cluster import run_simulation
-from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
+from fa_hetdp.cli.cluster import ClusterError, run_simulation
+from fa_hetdp.config.rules import FIELDS, ConfigError, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.flower.steps import STEP_LABELS, Event
@@ -100,7 +99,62 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
 
     problems += validate(values, key)
     raise_problems("command line", problems)
+    check_single_point(scenario, given)
     return {RUN_CONFIG_KEYS[name]: value for name, value in given.items()}
+
+
+def check_single_point(scenario: Scenario, given: Mapping[str, object]) -> None:
+    """Refuse a grid scenario unless the flags pick one point of its grid.
+
+    A Flower run measures one (ε, mechanism, placement); running the first point of a grid
+    silently would report a setting the user did not choose.
+
+    Raises
+    ------
+    ConfigError
+        With the grid's values and the flags that pick a point.
+    """
+    axes = {
+        "epsilon": scenario.privacy.epsilons,
+        "mechanism": scenario.privacy.mechanisms,
+        "placement": scenario.protocol.placements,
+    }
+    open_axes = {n: v for n, v in axes.items() if len(v) > 1 and n not in given}
+    if open_axes:
+        listed = "; ".join(f"{n} in {list(v)}" for n, v in open_axes.items())
+        flags = " ".join(f"--{n} {v[0]}" for n, v in open_axes.items())
+        reason = (
+            f"{scenario.name!r} is a grid ({listed}) and a Flower run measures one point: "
+            f"choose it with {flags} (for example), or run the whole grid in-process with "
+            "`fa-hetdp reproduce`"
+        )
+        raise_problems("command line", [("scenario", reason)])
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Check before anything starts that ``--workdir`` and ``--output`` can be written.
+
+    Raises
+    ------
+    ConfigError
+        Naming the path and the operating system's reason.
+    """
+    targets: list[tuple[str, Path]] = []
+    if args.workdir is not None:
+        targets.append(("--workdir", Path(args.workdir)))
+    if args.output is not None:
+        output = Path(args.output)
+        if output.is_dir():
+            raise_problems("command line", [("--output", f"{output} is a directory")])
+        targets.append(("--output", output.parent))
+    for flag, folder in targets:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".fa-hetdp-check-"):
+                pass
+        except OSError as exc:
+            reason = f"cannot write in {folder} ({exc.strerror or exc}); choose a writable one"
+            raise ConfigError("command line", [(flag, reason)]) from None
 
 
 def prepare(args: argparse.Namespace) -> RunSetup:
@@ -176,12 +230,46 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def privacy_lines(result: Mapping[str, Any]) -> list[str]:
+    """Return the privacy statement of a result, shown first: no ε for a non-DP setting.
+
+    Each (ε, δ) shown is one guarantee (ε at δ, or δ at ε, from the same composition).
+    """
+    privacy = result.get("privacy", {})
+    if (
+        result.get("differentially_private") is False
+        or privacy.get("differentially_private") is False
+    ):
+        reasons = privacy.get("not_private_because") or ["a non-DP setting"]
+        return ["NOT differentially private: " + "; ".join(str(r) for r in reasons)]
+    pairs = privacy.get("guarantees", [])
+    if not pairs:
+        return ["privacy: nothing was released"] if result.get("status") != "success" else []
+    shown = " or ".join(f"(ε = {_fmt(p['epsilon'])}, δ = {_fmt(p['delta'])})" for p in pairs)
+    lines = [f"differentially private: {shown}  (exact composition of what was released)"]
+    if privacy.get("degraded"):
+        lines.append(
+            f"  DEGRADED: noise shares missing; target was ε = "
+            f"{_fmt(privacy.get('target_epsilon'))}, δ = {_fmt(privacy.get('target_delta'))}"
+        )
+    for item in privacy.get("released", []):
+        lines.append(f"  released: {item}")
+    return lines
+
+
+def print_privacy(result: Mapping[str, Any], *, file: Any = None) -> None:
+    """Print :func:`privacy_lines` (to stdout, or ``file``)."""
+    for line in privacy_lines(result):
+        print(line, file=file)
+
+
 def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
     """Print the private statistics against the truth, and the privacy spent."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
+    print_privacy(result)
     summary = result.get("summary", {})
     table = Table(
         title=(
@@ -205,13 +293,6 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
             _fmt(sigmas.get(spec.release, "")),
         )
     console.print(table)
-    privacy = result.get("privacy", {})
-    degraded = "  [DEGRADED: noise shares missing]" if privacy.get("degraded") else ""
-    console.print(
-        f"privacy spent (exact composition): ε = {_fmt(privacy.get('epsilon_spent'))} at "
-        f"δ = {_fmt(privacy.get('delta'))}  (target ε = {_fmt(privacy.get('target_epsilon'))},"
-        f" δ = {_fmt(privacy.get('target_delta'))}){degraded}"
-    )
     survivors = result.get("survivors", {})
     console.print("clients per step: " + ", ".join(f"{k}={v}" for k, v in survivors.items()))
     timings = result.get("timings", {})
@@ -249,27 +330,86 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def save_result(result: Mapping[str, Any], output: Path) -> Path:
+    """Write the result to ``output``; if that fails, to a fallback file; return the path used.
+
+    The fallback is ``fa-hetdp-result-<run>.json`` in the current directory, else in the
+    temporary directory. A result is never lost for want of a writable path (the caller also
+    prints it).
+
+    A failed run's result does not replace a successful one at ``output``: it is written
+    beside it as ``<stem>-<run id>.json``.
+
+    Raises
+    ------
+    OSError
+        No path at all could be written.
+    """
+    import json
+
+    from fa_hetdp.report.files import write_json_atomic
+
+    if result.get("status") != "success":
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(output.read_text()).get("status") == "success":
+                # Never replace a success with a failure: the failure goes beside it.
+                output = output.with_name(f"{output.stem}-{result.get('run_id', 'failed')}.json")
+    try:
+        write_json_atomic(output, dict(result))
+        return output
+    except OSError as first:
+        name = f"fa-hetdp-result-{result.get('run_id', 'unknown')}.json"
+        for folder in (Path.cwd(), Path(tempfile.gettempdir())):
+            with contextlib.suppress(OSError):
+                write_json_atomic(folder / name, dict(result))
+                print(
+                    f"fa-hetdp run: cannot write {output} ({first.strerror or first}); "
+                    f"the result is in {folder / name}",
+                    file=sys.stderr,
+                )
+                return folder / name
+        raise
+
+
 def run_command(args: argparse.Namespace) -> int:
-    """Run ``fa-hetdp run``; return the process exit code."""
+    """Run ``fa-hetdp run``; return the process exit code.
+
+    Everything is checked before Flower starts (flags, grid, paths). A start-up failure of
+    Flower is one line with a hint; a run that did not succeed exits 1 with its reason,
+    whatever ``flwr run`` returned.
+    """
+    check_paths(args)
     setup = prepare(args)
     with _workdir(args.workdir) as workdir:
-        with progress_display(setup) as on_progress:
-            outcome = run_simulation(
-                setup.run_config,
-                num_supernodes=setup.num_clients,
-                workdir=workdir,
-                timeout=float(args.timeout),
-                progress=on_progress,
+        try:
+            with progress_display(setup) as on_progress:
+                outcome = run_simulation(
+                    setup.run_config,
+                    num_supernodes=setup.num_clients,
+                    workdir=workdir,
+                    timeout=float(args.timeout),
+                    progress=on_progress,
+                )
+        except ClusterError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            hint = (
+                f"logs in {workdir / 'logs'}"
+                if args.workdir is not None
+                else "rerun with --workdir DIR to keep Flower's logs"
             )
-        if outcome.result is None or outcome.result.get("status") != "success":
+            print(f"fa-hetdp run: Flower failed: {first} ({hint})", file=sys.stderr)
+            return 1
+        result = outcome.result
+        if args.output is not None and result is not None:
+            save_result(result, Path(args.output))
+        if result is None or result.get("status") != "success":
             reason = "no result file was written"
-            if outcome.result is not None:
-                reason = str(outcome.result.get("reason", reason))
+            if result is not None:
+                reason = str(result.get("reason", reason))
             print(f"fa-hetdp run: the run failed: {reason}", file=sys.stderr)
+            if result is not None:
+                print_privacy(result, file=sys.stderr)
             print(outcome.output[-3000:], file=sys.stderr)
             return 1
-        if args.output is not None:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(outcome.result_path, args.output)
-        print_result(setup, outcome.result)
+        print_result(setup, result)
     return 0
