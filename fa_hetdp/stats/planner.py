@@ -1,0 +1,594 @@
+"""The accuracy planner: expected error of every private statistic, before any data exist.
+
+:func:`plan_accuracy` needs ``n``, ``d``, the privacy settings and a few *public assumptions*
+about the data (:class:`DataAssumptions`); it never sees client data. It calibrates the run
+exactly as the protocol would (:func:`~fa_hetdp.protocol.plan.plan_protocol`, so every utility
+lever of the plan flows in) and evaluates the error model of :mod:`fa_hetdp.stats.metrics` on a
+*model population* described by the assumptions: every coordinate has mean ``m``, dispersion
+``D`` and every client the within-vector variance ``v`` (weight ``w = 1/max(v, v_min)``), so
+``B = n w``, ``Q = n w D`` and ``I^2 = max(0, 1 - (n - 1)/Q)``.
+
+Two errors are given per statistic (``docs/design.md``, error metrics):
+
+- **per coordinate**: ``sqrt(mean_j E[(private_j - true_j)^2])``;
+- **of the coordinate average**: ``sqrt(E[(mean_j private_j - mean_j true_j)^2])``. Noise
+  that is independent across coordinates averages out (``1/d``); the noise of ``B'`` is shared
+  by every coordinate of ``mu_bar'`` (and so of ``Q''``, ``I2''``), and biases (``D''`` and
+  ``Q''`` are biased upwards by the broadcast's error) do not average out. Both are computed
+  exactly given the model, by Gauss-Hermite quadrature over the shared noise of ``B'``.
+
+The scalars ``total_dispersion = sum_j D''_j`` and ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``
+are planned too (``i2_total`` with a normal approximation of ``sum_j Q''_j`` given ``B'``).
+:func:`min_clients` and :func:`min_epsilon` invert the planner for a target error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import numpy as np
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.stats.assumptions import Assumed, DataAssumptions
+from fa_hetdp.stats.metrics import clipped_gaussian_moment
+from fa_hetdp.stats.registry import STATISTICS, statistic
+
+__all__ = [
+    "SCALARS",
+    "AccuracyPlan",
+    "PlannedError",
+    "accuracy_of_plan",
+    "min_clients",
+    "min_epsilon",
+    "plan_accuracy",
+]
+
+SCALARS: Final[Mapping[str, str]] = {
+    "total_dispersion": "total dispersion Σ D''",
+    "i2_total": "I² of Σ Q''",
+}
+"""The scalar summaries (key -> display name), planned and released after the statistics."""
+
+_GH_B: Final = 24
+_GH_Y: Final = 24
+_GH_Z: Final = 24
+_GH_S: Final = 48
+
+Scope = Literal["coordinate", "average"]
+
+
+@dataclass(frozen=True)
+class PlannedError:
+    """The expected error of one statistic (or scalar summary).
+
+    Attributes
+    ----------
+    key, display : str
+        Identifier (:data:`~fa_hetdp.stats.registry.STATISTICS` or :data:`SCALARS`) and name.
+    typical : float
+        The statistic's value in the model population (per coordinate; the scalar itself).
+    rmse_coordinate : float
+        Expected RMSE per coordinate (equals ``rmse_average`` for a scalar).
+    rmse_average : float
+        Expected RMSE of the coordinate average (of the scalar).
+    """
+
+    key: str
+    display: str
+    typical: float
+    rmse_coordinate: float
+    rmse_average: float
+
+    @property
+    def noise_dominated(self) -> bool:
+        """Whether the expected per-coordinate error exceeds the typical value."""
+        return self.rmse_coordinate > abs(self.typical)
+
+    def relative(self, scope: Scope = "average") -> float:
+        """RMSE over ``|typical|`` (inf when the typical value is 0)."""
+        rmse = self.rmse_average if scope == "average" else self.rmse_coordinate
+        return rmse / abs(self.typical) if self.typical != 0.0 else math.inf
+
+
+@dataclass(frozen=True)
+class AccuracyPlan:
+    """What a run will be able to tell: the expected error of every release.
+
+    Attributes
+    ----------
+    plan : ProtocolPlan
+        The calibrated protocol the errors are for.
+    assumptions : DataAssumptions
+        The public assumptions used (``assumptions.assumed`` lists the defaults taken).
+    errors : tuple[PlannedError, ...]
+        One row per statistic the run releases, in the registry's order.
+    scalars : tuple[PlannedError, ...]
+        ``total_dispersion`` and ``i2_total``.
+    """
+
+    plan: ProtocolPlan
+    assumptions: DataAssumptions
+    errors: tuple[PlannedError, ...]
+    scalars: tuple[PlannedError, ...] = field(default=())
+
+    @property
+    def n(self) -> int:
+        """Number of clients."""
+        return self.plan.n
+
+    @property
+    def d(self) -> int:
+        """Number of coordinates."""
+        return self.plan.d
+
+    def error(self, key: str) -> PlannedError:
+        """Return the row of statistic or scalar ``key``."""
+        for row in (*self.errors, *self.scalars):
+            if row.key == key:
+                return row
+        allowed = tuple(r.key for r in (*self.errors, *self.scalars))
+        raise KeyError(f"no planned error for {key!r}; allowed: {allowed}")
+
+    @property
+    def noise_dominated(self) -> tuple[PlannedError, ...]:
+        """Rows whose expected per-coordinate error exceeds their typical value."""
+        return tuple(r for r in (*self.errors, *self.scalars) if r.noise_dominated)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the result document and ``fa-hetdp plan --json``)."""
+        cfg = self.plan.config
+        return {
+            "n": self.n,
+            "d": self.d,
+            "epsilon": cfg.epsilon,
+            "delta": cfg.delta,
+            "composition": cfg.composition,
+            "mechanism": cfg.mechanism,
+            "placement": cfg.placement,
+            "variance_floor": cfg.variance_floor,
+            "assumptions": self.assumptions.as_dict(),
+            "statistics": {
+                r.key: {
+                    "typical": r.typical,
+                    "rmse_coordinate": r.rmse_coordinate,
+                    "rmse_average": r.rmse_average,
+                    "noise_dominated": r.noise_dominated,
+                }
+                for r in (*self.errors, *self.scalars)
+            },
+        }
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _i2(q: FloatArray | float, n: int, d: int = 1) -> FloatArray:
+    """``max(0, 1 - (n - 1) d/Q)`` (Def. 3.12; ``d > 1`` for the summed Q)."""
+    q = np.asarray(q, dtype=np.float64)
+    above = q > (n - 1) * d
+    return np.where(above, 1.0 - (n - 1) * d / np.where(above, q, 1.0), 0.0)
+
+
+def _hermite(k: int) -> tuple[FloatArray, FloatArray]:
+    nodes, weights = np.polynomial.hermite_e.hermegauss(k)
+    return nodes, weights / weights.sum()
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The model population (per coordinate ``m, D, Q``) and the plan's noise scales."""
+
+    n: int
+    d: int
+    m: FloatArray
+    dispersion: FloatArray
+    q: FloatArray
+    b: float
+    s1: float
+    s2: float
+    s3: float
+    s4: float
+    s5: float
+    w_min: float
+
+
+def _model(plan: ProtocolPlan, assumptions: DataAssumptions) -> _Model:
+    n, d, floor = plan.n, plan.d, plan.config.variance_floor
+    m, spread, q = assumptions.per_coordinate(n, d, floor)
+
+    def s(name: str) -> float:
+        if name not in plan.releases or (name == "i2_extra" and not plan.config.extra_i2_noise):
+            return 0.0
+        # the mechanism's noise variance at the release's total scale
+        return math.sqrt(float(plan.mechanism.variance(plan.noise_std(name))))
+
+    return _Model(
+        n=n,
+        d=d,
+        m=m,
+        dispersion=spread,
+        q=q,
+        b=n * assumptions.weight(floor),
+        s1=s("mean"),
+        s2=s("weighted"),
+        s3=s("dispersion"),
+        s4=s("q"),
+        s5=s("i2_extra"),
+        w_min=plan.min_weight,
+    )
+
+
+def _stage2_factor_sq(
+    plan: ProtocolPlan, mod: _Model, loc: FloatArray, scale: FloatArray
+) -> tuple[float, FloatArray]:
+    """``E[f^2]`` of the stage-2 noise factors (``"dispersion"``; ``"q"`` per node of ``B'``).
+
+    The plan scales the stage-2 sigmas by :meth:`ProtocolPlan.stage2_factors` of the public
+    broadcast (``f^2 = mean_j max(c_j, 1 - c_j)^4`` with broadcast-based bounds, 1 without),
+    and ``c`` is noisy: ``clip(m + tau Y)`` resp. ``clip(A'/B~)``. ``f^2`` is a mean over
+    coordinates of one function of each ``c_j``, so evaluating every coordinate at the same
+    Gauss-Hermite node and averaging over the nodes gives ``E[f^2]`` exactly (up to quadrature).
+    """
+    y, py = _hermite(_GH_Y)
+    tau = mod.s1 / mod.n
+    c1 = np.clip(mod.m[None, None, :] + tau * y[None, :, None], 0.0, 1.0)  # (1, Y, d)
+    c2 = np.clip(loc[:, None, :] + scale[:, None, None] * y[None, :, None], 0.0, 1.0)
+    factors = plan.stage2_factors((np.broadcast_to(c1, c2.shape), c2))
+    f_disp = float(np.mean(np.asarray(factors["dispersion"]) ** 2 @ py))
+    f_q = np.asarray(np.asarray(factors["q"]) ** 2 @ py, dtype=np.float64)  # (K,)
+    return f_disp, f_q
+
+
+def _ratio_moments(mod: _Model) -> tuple[FloatArray, list[FloatArray], FloatArray, FloatArray]:
+    """Per node of the noise of ``B'``: ``E[delta^k | b]``, ``delta = mu_bar' - mu_bar``.
+
+    Given ``b``, ``A'/B~`` is ``N(B m/B~, (s_2/B~)^2)`` exactly, clipped to ``[0, 1]``
+    (``B~ = max(B + b, n w_min)``; as in :func:`fa_hetdp.stats.metrics.expected_mse`).
+    Returns (node weights (K,), [moments 1..4, each (K, d)], locations (K, d), scales (K,)).
+    """
+    z, p = _hermite(_GH_B)
+    b_used = np.maximum(mod.b + mod.s2 * z, mod.n * mod.w_min)
+    loc = mod.b * mod.m[None, :] / b_used[:, None]
+    scale = mod.s2 / b_used
+    moments = [
+        clipped_gaussian_moment(mod.m[None, :], scale[:, None], k, location=loc)
+        for k in (1, 2, 3, 4)
+    ]
+    return p, moments, loc, scale
+
+
+def _i2_moments(
+    mod: _Model, loc: FloatArray, scale: FloatArray, s4: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """``E[e | b]`` and ``E[e^2 | b]``, shape (K, d), of ``e = I2'' - I^2`` per coordinate.
+
+    ``Q'' = Q + B delta^2 + s_4 Z`` (Thm 3.8; ``s_4`` per node of ``B'``), by Gauss-Hermite
+    quadrature over the noise of ``A'`` (``Y``) and of ``Q''`` (``Z``), in chunks of
+    coordinates.
+    """
+    y, py = _hermite(_GH_Y)
+    zq, pz = _hermite(_GH_Z)
+    w = py[:, None] * pz[None, :]
+    e1 = np.empty(loc.shape)
+    e2 = np.empty(loc.shape)
+    truth = _i2(mod.q, mod.n)
+    for start in range(0, mod.d, 16):
+        sl = slice(start, start + 16)
+        est = np.clip(loc[:, sl, None] + scale[:, None, None] * y, 0.0, 1.0)  # (K, c, Y)
+        q_y = mod.q[sl, None] + mod.b * (est - mod.m[sl, None]) ** 2
+        q_all = q_y[..., None] + s4[:, None, None, None] * zq  # (K, c, Y, Z)
+        err = _i2(q_all, mod.n) - truth[sl, None, None]
+        e1[:, sl] = np.einsum("kcyz,yz->kc", err, w)
+        e2[:, sl] = np.einsum("kcyz,yz->kc", err**2, w)
+    return e1, e2
+
+
+def _i2_total_mse(
+    mod: _Model, p: FloatArray, m2: FloatArray, m4: FloatArray, s4: FloatArray
+) -> float:
+    """``E[(i2_total'' - i2_total)^2]``; ``sum_j Q''_j`` given ``B'`` taken as normal.
+
+    Given ``b``, ``sum_j Q''_j - sum_j Q_j = B sum_j delta_j^2 + sum_j e_j`` is a sum of ``d``
+    independent terms: mean ``B sum_j E[delta_j^2]``, variance
+    ``sum_j B^2 Var(delta_j^2) + d s_4^2`` (a normal approximation: the CLT over coordinates).
+    """
+    d, n = mod.d, mod.n
+    z, pz = _hermite(_GH_S)
+    total = float(np.sum(mod.q))
+    mean = total + mod.b * m2.sum(axis=1)
+    var = mod.b**2 * np.maximum(m4 - m2**2, 0.0).sum(axis=1) + d * s4**2
+    err = _i2(mean[:, None] + np.sqrt(var)[:, None] * z, n, d) - float(_i2(total, n, d))
+    return float(p @ ((err**2) @ pz))
+
+
+def _average_mse(p: FloatArray, first: FloatArray, second: FloatArray, d: int) -> float:
+    """``E_b[(mean_j E[e_j|b])^2 + mean_j Var(e_j|b)/d]``: the MSE of the coordinate average.
+
+    Given ``b`` the coordinates' errors are independent (only ``B'`` is shared).
+    """
+    bias = first.mean(axis=-1)
+    var = (second - first**2).mean(axis=-1)
+    return float(p @ (bias**2 + var / d))
+
+
+def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> AccuracyPlan:
+    """Compute the expected error of every release of ``plan`` under ``assumptions``.
+
+    Per coordinate (``tau = s_1/n``, ``s_k`` the total noise std of release ``k``,
+    ``delta = mu_bar' - mu_bar``, moments given the noise ``b`` of ``B'`` then integrated):
+
+    - ``mu'``: ``tau^2``; average ``tau^2/d``.
+    - ``D''``: ``E[(clip(m + Y) - m)^4] + (s_3/n)^2``; the average keeps the bias
+      ``E[(clip(m + Y) - m)^2]`` whole and divides the variance by ``d``.
+    - ``mu_bar'``: ``E[delta^2]``; average ``E_b[E[delta|b]^2 + Var(delta|b)/d]`` (the shared
+      noise of ``B'`` does not average out).
+    - ``Q''``: ``B^2 E[delta^4] + s_4^2``; average
+      ``E_b[B^2 (E[delta^2|b]^2 + Var(delta^2|b)/d)] + s_4^2/d``.
+    - ``I2''``: quadrature over ``(b, A', Z)`` as :func:`fa_hetdp.stats.metrics.expected_mse`;
+      average as for ``mu_bar'``; ``I2'''`` adds ``s_5^2`` (``s_5^2/d``).
+
+    Parameters
+    ----------
+    plan : ProtocolPlan
+        The calibrated protocol.
+    assumptions : DataAssumptions
+        Public assumptions about the data.
+
+    Returns
+    -------
+    AccuracyPlan
+    """
+    mod = _model(plan, assumptions)
+    n, d = mod.n, mod.d
+    tau = mod.s1 / n
+    one = np.ones(1)
+    per: dict[str, float] = {}
+    avg: dict[str, float] = {}
+    per["mean"], avg["mean"] = tau**2, tau**2 / d
+    d2 = clipped_gaussian_moment(mod.m, tau, 2)[None, :]
+    d4 = clipped_gaussian_moment(mod.m, tau, 4)[None, :]
+    p, (m1, m2, _m3, m4), loc, scale = _ratio_moments(mod)
+    f_disp, f_q = _stage2_factor_sq(plan, mod, loc, scale)
+    noise3 = f_disp * (mod.s3 / n) ** 2  # the noise is independent of the broadcast's error
+    per["dispersion"] = float(np.mean(d4)) + noise3
+    avg["dispersion"] = _average_mse(one, d2, d4 + noise3, d)
+    per["weighted_mean"] = float(np.mean(p @ m2))
+    avg["weighted_mean"] = _average_mse(p, m1, m2, d)
+    noise4 = float(p @ f_q) * mod.s4**2
+    per["q"] = mod.b**2 * float(np.mean(p @ m4)) + noise4
+    avg["q"] = mod.b**2 * _average_mse(p, m2, m4, d) + noise4 / d
+    s4 = mod.s4 * np.sqrt(f_q)
+    e1, e2 = _i2_moments(mod, loc, scale, s4)
+    per["i2"] = float(np.mean(p @ e2))
+    avg["i2"] = _average_mse(p, e1, e2, d)
+    per["i2_extra"] = per["i2"] + mod.s5**2
+    avg["i2_extra"] = avg["i2"] + mod.s5**2 / d
+    i2_true = float(np.mean(_i2(mod.q, n)))
+    typical = {
+        "mean": float(np.mean(mod.m)),
+        "dispersion": float(np.mean(mod.dispersion)),
+        "weighted_mean": float(np.mean(mod.m)),
+        "q": float(np.mean(mod.q)),
+        "i2": i2_true,
+        "i2_extra": i2_true,
+    }
+    rows = []
+    for spec in STATISTICS:
+        if spec.optional and not plan.config.extra_i2_noise:
+            continue
+        if spec.release not in plan.releases:  # a release the plan does not make
+            continue
+        rows.append(
+            PlannedError(
+                key=spec.key,
+                display=spec.display,
+                typical=typical[spec.key],
+                rmse_coordinate=math.sqrt(per[spec.key]),
+                rmse_average=math.sqrt(avg[spec.key]),
+            )
+        )
+    scalars = []
+    if "dispersion" in plan.releases:
+        total = d * math.sqrt(avg["dispersion"])
+        typical_total = float(np.sum(mod.dispersion))
+        scalars.append(
+            PlannedError(
+                "total_dispersion", SCALARS["total_dispersion"], typical_total, total, total
+            )
+        )
+    if "q" in plan.releases and "weighted" in plan.releases:
+        rmse = math.sqrt(_i2_total_mse(mod, p, m2, m4, s4))
+        typical_i2 = float(_i2(float(np.sum(mod.q)), n, d))
+        scalars.append(PlannedError("i2_total", SCALARS["i2_total"], typical_i2, rmse, rmse))
+    return AccuracyPlan(
+        plan=plan, assumptions=assumptions, errors=tuple(rows), scalars=tuple(scalars)
+    )
+
+
+def plan_accuracy(
+    n: int,
+    d: int,
+    *,
+    epsilon: float,
+    delta: float,
+    within_variance: float | None = None,
+    coordinate_mean: Assumed | None = None,
+    dispersion: Assumed | None = None,
+    i2: Assumed | None = None,
+    **settings: Any,
+) -> AccuracyPlan:
+    """Plan the expected RMSE of every statistic a run would release (no data needed).
+
+    Parameters
+    ----------
+    n, d : int
+        Number of clients and coordinates.
+    epsilon, delta : float
+        The run's privacy budget.
+    within_variance, coordinate_mean, dispersion, i2 : optional
+        Public assumptions about the data (:class:`DataAssumptions`); those left out take
+        conservative defaults and are listed in ``result.assumptions.assumed``.
+    **settings
+        Any other :class:`~fa_hetdp.config.protocol.ProtocolConfig` field (``composition``,
+        ``variance_floor``, ...); left out, ProtocolConfig's defaults (the recommended
+        settings) apply.
+
+    Returns
+    -------
+    AccuracyPlan
+        Per statistic: typical value, RMSE per coordinate and of the coordinate average.
+
+    Examples
+    --------
+    >>> from fa_hetdp import plan_accuracy
+    >>> acc = plan_accuracy(1797, 64, epsilon=1.0, delta=1e-5, within_variance=0.14)
+    >>> acc.error("mean").rmse_coordinate < 0.05
+    True
+    """
+    config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+    assumptions = DataAssumptions.stated(
+        within_variance=within_variance,
+        coordinate_mean=coordinate_mean,
+        dispersion=dispersion,
+        i2=i2,
+    )
+    return accuracy_of_plan(plan_protocol(config, n=n, d=d), assumptions)
+
+
+# --------------------------------------------------------------------------- inverses
+
+
+def _target_met(acc: AccuracyPlan, key: str, target: float, relative: bool, scope: Scope) -> bool:
+    row = acc.error(key)
+    if relative:
+        return row.relative(scope) <= target
+    return (row.rmse_average if scope == "average" else row.rmse_coordinate) <= target
+
+
+def _check_target(key: str, target: float, relative: bool) -> None:
+    if key not in SCALARS:
+        statistic(key)  # raises KeyError with the allowed keys
+    if not (math.isfinite(target) and target > 0.0):
+        raise InputDataError(f"target must be a positive number, got target={target!r}.")
+    del relative
+
+
+def min_clients(
+    d: int,
+    *,
+    statistic_key: str,
+    target: float,
+    epsilon: float,
+    delta: float,
+    relative: bool = True,
+    scope: Scope = "average",
+    max_clients: int = 10**8,
+    assumptions: DataAssumptions | None = None,
+    **settings: Any,
+) -> int | None:
+    """Smallest number of clients whose expected error of ``statistic_key`` is ``<= target``.
+
+    Parameters
+    ----------
+    d : int
+        Number of coordinates.
+    statistic_key : str
+        A statistic key (``"dispersion"``) or a scalar (``"i2_total"``).
+    target : float
+        Target RMSE: a fraction of the typical value (``relative=True``) or absolute.
+    epsilon, delta : float
+        Privacy budget.
+    relative : bool, default True
+        Whether ``target`` is relative to the statistic's typical value.
+    scope : {"average", "coordinate"}
+        Error of the coordinate average, or per coordinate.
+    max_clients : int
+        Largest ``n`` searched.
+    assumptions : DataAssumptions, optional
+        Public assumptions (default: :meth:`DataAssumptions.stated` with nothing stated).
+    **settings
+        Other :class:`~fa_hetdp.config.protocol.ProtocolConfig` fields.
+
+    Returns
+    -------
+    int or None
+        The smallest ``n`` (the error falls with ``n``; bisection), or None when even
+        ``max_clients`` does not reach the target.
+    """
+    _check_target(statistic_key, target, relative)
+    config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+    assume = assumptions if assumptions is not None else DataAssumptions.stated()
+
+    def ok(n: int) -> bool:
+        acc = accuracy_of_plan(plan_protocol(config, n=n, d=d), assume)
+        return _target_met(acc, statistic_key, target, relative, scope)
+
+    return _bisect_int(ok, 2, max_clients)
+
+
+def min_epsilon(
+    n: int,
+    d: int,
+    *,
+    statistic_key: str,
+    target: float,
+    delta: float,
+    relative: bool = True,
+    scope: Scope = "average",
+    max_epsilon: float = 100.0,
+    assumptions: DataAssumptions | None = None,
+    **settings: Any,
+) -> float | None:
+    """Smallest ``epsilon`` (to 0.5 % relative) whose expected error is ``<= target``.
+
+    Parameters are those of :func:`min_clients`, with ``n`` fixed and ``epsilon`` searched in
+    ``[1e-3, max_epsilon]``. Returns None when ``max_epsilon`` does not reach the target.
+    """
+    _check_target(statistic_key, target, relative)
+    assume = assumptions if assumptions is not None else DataAssumptions.stated()
+
+    def ok(epsilon: float) -> bool:
+        config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+        acc = accuracy_of_plan(plan_protocol(config, n=n, d=d), assume)
+        return _target_met(acc, statistic_key, target, relative, scope)
+
+    low, high = 1e-3, float(max_epsilon)
+    if not ok(high):
+        return None
+    if ok(low):
+        return low
+    while high / low > 1.005:
+        mid = math.sqrt(low * high)
+        if ok(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def _bisect_int(ok: Callable[[int], bool], low: int, high: int) -> int | None:
+    """Smallest integer in ``[low, high]`` with ``ok`` (assumed monotone), or None."""
+    if ok(low):
+        return low
+    probe = low
+    while True:  # exponential search first: most targets need far fewer than ``high``
+        nxt = min(high, probe * 2)
+        if ok(nxt):
+            break
+        if nxt == high:
+            return None
+        probe = nxt
+    lo, hi = probe, nxt  # ok(hi), not ok(lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
