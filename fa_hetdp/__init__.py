@@ -34,6 +34,7 @@ from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import TrueStatistics, true_statistics
 from fa_hetdp.stats.metrics import emse, expected_mse
+from fa_hetdp.stats.planner import plan_accuracy
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,7 @@ __all__ = [
     "expected_mse",
     "load_dataset",
     "load_scenario",
+    "plan_accuracy",
     "plan_budget",
     "plan_protocol",
     "privacy_spent",
