@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import ndtr, ndtri
+from scipy.stats import chi2
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
@@ -34,6 +36,9 @@ __all__ = [
     "coverage",
     "noise_confidence_intervals",
     "paper_confidence_intervals",
+    "stage2_noise_stds",
+    "summed_i_squared",
+    "true_value",
 ]
 
 PAPER_CI_LABEL: Final = (
@@ -93,10 +98,20 @@ def coverage(intervals: Intervals, truth: TrueStatistics) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for name, low in intervals.lower.items():
-        true = np.asarray(getattr(truth, name), dtype=np.float64)
+        true = true_value(truth, name)
         high = intervals.upper[name]
         out[name] = float(np.mean((low <= true) & (true <= high)))
     return out
+
+
+def true_value(truth: TrueStatistics, name: str) -> FloatArray:
+    """Return the exact value a statistic or scalar estimates (``i2_extra`` estimates I^2)."""
+    if name == "total_dispersion":
+        return np.asarray(np.sum(truth.dispersion), dtype=np.float64)
+    if name == "i2_total":
+        return summed_i_squared(float(np.sum(truth.q)), truth.n, truth.d)
+    key = "i2" if name == "i2_extra" else name
+    return np.asarray(getattr(truth, key), dtype=np.float64)
 
 
 def _check_level(level: float) -> float:
@@ -155,7 +170,9 @@ def paper_confidence_intervals(
     )
 
 
-def _quantile_chi2_plus_normal(scale_chi2: FloatArray, sd_normal: float, p: float) -> FloatArray:
+def _quantile_chi2_plus_normal(
+    scale_chi2: FloatArray, sd_normal: FloatArray | float, p: float
+) -> FloatArray:
     """``p``-quantile of ``scale_chi2 * Y^2 + sd_normal * Z`` (``Y, Z`` iid standard normal).
 
     The CDF ``E_Y[Phi((u - scale Y^2)/sd)]`` is evaluated by Gauss-Hermite quadrature over
@@ -164,16 +181,38 @@ def _quantile_chi2_plus_normal(scale_chi2: FloatArray, sd_normal: float, p: floa
     nodes, weights = np.polynomial.hermite_e.hermegauss(96)
     weights = weights / weights.sum()
     y2 = nodes**2
-    scale = np.atleast_1d(np.asarray(scale_chi2, dtype=np.float64))
-    lo = np.full(scale.shape, -10.0 * sd_normal)
-    hi = 40.0 * scale + 10.0 * sd_normal
+    shape = np.broadcast_shapes(np.shape(scale_chi2), np.shape(sd_normal))
+    scale = np.broadcast_to(np.asarray(scale_chi2, dtype=np.float64), shape).reshape(-1)
+    sd = np.broadcast_to(np.asarray(sd_normal, dtype=np.float64), shape).reshape(-1)
+    lo = -10.0 * sd
+    hi = 40.0 * scale + 10.0 * sd
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        cdf = ndtr((mid[:, None] - scale[:, None] * y2) / sd_normal) @ weights
+        cdf = ndtr((mid[:, None] - scale[:, None] * y2) / sd[:, None]) @ weights
         below = cdf < p
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
-    out: FloatArray = hi.reshape(np.shape(scale_chi2))
+    out: FloatArray = hi.reshape(shape)
+    return out
+
+
+def stage2_noise_stds(result: Result, plan: ProtocolPlan) -> tuple[FloatArray, FloatArray]:
+    """Return the total noise std of ``"dispersion"`` and ``"q"`` at the result's broadcast.
+
+    The plan scales the stage-2 sigmas by :meth:`ProtocolPlan.stage2_factors` of the public
+    broadcast ``(clip(mu', 0, 1), mu_bar')``; shape ``()`` or ``(repeats,)``.
+    """
+    factors = plan.stage2_factors((result.mu_prime_broadcast, result.weighted_mean))
+    s3 = np.asarray(plan.noise_std("dispersion") * factors["dispersion"], dtype=np.float64)
+    s4 = np.asarray(plan.noise_std("q") * factors["q"], dtype=np.float64)
+    return s3, s4
+
+
+def summed_i_squared(q_sum: npt.ArrayLike, n: int, d: int) -> FloatArray:
+    """Return ``max(0, 1 - (n - 1) d / sum_j Q_j)``, the ``I^2`` of the summed Q."""
+    q = np.asarray(q_sum, dtype=np.float64)
+    above = q > (n - 1) * d
+    out: FloatArray = np.where(above, 1.0 - (n - 1) * d / np.where(above, q, 1.0), 0.0)
     return out
 
 
@@ -197,7 +236,17 @@ def noise_confidence_intervals(
       ``B (mu_bar - mu_bar')^2 <~ (2 s_2^2/B_lo) chi^2_1`` (delta method, ``mu_bar <= 1``), so
       ``Q in [max(0, Q'' - U), Q'' + z s_4]`` with ``U`` the quantile of that sum.
     - ``i2``: the image of the ``Q`` interval under the monotone map
-      ``Q -> max(0, 1 - (n-1)/Q)`` (built on ``I2''``; ``I2'''`` only adds noise).
+      ``Q -> max(0, 1 - (n-1)/Q)`` (built on ``I2''``; ``I2'''`` only adds noise, so it
+      gets the same interval).
+    - ``total_dispersion = sum_j D''_j``: as ``dispersion``, with
+      ``sum_j (mu_j - clip(mu'_j))^2 <= tau^2 chi^2_d`` and noise std ``sqrt(d) s_3/n``.
+    - ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``: the image of the interval of
+      ``sum_j Q_j``, whose lower side bounds ``B sum_j delta_j^2`` by
+      ``(2 s_2^2/B_lo) chi^2_d`` (delta method) and the noise by ``sqrt(d) s_4``.
+
+    The scalars split each lower side's ``alpha/2`` between its two terms (union bound). The
+    stage-2 scales ``s_3``, ``s_4`` are those at the result's public broadcast
+    (:func:`stage2_noise_stds`).
 
     Parameters
     ----------
@@ -217,18 +266,18 @@ def noise_confidence_intervals(
     level = _check_level(level)
     alpha = 1.0 - level
     z = float(ndtri(1.0 - alpha / 2.0))
-    n = plan.n
+    n, d = plan.n, plan.d
     s1, s2 = plan.noise_std("mean"), plan.noise_std("weighted")
-    s3, s4 = plan.noise_std("dispersion"), plan.noise_std("q")
+    s3, s4 = stage2_noise_stds(result, plan)  # at the public broadcast
     tau = s1 / n
     lower: dict[str, FloatArray] = {}
     upper: dict[str, FloatArray] = {}
     lower["mean"] = result.mean - z * tau
     upper["mean"] = result.mean + z * tau
 
-    u_d = float(_quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0))
-    lower["dispersion"] = result.dispersion - u_d
-    upper["dispersion"] = result.dispersion + z * s3 / n
+    u_d = _quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0)
+    lower["dispersion"] = result.dispersion - _leading(result, u_d)
+    upper["dispersion"] = result.dispersion + z * _leading(result, s3) / n
 
     b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
     b_lo = np.maximum(b_rel - z * s2, n * plan.min_weight)
@@ -240,7 +289,7 @@ def noise_confidence_intervals(
 
     u_q = _leading(result, _quantile_chi2_plus_normal(2.0 * s2**2 / b_lo, s4, 1.0 - alpha / 2.0))
     q_lo = np.maximum(result.q - u_q, 0.0)
-    q_hi = result.q + z * s4
+    q_hi = result.q + z * _leading(result, s4)
     lower["q"] = q_lo
     upper["q"] = q_hi
 
@@ -250,4 +299,19 @@ def noise_confidence_intervals(
 
     lower["i2"] = g(q_lo)
     upper["i2"] = g(q_hi)
+    if result.i2_extra is not None:  # I2''' only adds noise to I2''; Q'' bounds I^2 already
+        lower["i2_extra"], upper["i2_extra"] = lower["i2"], upper["i2"]
+
+    # Scalars: each lower side's alpha/2 is split between its two error terms (union bound).
+    z4 = float(ndtri(1.0 - alpha / 4.0))
+    chi2_d = float(chi2.ppf(1.0 - alpha / 4.0, d))
+    sd_total = math.sqrt(d) * s3 / n
+    total = np.sum(result.dispersion, axis=-1)
+    lower["total_dispersion"] = total - (tau**2 * chi2_d + z4 * sd_total)
+    upper["total_dispersion"] = total + z * sd_total
+    q_sum = np.sum(result.q, axis=-1)
+    bias = 2.0 * s2**2 / b_lo * chi2_d  # B sum_j delta_j^2 (delta method, mu_bar <= 1)
+    q_sum_lo = np.maximum(q_sum - bias - z4 * math.sqrt(d) * s4, 0.0)
+    lower["i2_total"] = summed_i_squared(q_sum_lo, n, d)
+    upper["i2_total"] = summed_i_squared(q_sum + z * math.sqrt(d) * s4, n, d)
     return Intervals(lower=lower, upper=upper, level=level, label=NOISE_CI_LABEL)
