@@ -289,7 +289,7 @@ def noise_confidence_intervals(
 
     u_q = _leading(result, _quantile_chi2_plus_normal(2.0 * s2**2 / b_lo, s4, 1.0 - alpha / 2.0))
     q_lo = np.maximum(result.q - u_q, 0.0)
-    q_hi = result.q + z * _leading(result, s4)
+    q_hi = np.maximum(result.q + z * _leading(result, s4), 0.0)  # Q >= 0 is public
     lower["q"] = q_lo
     upper["q"] = q_hi
 

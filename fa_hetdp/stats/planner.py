@@ -38,6 +38,7 @@ from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.stats.assumptions import Assumed, DataAssumptions
 from fa_hetdp.stats.metrics import clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS, statistic
+from fa_hetdp.stats.releases import SCALAR_DISPLAY
 
 __all__ = [
     "SCALARS",
@@ -49,10 +50,7 @@ __all__ = [
     "plan_accuracy",
 ]
 
-SCALARS: Final[Mapping[str, str]] = {
-    "total_dispersion": "total dispersion Σ D''",
-    "i2_total": "I² of Σ Q''",
-}
+SCALARS: Final[Mapping[str, str]] = SCALAR_DISPLAY
 """The scalar summaries (key -> display name), planned and released after the statistics."""
 
 _GH_B: Final = 24
