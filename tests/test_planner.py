@@ -11,6 +11,8 @@ template image (per-coordinate means and spreads), here taken from the data them
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -137,3 +139,17 @@ def test_bad_assumptions_are_refused(kwargs: dict[str, float]) -> None:
 def test_per_coordinate_assumption_must_match_d() -> None:
     with pytest.raises(InputDataError, match="d=4"):
         plan_accuracy(100, 4, epsilon=1.0, delta=1e-5, coordinate_mean=(0.1, 0.2))
+
+
+def test_plan_command_prints_the_table_and_the_inverse(capsys: pytest.CaptureFixture[str]) -> None:
+    from fa_hetdp.cli.main import main
+
+    assert main(["plan", "-n", "100", "-d", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "RMSE/coord" in out and "defaults taken" in out
+    assert "expected to be noise-dominated" in out
+    code = main(["plan", "-d", "16", "--target", "0.1", "--statistic", "mean", "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    n = doc["inverse"]["answer"]
+    assert plan_accuracy(n, 16, epsilon=1.0, delta=1e-5).error("mean").relative() <= 0.1

@@ -5,12 +5,16 @@ Each subcommand lives in its own module, which provides ``add_arguments(parser)`
 
 - ``fa-hetdp run [SCENARIO]``            Flower simulation of a scenario
   (:mod:`fa_hetdp.cli.run`)
+- ``fa-hetdp plan [-n N -d D ...]``      expected error of every statistic (no data)
+  (:mod:`fa_hetdp.cli.plan`)
 - ``fa-hetdp reproduce``                 the paper's tables and figures
   (:mod:`fa_hetdp.experiments.reproduce`)
 - ``fa-hetdp bench-noise SCENARIO``      distributed vs central noise, AGM vs CGM
   (:mod:`fa_hetdp.experiments.bench_noise`)
 - ``fa-hetdp data download NAME``        fetch a dataset with torchvision
   (:mod:`fa_hetdp.data.download`)
+- ``fa-hetdp check-data PATH``           a data owner's pre-flight check of its file
+  (:mod:`fa_hetdp.cli.check_data`)
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from fa_hetdp.errors import FaHetdpError
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("run", "fa_hetdp.cli.run", "run a Flower simulation of a scenario and print the results"),
+    ("plan", "fa_hetdp.cli.plan", "expected error of every statistic, before any data exist"),
     (
         "reproduce",
         "fa_hetdp.experiments.reproduce",
@@ -31,6 +36,11 @@ _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ),
     ("bench-noise", "fa_hetdp.experiments.bench_noise", "distributed vs central noise, AGM vs CGM"),
     ("data", "fa_hetdp.data.download", "dataset utilities (download)"),
+    (
+        "check-data",
+        "fa_hetdp.cli.check_data",
+        "a data owner's pre-flight check of its data file (NaN, shape, range, dimension)",
+    ),
 )
 
 

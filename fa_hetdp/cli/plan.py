@@ -1,0 +1,114 @@
+"""``fa-hetdp plan``: the expected error of every statistic before any data exist.
+
+Prints :func:`fa_hetdp.stats.planner.plan_accuracy` as a table (or JSON), and with
+``--target`` the smallest number of clients (``--solve n``) or the smallest epsilon
+(``--solve epsilon``) that meets a target error for one statistic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from fa_hetdp.report.results import format_accuracy_plan
+from fa_hetdp.stats.planner import SCALARS, min_clients, min_epsilon, plan_accuracy
+from fa_hetdp.stats.registry import STATISTIC_KEYS
+
+__all__ = ["add_arguments", "run_command"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``plan`` options."""
+    parser.add_argument("--clients", "-n", type=int, default=1797, help="number of clients n")
+    parser.add_argument("--dim", "-d", type=int, default=64, help="coordinates per client d")
+    parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon")
+    parser.add_argument("--delta", type=float, default=1e-5, help="total delta")
+    parser.add_argument("--composition", choices=("basic", "gdp"), default=None)
+    parser.add_argument("--variance-floor", type=float, default=None, help="v_min (W = 1/v_min)")
+    parser.add_argument(
+        "--extra-i2-noise",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the paper's I2''' noise stage (buys no privacy)",
+    )
+    group = parser.add_argument_group("public assumptions (defaults are conservative)")
+    group.add_argument("--within-variance", type=float, default=None, help="typical s_i^2")
+    group.add_argument("--coordinate-mean", type=float, default=None, help="typical mu_j")
+    group.add_argument("--spread", type=float, default=None, help="typical dispersion D_j")
+    group.add_argument("--i2", type=float, default=None, help="typical I^2 of a coordinate")
+    inverse = parser.add_argument_group("inverse: the smallest n or epsilon for a target")
+    inverse.add_argument(
+        "--target", type=float, default=None, help="target RMSE (relative unless --absolute)"
+    )
+    inverse.add_argument(
+        "--statistic",
+        choices=(*STATISTIC_KEYS, *SCALARS),
+        default="dispersion",
+        help="statistic the target is for",
+    )
+    inverse.add_argument("--solve", choices=("n", "epsilon"), default="n")
+    inverse.add_argument("--absolute", action="store_true", help="the target is an absolute RMSE")
+    inverse.add_argument(
+        "--per-coordinate", action="store_true", help="target the per-coordinate RMSE"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.composition is not None:
+        out["composition"] = args.composition
+    if args.variance_floor is not None:
+        out["variance_floor"] = args.variance_floor
+    if args.extra_i2_noise is not None:
+        out["extra_i2_noise"] = args.extra_i2_noise
+    return out
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Print the accuracy plan (and the inverse when ``--target`` is given)."""
+    settings = _settings(args)
+    accuracy = plan_accuracy(
+        args.clients,
+        args.dim,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        within_variance=args.within_variance,
+        coordinate_mean=args.coordinate_mean,
+        dispersion=args.spread,
+        i2=args.i2,
+        **settings,
+    )
+    doc: dict[str, Any] = accuracy.as_dict()
+    lines = format_accuracy_plan(accuracy)
+    if args.target is not None:
+        assumptions = accuracy.assumptions
+        scope = "coordinate" if args.per_coordinate else "average"
+        kind = "absolute" if args.absolute else "relative"
+        common: dict[str, Any] = {
+            "statistic_key": args.statistic,
+            "target": args.target,
+            "delta": args.delta,
+            "relative": not args.absolute,
+            "scope": scope,
+            "assumptions": assumptions,
+            **settings,
+        }
+        answer: float | int | None
+        if args.solve == "n":
+            answer = min_clients(args.dim, epsilon=args.epsilon, **common)
+            what = f"smallest n at epsilon={args.epsilon:g}"
+        else:
+            answer = min_epsilon(args.clients, args.dim, **common)
+            what = f"smallest epsilon at n={args.clients}"
+        doc["inverse"] = {"statistic": args.statistic, "target": args.target, "answer": answer}
+        found = "not reachable in the searched range" if answer is None else f"{answer:.4g}"
+        lines.append(
+            f"{what} for {kind} RMSE <= {args.target:g} ({scope}) of {args.statistic}: {found}"
+        )
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print("\n".join(lines))
+    return 0
