@@ -58,6 +58,7 @@ from fa_hetdp.protocol.server import (
     assemble_stage2,
 )
 from fa_hetdp.report.files import write_json_atomic
+from fa_hetdp.report.results import statistics_section
 from fa_hetdp.stats.registry import STATISTICS
 from secagg.encoding import FixedPointEncoding, choose_encoding
 from secagg.errors import SecAggError
@@ -455,6 +456,7 @@ class HeterogeneityStrategy:
             },
             "noise_shares": {"stage1": result.noise_shares[0], "stage2": result.noise_shares[1]},
             "statistics": statistics,
+            "released": statistics_section(result, plan),  # intervals, noise, flags, plan
             "summary": result.summary(),
             "sigmas": {k: float(v) for k, v in result.sigmas.items()},
             "privacy": {

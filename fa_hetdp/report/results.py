@@ -14,7 +14,8 @@ import numpy as np
 
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
-from fa_hetdp.stats.planner import AccuracyPlan
+from fa_hetdp.stats.assumptions import DataAssumptions
+from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.stats.releases import NOISE_DOMINATED_COVER, ReleasedValue, released_values
 
 __all__ = [
@@ -47,7 +48,8 @@ def statistics_section(
     plan : ProtocolPlan
         The plan they were computed under.
     accuracy : AccuracyPlan, optional
-        The accuracy plan made before the run (stored under ``"plan"``).
+        The accuracy plan made before the run (stored under ``"plan"``); default: the plan's
+        under the conservative default assumptions.
     level : float, default 0.95
         Coverage of the intervals.
 
@@ -58,6 +60,8 @@ def statistics_section(
         ``upper``, ``noise_std`` on the statistic's scale, ``noise_dominated``, ``range``;
         per coordinate for the statistics, one number for the scalars) and ``plan``.
     """
+    if accuracy is None:
+        accuracy = accuracy_of_plan(plan, DataAssumptions.stated())
     values: dict[str, Any] = {}
     for rv in released_values(result, plan, level=level):
         flags = np.asarray(rv.noise_dominated)
@@ -77,7 +81,7 @@ def statistics_section(
             f"{NOISE_DOMINATED_COVER:.0%} of it"
         ),
         "values": values,
-        "plan": None if accuracy is None else accuracy.as_dict(),
+        "plan": accuracy.as_dict(),
     }
 
 
