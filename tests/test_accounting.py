@@ -38,7 +38,7 @@ BUDGETS = [(1.0, 1e-5), (0.25, 0.1), (0.1, 1e-8), (4.0, 1e-6), (20.0, 1e-10)]
 
 @pytest.mark.parametrize(("epsilon", "delta"), BUDGETS)
 def test_basic_split_is_proportional_and_sums_to_total(epsilon: float, delta: float) -> None:
-    plan = plan_budget(epsilon, delta, PROTOCOL)
+    plan = plan_budget(epsilon, delta, PROTOCOL, composition="basic")
     # Shares are normalised over the counted releases; the uncounted one takes no budget.
     total_w = sum(r.weight for r in PROTOCOL if r.counts_for_privacy)
     counted = [r for r in plan.releases if r.counts_for_privacy]
@@ -77,7 +77,7 @@ def test_gdp_plan_shares_mu(epsilon: float, delta: float) -> None:
 def test_gdp_needs_less_noise_than_basic(epsilon: float, delta: float, measured: float) -> None:
     # An early estimate said "~1.7x"; for 4 equal releases the measured ratio is 1.89-2.00,
     # so the documented range asserted here is [1.85, 2.05].
-    basic = plan_budget(epsilon, delta, FOUR_EQUAL)
+    basic = plan_budget(epsilon, delta, FOUR_EQUAL, composition="basic")
     gdp = plan_budget(epsilon, delta, FOUR_EQUAL, composition="gdp")
     ratio = basic.sigma("a") / gdp.sigma("a")
     assert 1.85 <= ratio <= 2.05
@@ -87,7 +87,9 @@ def test_gdp_needs_less_noise_than_basic(epsilon: float, delta: float, measured:
 
 
 def test_cgm_plan_with_small_shares_is_not_baseline() -> None:
-    plan = plan_budget(2.0, 1e-5, FOUR_EQUAL, mechanism="cgm")  # epsilon_k = 0.5
+    plan = plan_budget(
+        2.0, 1e-5, FOUR_EQUAL, mechanism="cgm", composition="basic"
+    )  # epsilon_k = 0.5
     assert not plan.is_baseline
     assert plan.labels == ()
     assert plan.sigma("a") == pytest.approx(cgm_sigma(0.5, 2.5e-6), rel=1e-15)
@@ -95,7 +97,9 @@ def test_cgm_plan_with_small_shares_is_not_baseline() -> None:
 
 def test_cgm_plan_with_large_shares_is_labelled_baseline() -> None:
     with pytest.warns(BaselineWarning, match="not a DP guarantee") as record:
-        plan = plan_budget(8.0, 1e-5, FOUR_EQUAL, mechanism="cgm")  # epsilon_k = 2
+        plan = plan_budget(
+            8.0, 1e-5, FOUR_EQUAL, mechanism="cgm", composition="basic"
+        )  # epsilon_k = 2
     assert len(record) == 1  # one warning for the plan, not one per release
     assert plan.is_baseline
     assert any(label.startswith(CGM_BASELINE_LABEL) for label in plan.labels)
@@ -103,7 +107,7 @@ def test_cgm_plan_with_large_shares_is_labelled_baseline() -> None:
 
 
 def test_uncounted_release_is_labelled() -> None:
-    plan = plan_budget(1.0, 1e-5, PROTOCOL)
+    plan = plan_budget(1.0, 1e-5, PROTOCOL, composition="basic")
     assert any("i2_extra" in label and "not counted" in label for label in plan.labels)
 
 
@@ -144,7 +148,7 @@ def test_gdp_with_uncounted_release_still_spends_the_target(epsilon: float, delt
 
 
 def test_uncounted_release_uses_the_per_unit_share() -> None:
-    plan = plan_budget(1.0, 1e-5, PROTOCOL)
+    plan = plan_budget(1.0, 1e-5, PROTOCOL, composition="basic")
     counted = math.fsum(r.weight for r in PROTOCOL if r.counts_for_privacy)
     extra = plan.release("i2_extra")
     assert extra.epsilon_share == pytest.approx(1.0 * 0.5 / counted, rel=1e-15)
@@ -155,7 +159,7 @@ def test_uncounted_release_uses_the_per_unit_share() -> None:
 
 @pytest.mark.parametrize(("epsilon", "delta"), BUDGETS)
 def test_basic_spends_at_most_the_target(epsilon: float, delta: float) -> None:
-    plan = plan_budget(epsilon, delta, PROTOCOL)
+    plan = plan_budget(epsilon, delta, PROTOCOL, composition="basic")
     spent = privacy_spent(plan)
     assert spent.epsilon <= epsilon
     assert spent.delta_at_target_epsilon <= delta
@@ -163,7 +167,7 @@ def test_basic_spends_at_most_the_target(epsilon: float, delta: float) -> None:
 
 
 def test_spent_mu_is_exact_composition_of_counted_releases() -> None:
-    plan = plan_budget(1.0, 1e-5, PROTOCOL)
+    plan = plan_budget(1.0, 1e-5, PROTOCOL, composition="basic")
     spent = privacy_spent(plan)
     counted = [r for r in plan.releases if r.counts_for_privacy]
     expected = math.sqrt(math.fsum((r.sensitivity / r.sigma) ** 2 for r in counted))
@@ -175,7 +179,7 @@ def test_spent_mu_is_exact_composition_of_counted_releases() -> None:
 
 
 def test_uncounted_release_does_not_change_spent() -> None:
-    plan = plan_budget(1.0, 1e-5, PROTOCOL)
+    plan = plan_budget(1.0, 1e-5, PROTOCOL, composition="basic")
     full = privacy_spent(plan)
     none_arrived = privacy_spent(plan, {"i2_extra": 0.0})
     assert none_arrived.epsilon == full.epsilon
@@ -215,7 +219,7 @@ def test_dropout_example_values() -> None:
 
 
 def test_no_noise_on_counted_release_gives_infinite_epsilon() -> None:
-    plan = plan_budget(1.0, 1e-5, PROTOCOL)
+    plan = plan_budget(1.0, 1e-5, PROTOCOL, composition="basic")
     spent = privacy_spent(plan, {"mean": 0.0})
     assert math.isinf(spent.epsilon)
     assert math.isinf(spent.mu)
@@ -305,5 +309,5 @@ def test_unknown_release_name() -> None:
 def test_no_warning_for_agm_plans() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plan_budget(50.0, 1e-5, FOUR_EQUAL)
+        plan_budget(50.0, 1e-5, FOUR_EQUAL, composition="basic")
         plan_budget(50.0, 1e-5, FOUR_EQUAL, composition="gdp")

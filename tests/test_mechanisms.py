@@ -133,11 +133,12 @@ def test_batch_uses_the_server_functions(placement: str) -> None:
     plan, truth = batch.plan, batch.truth
     rng = np.random.default_rng(7)
     z1 = rng.standard_normal((1, plan.stage1_length)) * plan.noise_std_vector(1)
-    z2 = rng.standard_normal((1, plan.stage2_length)) * plan.noise_std_vector(2)
     b = truth.weight_sum
     s1 = np.concatenate([truth.n * truth.mean, b * truth.weighted_mean, [b]]) + z1[0]
     st1 = estimate_stage1(s1, plan, n=30)
     m, mb = st1.mu_prime_broadcast, st1.weighted_mu_prime
+    # The stage-2 scale follows the public broadcast (broadcast_bounds, the default).
+    z2 = rng.standard_normal((1, plan.stage2_length)) * plan.noise_std_vector(2, (m, mb))
     s2 = np.concatenate(
         [
             ((np.clip(x, 0, 1) - m) ** 2).sum(axis=0),

@@ -35,7 +35,10 @@ CORE = ("mean", "dispersion", "weighted_mean", "q")
 REGIME_A = ProtocolConfig(10.0, 1e-5, variance_floor=0.05)
 # Regime B: the (mu_bar' - mu_bar)^4 term dominates the error of Q'' (~370x the Q noise),
 # with s_2/B ~= 0.22: the regime where the paper's Cor. 3.11 misses by orders of magnitude.
-REGIME_B = ProtocolConfig(100.0, 1e-5, variance_floor=0.05, split={"weighted": 1.0, "q": 100.0})
+# Tuned under basic composition (the default before gdp), so it states it.
+REGIME_B = ProtocolConfig(
+    100.0, 1e-5, variance_floor=0.05, split={"weighted": 1.0, "q": 100.0}, composition="basic"
+)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +104,10 @@ def test_expected_mse_dispersion_unclipped_formula() -> None:
     ex = expected_mse(truth, plan)
     tau = plan.sigma_mean / 400
     assert ex.mean == pytest.approx(tau**2, rel=1e-12)
-    assert ex.dispersion == pytest.approx(3 * tau**4 + (plan.sigma_dispersion / 400) ** 2, rel=1e-9)
+    # The stage-2 sigma follows the broadcast (plug-in at clip(mu), ProtocolPlan.stage2_sigmas).
+    s3 = float(plan.stage2_sigmas(np.clip(truth.mean, 0, 1), truth.weighted_mean)["dispersion"])
+    assert s3 < plan.sigma_dispersion
+    assert ex.dispersion == pytest.approx(3 * tau**4 + (s3 / 400) ** 2, rel=1e-9)
     central = expected_mse(
         truth, plan_protocol(ProtocolConfig(50.0, 1e-5, placement="central"), n=400, d=5)
     )
@@ -221,8 +227,8 @@ def test_agm_cgm_emse_ratio(digits_clients: np.ndarray) -> None:
     # eps = 0.5 < 1 so that CGM (Thm 2.9) is valid. The EMSE of mu' is (sigma_1/n)^2 exactly,
     # so EMSE_AGM/EMSE_CGM must equal (sigma_AGM/sigma_CGM)^2; 2000 x 64 draws give an MC SE
     # of ~0.6 % for the ratio; tolerance 5 % (alpha < 1e-6).
-    agm = ProtocolConfig(0.5, 1e-5, mechanism="agm")
-    cgm = ProtocolConfig(0.5, 1e-5, mechanism="cgm")
+    agm = ProtocolConfig(0.5, 1e-5, mechanism="agm", composition="basic")
+    cgm = ProtocolConfig(0.5, 1e-5, mechanism="cgm", composition="basic")
     b_agm = private_statistics_batch(
         digits_clients, agm, repeats=2000, rng=np.random.default_rng(5)
     )

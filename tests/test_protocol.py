@@ -147,7 +147,12 @@ def test_paper_profile_warns_and_labels() -> None:
 def test_cgm_at_large_epsilon_is_labelled_baseline(small_data: np.ndarray) -> None:
     with pytest.warns(BaselineWarning):
         res = private_statistics(
-            small_data, epsilon=10.0, delta=1e-5, mechanism="cgm", rng=np.random.default_rng(0)
+            small_data,
+            epsilon=10.0,
+            delta=1e-5,
+            mechanism="cgm",
+            composition="basic",
+            rng=np.random.default_rng(0),
         )
     assert any("CGM" in label or "cgm" in label.lower() for label in res.labels)
 
@@ -336,10 +341,8 @@ def test_summed_noise_matches_sum_of_client_shares() -> None:
     std1 = np.concatenate(
         [np.full(d, plan.noise_std("mean")), np.full(d + 1, plan.noise_std("weighted"))]
     )
-    std2 = np.concatenate(
-        [np.full(d, plan.noise_std("dispersion")), np.full(d, plan.noise_std("q"))]
-    )
     mb = np.full(d, 0.5)
+    std2 = plan.noise_std_vector(2, (mb, mb))  # the stage-2 scale follows the broadcast
     base1 = noiseless_stage1(x, w)
     base2 = noiseless_stage2(x, w, mb, mb)
     client_rng = np.random.default_rng(99)

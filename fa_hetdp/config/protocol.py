@@ -21,6 +21,8 @@ _FIELDS = (
     "extra_i2_noise",
     "min_honest_clients",
     "split",
+    "statistics",
+    "broadcast_bounds",
 )
 
 
@@ -42,6 +44,8 @@ class ProtocolConfig:
         Clients add noise shares ``N(0, sigma^2/t)``, or the server adds ``N(0, sigma^2)``.
     composition : {"basic", "gdp"}
         How the budget is split over the releases (see :mod:`fa_hetdp.dp.accounting`).
+        Default ``"gdp"`` (exact composition: about 2x smaller sigma than ``"basic"``, the
+        paper's, at the same total; ``"cgm"`` needs ``"basic"``).
     profile : {"bounded", "paper"}
         Sensitivities; ``"paper"`` drops ``W`` from the weighted stages (not DP; flagged).
     variance_floor : float
@@ -55,18 +59,31 @@ class ProtocolConfig:
     split : Mapping[str, float] or None
         Relative budget weight of each release (keys from :data:`RELEASE_NAMES`, values > 0);
         missing keys weigh 1. ``"i2_extra"`` is ignored when ``extra_i2_noise`` is False.
+        None (default): the optimal split of :func:`fa_hetdp.protocol.plan.release_weights`
+        under ``"gdp"``, equal weights under ``"basic"``.
+    statistics : tuple of str or None
+        The statistics the user needs (keys of :data:`fa_hetdp.stats.registry.STATISTIC_KEYS`);
+        None (default) = all. Releases no needed statistic depends on are not made (no noise,
+        no budget) and the statistics they would feed come back as NaN, labelled
+        (:data:`fa_hetdp.protocol.plan.RELEASE_DEPENDENCIES`).
+    broadcast_bounds : bool
+        Calibrate the stage-2 releases to the sensitivities that the public broadcast values
+        allow (``||max(c, 1 - c)^2||_2``, times ``W`` for ``Q''``) instead of ``sqrt(d)`` and
+        ``W sqrt(d)`` (default True; see ``docs/privacy.md``).
     """
 
     epsilon: float
     delta: float
     mechanism: Mechanism = "agm"
     placement: Placement = "distributed"
-    composition: Composition = "basic"
+    composition: Composition = "gdp"
     profile: Profile = "bounded"
     variance_floor: float = 0.01
     extra_i2_noise: bool = True
     min_honest_clients: int | None = None
     split: Mapping[str, float] | None = field(default=None)
+    statistics: tuple[str, ...] | None = None
+    broadcast_bounds: bool = True
 
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together
@@ -74,6 +91,8 @@ class ProtocolConfig:
         check("ProtocolConfig", {f: getattr(self, f) for f in _FIELDS}, {})
         if self.split is not None:
             object.__setattr__(self, "split", {k: float(v) for k, v in dict(self.split).items()})
+        if self.statistics is not None:
+            object.__setattr__(self, "statistics", tuple(self.statistics))
 
     def weight(self, name: str) -> float:
         """Relative budget weight of release ``name`` (1 unless given in ``split``)."""

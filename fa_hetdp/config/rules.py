@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES, RELEASE_NAMES
+from fa_hetdp.config.statistics import STATISTICS_SUBSET
 from fa_hetdp.data.catalog import DATASET_NAMES
 from fa_hetdp.data.dataset import SPLITS
 from fa_hetdp.dp.mechanisms import get_mechanism, mechanism_names
@@ -267,6 +268,8 @@ FIELDS: Final[Mapping[str, Field]] = {
     "extra_i2_noise": Field((Boolean(),)),
     "min_honest_clients": Field((Integer(minimum=1),), optional=True),
     "split_weight": Field((Real(low=0.0, low_open=True),)),
+    "statistics": Field((STATISTICS_SUBSET,), optional=True),
+    "broadcast_bounds": Field((Boolean(),)),
     # clients and secure aggregation
     "num_clients": Field((Integer(minimum=2),)),
     "threshold": Field(

@@ -57,6 +57,7 @@ __all__ = [
     "PrivacySpent",
     "ReleaseSpec",
     "ReleaseSpent",
+    "optimal_weights",
     "plan_budget",
     "privacy_spent",
 ]
@@ -292,7 +293,7 @@ def plan_budget(
     releases: Sequence[ReleaseSpec],
     *,
     mechanism: Mechanism = "agm",
-    composition: Composition = "basic",
+    composition: Composition = "gdp",
 ) -> BudgetPlan:
     """Split a total ``(epsilon, delta)`` over Gaussian releases and calibrate their noise.
 
@@ -321,7 +322,7 @@ def plan_budget(
     mechanism : {"agm", "cgm"}, optional
         Calibration rule (paper Thm 2.10 / Alg. 1, or Thm 2.9). Default ``"agm"``.
     composition : {"basic", "gdp"}, optional
-        Budget split. Default ``"basic"``.
+        Budget split. Default ``"gdp"`` (``"cgm"`` needs ``"basic"``).
 
     Returns
     -------
@@ -408,6 +409,48 @@ def plan_budget(
         releases=tuple(planned),
         labels=tuple(labels),
     )
+
+
+def optimal_weights(
+    sensitivities: Mapping[str, float], error_weights: Mapping[str, float]
+) -> dict[str, float]:
+    """Gaussian-DP budget weights that minimise ``sum_k a_k sigma_k**2`` at a fixed total ``mu``.
+
+    With ``u_k = (Delta_k/sigma_k)**2`` and ``sum_k u_k = mu**2`` (Dong, Roth & Su, Cor. 3.3),
+    ``sigma_k**2 = Delta_k**2/u_k``; the Lagrange condition ``a_k Delta_k**2/u_k**2 = lambda``
+    gives ``u_k`` proportional to ``Delta_k sqrt(a_k)`` (derivation in ``docs/privacy.md``).
+    The weights are returned normalised to mean 1, ready for :class:`ReleaseSpec` (under
+    ``"gdp"`` a weight is the release's share of ``mu**2``).
+
+    Parameters
+    ----------
+    sensitivities : mapping of str to float
+        ``Delta_k > 0`` of each release.
+    error_weights : mapping of str to float
+        ``a_k > 0``: how much one unit of release ``k``'s noise variance costs (same keys).
+
+    Returns
+    -------
+    dict[str, float]
+        ``u_k``, normalised so that their mean is 1.
+
+    Raises
+    ------
+    PrivacyParameterError
+        If the keys differ or a value is not a finite number ``> 0``.
+    """
+    if set(sensitivities) != set(error_weights) or not sensitivities:
+        raise PrivacyParameterError(
+            f"sensitivities and error_weights must name the same non-empty releases, got "
+            f"{sorted(sensitivities)} and {sorted(error_weights)}"
+        )
+    raw = {
+        k: _check_positive(f"sensitivity of {k!r}", sensitivities[k])
+        * math.sqrt(_check_positive(f"error weight of {k!r}", error_weights[k]))
+        for k in sensitivities
+    }
+    mean = math.fsum(raw.values()) / len(raw)
+    return {k: v / mean for k, v in raw.items()}
 
 
 def _event_mu(event: PrivacyEvent) -> float:

@@ -94,9 +94,10 @@ def stage1_contribution(
     FloatArray, shape (2d + 1,)
         ``[x_i, w_i x_i, w_i]`` (Thm 3.3, Lemma 3.7) plus the plan's noise share (scale
         ``sigma_k/sqrt(t)`` per block) for distributed placement (no noise for central placement).
+        Blocks of releases the plan does not make are exactly 0 (no data, no noise).
     """
     _check_local(local, plan)
-    out = np.concatenate([local.x, local.weight * local.x, [local.weight]])
+    out = plan.zero_unmade(1, np.concatenate([local.x, local.weight * local.x, [local.weight]]))
     if plan.config.placement == "distributed":
         out += plan.mechanism.sample(plan.share_std_vector(1), plan.stage1_length, rng=rng)
     return out
@@ -140,7 +141,8 @@ def stage2_contribution(
     -------
     FloatArray, shape (2d,)
         Thm 3.3 / Thm 3.8 summands plus the plan's noise share (scale ``sigma_k/sqrt(t)``
-        per block; distributed only).
+        per block, ``sigma_k`` from :meth:`ProtocolPlan.stage2_sigmas` at the broadcast;
+        distributed only). Blocks of releases the plan does not make are exactly 0.
 
     Raises
     ------
@@ -150,7 +152,11 @@ def stage2_contribution(
     _check_local(local, plan)
     m = _check_broadcast("mu_prime", mu_prime, plan.d)
     mb = _check_broadcast("weighted_mu_prime", weighted_mu_prime, plan.d)
-    out = np.concatenate([(local.x - m) ** 2, local.weight * (local.x - mb) ** 2])
+    out = plan.zero_unmade(
+        2, np.concatenate([(local.x - m) ** 2, local.weight * (local.x - mb) ** 2])
+    )
     if plan.config.placement == "distributed":
-        out += plan.mechanism.sample(plan.share_std_vector(2), plan.stage2_length, rng=rng)
+        # The share's scale follows the public broadcast (ProtocolPlan.stage2_factors).
+        share = plan.share_std_vector(2, (m, mb))
+        out += plan.mechanism.sample(share, plan.stage2_length, rng=rng)
     return out

@@ -6,6 +6,18 @@ Release names and L2 sensitivities (replace-one neighbours, ``x in [0,1]^d``, ``
 profile drops ``W`` from the weighted sensitivities, as the paper's lemmas do: it is not DP for
 the weighted stages and is flagged so.
 
+Utility levers (their privacy argument: ``docs/privacy.md``):
+
+- ``statistics``: only the releases a needed statistic depends on are made
+  (:data:`RELEASE_DEPENDENCIES`); the others contribute exact zeros (no data, no noise, no
+  budget) and the statistics they would feed are NaN, labelled.
+- the split: under ``"gdp"`` with no ``split`` given, the budget is split by
+  :func:`release_weights` (``u_k`` proportional to ``Delta_k sqrt(a_k)``).
+- ``broadcast_bounds``: the stage-2 sensitivities follow from the public broadcast ``c``
+  (``||max(c, 1 - c)^2||_2``, ``W`` times that for ``Q''``); the planned sigma is the worst
+  case ``c`` and :meth:`ProtocolPlan.stage2_factors` scales it down once ``c`` is known. The
+  encoding keeps the worst case (an upper bound on every share).
+
 Noise placement: ``"distributed"`` -- each client adds noise of scale ``sigma/sqrt(t)`` to its
 contribution before masking, ``t = min_honest_clients`` (default ``n``); ``"central"`` -- the
 server adds noise of scale ``sigma`` after unmasking. The noise distribution and its
@@ -17,25 +29,81 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import ndtr
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, plan_budget
+from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, optimal_weights, plan_budget
 from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
 from fa_hetdp.errors import BaselineWarning, InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.layout import Stage, StageLayout, stage_layout
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE
+from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 __all__ = [
     "ENCODING_FAILURE_PROBABILITY",
+    "RELEASE_DEPENDENCIES",
+    "TYPICAL_WITHIN_VARIANCE",
+    "Broadcast",
     "ProtocolPlan",
+    "broadcast_bound_norm",
     "plan_protocol",
+    "release_weights",
 ]
+
+RELEASE_DEPENDENCIES: Final[Mapping[str, tuple[str, ...]]] = {
+    "mean": ("mean",),
+    "dispersion": ("mean", "dispersion"),  # D'' is centred at the broadcast mu'
+    "weighted_mean": ("weighted",),
+    "q": ("weighted", "q"),  # Q'' is centred at the broadcast mu_bar'
+    "i2": ("weighted", "q"),  # post-processing of Q''
+    "i2_extra": ("weighted", "q", "i2_extra"),  # and extra_i2_noise
+}
+"""The releases each statistic needs (keys of :data:`~fa_hetdp.stats.registry.STATISTICS`)."""
+
+TYPICAL_WITHIN_VARIANCE: Final = 1.0 / 12.0
+"""Public assumption of the default split: a typical within-vector variance ``s_i^2`` (that of
+values spread uniformly over [0, 1]), so a typical weight is ``min(W, 12)``."""
+
+Broadcast = tuple[npt.ArrayLike, npt.ArrayLike]
+"""The stage-2 broadcast ``(clip(mu', 0, 1), mu_bar')``, shape ``(..., d)`` each."""
+
+
+def broadcast_bound_norm(center: npt.ArrayLike) -> FloatArray:
+    """Return ``||max(c, 1 - c)^2||_2`` over the last axis (a stage-2 L2 sensitivity).
+
+    It is the replace-one L2 sensitivity of ``sum_i (x_i - c)^2`` for ``x_i in [0, 1]^d`` and
+    a public ``c in [0, 1]^d``. Each summand lies in ``[0, b_j]``,
+    ``b_j = max(c_j, 1 - c_j)^2``, so replacing one client moves coordinate ``j`` of the sum
+    by at most ``b_j`` (``docs/privacy.md``).
+    """
+    c = np.asarray(center, dtype=np.float64)
+    bound = np.maximum(c, 1.0 - c) ** 2
+    out: FloatArray = np.sqrt(np.sum(bound * bound, axis=-1))
+    return out
+
+
+def release_weights(sensitivities: Mapping[str, float], *, max_weight: float) -> dict[str, float]:
+    """Return the default Gaussian-DP split: least noise relative to the typical sums.
+
+    Error weights ``a_k = 1/m_k^2``, ``m_k`` the typical size of one client's contribution to
+    release ``k`` per coordinate: 1 for ``"mean"`` and ``"dispersion"`` (same unit as their
+    bound 1) and the typical weight ``w_typ = min(W, 1/TYPICAL_WITHIN_VARIANCE)`` for
+    ``"weighted"`` and ``"q"``. The minimiser of ``sum_k a_k sigma_k^2`` is
+    ``u_k`` proportional to ``Delta_k sqrt(a_k) = Delta_k / m_k``
+    (:func:`~fa_hetdp.dp.accounting.optimal_weights`): the weighted releases, calibrated
+    for ``W`` but typically of size ``w_typ``, get ``W/w_typ`` times the share.
+    """
+    typical = min(max_weight, 1.0 / TYPICAL_WITHIN_VARIANCE)
+    a = {k: 1.0 / typical**2 if k in ("weighted", "q") else 1.0 for k in sensitivities}
+    return optimal_weights(sensitivities, a)
+
 
 ENCODING_FAILURE_PROBABILITY: Final = float(2.0 * ndtr(-12.0))
 """Per-coordinate probability that a noise share exceeds the encoding's stated bound
@@ -103,14 +171,84 @@ class ProtocolPlan:
 
     @property
     def releases(self) -> tuple[str, ...]:
-        """Names of the noisy releases of this plan."""
+        """Names of the noisy releases this plan makes (the needed ones)."""
         return tuple(r.name for r in self.budget.releases)
 
+    @property
+    def statistics(self) -> tuple[str, ...]:
+        """Keys of the statistics this plan can compute (all their releases are made)."""
+        made = set(self.releases)
+        return tuple(k for k, deps in RELEASE_DEPENDENCIES.items() if set(deps) <= made)
+
+    def released(self, key: str, values: FloatArray) -> FloatArray:
+        """``values`` if statistic ``key`` is computed by this plan, else NaN of its shape."""
+        if key in self.statistics:
+            return values
+        return np.full(np.shape(values), np.nan)
+
+    def zero_unmade(self, stage: Stage, values: FloatArray) -> FloatArray:
+        """``values`` with the blocks of releases not made set to exactly 0 (a copy)."""
+        out = np.array(values, dtype=np.float64)
+        for b in self.layout(stage).blocks:
+            if b.release not in self.releases:
+                out[..., b.slice] = 0.0
+        return out
+
     def sigma(self, name: str) -> float:
-        """Calibrated sigma of release ``name`` (0.0 for ``"i2_extra"`` when disabled)."""
-        if name == "i2_extra" and not self.config.extra_i2_noise:
+        """Calibrated sigma of release ``name`` (0.0 for a release the plan does not make).
+
+        For ``"dispersion"`` and ``"q"`` with ``broadcast_bounds`` this is the worst case
+        (``sqrt(d)`` resp. ``W sqrt(d)``); :meth:`stage2_sigmas` gives the one used.
+        """
+        if name not in self.releases:
             return 0.0
         return float(self.budget.sigma(name))
+
+    def stage2_factors(self, broadcast: Broadcast) -> dict[str, FloatArray]:
+        """Ratio of the broadcast-based stage-2 sensitivity to the planned worst case.
+
+        ``||max(c, 1 - c)^2||_2 / sqrt(d)`` with ``c = mu'`` for ``"dispersion"`` and
+        ``c = mu_bar'`` for ``"q"`` (shape ``(...)``, in ``[1/4, 1]``); 1 when
+        ``broadcast_bounds`` is off. A Gaussian release's privacy depends on ``Delta/sigma``
+        only, so scaling sigma by this ratio keeps every release's ``mu_k`` as planned.
+        """
+        mu_b, weighted_b = (np.asarray(b, dtype=np.float64) for b in broadcast)
+        if not self.config.broadcast_bounds:
+            one = np.ones(mu_b.shape[:-1])
+            return {"dispersion": one, "q": one.copy()}
+        root_d = math.sqrt(self.d)
+        return {
+            "dispersion": broadcast_bound_norm(mu_b) / root_d,
+            "q": broadcast_bound_norm(weighted_b) / root_d,
+        }
+
+    def stage2_sigmas(
+        self, mu_prime_broadcast: npt.ArrayLike, weighted_broadcast: npt.ArrayLike
+    ) -> dict[str, FloatArray]:
+        """Sigma of ``"dispersion"`` and ``"q"`` given the public broadcast (shape ``(...)``)."""
+        f = self.stage2_factors((mu_prime_broadcast, weighted_broadcast))
+        return {k: self.sigma(k) * v for k, v in f.items()}
+
+    def sigmas_at(self, broadcast: Broadcast | None = None) -> dict[str, float]:
+        """Sigma of every release made; the stage-2 ones at one ``broadcast`` when given."""
+        out = self.sigmas
+        if broadcast is not None:
+            for k, v in self.stage2_sigmas(*broadcast).items():
+                if k in out:
+                    out[k] = float(v)
+        return out
+
+    def _scaled(self, stage: Stage, base: FloatArray, broadcast: Broadcast | None) -> FloatArray:
+        if stage == 1 or broadcast is None:
+            return base
+        factors = self.stage2_factors(broadcast)
+        layout = self.layout(2)
+        shape = next(iter(factors.values())).shape
+        scale = np.ones((*shape, layout.length))
+        for b in layout.blocks:
+            scale[..., b.slice] = factors[b.release][..., None]
+        out: FloatArray = base * scale
+        return out
 
     @property
     def sigma_mean(self) -> float:
@@ -192,17 +330,21 @@ class ProtocolPlan:
         """Length ``2d`` of a stage-2 contribution ``[(x - mu')^2, w (x - mu_bar')^2]``."""
         return self.layout(2).length
 
-    def share_std_vector(self, stage: Stage) -> FloatArray:
-        """Per-coordinate scale of one client's noise share in stage ``stage``."""
-        return self.layout(stage).expand(self.share_std)
+    def share_std_vector(self, stage: Stage, broadcast: Broadcast | None = None) -> FloatArray:
+        """Per-coordinate scale of one client's noise share in stage ``stage``.
 
-    def noise_std_vector(self, stage: Stage) -> FloatArray:
+        Stage 2 with ``broadcast``: scaled by :meth:`stage2_factors` (shape ``(..., 2d)``);
+        without it, the worst case (what the encoding bounds use).
+        """
+        return self._scaled(stage, self.layout(stage).expand(self.share_std), broadcast)
+
+    def noise_std_vector(self, stage: Stage, broadcast: Broadcast | None = None) -> FloatArray:
         """Per-coordinate scale of the total noise of stage ``stage`` (all shares arrive)."""
-        return self.layout(stage).expand(self.noise_std)
+        return self._scaled(stage, self.layout(stage).expand(self.noise_std), broadcast)
 
-    def sigma_vector(self, stage: Stage) -> FloatArray:
+    def sigma_vector(self, stage: Stage, broadcast: Broadcast | None = None) -> FloatArray:
         """Per-coordinate calibrated ``sigma`` of stage ``stage`` (the server's central noise)."""
-        return self.layout(stage).expand(self.sigma)
+        return self._scaled(stage, self.layout(stage).expand(self.sigma), broadcast)
 
     def contribution_bounds(self, stage: Stage) -> FloatArray:
         """Per-coordinate bound on ``|noiseless contribution|`` (for the fixed-point scale).
@@ -222,18 +364,34 @@ class ProtocolPlan:
         return self.mechanism.tail_bound(self.share_std_vector(stage), failure_probability)
 
 
+def needed_releases(config: ProtocolConfig) -> tuple[str, ...]:
+    """Return the releases the needed statistics depend on (:data:`RELEASE_DEPENDENCIES`)."""
+    keys = STATISTIC_KEYS if config.statistics is None else config.statistics
+    needed = {r for k in keys for r in RELEASE_DEPENDENCIES[k]}
+    if not config.extra_i2_noise:
+        needed.discard("i2_extra")
+    return tuple(r for r in ("mean", "weighted", "dispersion", "q", "i2_extra") if r in needed)
+
+
 def _release_specs(config: ProtocolConfig, n: int, d: int) -> list[ReleaseSpec]:
     w = 1.0 if config.profile == "paper" else 1.0 / config.variance_floor
-    # Replace-one L2 sensitivities of the sums; x_i in [0,1]^d and w_i in [4, W].
-    specs = [
-        ReleaseSpec("mean", math.sqrt(d), config.weight("mean")),  # Thm 3.3: sum x_i
-        ReleaseSpec(
-            "weighted", w * math.sqrt(d + 1), config.weight("weighted")
-        ),  # Lemma 3.7 (lem:noisybarmu)
-        ReleaseSpec("dispersion", math.sqrt(d), config.weight("dispersion")),  # Thm 3.3
-        ReleaseSpec("q", w * math.sqrt(d), config.weight("q")),  # Thm 3.8: Q''
-    ]
-    if config.extra_i2_noise:
+    # Replace-one L2 sensitivities of the sums; x_i in [0,1]^d and w_i in [4, W]. The stage-2
+    # ones are the worst case over the broadcast (c = 0 or 1); see ProtocolPlan.stage2_factors.
+    sensitivity = {
+        "mean": math.sqrt(d),  # Thm 3.3: sum x_i
+        "weighted": w * math.sqrt(d + 1),  # Lemma 3.7 (lem:noisybarmu)
+        "dispersion": math.sqrt(d),  # Thm 3.3
+        "q": w * math.sqrt(d),  # Thm 3.8: Q''
+    }
+    needed = needed_releases(config)
+    counted = {k: v for k, v in sensitivity.items() if k in needed}
+    optimal = config.split is None and config.composition == "gdp"
+    if optimal and config.profile == "bounded":
+        weights = release_weights(counted, max_weight=w)
+    else:
+        weights = {k: config.weight(k) for k in counted}
+    specs = [ReleaseSpec(k, counted[k], weights[k]) for k in counted]
+    if "i2_extra" in needed:
         # Thm 3.13: eta_3 with Delta = sqrt(d)/n; I2'' is already private, so it does not count.
         specs.append(
             ReleaseSpec(
@@ -241,6 +399,11 @@ def _release_specs(config: ProtocolConfig, n: int, d: int) -> list[ReleaseSpec]:
             )
         )
     return specs
+
+
+def budget_names(budget: BudgetPlan) -> tuple[str, ...]:
+    """Names of the releases in ``budget``."""
+    return tuple(r.name for r in budget.releases)
 
 
 def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
@@ -298,6 +461,18 @@ def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
         )
     else:
         labels.append("central noise: the server adds N(0, sigma^2) after unmasking (trusted)")
-    if config.extra_i2_noise:
+    if config.extra_i2_noise and "i2_extra" in budget_names(budget):
         labels.append(LABEL_I2_EXTRA)
+    absent = [k for k in STATISTIC_KEYS if k != "i2_extra" or config.extra_i2_noise]
+    absent = [k for k in absent if not set(RELEASE_DEPENDENCIES[k]) <= set(budget_names(budget))]
+    if absent:
+        labels.append(
+            "not released (statistics = "
+            + ", ".join(config.statistics or ())
+            + "): "
+            + ", ".join(absent)
+            + " are NaN; their releases were not made (no noise, no budget)"
+        )
+    if not config.broadcast_bounds:
+        labels.append("stage-2 noise calibrated to the worst-case bounds sqrt(d), W sqrt(d)")
     return ProtocolPlan(config=config, n=n, d=d, t=t, budget=budget, labels=tuple(labels))

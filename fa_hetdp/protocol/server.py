@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +34,9 @@ from fa_hetdp.errors import AggregationError, InputDataError
 from fa_hetdp.protocol.layout import Stage
 from fa_hetdp.protocol.plan import ProtocolPlan, _count
 from fa_hetdp.stats.exact import coordinate_averages, i_squared
+
+if TYPE_CHECKING:
+    from fa_hetdp.stats.intervals import Intervals
 
 __all__ = [
     "PrivateStatistics",
@@ -46,6 +50,7 @@ __all__ = [
     "extra_i2_noise",
     "privacy_spent_of",
     "result_labels",
+    "scalar_summaries",
     "server_noise",
 ]
 
@@ -129,6 +134,17 @@ class PrivateStatistics:
         ``max(B', n w_min)``, the denominator used for ``mu_bar'`` (a DP release).
     n_clipped, n_at_floor : int
         Input values clipped and clients at the variance floor (when known to the caller).
+    total_dispersion : float
+        ``sum_j D''_j``, the total dispersion (one number).
+    i2_total : float
+        ``max(0, 1 - (n - 1) d / sum_j Q''_j)``: the ``I^2`` of the summed ``Q''`` -- one
+        number for "how heterogeneous are my clients" (post-processing).
+    plan : ProtocolPlan or None
+        The plan the result was computed under (the source of its intervals).
+
+    Every value says what it is worth: :meth:`confidence_intervals` gives the intervals from
+    the known noise, and :func:`fa_hetdp.report.results.statistics_section` the noise on each
+    statistic's own scale and the noise-dominated flags.
     """
 
     mean: FloatArray
@@ -149,6 +165,25 @@ class PrivateStatistics:
     weighted_denominator: float = math.nan
     n_clipped: int = 0
     n_at_floor: int = 0
+    total_dispersion: float = math.nan
+    i2_total: float = math.nan
+    plan: ProtocolPlan | None = None
+
+    def confidence_intervals(self, level: float = 0.95) -> Intervals:
+        """Intervals of every statistic and scalar from the known noise (coverage ``>= level``).
+
+        See :func:`fa_hetdp.stats.intervals.noise_confidence_intervals`.
+
+        Raises
+        ------
+        InputDataError
+            If the result does not carry its plan.
+        """
+        from fa_hetdp.stats.intervals import noise_confidence_intervals  # stats builds on this
+
+        if self.plan is None:
+            raise InputDataError("this result carries no plan; its intervals need the plan.")
+        return noise_confidence_intervals(self, self.plan, level=level)
 
     def summary(self) -> dict[str, float]:
         """Coordinate averages of the statistics and the privacy spent.
@@ -164,7 +199,22 @@ class PrivateStatistics:
         out["delta_spent"] = float(self.spent.delta)
         out["n"] = float(self.n)
         out["d"] = float(self.d)
+        out["total_dispersion"] = float(self.total_dispersion)
+        out["i2_total"] = float(self.i2_total)
         return out
+
+
+def scalar_summaries(
+    dispersion: FloatArray, q: FloatArray, n: int
+) -> tuple[FloatArray, FloatArray]:
+    """Return ``sum_j D''_j`` and ``max(0, 1 - (n - 1) d / sum_j Q''_j)`` over the last axis.
+
+    The second is ``I^2`` (Def. 3.12) of the coordinate-averaged ``Q''`` (post-processing).
+    """
+    total = np.asarray(np.sum(dispersion, axis=-1), dtype=np.float64)
+    q_mean = np.mean(q, axis=-1)
+    i2 = np.where(np.isnan(q_mean), np.nan, i_squared(q_mean, n))  # NaN when Q'' not released
+    return total, np.asarray(i2, dtype=np.float64)
 
 
 def _check_sum(name: str, noisy_sum: npt.ArrayLike, length: int) -> FloatArray:
@@ -417,6 +467,7 @@ def assemble_stage2(
     if plan.config.extra_i2_noise:
         i2_extra = extra_i2_noise(est.i2, plan, rng=rng)
     spent = privacy_spent_of(plan, stage1.noise_fraction, plan.noise_fraction(shares))
+    total, i2_total = scalar_summaries(est.dispersion, est.q, n)
     return PrivateStatistics(
         mean=stage1.mu_prime,
         dispersion=est.dispersion,
@@ -434,4 +485,7 @@ def assemble_stage2(
         weighted_denominator_clamped=stage1.b_clamped,
         noise_shares=(stage1.noise_shares, shares),
         weighted_denominator=stage1.b_used,
+        total_dispersion=float(total),
+        i2_total=float(i2_total),
+        plan=plan,
     )

@@ -32,6 +32,7 @@ from fa_hetdp.protocol.server import (
     extra_i2_noise,
     privacy_spent_of,
     result_labels,
+    scalar_summaries,
 )
 from fa_hetdp.stats.exact import (
     TrueStatistics,
@@ -241,6 +242,8 @@ class BatchResult:
         Privacy spent by each measurement (all shares arrive).
     labels : tuple[str, ...]
         Caveats of the plan.
+    total_dispersion, i2_total : FloatArray, shape (repeats,)
+        ``sum_j D''_j`` and ``max(0, 1 - (n - 1) d / sum_j Q''_j)`` of each repeat.
     """
 
     config: ProtocolConfig
@@ -257,6 +260,8 @@ class BatchResult:
     sigmas: Mapping[str, float]
     spent: PrivacySpent
     labels: tuple[str, ...]
+    total_dispersion: FloatArray
+    i2_total: FloatArray
 
     @property
     def repeats(self) -> int:
@@ -360,6 +365,7 @@ def private_statistics_batch(
     if config.extra_i2_noise:
         i2_extra = extra_i2_noise(st2.i2, plan, rng=rng)  # Thm 3.13
     spent = privacy_spent_of(plan, 1.0, 1.0)
+    total, i2_total = scalar_summaries(st2.dispersion, st2.q, n)
     return BatchResult(
         config=config,
         plan=plan,
@@ -375,4 +381,6 @@ def private_statistics_batch(
         sigmas=plan.sigmas,
         spent=spent,
         labels=result_labels(plan, spent, bool(st1.b_clamped.any())),
+        total_dispersion=total,
+        i2_total=i2_total,
     )

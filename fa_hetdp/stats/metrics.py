@@ -341,6 +341,10 @@ def expected_mse(
     s2 = _noise_scale(plan, "weighted", noise_shares)
     s3 = _noise_scale(plan, "dispersion", noise_shares)
     s4 = _noise_scale(plan, "q", noise_shares)
+    # The stage-2 noise follows the public broadcast (ProtocolPlan.stage2_factors); plug-in
+    # at the broadcast's noiseless value (clip(mu), mu_bar).
+    f = plan.stage2_factors((np.clip(truth.mean, 0.0, 1.0), truth.weighted_mean))
+    s3, s4 = s3 * float(f["dispersion"]), s4 * float(f["q"])
     variance = plan.mechanism.variance  # noise variance per coordinate of a given scale
     tau = s1 / n
     per: dict[str, FloatArray] = {}
