@@ -238,11 +238,11 @@ def test_bad_timeout_flag_refused(
 
 def test_valid_flags_reach_the_run_config() -> None:
     args = argparse.Namespace(
-        epsilon=0.5, delta=None, mechanism="cgm", placement=None, composition=None, seed=0,
+        epsilon=0.5, delta=None, mechanism="cgm", placement=None, composition="basic", seed=0,
         timeout=10.0,
-    )  # fmt: skip
+    )  # fmt: skip  (cgm needs basic composition; the quickstart uses gdp)
     overrides = run_module.check_flags(args, load_scenario("quickstart"))
-    assert overrides == {"epsilon": 0.5, "mechanism": "cgm", "seed": 0}
+    assert overrides == {"epsilon": 0.5, "mechanism": "cgm", "composition": "basic", "seed": 0}
 
 
 def test_grid_skips_cgm_gdp_with_the_declared_reason() -> None:

@@ -142,7 +142,13 @@ VALID: dict[str, Any] = {
         "label_ratios": [91] + [1] * 9,
         "num_labels": 10,
     },
-    "privacy": {"epsilon": [0.5, 1.0], "delta": 1e-5, "mechanism": ["agm", "cgm"]},
+    # AGM against CGM, as the paper compares them: basic composition (CGM has no other).
+    "privacy": {
+        "epsilon": [0.5, 1.0],
+        "delta": 1e-5,
+        "mechanism": ["agm", "cgm"],
+        "composition": "basic",
+    },
     "protocol": {"placement": ["distributed", "central"]},
     "secagg": {"threshold": 0.5, "neighbours": "complete"},
     "experiment": {"repeats": 3, "seed": 1},
@@ -340,7 +346,10 @@ def test_split_mapping_and_defaults() -> None:
     raw = _with("privacy.split", {"mean": 1, "dispersion": 2.5})
     scenario = scenario_from_dict(raw)
     assert scenario.privacy.split_mapping() == {"dispersion": 2.5, "mean": 1.0}
-    assert scenario.privacy.variance_floor == 0.01 and scenario.privacy.composition == "basic"
+    assert scenario.privacy.variance_floor == 0.01
+    agm_only = _with("privacy.mechanism", "agm")
+    del agm_only["privacy"]["composition"]
+    assert scenario_from_dict(agm_only).privacy.composition == "gdp"  # the default
     raw = _with("privacy.extra_i2_noise", False)
     raw["privacy"]["split"] = {"i2_extra": 1}
     with pytest.raises(

@@ -405,7 +405,7 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "epsilon": ("privacy.epsilon", _MISSING),
     "delta": ("privacy.delta", _MISSING),
     "mechanism": ("privacy.mechanism", "agm"),
-    "composition": ("privacy.composition", "basic"),
+    "composition": ("privacy.composition", "gdp"),
     "profile": ("privacy.profile", "bounded"),
     "variance_floor": ("privacy.variance_floor", 0.01),
     "extra_i2_noise": ("privacy.extra_i2_noise", True),
