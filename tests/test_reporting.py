@@ -116,3 +116,32 @@ def test_printed_lines_never_show_a_bare_value() -> None:
     for line in lines[2:]:
         assert "[" in line and "]" in line  # an interval on every line
     assert any("NOISE-DOMINATED" in line or "noise-dominated" in line for line in lines)
+
+
+def test_run_prints_value_interval_noise_and_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from fa_hetdp.cli.run import RunSetup, print_result
+    from fa_hetdp.stats.exact import true_statistics
+
+    x = _digits(100)
+    r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))
+    assert r.plan is not None
+    truth = true_statistics(x).summary()
+    setup = RunSetup(scenario_name="demo", num_clients=100, run_config={}, truth=truth, dim=64)
+    doc = {"n": 100, "d": 64, "privacy": {}, "released": statistics_section(r, r.plan)}
+    print_result(setup, json.loads(json.dumps(doc)))
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("mean μ'", "I² of"))]
+    assert len(rows) == 2
+    for row in rows:
+        assert "[" in row and "]" in row
+    assert "noise-dominated" in rows[0] and "NOISE-DOMINATED" in rows[1]
+    assert "σ of release" not in out
+
+
+def test_run_plan_lines_warn_for_the_quickstart() -> None:
+    from fa_hetdp.cli.plan import run_plan_lines
+
+    lines = run_plan_lines({"scenario": "quickstart", "mode": "simulation"}, 64)
+    assert lines[0].startswith("accuracy plan: n=100 clients, d=64")
+    warned = [line for line in lines if line.startswith("warning:")]
+    assert any("dispersion" in line for line in warned)

@@ -9,13 +9,47 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.report.results import format_accuracy_plan
-from fa_hetdp.stats.planner import SCALARS, min_clients, min_epsilon, plan_accuracy
+from fa_hetdp.stats.assumptions import DataAssumptions
+from fa_hetdp.stats.planner import (
+    SCALARS,
+    accuracy_of_plan,
+    min_clients,
+    min_epsilon,
+    plan_accuracy,
+)
 from fa_hetdp.stats.registry import STATISTIC_KEYS
 
-__all__ = ["add_arguments", "run_command"]
+__all__ = ["add_arguments", "run_command", "run_plan_lines"]
+
+
+def run_plan_lines(run_config: Mapping[str, object], dim: int) -> list[str]:
+    """Return the accuracy plan of a ``fa-hetdp run`` (default assumptions, no data).
+
+    Parameters
+    ----------
+    run_config : Mapping
+        The run config ``fa-hetdp run`` submits (scenario and overrides).
+    dim : int
+        Coordinates per client (public: the dataset's dimension).
+
+    Returns
+    -------
+    list[str]
+        The plan's table and one warning line per statistic expected to be noise-dominated.
+    """
+    from fa_hetdp.flower.settings import RunSettings
+
+    # The run's own resolution of scenario + overrides; the app's timeouts and paths do not
+    # matter here, so placeholders stand in for them.
+    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
+    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    plan = plan_protocol(settings.protocol, n=settings.scenario.num_clients, d=dim)
+    return format_accuracy_plan(accuracy_of_plan(plan, DataAssumptions.stated()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

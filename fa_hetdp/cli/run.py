@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from fa_hetdp.cli.cluster import ClusterError, run_simulation
+from fa_hetdp.cli.plan import run_plan_lines
 from fa_hetdp.config.rules import FIELDS, ConfigError, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.flower.steps import STEP_LABELS, Event
+from fa_hetdp.report.results import format_section, released_truth
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
@@ -57,6 +59,7 @@ class RunSetup:
     num_clients: int
     run_config: dict[str, object]
     truth: dict[str, float]
+    dim: int = 0
 
 
 #: The flags that override a scenario setting, by canonical setting name (None = not given).
@@ -173,14 +176,14 @@ def prepare(args: argparse.Namespace) -> RunSetup:
         scenario_arg = str(path.resolve()) if path.is_file() else name
     run_config: dict[str, object] = {"scenario": scenario_arg, "mode": "simulation"}
     run_config.update(check_flags(args, scenario))
-    truth = true_statistics(
-        partition_scenario(scenario).vectors, variance_floor=scenario.privacy.variance_floor
-    ).summary()
+    vectors = partition_scenario(scenario).vectors
+    truth = true_statistics(vectors, variance_floor=scenario.privacy.variance_floor).summary()
     return RunSetup(
         scenario_name=scenario.name,
         num_clients=scenario.num_clients,
         run_config=run_config,
         truth={k: float(v) for k, v in truth.items()},
+        dim=int(vectors.shape[1]),
     )
 
 
@@ -270,6 +273,11 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
 
     console = Console()
     print_privacy(result)
+    if "released" in result:  # value, interval, noise on its scale, flag: never a bare number
+        print(f"{setup.scenario_name}: n={result.get('n')} clients, d={result.get('d')}")
+        print("\n".join(format_section(result["released"], released_truth(setup.truth))))
+        _print_run_notes(console, result)
+        return
     summary = result.get("summary", {})
     table = Table(
         title=(
@@ -293,6 +301,10 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
             _fmt(sigmas.get(spec.release, "")),
         )
     console.print(table)
+    _print_run_notes(console, result)
+
+
+def _print_run_notes(console: Any, result: Mapping[str, Any]) -> None:
     survivors = result.get("survivors", {})
     console.print("clients per step: " + ", ".join(f"{k}={v}" for k, v in survivors.items()))
     timings = result.get("timings", {})
@@ -380,6 +392,7 @@ def run_command(args: argparse.Namespace) -> int:
     """
     check_paths(args)
     setup = prepare(args)
+    print("\n".join(run_plan_lines(setup.run_config, setup.dim)))  # what to expect, before
     with _workdir(args.workdir) as workdir:
         try:
             with progress_display(setup) as on_progress:

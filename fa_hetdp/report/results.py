@@ -8,6 +8,7 @@ meet (:func:`fa_hetdp.stats.planner.plan_accuracy`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ from fa_hetdp.stats.releases import NOISE_DOMINATED_COVER, ReleasedValue, releas
 __all__ = [
     "format_accuracy_plan",
     "format_released",
+    "format_section",
     "noise_dominated_warnings",
+    "released_truth",
     "statistics_section",
 ]
 
@@ -90,28 +93,80 @@ def _fmt(x: float) -> str:
 
 
 def format_released(values: tuple[ReleasedValue, ...]) -> list[str]:
-    """Print-ready lines: value and interval, noise on the statistic's scale, the flag.
+    """Print-ready lines of :func:`~fa_hetdp.stats.releases.released_values` (see below)."""
+    rows = [
+        (rv.display, rv.value, rv.lower, rv.upper, rv.noise_std, np.asarray(rv.noise_dominated))
+        for rv in values
+    ]
+    return _lines(rows, values[0].level if values else 0.95, None)
 
-    A per-coordinate statistic is summarised by its coordinate average, the average of its
+
+def format_section(section: Mapping[str, Any], truth: Mapping[str, float] | None) -> list[str]:
+    """Print-ready lines of a result document's ``"released"`` section.
+
+    One line per statistic and scalar: the value and its interval, the noise std on the
+    statistic's own scale and the noise-dominated flag -- never a bare private number. A
+    per-coordinate statistic is summarised by its coordinate average, the average of its
     coordinates' interval bounds, the median noise std and the count of noise-dominated
-    coordinates.
+    coordinates. ``truth`` (coordinate averages and scalars by key) adds a "true" column.
     """
-    level = values[0].level if values else 0.95
-    head = f"{'statistic':<24} {'value':>10}  {f'{level:.0%} interval':<26} {'noise sd':>10}  note"
+    rows = []
+    truths = []
+    for key, entry in section.get("values", {}).items():
+        rows.append(
+            (
+                str(entry["display"]),
+                np.asarray(entry["value"], dtype=np.float64),
+                np.asarray(entry["lower"], dtype=np.float64),
+                np.asarray(entry["upper"], dtype=np.float64),
+                np.asarray(entry["noise_std"], dtype=np.float64),
+                np.asarray(entry["noise_dominated"], dtype=bool),
+            )
+        )
+        truths.append(None if truth is None else truth.get(key))
+    return _lines(rows, float(section.get("level", 0.95)), truths if truth is not None else None)
+
+
+def released_truth(summary: Mapping[str, float]) -> dict[str, float]:
+    """Return the true value of every released key from a truth summary (coordinate averages).
+
+    ``summary`` is :meth:`TrueStatistics.summary` (with ``n``, ``d``): ``i2_extra`` estimates
+    ``I^2``; ``total_dispersion = d * mean_j D_j``; ``i2_total = max(0, 1 - (n - 1)/mean_j Q_j)``.
+    """
+    out = {k: float(v) for k, v in summary.items()}
+    if "i2" in out:
+        out["i2_extra"] = out["i2"]
+    if "dispersion" in out and "d" in out:
+        out["total_dispersion"] = out["dispersion"] * out["d"]
+    if "q" in out and "n" in out and out["q"] > 0:
+        out["i2_total"] = max(0.0, 1.0 - (out["n"] - 1.0) / out["q"])
+    return out
+
+
+_Row = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _lines(rows: list[_Row], level: float, truths: list[float | None] | None) -> list[str]:
+    true_head = f" {'true':>10}" if truths is not None else ""
+    head = (
+        f"{'statistic':<24} {'value':>10}  {f'{level:.0%} interval':<24}{true_head} "
+        f"{'noise sd':>10}  note"
+    )
     lines = [head, "-" * len(head)]
-    for rv in values:
-        flags = np.asarray(rv.noise_dominated)
-        if rv.scalar:
-            value, low, high = float(rv.value), float(rv.lower), float(rv.upper)
+    for i, (display, value, lower, upper, noise, flags) in enumerate(rows):
+        if value.ndim == 0:
             note = "NOISE-DOMINATED" if bool(flags) else ""
         else:
-            value, low, high = (float(np.mean(a)) for a in (rv.value, rv.lower, rv.upper))
             k = int(np.sum(flags))
-            note = f"{k}/{flags.size} coordinates noise-dominated" if k else ""
-            note = "coordinate average; " + note if note else "coordinate average"
-        interval = f"[{_fmt(low)}, {_fmt(high)}]"
-        sd = _fmt(float(np.median(rv.noise_std)))
-        lines.append(f"{rv.display:<24} {_fmt(value):>10}  {interval:<26} {sd:>10}  {note}")
+            note = "coordinate average" + (f"; {k}/{flags.size} noise-dominated" if k else "")
+        v, lo, hi = (float(np.mean(a)) for a in (value, lower, upper))
+        interval = f"[{_fmt(lo)}, {_fmt(hi)}]"
+        true = ""
+        if truths is not None:
+            t = truths[i]
+            true = f" {'' if t is None else _fmt(t):>10}"
+        sd = _fmt(float(np.median(noise)))
+        lines.append(f"{display:<24} {_fmt(v):>10}  {interval:<24}{true} {sd:>10}  {note}")
     return lines
 
 
