@@ -471,7 +471,8 @@ def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
             + ", ".join(config.statistics or ())
             + "): "
             + ", ".join(absent)
-            + " are not computed (NaN; I2''' None): their releases were not made (no noise, no budget)"
+            + " are not computed (NaN; I2''' None): their releases were not made"
+            + " (no noise, no budget)"
         )
     if not config.broadcast_bounds:
         labels.append("stage-2 noise calibrated to the worst-case bounds sqrt(d), W sqrt(d)")
