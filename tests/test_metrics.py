@@ -272,7 +272,9 @@ def test_metrics_accept_a_single_result() -> None:
     for name in ("mean", "dispersion", "weighted_mean", "q", "i2"):
         assert ci.lower[name].shape == (5,)
         assert np.all(ci.lower[name] <= ci.upper[name])
-    assert set(coverage(ci, truth)) == {"mean", "dispersion", "weighted_mean", "q", "i2"}
+    per_coordinate = {"mean", "dispersion", "weighted_mean", "q", "i2", "i2_extra"}
+    assert set(coverage(ci, truth)) == per_coordinate | {"total_dispersion", "i2_total"}
+    assert np.shape(ci.lower["i2_total"]) == ()
     assert paper_confidence_intervals(res, plan, truth).width("dispersion") > 0.0
     with pytest.raises(InputDataError, match="level"):
         noise_confidence_intervals(res, plan, level=1.5)

@@ -367,3 +367,16 @@ def test_summed_noise_matches_sum_of_client_shares() -> None:
     )
     pc = ((batch_pc.mean - truth.mean) * n / plan.noise_std("mean")).ravel()
     assert stats.ks_2samp(pc, one_draw).pvalue > alpha
+
+
+def test_private_statistics_defaults_follow_protocol_config() -> None:
+    """With nothing but epsilon, delta and rng, the run uses ProtocolConfig's defaults."""
+    x = np.random.default_rng(0).random((30, 4))
+    r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(1))
+    assert r.plan is not None
+    assert r.plan.config == ProtocolConfig(epsilon=1.0, delta=1e-5)
+    basic = private_statistics(
+        x, epsilon=1.0, delta=1e-5, composition="basic", rng=np.random.default_rng(1)
+    )
+    assert basic.plan is not None and basic.plan.config.composition == "basic"
+    assert r.total_dispersion == pytest.approx(float(np.sum(r.dispersion)))

@@ -32,7 +32,7 @@ from fa_hetdp._types import FloatArray, Placement
 from fa_hetdp.dp.accounting import PrivacySpent, privacy_spent
 from fa_hetdp.errors import AggregationError, InputDataError
 from fa_hetdp.protocol.layout import Stage
-from fa_hetdp.protocol.plan import ProtocolPlan, _count
+from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count
 from fa_hetdp.stats.exact import coordinate_averages, i_squared
 
 if TYPE_CHECKING:
@@ -330,13 +330,19 @@ def estimate_stage2(noisy_sum: FloatArray, plan: ProtocolPlan, *, n: int) -> Sta
 
 
 def server_noise(
-    plan: ProtocolPlan, stage: Stage, shape: int | tuple[int, ...], *, rng: np.random.Generator
+    plan: ProtocolPlan,
+    stage: Stage,
+    shape: int | tuple[int, ...],
+    *,
+    rng: np.random.Generator,
+    broadcast: Broadcast | None = None,
 ) -> FloatArray:
     """Draw the server's central noise for stage ``stage`` (scale ``sigma`` per block).
 
-    ``shape`` ends with the stage length; leading axes are repeats.
+    ``shape`` ends with the stage length; leading axes are repeats. Stage 2 takes the public
+    ``broadcast`` (:meth:`ProtocolPlan.stage2_sigmas`).
     """
-    return plan.mechanism.sample(plan.sigma_vector(stage), shape, rng=rng)
+    return plan.mechanism.sample(plan.sigma_vector(stage, broadcast), shape, rng=rng)
 
 
 def extra_i2_noise(i2: FloatArray, plan: ProtocolPlan, *, rng: np.random.Generator) -> FloatArray:
@@ -348,7 +354,8 @@ def extra_i2_noise(i2: FloatArray, plan: ProtocolPlan, *, rng: np.random.Generat
 def privacy_spent_of(plan: ProtocolPlan, fraction1: float, fraction2: float) -> PrivacySpent:
     """Privacy spent when fractions ``fraction1``/``fraction2`` of the noise arrived."""
     fractions = {"mean": fraction1, "weighted": fraction1, "dispersion": fraction2, "q": fraction2}
-    return privacy_spent(plan.budget, fractions)
+    made = {k: v for k, v in fractions.items() if k in plan.releases}  # needed releases only
+    return privacy_spent(plan.budget, made)
 
 
 def result_labels(
@@ -362,7 +369,7 @@ def result_labels(
             f"degraded: noise shares missing; privacy spent eps={spent.epsilon:.4g} at "
             f"delta={spent.delta:.3g}, more than eps={full.epsilon:.4g} with all shares"
         )
-    if clamped:
+    if clamped and "weighted" in plan.releases:
         labels.append("weighted mean: B' fell below its public lower bound n*w_min and was clamped")
     labels.extend(extra)
     return tuple(labels)
@@ -460,22 +467,25 @@ def assemble_stage2(
     n, shares = _check_arrivals(plan, n, noise_shares)
     if n < 2:
         raise AggregationError(f"I2 needs n >= 2 clients in the stage-2 sum, got n={n}.")
+    broadcast = (stage1.mu_prime_broadcast, stage1.weighted_mu_prime)
     if plan.config.placement == "central":
-        s = s + server_noise(plan, 2, plan.stage2_length, rng=rng)
+        s = s + server_noise(plan, 2, plan.stage2_length, rng=rng, broadcast=broadcast)
     est = estimate_stage2(s, plan, n=n)
     i2_extra: FloatArray | None = None
-    if plan.config.extra_i2_noise:
+    if "i2_extra" in plan.releases:
         i2_extra = extra_i2_noise(est.i2, plan, rng=rng)
     spent = privacy_spent_of(plan, stage1.noise_fraction, plan.noise_fraction(shares))
-    total, i2_total = scalar_summaries(est.dispersion, est.q, n)
+    total, i2_total = scalar_summaries(
+        plan.released("dispersion", est.dispersion), plan.released("q", est.q), n
+    )
     return PrivateStatistics(
-        mean=stage1.mu_prime,
-        dispersion=est.dispersion,
-        weighted_mean=stage1.weighted_mu_prime,
-        q=est.q,
-        i2=est.i2,
+        mean=plan.released("mean", stage1.mu_prime),
+        dispersion=plan.released("dispersion", est.dispersion),
+        weighted_mean=plan.released("weighted_mean", stage1.weighted_mu_prime),
+        q=plan.released("q", est.q),
+        i2=plan.released("i2", est.i2),
         i2_extra=i2_extra,
-        sigmas=plan.sigmas,
+        sigmas=plan.sigmas_at(broadcast),
         spent=spent,
         labels=result_labels(plan, spent, stage1.b_clamped),
         n=n,

@@ -11,9 +11,9 @@ formula has one implementation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +22,7 @@ from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profi
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.protocol.layout import Stage
-from fa_hetdp.protocol.plan import ProtocolPlan, _choice, _count, plan_protocol
+from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _choice, _count, plan_protocol
 from fa_hetdp.protocol.server import (
     PrivateStatistics,
     assemble_stage1,
@@ -125,10 +125,13 @@ def _run_protocol(
     plan: ProtocolPlan,
     *,
     stage1_noise: FloatArray | None,
-    stage2_noise: FloatArray | None,
+    stage2_noise: FloatArray | Callable[[Broadcast], FloatArray] | None,
     rng: np.random.Generator,
 ) -> PrivateStatistics:
     """Both stages in process with given summed client noise (None: central placement).
+
+    ``stage2_noise`` may be a function of the public broadcast: the stage-2 noise scale
+    follows it (:meth:`ProtocolPlan.stage2_sigmas`), so it is drawn after stage 1.
 
     The noiseless sums come from one pass over the data (:class:`TrueStatistics`) and the
     identities of :func:`_stage2_sums`; the server functions are the ones the Flower server
@@ -136,13 +139,14 @@ def _run_protocol(
     """
     n = truth.n
     shares = n if plan.config.placement == "distributed" else 0
-    s1 = _stage1_sums(truth)
+    s1 = plan.zero_unmade(1, _stage1_sums(truth))
     if stage1_noise is not None:
         s1 = s1 + stage1_noise
     st1 = assemble_stage1(s1, plan, n=n, noise_shares=shares, rng=rng)
-    s2 = _stage2_sums(truth, st1.mu_prime_broadcast, st1.weighted_mu_prime)
+    broadcast = (st1.mu_prime_broadcast, st1.weighted_mu_prime)
+    s2 = plan.zero_unmade(2, _stage2_sums(truth, *broadcast))
     if stage2_noise is not None:
-        s2 = s2 + stage2_noise
+        s2 = s2 + (stage2_noise(broadcast) if callable(stage2_noise) else stage2_noise)
     result = assemble_stage2(s2, plan, st1, n=n, noise_shares=shares, rng=rng)
     return replace(result, n_clipped=truth.n_clipped, n_at_floor=truth.n_at_floor)
 
@@ -152,13 +156,15 @@ def private_statistics(
     *,
     epsilon: float,
     delta: float,
-    mechanism: Mechanism = "agm",
-    placement: Placement = "distributed",
-    composition: Composition = "basic",
-    profile: Profile = "bounded",
-    variance_floor: float = 0.01,
-    extra_i2_noise: bool = True,
+    mechanism: Mechanism | None = None,
+    placement: Placement | None = None,
+    composition: Composition | None = None,
+    profile: Profile | None = None,
+    variance_floor: float | None = None,
+    extra_i2_noise: bool | None = None,
     min_honest_clients: int | None = None,
+    statistics: tuple[str, ...] | None = None,
+    broadcast_bounds: bool | None = None,
     rng: np.random.Generator,
 ) -> PrivateStatistics:
     """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
@@ -177,39 +183,49 @@ def private_statistics(
     x : array_like, shape (n, d)
         Client data (one row per client); values outside ``[0, 1]`` are clipped and counted.
     epsilon, delta, mechanism, placement, composition, profile, variance_floor, \
-extra_i2_noise, min_honest_clients
-        See :class:`ProtocolConfig`.
+extra_i2_noise, min_honest_clients, statistics, broadcast_bounds
+        See :class:`ProtocolConfig`; left out (None), :class:`ProtocolConfig`'s default -- the
+        recommended settings -- applies, so ``private_statistics(x, epsilon=..., delta=...,
+        rng=...)`` runs what the project recommends.
     rng : numpy.random.Generator
         Source of all noise.
 
     Returns
     -------
     PrivateStatistics
-        ``mu', D'', mu_bar', Q'', I2'', I2'''`` with sigmas, privacy spent and labels.
+        ``mu', D'', mu_bar', Q'', I2'', I2'''`` and the scalars ``total_dispersion``,
+        ``i2_total``, with sigmas, privacy spent, labels and the plan (for
+        :meth:`~PrivateStatistics.confidence_intervals`).
     """
-    config = ProtocolConfig(
-        epsilon=epsilon,
-        delta=delta,
-        mechanism=mechanism,
-        placement=placement,
-        composition=composition,
-        profile=profile,
-        variance_floor=variance_floor,
-        extra_i2_noise=extra_i2_noise,
-        min_honest_clients=min_honest_clients,
-    )
+    given: dict[str, Any] = {
+        "mechanism": mechanism,
+        "placement": placement,
+        "composition": composition,
+        "profile": profile,
+        "variance_floor": variance_floor,
+        "extra_i2_noise": extra_i2_noise,
+        "min_honest_clients": min_honest_clients,
+        "statistics": statistics,
+        "broadcast_bounds": broadcast_bounds,
+    }
+    settings = {k: v for k, v in given.items() if v is not None}
+    config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
     values, n_clipped = validate_clients(x)
     n, d = values.shape
     plan = plan_protocol(config, n=n, d=d)
     truth = statistics_of_validated(
         values, n_clipped=n_clipped, variance_floor=config.variance_floor
     )
-    noise1: FloatArray | None = None
-    noise2: FloatArray | None = None
-    if placement == "distributed":
-        # One draw of the summed shares (same distribution; KS-tested).
-        noise1 = plan.mechanism.sample(plan.noise_std_vector(1), plan.stage1_length, rng=rng)
-        noise2 = plan.mechanism.sample(plan.noise_std_vector(2), plan.stage2_length, rng=rng)
+    if config.placement == "central":
+        return _run_protocol(truth, plan, stage1_noise=None, stage2_noise=None, rng=rng)
+    # One draw of the summed shares per stage (same distribution; KS-tested); the stage-2
+    # scale follows the broadcast, so that draw waits for stage 1.
+    noise1 = plan.mechanism.sample(plan.noise_std_vector(1), plan.stage1_length, rng=rng)
+
+    def noise2(broadcast: Broadcast) -> FloatArray:
+        scale = plan.noise_std_vector(2, broadcast)
+        return plan.mechanism.sample(scale, plan.stage2_length, rng=rng)
+
     return _run_protocol(truth, plan, stage1_noise=noise1, stage2_noise=noise2, rng=rng)
 
 
@@ -296,16 +312,21 @@ def _summed_noise(
     repeats: int,
     noise_draw: NoiseDraw,
     rng: np.random.Generator,
+    broadcast: Broadcast | None = None,
 ) -> FloatArray:
-    """Total noise of stage ``stage`` per repeat, shape ``(repeats, stage length)``."""
+    """Total noise of stage ``stage`` per repeat, shape ``(repeats, stage length)``.
+
+    Stage 2 takes each repeat's public ``broadcast`` (shape ``(repeats, d)`` each).
+    """
     total = plan.layout(stage).length
     if noise_draw == "per_client" and plan.config.placement == "distributed":
-        share = plan.share_std_vector(stage)
+        share = np.broadcast_to(plan.share_std_vector(stage, broadcast), (repeats, total))
         out = np.empty((repeats, total))
         for r in range(repeats):
-            out[r] = plan.mechanism.sample(share, (plan.n, total), rng=rng).sum(axis=0)
+            out[r] = plan.mechanism.sample(share[r], (plan.n, total), rng=rng).sum(axis=0)
         return out
-    return plan.mechanism.sample(plan.noise_std_vector(stage), (repeats, total), rng=rng)
+    scale = plan.noise_std_vector(stage, broadcast)
+    return plan.mechanism.sample(scale, (repeats, total), rng=rng)
 
 
 def private_statistics_batch(
@@ -357,24 +378,27 @@ def private_statistics_batch(
     )
     del values
     z1 = _summed_noise(plan, 1, repeats, noise_draw, rng)
-    z2 = _summed_noise(plan, 2, repeats, noise_draw, rng)
-    st1 = estimate_stage1(_stage1_sums(truth) + z1, plan, n=n)
-    s2 = _stage2_sums(truth, st1.mu_prime_broadcast, st1.weighted_mu_prime) + z2
+    st1 = estimate_stage1(plan.zero_unmade(1, _stage1_sums(truth)) + z1, plan, n=n)
+    broadcast = (st1.mu_prime_broadcast, st1.weighted_mu_prime)
+    z2 = _summed_noise(plan, 2, repeats, noise_draw, rng, broadcast)  # after stage 1
+    s2 = plan.zero_unmade(2, _stage2_sums(truth, *broadcast)) + z2
     st2 = estimate_stage2(s2, plan, n=n)
     i2_extra: FloatArray | None = None
-    if config.extra_i2_noise:
+    if "i2_extra" in plan.releases:
         i2_extra = extra_i2_noise(st2.i2, plan, rng=rng)  # Thm 3.13
     spent = privacy_spent_of(plan, 1.0, 1.0)
-    total, i2_total = scalar_summaries(st2.dispersion, st2.q, n)
+    dispersion = plan.released("dispersion", st2.dispersion)
+    q = plan.released("q", st2.q)
+    total, i2_total = scalar_summaries(dispersion, q, n)
     return BatchResult(
         config=config,
         plan=plan,
         truth=truth,
-        mean=st1.mu_prime,
-        dispersion=st2.dispersion,
-        weighted_mean=st1.weighted_mu_prime,
-        q=st2.q,
-        i2=st2.i2,
+        mean=plan.released("mean", st1.mu_prime),
+        dispersion=dispersion,
+        weighted_mean=plan.released("weighted_mean", st1.weighted_mu_prime),
+        q=q,
+        i2=plan.released("i2", st2.i2),
         i2_extra=i2_extra,
         weighted_denominator_clamped=st1.b_clamped,
         weighted_denominator=st1.b_used,
