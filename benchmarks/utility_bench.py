@@ -1,0 +1,144 @@
+"""Benchmark: the error of each utility lever against today's default, side by side.
+
+Run ``python benchmarks/utility_bench.py`` (``--repeats N``, default 500; ``--quick`` = 50).
+
+Data: the embedded digits (d = 64), n = 100 clients (10 images of each label, the quickstart's
+size) and n = 1797 (every image, one per client); epsilon = 1, delta = 1e-5, v_min = 0.01,
+distributed noise with every share arriving. Every setting runs the vectorised in-process
+protocol (``private_statistics_batch``) on the same data with the same noise seed: the
+standard-normal draws are identical across settings (unmade releases draw zero-scale noise,
+so the streams stay aligned), and the ratios are paired comparisons.
+
+The settings (issue 9, item 3; ``docs/privacy.md``):
+
+- ``today``: basic composition, equal split, every release, stage-2 bounds ``sqrt(d)`` and
+  ``W sqrt(d)`` -- the defaults before the levers.
+- ``a``: gdp composition (equal split).
+- ``a+split``: gdp with the optimal split for all statistics (:func:`release_weights`).
+- ``b``: release selection under basic composition: each column is measured with only that
+  statistic needed (``statistics = (key,)``), equal split over the releases it needs.
+- ``a+b``: gdp, only that statistic needed, optimal split over its releases.
+- ``c``: stage-2 bounds from the public broadcast, otherwise today's settings.
+- ``all``: a + b + c (gdp, only that statistic, optimal split, broadcast bounds).
+- ``defaults``: the new defaults with every statistic needed (gdp, optimal split,
+  broadcast bounds).
+
+Error of one repeat: for ``mu', D'', mu_bar', Q''`` the relative error of the coordinate
+average, ``|avg_j(private) - avg_j(true)| / avg_j(true)``; for ``I2''`` the absolute error of
+the coordinate average. Each cell is the median over repeats; lever rows show the ratio
+``median(lever) / median(today)`` (below 1 = better), the ``today`` row the median itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.protocol.simulate import private_statistics_batch
+
+EPSILON = 1.0
+DELTA = 1e-5
+SEED = 20261126
+COLUMNS = ("mean", "dispersion", "weighted_mean", "q", "i2")
+LABELS = {"mean": "μ'", "dispersion": "D''", "weighted_mean": "μ̄'", "q": "Q''", "i2": "I²''"}
+EQUAL = {"mean": 1.0, "weighted": 1.0, "dispersion": 1.0, "q": 1.0}
+
+# name -> (settings, whether each column is measured with only that statistic needed)
+SETTINGS: Mapping[str, tuple[dict[str, Any], bool]] = {
+    "today": ({"composition": "basic", "broadcast_bounds": False}, False),
+    "a": ({"composition": "gdp", "split": EQUAL, "broadcast_bounds": False}, False),
+    "a+split": ({"composition": "gdp", "broadcast_bounds": False}, False),
+    "b": ({"composition": "basic", "broadcast_bounds": False}, True),
+    "a+b": ({"composition": "gdp", "broadcast_bounds": False}, True),
+    "c": ({"composition": "basic", "broadcast_bounds": True}, False),
+    "all": ({"composition": "gdp", "broadcast_bounds": True}, True),
+    "defaults": ({}, False),
+}
+
+
+def digits_clients(n: int) -> np.ndarray:
+    """``n`` digits images, one per client: every image, or ``n/10`` of each label (first ones)."""
+    data = load_dataset("digits")
+    x = np.asarray(data.features, dtype=np.float64)
+    if n >= data.size:
+        return x
+    per = n // 10
+    rows = np.concatenate([data.indices_of(label)[:per] for label in range(10)])
+    return x[np.sort(rows)]
+
+
+def errors(x: np.ndarray, settings: dict[str, Any], statistics: tuple[str, ...] | None,
+           repeats: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """Per-repeat error of each column statistic (NaN where it was not computed)."""
+    config = ProtocolConfig(EPSILON, DELTA, statistics=statistics, **settings)
+    batch = private_statistics_batch(x, config, repeats=repeats, rng=np.random.default_rng(SEED))
+    out: dict[str, np.ndarray] = {}
+    for key in COLUMNS:
+        private = np.mean(getattr(batch, key), axis=1)
+        true = float(np.mean(getattr(batch.truth, key)))
+        err = np.abs(private - true)
+        out[key] = err if key == "i2" else err / abs(true)
+    return out
+
+
+def run(n: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Median error per setting and column at ``n`` clients."""
+    x = digits_clients(n)
+    table: dict[str, dict[str, float]] = {}
+    for name, (settings, select) in SETTINGS.items():
+        row: dict[str, float] = {}
+        if select:
+            for key in COLUMNS:
+                row[key] = float(np.median(errors(x, settings, (key,), repeats)[key]))
+        else:
+            errs = errors(x, settings, None, repeats)
+            row = {key: float(np.median(errs[key])) for key in COLUMNS}
+        table[name] = row
+    return table
+
+
+def render(n: int, table: dict[str, dict[str, float]]) -> str:
+    """Markdown table: medians for ``today``, ratios to ``today`` for the others."""
+    head = "| n = {} | ".format(n) + " | ".join(LABELS[k] for k in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    base = table["today"]
+    cells = [f"{100 * base[k]:.1f} %" if k != "i2" else f"{base[k]:.3f}" for k in COLUMNS]
+    lines.append("| today (median error) | " + " | ".join(cells) + " |")
+    for name, row in table.items():
+        if name == "today":
+            continue
+        ratios = [f"{row[k] / base[k]:.2f}×" for k in COLUMNS]
+        lines.append(f"| {name} | " + " | ".join(ratios) + " |")
+    after = table["all"]
+    cells = [f"{100 * after[k]:.1f} %" if k != "i2" else f"{after[k]:.3f}" for k in COLUMNS]
+    lines.append("| all (median error) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Print the lever-by-lever table for n = 100 and n = 1797."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=500)
+    parser.add_argument("--quick", action="store_true", help="50 repeats")
+    args = parser.parse_args()
+    repeats = 50 if args.quick else args.repeats
+    print(
+        f"digits, epsilon = {EPSILON}, delta = {DELTA}, v_min = 0.01, distributed noise, "
+        f"{repeats} repeats, seed {SEED}; relative error of the coordinate average (I²'': "
+        "absolute), median over repeats; lever rows: ratio to today (< 1 is better)\n"
+    )
+    for n in (100, 1797):
+        t0 = time.perf_counter()
+        table = run(n, repeats)
+        print(render(n, table))
+        print(f"({time.perf_counter() - t0:.1f} s)\n")
+
+
+if __name__ == "__main__":
+    main()
