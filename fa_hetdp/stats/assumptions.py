@@ -145,6 +145,8 @@ class DataAssumptions:
         spread = self._vector("dispersion", self.dispersion, d, default_spread)
         if self.i2 is not None:
             q = (n - 1) / (1.0 - self._vector("i2", self.i2, d))
+        elif self.dispersion is None:
+            q = np.full(d, n - 1.0)  # n w D for the homogeneous default, without rounding
         else:
             q = n * self.weight(variance_floor) * spread
         return m, spread, q
