@@ -70,7 +70,8 @@ def digits_clients(n: int) -> np.ndarray:
         return x
     per = n // 10
     rows = np.concatenate([data.indices_of(label)[:per] for label in range(10)])
-    return x[np.sort(rows)]
+    out: np.ndarray = x[np.sort(rows)]
+    return out
 
 
 def errors(x: np.ndarray, settings: dict[str, Any], statistics: tuple[str, ...] | None,
@@ -105,7 +106,7 @@ def run(n: int, repeats: int) -> dict[str, dict[str, float]]:
 
 def render(n: int, table: dict[str, dict[str, float]]) -> str:
     """Markdown table: medians for ``today``, ratios to ``today`` for the others."""
-    head = "| n = {} | ".format(n) + " | ".join(LABELS[k] for k in COLUMNS) + " |"
+    head = f"| n = {n} | " + " | ".join(LABELS[k] for k in COLUMNS) + " |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
     base = table["today"]
     cells = [f"{100 * base[k]:.1f} %" if k != "i2" else f"{base[k]:.3f}" for k in COLUMNS]
