@@ -137,7 +137,10 @@ def run_command(args: argparse.Namespace) -> int:
             answer = min_epsilon(args.clients, args.dim, **common)
             what = f"smallest epsilon at n={args.clients}"
         doc["inverse"] = {"statistic": args.statistic, "target": args.target, "answer": answer}
-        found = "not reachable in the searched range" if answer is None else f"{answer:.4g}"
+        if answer is None:
+            found = "not reachable in the searched range"
+        else:
+            found = str(answer) if isinstance(answer, int) else f"{answer:.4g}"
         lines.append(
             f"{what} for {kind} RMSE <= {args.target:g} ({scope}) of {args.statistic}: {found}"
         )
