@@ -39,6 +39,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
+import fa_hetdp
+from fa_hetdp.cli.check_data import load_checked
 from fa_hetdp.data.partition import client_vector
 from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions
@@ -90,19 +92,12 @@ def load_vector(path: str) -> np.ndarray:
     """Read a data owner's records: ``.npy`` (no pickles) or ``.csv``; rows are records.
 
     One row is the client's vector ``x_i``; several rows are averaged (docs/design.md: a
-    client holding several records contributes their mean). Values must already be scaled to
-    ``[0, 1]`` (pixels / 255); values outside are clipped and counted by ``local_values``.
+    client holding several records contributes their mean). The pre-flight check of
+    ``fa-hetdp check-data`` runs first (:func:`fa_hetdp.cli.check_data.load_checked`): NaN,
+    shape and values outside ``[0, 1]`` stop the node before the first round, and the error
+    the coordinator sees names the kind of problem only (no value, no position).
     """
-    if path.endswith(".npy"):
-        data = np.load(path, allow_pickle=False)
-    else:
-        data = np.loadtxt(path, delimiter=",", ndmin=2)
-    data = np.asarray(data, dtype=np.float64)
-    if data.ndim == 1:
-        return data
-    if data.ndim != 2 or data.shape[0] < 1:
-        raise ValueError(f"{path}: expected one vector or a (records, d) table, got {data.shape}")
-    return np.asarray(data.mean(axis=0))
+    return load_checked(path)
 
 
 _SETTINGS_CACHE: dict[tuple[tuple[str, Any], ...], RunSettings] = {}
@@ -212,7 +207,16 @@ def advertise_keys(msg: Message, context: Context) -> Message:
         }
     )
     context.state[State.RECORD] = record
-    return _reply(msg, {Key.D: int(x.shape[0]), Key.PARTITION_ID: pid, Key.SECAGG: reply})
+    return _reply(
+        msg,
+        {
+            Key.D: int(x.shape[0]),
+            Key.PARTITION_ID: pid,
+            Key.NUM_PARTITIONS: num,
+            Key.VERSION: fa_hetdp.__version__,
+            Key.SECAGG: reply,
+        },
+    )
 
 
 @app.query(SHARE_KEYS)

@@ -16,10 +16,11 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
+import fa_hetdp
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.flower.steps import message_type
 from fa_hetdp.flower.wire import WireFormatError, decode, encode
-from fa_hetdp.report.files import write_json_atomic
+from server.results import result_path, write_result
 from server.strategy import HeterogeneityStrategy
 
 __all__ = ["GridTransport", "app"]
@@ -80,6 +81,7 @@ class GridTransport:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run one private heterogeneity measurement and write the result file."""
+    run_id = int(context.run_id)
     try:
         settings = RunSettings.from_run_config(context.run_config)
     except Exception as exc:
@@ -87,18 +89,25 @@ def main(grid: Grid, context: Context) -> None:
         if isinstance(path, str) and path:
             from pathlib import Path
 
-            write_json_atomic(
-                Path(path).expanduser(),
-                {"status": "aborted", "reason": f"invalid run config: {exc}"},
+            where = write_result(
+                result_path(Path(path).expanduser(), run_id),
+                {"status": "aborted", "run_id": run_id, "reason": f"invalid run config: {exc}"},
             )
+            log.error("fa-hetdp: invalid run config; result in %s", where)
         raise
-    strategy = HeterogeneityStrategy(settings)
-    document = strategy.run(GridTransport(grid))
+    strategy = HeterogeneityStrategy(settings, run_id=run_id, version=fa_hetdp.__version__)
+    try:
+        document = strategy.run(GridTransport(grid))
+    except Exception:
+        log.error("fa-hetdp: run %s aborted; result in %s", run_id, strategy.result_file)
+        raise
     privacy = document["privacy"]
     log.info(
-        "fa-hetdp: done; n=%s d=%s epsilon spent=%s; result in %s",
+        "fa-hetdp: done; n=%s d=%s %s; result in %s",
         document["n"],
         document["d"],
-        privacy["epsilon_spent"],
-        settings.result_path,
+        f"epsilon spent={privacy['epsilon_spent']}"
+        if privacy["differentially_private"]
+        else "NOT differentially private",
+        strategy.result_file,
     )

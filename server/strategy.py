@@ -21,16 +21,24 @@ and the threshold in its reason otherwise. A client that drops before sending a 
 loses its noise share: the privacy actually spent is computed from the shares that arrived
 (:meth:`fa_hetdp.protocol.ProtocolPlan.noise_fraction`) under exact composition.
 
-Results are written atomically (:func:`fa_hetdp.report.files.write_json_atomic`):
-``status = "success"`` with every private value, or ``status = "aborted"`` with the reason
-(never a file that claims success for an aborted run).
+Results are written atomically by :func:`server.results.write_result`: ``status =
+"success"`` with every private value, or ``status = "aborted"`` with the reason (never a file
+that claims success for an aborted run, and never a failure over an earlier success);
+``{run_id}`` in the path becomes the run id. The ``privacy`` part
+(:func:`server.results.privacy_section`) says whether the setting is differentially private
+at all, what was released and what it cost, also for an abort after stage 1; a release that
+would spend more than ``max-epsilon`` because noise shares are missing is refused unless
+``on-degraded = "release"``.
+
+Partitions: each node reports its ``partition-id``, ``num-partitions`` and fa-hetdp version;
+nodes that share a partition id, report another ``num-partitions`` than the majority, or run
+another version than the server are dropped with the reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,13 +64,14 @@ from fa_hetdp.protocol.server import (
     Stage1Release,
     assemble_stage1,
     assemble_stage2,
+    privacy_spent_of,
 )
-from fa_hetdp.report.files import write_json_atomic
 from fa_hetdp.report.results import statistics_section
 from fa_hetdp.stats.registry import STATISTICS
 from secagg.encoding import FixedPointEncoding, choose_encoding
 from secagg.errors import SecAggError
 from secagg.server import SecAggServer, SumResult
+from server.results import degraded_refusal, privacy_section, result_path, write_result
 
 __all__ = [
     "HeterogeneityStrategy",
@@ -118,10 +127,16 @@ class HeterogeneityStrategy:
         The resolved run settings (scenario, privacy, secagg, timeouts, paths).
     clock : callable
         Monotonic clock (tests may replace it).
+    run_id : int or None
+        Flower's run id (recorded, and ``{run_id}`` in the result path).
+    version : str or None
+        The fa-hetdp version the ClientApps must run (None: not checked).
     """
 
     settings: RunSettings
     clock: Callable[[], float] = time.monotonic
+    run_id: int | None = None
+    version: str | None = None
     steps: list[StepOutcome] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     partitions: dict[int, int] = field(default_factory=dict)
@@ -133,6 +148,10 @@ class HeterogeneityStrategy:
         else:
             self.rng = csprng_generator()
         self._start = self.clock()
+        self.result_file = result_path(self.settings.result_path, self.run_id)
+        self._plan: ProtocolPlan | None = None
+        self._released: list[str] = []
+        self._stage1_fraction: float | None = None
 
     # ---------------------------------------------------------------- progress / results
     def progress(self, event: str, **fields: Any) -> None:
@@ -148,6 +167,7 @@ class HeterogeneityStrategy:
     def _base_document(self) -> dict[str, Any]:
         s = self.settings
         return {
+            "run_id": self.run_id,
             "scenario": s.scenario.name,
             "mode": s.mode,
             "seed": s.seed,
@@ -175,8 +195,15 @@ class HeterogeneityStrategy:
     def abort(self, reason: str) -> ProtocolAbortError:
         """Write the abort result (status ``"aborted"``) and return the exception to raise."""
         self.timings["total"] = self.clock() - self._start
-        document = {"status": "aborted", "reason": reason, **self._base_document()}
-        write_json_atomic(self.settings.result_path, document)
+        document: dict[str, Any] = {"status": "aborted", "reason": reason}
+        if self._plan is not None:  # what was released before the abort, and its cost
+            privacy = privacy_section(
+                self._plan, None, released=self._released, stage1_fraction=self._stage1_fraction
+            )
+            document["differentially_private"] = privacy["differentially_private"]
+            document["privacy"] = privacy
+        document.update(self._base_document())
+        self.result_file = write_result(self.result_file, document)
         self.progress(Event.ABORTED, reason=reason)
         return ProtocolAbortError(reason)
 
@@ -322,10 +349,7 @@ class HeterogeneityStrategy:
                 self._reject(replies, node, f"bad dimension {d_value!r}", active)
         if not dims:
             raise self.abort("no client reported a usable dimension d")
-        for node, reply in replies.items():
-            pid = reply.get(Key.PARTITION_ID)
-            if isinstance(pid, int) and not isinstance(pid, bool):
-                self.partitions[ids[node]] = pid
+        self._check_partitions(replies, ids, active)
         values, counts = np.unique(list(dims.values()), return_counts=True)
         d = int(values[int(np.argmax(counts))])
         for node, d_value in dims.items():
@@ -333,6 +357,7 @@ class HeterogeneityStrategy:
                 self._reject(replies, node, f"d={d_value}, majority d={d}", active)
         self._accept(server.receive_advertise_keys, ADVERTISE_KEYS, replies, ids, active)
         plan = plan_protocol(s.protocol, n=n, d=d)
+        self._plan = plan
 
         # 2. share keys ---------------------------------------------------------------------
         directory = self._secagg(server.key_directory)
@@ -344,7 +369,16 @@ class HeterogeneityStrategy:
         encoding1 = self._encoding(plan, 1, n)
         sum1 = self._summation(transport, server, 1, encoding1, nodes_of, ids, active)
         n1 = len(sum1.survivors)
+        refused = degraded_refusal(
+            s, privacy_spent_of(plan, plan.noise_fraction(n1), 1.0).epsilon, "stage 1"
+        )
+        if refused is not None:
+            raise self.abort(refused)  # nothing released yet
         stage1 = assemble_stage1(sum1.sum, plan, n=n1, noise_shares=n1, rng=self.rng)
+        self._stage1_fraction = stage1.noise_fraction
+        self._released.append(
+            f"stage 1: mu', mu_bar' broadcast to the {len(active)} remaining clients"
+        )
         self.progress(Event.STAGE1, clients=n1)
 
         # 5-6. stage 2 ------------------------------------------------------------------
@@ -356,12 +390,43 @@ class HeterogeneityStrategy:
         sum2 = self._summation(transport, server, 2, encoding2, nodes_of, ids, active, extra=extra)
         n2 = len(sum2.survivors)
         result = assemble_stage2(sum2.sum, plan, stage1, n=n2, noise_shares=n2, rng=self.rng)
+        refused = degraded_refusal(s, result.spent.epsilon, "the stage-2 release")
+        if refused is not None:
+            raise self.abort(refused)
         self.timings["protocol"] = self.clock() - protocol_start
         self.timings["total"] = self.clock() - self._start
+        self._released.append("stage 2: every statistic of the result")
         document = self._success_document(plan, stage1, result, sum1, sum2)
-        write_json_atomic(s.result_path, document)
+        self.result_file = write_result(self.result_file, document)
         self.progress(Event.DONE)
         return document
+
+    def _check_partitions(
+        self, replies: dict[int, dict[str, Any]], ids: Mapping[int, int], active: set[int]
+    ) -> None:
+        """Drop nodes with another version, a shared partition id or another num-partitions."""
+        for node, reply in list(replies.items()):
+            version = reply.get(Key.VERSION)
+            if self.version is not None and version != self.version:
+                why = f"fa-hetdp {version} != the server's {self.version}"
+                self._reject(replies, node, why, active)
+        nums = [r.get(Key.NUM_PARTITIONS) for r in replies.values()]
+        counted = [v for v in nums if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        majority = max(set(counted), key=counted.count) if counted else None
+        owners: dict[int, list[int]] = {}
+        for node, reply in replies.items():
+            pid = reply.get(Key.PARTITION_ID)
+            if isinstance(pid, int) and not isinstance(pid, bool) and pid >= 0:
+                owners.setdefault(pid, []).append(node)
+        for node, reply in list(replies.items()):
+            pid, num = reply.get(Key.PARTITION_ID), reply.get(Key.NUM_PARTITIONS)
+            if isinstance(pid, int) and pid >= 0 and len(owners.get(pid, [])) > 1:
+                self._reject(replies, node, f"partition-id {pid} claimed by several nodes", active)
+            elif isinstance(pid, int) and pid >= 0 and num != majority:
+                why = f"num-partitions={num!r}, the other nodes have {majority}"
+                self._reject(replies, node, why, active)
+            elif isinstance(pid, int) and not isinstance(pid, bool):
+                self.partitions[ids[node]] = pid
 
     def _secagg(self, call: Callable[[], _T]) -> _T:
         """Call a secagg server method; its ``ProtocolAborted`` aborts the run."""
@@ -438,13 +503,14 @@ class HeterogeneityStrategy:
         sum1: SumResult,
         sum2: SumResult,
     ) -> dict[str, Any]:
-        spent = result.spent
+        privacy = privacy_section(plan, result.spent, released=self._released)
         statistics: dict[str, list[float] | None] = {}
         for spec in STATISTICS:  # the table of statistics: key -> per-coordinate values
             values = getattr(result, spec.key)
             statistics[spec.key] = None if values is None else _floats(values)
         return {
             "status": "success",
+            "differentially_private": privacy["differentially_private"],
             **self._base_document(),
             "n": plan.n,
             "d": plan.d,
@@ -457,22 +523,11 @@ class HeterogeneityStrategy:
             "noise_shares": {"stage1": result.noise_shares[0], "stage2": result.noise_shares[1]},
             "statistics": statistics,
             "released": statistics_section(result, plan),  # intervals, noise, flags, plan
-            "summary": result.summary(),
-            "sigmas": {k: float(v) for k, v in result.sigmas.items()},
-            "privacy": {
-                "target_epsilon": plan.config.epsilon,
-                "target_delta": plan.config.delta,
-                "epsilon_spent": _json_float(spent.epsilon),
-                "delta": spent.delta,
-                "mu": _json_float(spent.mu),
-                "delta_at_target_epsilon": spent.delta_at_target_epsilon,
-                "degraded": spent.degraded,
-                "composition": "exact (Gaussian DP, Dong-Roth-Su Cor. 3.3)",
-                "per_release": [
-                    {k: _json_value(v) for k, v in dataclasses.asdict(r).items()}
-                    for r in spent.per_release
-                ],
+            "summary": {  # the privacy spent is in "privacy", stated so that it holds
+                k: v for k, v in result.summary().items() if k not in _SPENT_KEYS
             },
+            "sigmas": {k: float(v) for k, v in result.sigmas.items()},
+            "privacy": privacy,
             "labels": list(result.labels),
             "weighted_denominator_clamped": stage1.b_clamped,
             "encoding_error_bound": {
@@ -482,13 +537,4 @@ class HeterogeneityStrategy:
         }
 
 
-def _json_float(value: float) -> float | str:
-    return float(value) if math.isfinite(value) else str(value)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float):
-        return _json_float(value)
-    if isinstance(value, (np.floating, np.integer)):
-        return _json_value(value.item())
-    return value
+_SPENT_KEYS = frozenset({"epsilon_spent", "delta_spent"})

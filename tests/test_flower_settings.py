@@ -37,7 +37,7 @@ def test_pyproject_defaults_are_the_quickstart_in_deployment_mode() -> None:
     assert settings.threshold == 67  # ceil(2/3 * 100)
     assert settings.neighbours is None
     assert settings.dropout_fraction == 0.0
-    assert settings.result_path == Path("results/flower-result.json")
+    assert settings.result_path == Path("results/flower-result-{run_id}.json")
 
 
 def test_simulation_uses_the_scenario_seed_unless_overridden() -> None:

@@ -63,7 +63,7 @@ def test_hundred_clients_with_ten_percent_dropouts(cluster: FlowerCluster, tmp_p
         tmp_path,
         100,
         scenario=str(scenario),
-        **{"dropout-fraction": 0.1, "dropout-stage": "stage1-unmask"},
+        **{"dropout-fraction": 0.1, "dropout-stage": "stage1-unmask", "on-degraded": "release"},
     )
     assert result is not None, output
     assert result["status"] == "success"

@@ -134,7 +134,9 @@ def test_same_seed_same_result_other_seed_differs(tmp_path: Path) -> None:
 )
 def test_dropouts_at_each_stage(tmp_path: Path, stage: str, in_stage1: int, in_stage2: int) -> None:
     config = run_config(
-        tmp_path, scenario_file(tmp_path, 20), **{"dropout-fraction": 0.1, "dropout-stage": stage}
+        tmp_path,
+        scenario_file(tmp_path, 20),
+        **{"dropout-fraction": 0.1, "dropout-stage": stage, "on-degraded": "release"},
     )
     settings = RunSettings.from_run_config(config)
     dropped = dropout_partitions(settings)
@@ -173,7 +175,8 @@ def test_below_threshold_aborts_without_success_file(tmp_path: Path) -> None:
 
 
 def test_missing_replies_are_dropouts(tmp_path: Path) -> None:
-    config = run_config(tmp_path, scenario_file(tmp_path, 8))
+    # A lost noise share spends more than the target: released by the policy's opt-in.
+    config = run_config(tmp_path, scenario_file(tmp_path, 8), **{"on-degraded": "release"})
     settings = RunSettings.from_run_config(config)
     transport = InMemoryTransport(8, config)
     transport.silent = {5003}
@@ -194,7 +197,7 @@ def test_malformed_and_impersonating_replies_are_dropouts(tmp_path: Path) -> Non
             return reply
         return None
 
-    config = run_config(tmp_path, scenario_file(tmp_path, 10))
+    config = run_config(tmp_path, scenario_file(tmp_path, 10), **{"on-degraded": "release"})
     document = run(config, 10, tamper=tamper)
     assert document["status"] == "success"
     assert document["clients_in_sum"] == {"stage1": 7, "stage2": 7}
@@ -259,7 +262,7 @@ def test_load_vector_averages_records(tmp_path: Path) -> None:
 
 def test_invalid_plan_aborts_with_its_reason(tmp_path: Path) -> None:
     result = tmp_path / "result.json"
-    result.write_text('{"status": "success"}')  # left by an earlier run: must be replaced
+    result.write_text('{"status": "success"}')  # left by an earlier run: must be kept
     config = run_config(tmp_path, scenario_file(tmp_path, 6))
     settings = RunSettings.from_run_config(config)
     # The run-config validator refuses t > n up front; bypass it to reach the plan's own check.
@@ -267,5 +270,6 @@ def test_invalid_plan_aborts_with_its_reason(tmp_path: Path) -> None:
     settings = dataclasses.replace(settings, protocol=protocol)
     with pytest.raises(ProtocolAbortError, match="min_honest_clients"):
         HeterogeneityStrategy(settings).run(InMemoryTransport(6, config))
-    document = json.loads(result.read_text())
+    assert json.loads(result.read_text()) == {"status": "success"}  # never replaced by a failure
+    document = json.loads((tmp_path / "result-local-aborted.json").read_text())
     assert document["status"] == "aborted" and "min_honest_clients" in document["reason"]

@@ -129,6 +129,7 @@ def find_program(name: str) -> str | None:
         return str(beside)
     return shutil.which(name)
 
+
 CONNECTION_NAME = "fa-hetdp"
 
 

@@ -365,12 +365,12 @@ def save_result(result: Mapping[str, Any], output: Path) -> Path:
         with contextlib.suppress(OSError, ValueError):
             if json.loads(output.read_text()).get("status") == "success":
                 # Never replace a success with a failure: the failure goes beside it.
-                output = output.with_name(f"{output.stem}-{result.get('run_id', 'failed')}.json")
+                output = output.with_name(f"{output.stem}-{result.get('run_id') or 'failed'}.json")
     try:
         write_json_atomic(output, dict(result))
         return output
     except OSError as first:
-        name = f"fa-hetdp-result-{result.get('run_id', 'unknown')}.json"
+        name = f"fa-hetdp-result-{result.get('run_id') or 'unknown'}.json"
         for folder in (Path.cwd(), Path(tempfile.gettempdir())):
             with contextlib.suppress(OSError):
                 write_json_atomic(folder / name, dict(result))

@@ -289,6 +289,7 @@ FIELDS: Final[Mapping[str, Field]] = {
     "node_wait_timeout": Field((Real(low=0.0, low_open=True),)),
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     "run_timeout": Field((Real(low=0.0, low_open=True),)),
+    "on_degraded": Field((Options(("refuse", "release")),)),  # above max-epsilon (flower.settings)
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),

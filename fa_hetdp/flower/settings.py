@@ -57,6 +57,8 @@ UNSET: Final[Mapping[str, object]] = {
     "secagg-neighbours": -1,
     "dropout-fraction": -1.0,
     "dropout-stage": "",
+    "max-epsilon": 0.0,
+    "on-degraded": "",
 }
 
 Mode = Literal["simulation", "deployment"]
@@ -91,6 +93,7 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "dropout_stage": "dropout-stage",
     "node_wait_timeout": "node-wait-timeout",
     "stage_timeout": "stage-timeout",
+    "on_degraded": "on-degraded",
 }
 
 _KINDS: Final[Mapping[str, type]] = {
@@ -113,6 +116,8 @@ _KINDS: Final[Mapping[str, type]] = {
     "dropout-stage": str,
     "node-wait-timeout": float,
     "stage-timeout": float,
+    "max-epsilon": float,
+    "on-degraded": str,
     "result-path": str,
     "progress-path": str,
 }
@@ -169,6 +174,7 @@ def resolve_overrides(
         "neighbours": secagg.neighbours,
         "dropout_fraction": secagg.dropout_fraction,
         "dropout_stage": secagg.dropout_stage,
+        "on_degraded": "refuse",  # not in a scenario: the safe default
     }
     values: dict[str, Any] = {}
     for name, key in RUN_CONFIG_KEYS.items():
@@ -229,6 +235,12 @@ class RunSettings:
         Where the ServerApp writes the result JSON.
     progress_path : Path or None
         Where it appends progress events (JSON lines), if set.
+    max_epsilon : float or None
+        Largest epsilon a release may spend (after missing noise shares); None: the target.
+    on_degraded : {"refuse", "release"}
+        What a release whose epsilon exceeds the target does: ``"refuse"`` aborts the run
+        with the numbers once it would exceed ``max_epsilon`` (default: the target);
+        ``"release"`` releases it labelled degraded (up to ``max_epsilon`` when set).
     """
 
     scenario: Scenario
@@ -244,6 +256,8 @@ class RunSettings:
     stage_timeout: float
     result_path: Path
     progress_path: Path | None
+    max_epsilon: float | None = None
+    on_degraded: str = "refuse"
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -259,6 +273,17 @@ class RunSettings:
         scenario = default_scenario() if name in ("", "quickstart") else load_scenario(name)
         values = resolve_overrides(scenario, raw, problems)
         problems += validate(values, run_config_key)
+        max_epsilon = raw.get("max-epsilon", UNSET["max-epsilon"])  # checked as an epsilon
+        if max_epsilon != UNSET["max-epsilon"]:
+            problems += validate({"epsilon": max_epsilon}, lambda _: "run-config.max-epsilon")
+        for name, axis in (
+            ("epsilon", scenario.privacy.epsilons),
+            ("mechanism", scenario.privacy.mechanisms),
+            ("placement", scenario.protocol.placements),
+        ):
+            if len(axis) > 1 and raw.get(RUN_CONFIG_KEYS[name]) == UNSET[RUN_CONFIG_KEYS[name]]:
+                reason = f"the scenario is a grid ({list(axis)}): a run measures one; set it"
+                problems.append((run_config_key(name), reason))
         raise_problems("run config", problems)
 
         n = int(values["num_clients"])
@@ -289,6 +314,8 @@ class RunSettings:
             stage_timeout=float(values["stage_timeout"]),
             result_path=Path(raw["result-path"]).expanduser(),
             progress_path=Path(progress).expanduser() if progress else None,
+            max_epsilon=None if max_epsilon == UNSET["max-epsilon"] else float(max_epsilon),
+            on_degraded=values["on_degraded"],
         )
 
 

@@ -1,0 +1,213 @@
+"""The result document's privacy part and where the ServerApp writes it.
+
+Privacy, stated so that it holds (docs/deployment.md, "Reading a result"):
+
+- A setting that is not differentially private (the ``paper`` profile; CGM at a per-release
+  epsilon >= 1) shows no epsilon: ``"differentially_private": false`` with the reasons.
+- Every ``(epsilon, delta)`` shown is one guarantee of the exact composition
+  (Dong, Roth & Su, Cor. 3.3) of what was released: epsilon at the target delta, and the
+  target epsilon at its exact delta (two readings of the same ``mu``-GDP curve).
+- A release with missing noise shares spends more than the target; :func:`degraded_refusal`
+  applies the run's policy (``max-epsilon``, ``on-degraded``) before it goes out.
+- An abort after stage 1 was released records that release and its cost
+  (:func:`stage1_spent`).
+
+Writing (:func:`write_result`): ``{run_id}`` in the configured path becomes Flower's run id
+(one file per run); a failure never replaces a success (it goes beside it); a path that cannot
+be written leaves the result in a fallback file named in the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fa_hetdp.dp.accounting import PrivacySpent
+from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon
+from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, ProtocolPlan
+from fa_hetdp.protocol.server import privacy_spent_of
+from fa_hetdp.report.files import write_json_atomic
+
+__all__ = [
+    "STAGE1_RELEASES",
+    "degraded_refusal",
+    "not_private_reasons",
+    "privacy_section",
+    "result_path",
+    "stage1_spent",
+    "write_result",
+]
+
+log = logging.getLogger("fa_hetdp.server")
+
+#: Releases of stage 1 (broadcast to the clients before stage 2).
+STAGE1_RELEASES = ("mean", "weighted")
+
+
+def not_private_reasons(plan: ProtocolPlan) -> list[str]:
+    """Return why the plan is not a DP guarantee (empty when it is one).
+
+    The ``paper`` profile (its weighted stages ignore the weights) and a mechanism used
+    outside its guarantee (CGM at a per-release epsilon >= 1), from the plan's labels.
+    """
+    return [
+        label
+        for label in plan.labels
+        if label == LABEL_PAPER_PROFILE or "not a DP guarantee" in label or "baseline" in label
+    ]
+
+
+def _number(value: float) -> float | str:
+    return float(value) if math.isfinite(value) else str(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (float, np.floating)):
+        return _number(float(value))
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _pairs(plan: ProtocolPlan, epsilon: float, delta_at_target: float) -> list[Any]:
+    """Return two readings of one ``mu``-GDP guarantee: ε at the target δ, δ at the target ε."""
+    return [
+        {"epsilon": _number(epsilon), "delta": plan.config.delta},
+        {"epsilon": plan.config.epsilon, "delta": _number(delta_at_target)},
+    ]
+
+
+def stage1_spent(plan: ProtocolPlan, fraction1: float) -> dict[str, Any]:
+    """Privacy spent by the stage-1 releases alone (``fraction1`` of their noise arrived)."""
+    full = privacy_spent_of(plan, fraction1, 1.0)
+    terms = [
+        r.mu**2 for r in full.per_release if r.name in STAGE1_RELEASES and r.counts_for_privacy
+    ]
+    mu = math.sqrt(math.fsum(terms)) if terms else 0.0
+    if math.isinf(mu):
+        eps, delta_at = math.inf, 1.0
+    elif mu == 0.0:
+        eps, delta_at = 0.0, 0.0
+    else:
+        eps = achieved_epsilon(1.0, plan.config.delta, mu)  # Thm 2.10, sigma/Delta = 1/mu
+        delta_at = achieved_delta(1.0, plan.config.epsilon, mu)
+    return {"mu": _number(mu), "guarantees": _pairs(plan, eps, delta_at)}
+
+
+def privacy_section(
+    plan: ProtocolPlan,
+    spent: PrivacySpent | None,
+    *,
+    released: Sequence[str],
+    stage1_fraction: float | None = None,
+) -> dict[str, Any]:
+    """Return the document's ``privacy`` part.
+
+    Parameters
+    ----------
+    plan : ProtocolPlan
+        The run's plan.
+    spent : PrivacySpent or None
+        The exact composition of every release (a finished run); None when the run stopped
+        before stage 2 was released.
+    released : sequence of str
+        What went out, in words (``"stage 1: mu', mu_bar' broadcast to 12 clients"``).
+    stage1_fraction : float, optional
+        The stage-1 noise fraction, when stage 1 (only) was released.
+    """
+    reasons = not_private_reasons(plan)
+    section: dict[str, Any] = {"differentially_private": not reasons, "released": list(released)}
+    if reasons:
+        section["not_private_because"] = reasons
+        return section  # no epsilon for a setting that is not DP
+    section["target_epsilon"] = plan.config.epsilon
+    section["target_delta"] = plan.config.delta
+    if spent is not None:
+        section.update(
+            {
+                "guarantees": _pairs(plan, spent.epsilon, spent.delta_at_target_epsilon),
+                "epsilon_spent": _number(spent.epsilon),
+                "delta": spent.delta,
+                "mu": _number(spent.mu),
+                "delta_at_target_epsilon": spent.delta_at_target_epsilon,
+                "degraded": spent.degraded,
+                "composition": "exact (Gaussian DP, Dong-Roth-Su Cor. 3.3)",
+                "per_release": [
+                    {k: _plain(v) for k, v in dataclasses.asdict(r).items()}
+                    for r in spent.per_release
+                ],
+            }
+        )
+    elif stage1_fraction is not None:
+        section.update(stage1_spent(plan, stage1_fraction))
+        section["degraded"] = stage1_fraction < 1.0
+    else:
+        section["guarantees"] = []  # nothing released: nothing spent
+    return section
+
+
+def degraded_refusal(settings: RunSettings, epsilon: float, what: str) -> str | None:
+    """Return why ``what`` (a release spending ``epsilon``) must not go out, or None.
+
+    ``on-degraded = "refuse"`` (default) refuses above ``max-epsilon`` (default: the target);
+    ``"release"`` refuses only above an explicit ``max-epsilon``.
+    """
+    target = settings.protocol.epsilon
+    cap = settings.max_epsilon
+    if cap is None:
+        cap = target if settings.on_degraded == "refuse" else math.inf
+    if epsilon <= cap * (1.0 + 1e-9):
+        return None
+    return (
+        f"{what} would spend epsilon={epsilon:.4g} at delta={settings.protocol.delta:.3g} "
+        f"(noise shares missing), above max-epsilon={cap:.4g} (target epsilon={target:.4g}); "
+        f"refused (on-degraded={settings.on_degraded!r}; set max-epsilon or "
+        "on-degraded='release' to allow it)"
+    )
+
+
+def result_path(template: Path, run_id: int | str | None) -> Path:
+    """Return the result path: ``{run_id}`` in ``template`` becomes the run id."""
+    text = str(template)
+    if "{run_id}" in text:
+        text = text.replace("{run_id}", "local" if run_id is None else str(run_id))
+    return Path(text)
+
+
+def write_result(path: Path, document: Mapping[str, Any]) -> Path:
+    """Write ``document`` at ``path``, never replacing a success with a failure; return where.
+
+    A failure whose path holds a successful result goes beside it
+    (``<stem>-<run id>-<status>.json``). If the path cannot be written the result goes to
+    ``fa-hetdp-result-<run id>.json`` in the temporary directory, and the log says where.
+
+    Raises
+    ------
+    OSError
+        Neither the path nor the fallback could be written.
+    """
+    if document.get("status") != "success":
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if json.loads(path.read_text()).get("status") == "success":
+                run_id = document.get("run_id") or "local"
+                path = path.with_name(f"{path.stem}-{run_id}-{document.get('status')}.json")
+    try:
+        write_json_atomic(path, dict(document))
+        return path
+    except OSError as exc:
+        fallback = Path(tempfile.gettempdir()) / (
+            f"fa-hetdp-result-{document.get('run_id') or 'local'}.json"
+        )
+        write_json_atomic(fallback, dict(document))
+        log.error("fa-hetdp: cannot write %s (%s); the result is in %s", path, exc, fallback)
+        return fallback
