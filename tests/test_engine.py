@@ -207,6 +207,7 @@ label_ratios = [1, 1]
 epsilon = [0.5, 1.0]
 delta = 1e-5
 mechanism = ["agm", "cgm"]
+composition = "basic"  # AGM against CGM, as the paper compares them
 
 [protocol]
 placement = ["distributed", "central"]
