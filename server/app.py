@@ -10,6 +10,7 @@ the six steps and writes the result file. On an abort the strategy writes a resu
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,11 +24,16 @@ from fa_hetdp.flower.wire import WireFormatError, decode, encode
 from server.results import result_path, write_result
 from server.strategy import HeterogeneityStrategy
 
-__all__ = ["GridTransport", "app"]
+__all__ = ["PATIENCE", "POLL_SECONDS", "GridTransport", "app"]
 
 log = logging.getLogger("fa_hetdp.server")
 
 app = ServerApp()
+
+#: A step waits for connected nodes up to this many stage time-outs in all.
+PATIENCE = 4
+#: Seconds between two pulls of the replies.
+POLL_SECONDS = 0.25
 
 
 class GridTransport:
@@ -37,6 +43,12 @@ class GridTransport:
     step, and decodes; every other node of the step is a dropout. Error replies of a dead
     node may carry the SuperLink's id rather than the node's, so dropouts are found by set
     difference, and an error's reason is attached when its source is known.
+
+    The time-out follows progress: the step waits while replies keep arriving (each one
+    restarts the ``timeout`` window); after ``timeout`` seconds without a reply it still
+    waits for the nodes that are connected to the SuperLink (alive: their heartbeats arrive;
+    a busy machine is slow, not dead), up to :data:`PATIENCE` times ``timeout`` in all, and
+    drops only the nodes that are gone or that have not replied by then.
     """
 
     def __init__(self, grid: Grid) -> None:
@@ -61,20 +73,32 @@ class GridTransport:
         ]
         replies: dict[int, dict[str, Any]] = {}
         dropouts: dict[int, str] = {}
-        for reply in self.grid.send_and_receive(messages, timeout=timeout):
-            source = int(reply.metadata.src_node_id)
-            if source not in payloads or source in replies:
-                continue
-            if reply.has_error():
-                dropouts[source] = f"error reply: {reply.error.reason}"
-                continue
-            try:
-                replies[source] = decode(reply.content)
-            except WireFormatError as exc:
-                dropouts[source] = f"malformed: {exc}"
+        pending = set(self.grid.push_messages(messages))
+        start = last_reply = time.monotonic()
+        while pending:
+            for reply in self.grid.pull_messages(pending):
+                pending.discard(reply.metadata.reply_to_message_id)
+                last_reply = time.monotonic()
+                source = int(reply.metadata.src_node_id)
+                if source not in payloads or source in replies:
+                    continue
+                if reply.has_error():
+                    dropouts[source] = f"error reply: {reply.error.reason}"
+                    continue
+                try:
+                    replies[source] = decode(reply.content)
+                except WireFormatError as exc:
+                    dropouts[source] = f"malformed: {exc}"
+            now = time.monotonic()
+            if pending and now - last_reply > timeout:
+                waiting = set(payloads) - set(replies) - set(dropouts)
+                if not waiting & set(self.node_ids()) or now - start > PATIENCE * timeout:
+                    break
+            time.sleep(POLL_SECONDS)
+        waited = time.monotonic() - start
         for node in payloads:
             if node not in replies and node not in dropouts:
-                dropouts[node] = f"no reply within {timeout:.0f} s (or an error from the link)"
+                dropouts[node] = f"no reply within {waited:.0f} s (or an error from the link)"
         return replies, dropouts
 
 
