@@ -28,6 +28,8 @@ from secagg.errors import EncodingError, MessageRejected, ProtocolAborted, Unmas
 from secagg.graph import NeighbourGraph
 from secagg.messages import (
     AdvertiseKeys,
+    ConsistencyRequest,
+    ConsistencyResponse,
     KeyDirectory,
     MaskedInput,
     MaskedInputRequest,
@@ -37,9 +39,10 @@ from secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
+from secagg.params import THREAT_MODELS, ThreatModel, min_signatures
 from secagg.shamir import LIMBS, share, validate_shares
 
-__all__ = ["SecAggClient", "share_aad"]
+__all__ = ["SecAggClient", "consistency_payload", "share_aad"]
 
 _PHASES = ("new", "advertised", "shared", "excluded")
 
@@ -49,6 +52,13 @@ def share_aad(session_id: bytes, sender: int, recipient: int) -> bytes:
     return crypto.DOMAIN + b"/share-keys" + session_id + struct.pack("<QQ", sender, recipient)
 
 
+def consistency_payload(session_id: bytes, summation: int, survivors: tuple[int, ...]) -> bytes:
+    """Return the bytes a client signs in the consistency round (session, summation, ids)."""
+    ids = np.asarray(sorted(survivors), dtype="<u8").tobytes()
+    head = struct.pack("<QQ", summation, len(survivors))
+    return crypto.DOMAIN + b"/consistency" + session_id + head + ids
+
+
 class SecAggClient:
     """One client's side of a secure-aggregation session.
 
@@ -56,6 +66,14 @@ class SecAggClient:
     ----------
     client_id : int
         This client's id, as listed by the server's setup message.
+    threat_model : {"honest-but-curious", "malicious-server"}
+        The client's own choice, whatever the server says: with ``"malicious-server"`` it
+        joins only sessions with a consistency round on the complete graph whose threshold
+        is at least :func:`secagg.params.min_signatures` of the session size it can verify
+        (the key directory), and unmasks only after that many valid signatures on the
+        survivor list it was shown.
+    gamma : float
+        Fraction of corrupt clients the client guards against (sets that minimum).
 
     Notes
     -----
@@ -68,10 +86,26 @@ class SecAggClient:
        rounds 2-3 repeat once per summation of the session.
     """
 
-    def __init__(self, client_id: int) -> None:
+    def __init__(
+        self,
+        client_id: int,
+        *,
+        threat_model: ThreatModel = "honest-but-curious",
+        gamma: float = 0.0,
+    ) -> None:
         if isinstance(client_id, bool) or not 0 <= int(client_id) < 2**64:
             raise ValueError(f"client_id must lie in [0, 2^64), got {client_id}.")
+        if threat_model not in THREAT_MODELS:
+            raise ValueError(f"threat_model must be one of {THREAT_MODELS}, got {threat_model!r}.")
+        if not 0.0 <= gamma < 1.0:
+            raise ValueError(f"gamma must lie in [0, 1), got {gamma}.")
         self.client_id = int(client_id)
+        self.threat_model: ThreatModel = threat_model
+        self.gamma = float(gamma)
+        self.consistency = 0
+        self.signing_sk = b""
+        self.peer_signing_pks: dict[int, bytes] = {}
+        self.signed: dict[int, tuple[int, ...]] = {}
         self.phase = "new"
         self.session = b""
         self.client_ids: tuple[int, ...] = ()
@@ -136,13 +170,20 @@ class SecAggClient:
             graph = NeighbourGraph(ring=msg.ring, degree=msg.degree)
         except ValueError as exc:
             raise MessageRejected(f"setup describes an invalid graph: {exc}") from None
-        holders = len(graph.holders(self.client_id))
+        holders = len(graph.neighbours(self.client_id))
         if not 2 <= msg.threshold <= holders:
             raise MessageRejected(
-                f"threshold must lie in [2, {holders}] (share holders), got {msg.threshold}."
+                f"threshold must lie in [2, {holders}] (share holders: the neighbours), got "
+                f"{msg.threshold}."
             )
+        self._check_safe(msg.consistency, graph.complete, msg.threshold, len(msg.client_ids))
         channel_sk, channel_pk = crypto.generate_keypair()
         mask_pairs = [crypto.generate_keypair() for _ in range(msg.num_summations)]
+        seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(msg.num_summations)]
+        commitments = b"".join(
+            crypto.commit_seed(msg.session, self.client_id, s, seed) for s, seed in enumerate(seeds)
+        )
+        signing_sk, signing_pk = crypto.generate_signing_key() if msg.consistency else (b"", b"")
         self.session, self.client_ids, self.ring = msg.session, msg.client_ids, msg.ring
         self.threshold, self.num_summations, self.degree = (
             msg.threshold,
@@ -150,6 +191,7 @@ class SecAggClient:
             msg.degree,
         )
         self._graph = graph
+        self.consistency, self.signing_sk, self.seeds = msg.consistency, signing_sk, seeds
         self.channel_sk, self.channel_pk = channel_sk, channel_pk
         self.mask_sks = [sk for sk, _ in mask_pairs]
         self.mask_pks = b"".join(pk for _, pk in mask_pairs)
@@ -159,7 +201,27 @@ class SecAggClient:
             sender=self.client_id,
             channel_key=self.channel_pk,
             mask_keys=self.mask_pks,
+            seed_commitments=commitments,
+            signing_key=signing_pk,
         ).to_dict()
+
+    def _check_safe(self, consistency: int, complete: bool, threshold: int, n: int) -> None:
+        """Refuse a session below this client's own safe minimums (malicious server)."""
+        if self.threat_model != "malicious-server":
+            return
+        needed = min_signatures(n, self.gamma)
+        if not consistency or not complete or threshold < needed:
+            raise MessageRejected(
+                f"client {self.client_id} (threat model malicious-server) needs a consistency "
+                f"round on the complete graph and threshold >= {needed} for n = {n}, gamma = "
+                f"{self.gamma:g}; the server offers consistency={consistency}, complete="
+                f"{complete}, threshold={threshold}."
+            )
+
+    @property
+    def session_size(self) -> int:
+        """The session size n this client can verify: the clients in its key directory."""
+        return len(self.directory_ids)
 
     # ------------------------------------------------------------------ round 1
     def share_keys(self, directory: Mapping[str, Any]) -> dict[str, MessageValue]:
@@ -180,29 +242,46 @@ class SecAggClient:
         msg = KeyDirectory.from_dict(directory)
         self._require("advertised", "key directory")
         self._check_session(msg.session)
-        listed = msg.client_ids  # sorted, checked by the parser
-
-        def position(cid: int) -> int | None:
-            pos = bisect.bisect_left(listed, cid)
-            return pos if pos < len(listed) and listed[pos] == cid else None
-
-        own = position(self.client_id)
+        me = self.client_id
+        if not set(msg.client_ids) <= set(self.client_ids):
+            raise MessageRejected("key directory names ids that are not in the setup.")
+        index = {owner: p for p, owner in enumerate(msg.key_owners)}
+        own = index.get(me)
         if own is None or (
             msg.channel_keys[own] != self.channel_pk or msg.mask_keys[own] != self.mask_pks
         ):
-            raise MessageRejected(f"client {self.client_id}: own keys missing or altered.")
-        if not set(msg.client_ids) <= set(self.client_ids):
-            raise MessageRejected("key directory names ids that are not in the setup.")
+            raise MessageRejected(f"client {me}: own keys missing or altered.")
+        advertised = set(msg.client_ids)
         graph = self._graph_of_session()
-        index = {j: p for j in graph.neighbours(self.client_id) if (p := position(j)) is not None}
-        neighbours = list(index)
-        holders = len(neighbours) + 1
-        if holders < self.threshold:
-            raise ProtocolAborted(
-                f"client {self.client_id}: only {holders} share holders advertised keys, "
-                f"fewer than threshold {self.threshold}."
+        neighbours = [j for j in graph.neighbours(me) if j in advertised]
+        missing = [j for j in neighbours if j not in index]
+        if missing:
+            raise MessageRejected(
+                f"client {me}: key directory lacks the keys of neighbours {missing[:5]}."
             )
-        seen = {self.channel_pk, *self._split_mask_keys(self.mask_pks)}
+        if len(neighbours) < self.threshold:
+            raise ProtocolAborted(
+                f"client {me}: only {len(neighbours)} share holders (neighbours) advertised "
+                f"keys, fewer than threshold {self.threshold}."
+            )
+        signing: dict[int, bytes] = {}
+        if self.consistency:
+            # the session size n is what this client can verify: the directory's clients
+            self._check_safe(1, graph.complete, self.threshold, len(msg.client_ids))
+            absent = sorted(advertised - set(index))
+            if absent:
+                raise MessageRejected(
+                    f"client {me}: a consistency round needs every signing key; the directory "
+                    f"lacks {absent[:5]}."
+                )
+            for j, p in index.items():
+                if len(msg.signing_keys[p]) != crypto.KEY_BYTES:
+                    raise MessageRejected(f"client {j}'s signing key is malformed.")
+                signing[j] = msg.signing_keys[p]
+        seen = {
+            crypto.normalise_public_key(k)
+            for k in (self.channel_pk, *self._split_mask_keys(self.mask_pks))
+        }
         peer_mask: dict[int, bytes] = {}
         peer_channel: dict[int, bytes] = {}
         for j in neighbours:
@@ -210,42 +289,36 @@ class SecAggClient:
             mks = self._split_mask_keys(msg.mask_keys[index[j]])
             for key in (ck, *mks):
                 crypto.validate_public_key(key)
-                if key in seen:
+                norm = crypto.normalise_public_key(key)
+                if norm in seen:
                     raise MessageRejected(f"client {j} reuses a public key; rejected.")
-                seen.add(key)
+                seen.add(norm)
             peer_mask[j], peer_channel[j] = msg.mask_keys[index[j]], ck
         session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
-        seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(self.num_summations)]
-        share_holders = sorted([*neighbours, self.client_id])
-        points = [self._point(h) for h in share_holders]
-        shares = share([*self.mask_sks, *seeds], points, self.threshold)
+        # Shares go to the neighbours only: a client's own share never counts toward t.
+        points = [self._point(h) for h in neighbours]
+        shares = share([*self.mask_sks, *self.seeds], points, self.threshold)
+        agreed = crypto.agree_many(
+            self.channel_sk, [peer_channel[j] for j in neighbours], validated=True
+        )
         recipients: list[int] = []
         ciphertexts: list[bytes] = []
         receive_keys: dict[int, bytes] = {}
-        held: dict[int, bytes] = {}
-        peers = [holder for holder in share_holders if holder != self.client_id]
-        agreed = crypto.agree_many(
-            self.channel_sk, [peer_channel[j] for j in peers], validated=True
-        )
-        secrets = dict(zip(peers, agreed, strict=True))
-        for h, holder in enumerate(share_holders):
-            if holder == self.client_id:
-                held[holder] = shares[h].tobytes()
-                continue
+        for h, (holder, secret) in enumerate(zip(neighbours, agreed, strict=True)):
             send_key, receive_keys[holder] = crypto.derive_channel_keys(
-                secrets[holder], session_id, self.client_id, holder
+                secret, session_id, me, holder
             )
-            plaintext = struct.pack("<QQ", self.client_id, holder) + shares[h].tobytes()
-            aad = share_aad(session_id, self.client_id, holder)
+            plaintext = struct.pack("<QQ", me, holder) + shares[h].tobytes()
             recipients.append(holder)
-            ciphertexts.append(crypto.seal(send_key, plaintext, aad))
+            ciphertexts.append(crypto.seal(send_key, plaintext, share_aad(session_id, me, holder)))
         self.session_id, self.directory_ids = session_id, frozenset(msg.client_ids)
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
-        self.seeds, self.held_shares = seeds, held
+        self.peer_signing_pks = signing
+        self.held_shares = {}
         self.phase = "shared"
         return ShareKeys(
             session=self.session,
-            sender=self.client_id,
+            sender=me,
             recipients=tuple(recipients),
             ciphertexts=tuple(ciphertexts),
         ).to_dict()
@@ -266,6 +339,7 @@ class SecAggClient:
             num_summations=self.num_summations,
             degree=self.degree,
             ring=self.ring,
+            consistency=self.consistency,
         ).canonical()
 
     # ------------------------------------------------------------------ round 2
@@ -368,10 +442,10 @@ class SecAggClient:
                 table.reshape(len(msg.senders), secrets, LIMBS), len(msg.senders), secrets
             )
         alive = tuple(sorted(msg.senders))
-        if len(alive) + 1 < self.threshold:
+        if len(alive) < self.threshold:
             raise ProtocolAborted(
-                f"client {self.client_id}: shares arrived from {len(alive)} neighbours; with "
-                f"itself that is fewer than threshold {self.threshold}."
+                f"client {self.client_id}: shares arrived from {len(alive)} neighbours, fewer "
+                f"than threshold {self.threshold}."
             )
         return held, alive
 
@@ -386,6 +460,67 @@ class SecAggClient:
                     crypto.derive_mask_key(shared, self.session_id, self.client_id, j, s)
                 )
         return keys
+
+    # ------------------------------------------------------------------ consistency
+    def sign_survivors(self, request: Mapping[str, Any]) -> dict[str, MessageValue]:
+        """Consistency round (malicious-server sessions): sign the survivor list shown.
+
+        Signs once per summation (Bonawitz et al., CCS 2017, Sec. 6); the list must include
+        this client and name only clients of its key directory.
+
+        Raises
+        ------
+        MessageRejected
+            No consistency round in this session, wrong session or summation, a second
+            list for the same summation, or a list without this client.
+        """
+        msg = ConsistencyRequest.from_dict(request)
+        self._check_session(msg.session)
+        self._require("shared", "consistency request")
+        me = self.client_id
+        if not self.consistency:
+            raise MessageRejected(f"client {me}: this session has no consistency round.")
+        if self.pending_unmask is None or msg.summation != self.pending_unmask:
+            raise MessageRejected(
+                f"client {me}: consistency request for summation {msg.summation} arrived in "
+                f"the wrong round (awaiting {self.pending_unmask})."
+            )
+        if msg.summation in self.signed:
+            raise MessageRejected(
+                f"client {me}: already signed a list for summation {msg.summation}."
+            )
+        survivors = tuple(sorted(msg.survivors))
+        if me not in survivors or not set(survivors) <= self.directory_ids:
+            raise MessageRejected(f"client {me}: survivor list omits it or names unknown ids.")
+        payload = consistency_payload(self.session_id, msg.summation, survivors)
+        signature = crypto.sign(self.signing_sk, payload)
+        self.signed[msg.summation] = survivors
+        return ConsistencyResponse(
+            session=self.session, sender=me, summation=msg.summation, signature=signature
+        ).to_dict()
+
+    def _check_signatures(self, msg: UnmaskRequest) -> None:
+        me, s = self.client_id, msg.summation
+        shown = self.signed.get(s)
+        if shown is None or tuple(sorted(msg.survivors)) != shown:
+            raise UnmaskRefused(
+                f"client {me}: the unmask request's survivors differ from the list it signed "
+                f"for summation {s}."
+            )
+        payload = consistency_payload(self.session_id, s, shown)
+        survivors = set(shown)
+        valid = sum(
+            1
+            for j, sig in zip(msg.signers, msg.signatures, strict=True)
+            if j in survivors
+            and j in self.peer_signing_pks
+            and crypto.verify_signature(self.peer_signing_pks[j], payload, sig)
+        )
+        if valid < self.threshold:
+            raise UnmaskRefused(
+                f"client {me}: {valid} valid signatures on the survivor list, fewer than "
+                f"threshold {self.threshold}; refusing to unmask."
+            )
 
     # ------------------------------------------------------------------ round 3
     def unmask(self, request: Mapping[str, Any]) -> dict[str, MessageValue]:
@@ -455,12 +590,14 @@ class SecAggClient:
             raise UnmaskRefused(
                 f"client {me}: survivors {stray[:5]} never shared keys with this client."
             )
-        local = sum(1 for j in alive if j in survivor_set) + 1
+        local = sum(1 for j in alive if j in survivor_set)
         if local < self.threshold:
             raise UnmaskRefused(
-                f"client {me}: {local} of its share holders survive, fewer than threshold "
-                f"{self.threshold}."
+                f"client {me}: {local} of its share holders (neighbours) survive, fewer than "
+                f"threshold {self.threshold}."
             )
+        if self.consistency:
+            self._check_signatures(msg)
         s = msg.summation
         seed_owners = sorted(j for j in self.held_shares if j in survivor_set)
         key_owners = sorted(j for j in self.held_shares if j in dropped_set)
@@ -491,6 +628,12 @@ class SecAggClient:
         """Serialise the whole state (including secret keys) as JSON bytes."""
         state = {
             "client_id": self.client_id,
+            "threat_model": self.threat_model,
+            "gamma": self.gamma,
+            "consistency": self.consistency,
+            "signing_sk": self.signing_sk.hex(),
+            "peer_signing_pks": {str(j): v.hex() for j, v in self.peer_signing_pks.items()},
+            "signed": {str(s): list(v) for s, v in self.signed.items()},
             "phase": self.phase,
             "session": self.session.hex(),
             "client_ids": list(self.client_ids),
@@ -527,7 +670,17 @@ class SecAggClient:
         """
         try:
             state = json.loads(data)
-            client = cls(int(state["client_id"]))
+            client = cls(
+                int(state["client_id"]),
+                threat_model=state["threat_model"],
+                gamma=float(state["gamma"]),
+            )
+            client.consistency = int(state["consistency"])
+            client.signing_sk = bytes.fromhex(state["signing_sk"])
+            client.peer_signing_pks = {
+                int(j): bytes.fromhex(v) for j, v in state["peer_signing_pks"].items()
+            }
+            client.signed = {int(s): tuple(int(c) for c in v) for s, v in state["signed"].items()}
             if state["phase"] not in _PHASES:
                 raise ValueError(f"unknown phase {state['phase']!r}")
             client.phase = str(state["phase"])

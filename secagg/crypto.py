@@ -24,8 +24,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -36,19 +37,25 @@ from secagg.errors import MessageRejected
 __all__ = [
     "DOMAIN",
     "KEY_BYTES",
+    "SIGNATURE_BYTES",
     "U64Array",
     "agree",
     "agree_many",
+    "commit_seed",
     "derive_channel_keys",
     "derive_mask_key",
     "generate_keypair",
+    "generate_signing_key",
     "mask_keystream",
+    "normalise_public_key",
     "open_sealed",
     "public_from_private",
     "random_bytes",
     "seal",
     "session_digest",
+    "sign",
     "validate_public_key",
+    "verify_signature",
 ]
 
 U64Array = npt.NDArray[np.uint64]
@@ -57,6 +64,7 @@ DOMAIN = b"fa-hetdp/secagg/v1"
 """Domain-separation prefix of every hash, HKDF ``info`` and associated data."""
 
 KEY_BYTES = 32
+SIGNATURE_BYTES = 64
 NONCE_BYTES = 12
 _P25519 = 2**255 - 19
 # u-coordinates (reduced mod p) of the points of order 1, 2, 4 and 8 on Curve25519 and its
@@ -250,3 +258,48 @@ def session_digest(parts: Sequence[bytes]) -> bytes:
         h.update(struct.pack("<Q", len(part)))
         h.update(part)
     return h.digest()
+
+
+def normalise_public_key(raw: bytes) -> bytes:
+    """Return the canonical encoding of an X25519 public key (bit 255 cleared, u mod p).
+
+    X25519 ignores bit 255 and reduces ``u`` modulo ``p``, so several byte strings name one
+    key; duplicate checks compare this form.
+    """
+    u = (int.from_bytes(raw, "little") & ((1 << 255) - 1)) % _P25519
+    return u.to_bytes(KEY_BYTES, "little")
+
+
+def commit_seed(session: bytes, client_id: int, summation: int, seed: bytes) -> bytes:
+    """Return the SHA-256 commitment to a self-mask seed, bound to session, id and summation.
+
+    The seed is a uniform 256-bit secret, so the hash hides it; a reconstructed seed is
+    accepted only if it matches the commitment sent in the first round.
+    """
+    h = hashlib.sha256(DOMAIN + b"/seed-commitment")
+    h.update(struct.pack("<Q", len(session)) + session)
+    h.update(struct.pack("<QQ", client_id, summation))
+    h.update(seed)
+    return h.digest()
+
+
+def generate_signing_key() -> tuple[bytes, bytes]:
+    """Return a fresh Ed25519 key pair as ``(private_raw, public_raw)``, 32 bytes each."""
+    private = Ed25519PrivateKey.generate()
+    return private.private_bytes_raw(), private.public_key().public_bytes_raw()
+
+
+def sign(private_raw: bytes, message: bytes) -> bytes:
+    """Return the Ed25519 signature (64 bytes) of ``message``."""
+    return Ed25519PrivateKey.from_private_bytes(private_raw).sign(message)
+
+
+def verify_signature(public_raw: bytes, message: bytes, signature: bytes) -> bool:
+    """Return whether ``signature`` is a valid Ed25519 signature of ``message``."""
+    if len(public_raw) != KEY_BYTES or len(signature) != SIGNATURE_BYTES:
+        return False
+    try:
+        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True

@@ -19,6 +19,7 @@ from secagg.client import SecAggClient
 from secagg.encoding import FloatArray, choose_encoding
 from secagg.errors import EncodingError, MessageRejected
 from secagg.graph import default_degree
+from secagg.params import ThreatModel
 from secagg.server import Neighbours, SecAggServer, SumResult
 
 __all__ = ["InProcessSession", "Phase", "default_threshold", "run_in_process"]
@@ -28,16 +29,17 @@ Dropouts = Mapping[Phase, Collection[int]]
 
 
 def default_threshold(n: int, neighbours: Neighbours = None) -> int:
-    """Return a majority threshold ``floor((k + 1) / 2) + 1`` of a client's share holders.
+    """Return a majority threshold ``floor(k / 2) + 1`` of a client's ``k`` share holders.
 
-    ``k`` is the graph degree that ``neighbours`` selects (see :class:`SecAggServer`),
-    capped at ``k + 1`` holders.
+    ``k`` is the graph degree that ``neighbours`` selects (see :class:`SecAggServer`); a
+    client's own share never counts. A majority is a floor, not a security argument: size
+    ``(k, t)`` from the adversary with :func:`secagg.params.choose_parameters`.
     """
     if neighbours == "complete" or neighbours is None:
         k = n - 1 if neighbours == "complete" else default_degree(n)
     else:
         k = min(int(neighbours), n - 1)
-    return min((k + 1) // 2 + 1, k + 1)
+    return max(2, min(k // 2 + 1, k))
 
 
 def _dropped(dropouts: Dropouts | None, phase: Phase) -> set[int]:
@@ -61,6 +63,12 @@ class InProcessSession:
         Clients that drop before answering ``"advertise_keys"`` or ``"share_keys"``.
     rng : numpy.random.Generator
         Draws the graph permutation and, per summation, the clients' rounding streams.
+    threat_model : {"honest-but-curious", "malicious-server"}
+        ``"malicious-server"`` adds the consistency round (signatures on the survivor list)
+        and makes every client insist on it, on the complete graph and on a threshold of at
+        least :func:`secagg.params.min_signatures` for ``gamma``.
+    gamma : float
+        Corrupt fraction the clients guard against (malicious-server only).
     """
 
     def __init__(
@@ -72,6 +80,8 @@ class InProcessSession:
         neighbours: Neighbours = None,
         dropouts: Dropouts | None = None,
         rng: np.random.Generator,
+        threat_model: ThreatModel = "honest-but-curious",
+        gamma: float = 0.0,
     ) -> None:
         self.n = int(n)
         self.rng = rng
@@ -81,16 +91,19 @@ class InProcessSession:
             num_summations=num_summations,
             neighbours=neighbours,
             rng=rng,
+            consistency=threat_model == "malicious-server",
         )
-        self.clients = {i: SecAggClient(i) for i in range(self.n)}
+        self.clients = {
+            i: SecAggClient(i, threat_model=threat_model, gamma=gamma) for i in range(self.n)
+        }
         setup = self.server.setup_message()
         silent = _dropped(dropouts, "advertise_keys")
         for i, client in self.clients.items():
             if i not in silent:
                 self.server.receive_advertise_keys(client.advertise_keys(setup))
-        directory = self.server.key_directory()
+        directories = self.server.key_directory()
         silent |= _dropped(dropouts, "share_keys")
-        for i in self.server.keys:
+        for i, directory in directories.items():
             if i not in silent:
                 self.server.receive_share_keys(self.clients[i].share_keys(directory))
 
@@ -138,6 +151,11 @@ class InProcessSession:
             if i not in silent:
                 reply = self.clients[i].masked_input(request, values[i], rng=streams[i])
                 self.server.receive_masked_input(reply)
+        if self.server.consistency:
+            check = self.server.consistency_request()
+            for i in self.server.survivors:
+                if i not in silent:
+                    self.server.receive_consistency(self.clients[i].sign_survivors(check))
         unmask = self.server.unmask_request()
         silent |= _dropped(dropouts, "unmask")
         for i in self.server.survivors:
@@ -160,6 +178,8 @@ def run_in_process(
     rng: np.random.Generator,
     bounds: float | FloatArray | None = ...,
     noise_std: float | FloatArray = ...,
+    threat_model: ThreatModel = ...,
+    gamma: float = ...,
 ) -> SumResult: ...
 
 
@@ -173,6 +193,8 @@ def run_in_process(
     rng: np.random.Generator,
     bounds: float | FloatArray | None = ...,
     noise_std: float | FloatArray = ...,
+    threat_model: ThreatModel = ...,
+    gamma: float = ...,
 ) -> list[SumResult]: ...
 
 
@@ -185,6 +207,8 @@ def run_in_process(
     rng: np.random.Generator,
     bounds: float | FloatArray | None = None,
     noise_std: float | FloatArray = 0.0,
+    threat_model: ThreatModel = "honest-but-curious",
+    gamma: float = 0.0,
 ) -> SumResult | list[SumResult]:
     """Run a whole secure-aggregation session over ``n`` in-process clients.
 
@@ -204,6 +228,8 @@ def run_in_process(
         Graph permutation and stochastic rounding.
     bounds, noise_std
         See :meth:`InProcessSession.sum`.
+    threat_model, gamma
+        See :class:`InProcessSession`.
 
     Returns
     -------
@@ -225,6 +251,8 @@ def run_in_process(
         neighbours=neighbours,
         dropouts=dropouts,
         rng=rng,
+        threat_model=threat_model,
+        gamma=gamma,
     )
     results = [
         session.sum(batch, bounds=bounds, noise_std=noise_std, dropouts=dropouts)

@@ -25,6 +25,8 @@ from secagg.shamir import LIMBS
 
 __all__ = [
     "AdvertiseKeys",
+    "ConsistencyRequest",
+    "ConsistencyResponse",
     "KeyDirectory",
     "MaskedInput",
     "MaskedInputRequest",
@@ -154,6 +156,7 @@ class SetupMessage(Message):
     num_summations: int
     degree: int
     ring: tuple[int, ...]
+    consistency: int = 0
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> SetupMessage:
@@ -169,12 +172,18 @@ class SetupMessage(Message):
             num_summations=_int(data["num_summations"], "num_summations", 1, 64),
             degree=_int(data["degree"], "degree", 1, max(len(ids) - 1, 1)),
             ring=ring,
+            consistency=_int(data["consistency"], "consistency", 0, 1),
         )
 
     def canonical(self) -> bytes:
         """Return an unambiguous byte encoding (input to the session id)."""
         head = struct.pack(
-            "<QQQQQ", len(self.client_ids), self.threshold, self.num_summations, self.degree, 0
+            "<QQQQQ",
+            len(self.client_ids),
+            self.threshold,
+            self.num_summations,
+            self.degree,
+            self.consistency,
         )
         body = np.asarray(self.ring, dtype="<u8").tobytes()
         return self.session + head + body
@@ -184,7 +193,10 @@ class SetupMessage(Message):
 class AdvertiseKeys(Message):
     """Client -> server: the client's X25519 public keys (round 0 reply).
 
-    ``mask_keys`` concatenates one 32-byte public mask key per summation.
+    ``mask_keys`` concatenates one 32-byte public mask key per summation,
+    ``seed_commitments`` one 32-byte commitment per summation to the self-mask seed
+    (:func:`secagg.crypto.commit_seed`), and ``signing_key`` is the Ed25519 public key of the
+    consistency round (empty when the session has none).
     """
 
     TAG: ClassVar[bytes] = b"secagg/advertise-keys"
@@ -192,6 +204,8 @@ class AdvertiseKeys(Message):
     sender: int
     channel_key: bytes
     mask_keys: bytes
+    seed_commitments: bytes
+    signing_key: bytes
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> AdvertiseKeys:
@@ -200,60 +214,61 @@ class AdvertiseKeys(Message):
             sender=_int(data["sender"], "sender"),
             channel_key=_bytes(data["channel_key"], "channel_key"),
             mask_keys=_bytes(data["mask_keys"], "mask_keys"),
+            seed_commitments=_bytes(data["seed_commitments"], "seed_commitments"),
+            signing_key=_bytes(data["signing_key"], "signing_key"),
         )
 
 
 @dataclass(frozen=True)
 class KeyDirectory(Message):
-    """Server -> clients that advertised keys: every such client's keys (round 1 request)."""
+    """Server -> one client that advertised keys: who advertised, and the keys it needs.
+
+    ``client_ids`` lists every client that advertised keys (sorted); ``key_owners`` (sorted)
+    the clients whose keys follow, aligned with ``channel_keys``, ``mask_keys`` and
+    ``signing_keys``: the recipient and its neighbours (O(k) keys), or every client when
+    the session has a consistency round (signatures of the whole session are checked).
+    """
 
     TAG: ClassVar[bytes] = b"secagg/key-directory"
     session: bytes
     client_ids: tuple[int, ...]
+    key_owners: tuple[int, ...]
     channel_keys: tuple[bytes, ...]
     mask_keys: tuple[bytes, ...]
+    signing_keys: tuple[bytes, ...]
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> KeyDirectory:
         ids = _int_list(data["client_ids"], "client_ids")
         _unique(ids, "client_ids")
+        owners = _int_list(data["key_owners"], "key_owners")
+        _unique(owners, "key_owners")
         channel = _bytes_list(data["channel_keys"], "channel_keys")
         mask = _bytes_list(data["mask_keys"], "mask_keys")
-        if not len(ids) == len(channel) == len(mask):
+        signing = _bytes_list(data["signing_keys"], "signing_keys")
+        if not len(owners) == len(channel) == len(mask) == len(signing):
             raise MessageRejected("key directory lists differ in length.")
-        if list(ids) != sorted(ids):
+        if list(ids) != sorted(ids) or list(owners) != sorted(owners):
             raise MessageRejected("key directory ids must be sorted.")
+        if not set(owners) <= set(ids):
+            raise MessageRejected("key directory lists keys of clients it does not name.")
         return cls(
             session=_bytes(data["session"], "session"),
             client_ids=ids,
+            key_owners=owners,
             channel_keys=channel,
             mask_keys=mask,
+            signing_keys=signing,
         )
 
     def canonical(self) -> bytes:
-        """Return an unambiguous byte encoding (input to the session id)."""
+        """Return an unambiguous encoding of the advertised ids (input to the session id).
+
+        Only the id list: each client sees its own slice of the keys, and the keys enter
+        every derived key through the X25519 secrets themselves.
+        """
         ids = np.asarray(self.client_ids, dtype="<u8").tobytes()
-        count = len(self.client_ids)
-        ids = np.asarray(self.client_ids, dtype="<u8").tobytes()
-        channel_sizes = set(map(len, self.channel_keys))
-        mask_sizes = set(map(len, self.mask_keys))
-        if len(channel_sizes) <= 1 and len(mask_sizes) <= 1:
-            # fixed-size keys (the normal case): the two sizes are stated once
-            sizes = struct.pack("<QQ", max(channel_sizes, default=0), max(mask_sizes, default=0))
-            return (
-                struct.pack("<QB", count, 1)
-                + ids
-                + sizes
-                + b"".join(self.channel_keys)
-                + b"".join(self.mask_keys)
-            )
-        table = np.empty((count, 2), dtype="<u8")
-        table[:, 0] = np.fromiter(map(len, self.channel_keys), dtype=np.int64, count=count)
-        table[:, 1] = np.fromiter(map(len, self.mask_keys), dtype=np.int64, count=count)
-        parts = [struct.pack("<QB", count, 0), ids, table.tobytes()]
-        parts.extend(self.channel_keys)
-        parts.extend(self.mask_keys)
-        return b"".join(parts)
+        return struct.pack("<Q", len(self.client_ids)) + ids
 
 
 @dataclass(frozen=True)
@@ -351,15 +366,68 @@ class UnmaskRequest(Message):
     summation: int
     survivors: tuple[int, ...]
     dropped: tuple[int, ...]
+    signers: tuple[int, ...] = ()
+    signatures: tuple[bytes, ...] = ()
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> UnmaskRequest:
         # Duplicates are left for the client to refuse (UnmaskRefused names them).
+        signers = _int_list(data["signers"], "signers")
+        _unique(signers, "signers")
+        signatures = _bytes_list(data["signatures"], "signatures")
+        if len(signers) != len(signatures):
+            raise MessageRejected("signers and signatures differ in length.")
         return cls(
             session=_bytes(data["session"], "session"),
             summation=_int(data["summation"], "summation", 0, 63),
             survivors=_int_list(data["survivors"], "survivors"),
             dropped=_int_list(data["dropped"], "dropped"),
+            signers=signers,
+            signatures=signatures,
+        )
+
+
+@dataclass(frozen=True)
+class ConsistencyRequest(Message):
+    """Server -> surviving clients: the survivor list to sign (malicious-server sessions).
+
+    Bonawitz et al. (CCS 2017, Sec. 6) consistency check: each client signs the list it is
+    shown; the unmask request then carries the signatures.
+    """
+
+    TAG: ClassVar[bytes] = b"secagg/consistency-request"
+    session: bytes
+    summation: int
+    survivors: tuple[int, ...]
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> ConsistencyRequest:
+        survivors = _int_list(data["survivors"], "survivors")
+        _unique(survivors, "survivors")
+        return cls(
+            session=_bytes(data["session"], "session"),
+            summation=_int(data["summation"], "summation", 0, 63),
+            survivors=survivors,
+        )
+
+
+@dataclass(frozen=True)
+class ConsistencyResponse(Message):
+    """Client -> server: the Ed25519 signature of the survivor list it was shown."""
+
+    TAG: ClassVar[bytes] = b"secagg/consistency-response"
+    session: bytes
+    sender: int
+    summation: int
+    signature: bytes
+
+    @classmethod
+    def _parse(cls, data: Mapping[str, object]) -> ConsistencyResponse:
+        return cls(
+            session=_bytes(data["session"], "session"),
+            sender=_int(data["sender"], "sender"),
+            summation=_int(data["summation"], "summation", 0, 63),
+            signature=_bytes(data["signature"], "signature"),
         )
 
 
@@ -413,6 +481,8 @@ _ALL: tuple[type[Message], ...] = (
     MaskedInput,
     UnmaskRequest,
     UnmaskResponse,
+    ConsistencyRequest,
+    ConsistencyResponse,
 )
 
 

@@ -149,24 +149,33 @@ def share(secrets: Sequence[bytes], xs: Sequence[int], threshold: int) -> U32Arr
     return values.astype(np.uint32).reshape(len(points), len(secrets), LIMBS)
 
 
+def _row_products(matrix: I64Array) -> I64Array:
+    """Return the product mod p of each row (pairwise halving: entries stay below p^2)."""
+    m = matrix
+    while m.shape[1] > 1:
+        if m.shape[1] % 2:
+            m = np.concatenate([m, np.ones((m.shape[0], 1), dtype=np.int64)], axis=1)
+        m = m[:, 0::2] * m[:, 1::2] % PRIME
+    return m[:, 0]
+
+
 @functools.lru_cache(maxsize=4096)
 def lagrange_at_zero(xs: tuple[int, ...]) -> I64Array:
     """Return the Lagrange coefficients at zero for the points ``xs`` (cached per tuple).
 
-    ``lambda_i = prod_{j != i} x_j / (x_j - x_i)  (mod p)``.
+    ``lambda_i = prod_{j != i} x_j / (x_j - x_i)  (mod p)``, computed as
+    ``(prod_j x_j) / (x_i prod_{j != i} (x_j - x_i))`` with vectorised row products.
     """
-    points = _check_points(xs)
-    out = np.empty(len(points), dtype=np.int64)
-    total = 1
-    for x in points:
-        total = total * x % PRIME
-    for i, xi in enumerate(points):
-        denominator = xi
-        for j, xj in enumerate(points):
-            if j != i:
-                denominator = denominator * (xj - xi) % PRIME
-        # prod_{j != i} x_j / (x_j - x_i) = (prod_j x_j) / (x_i * prod_{j != i} (x_j - x_i))
-        out[i] = total * pow(denominator, PRIME - 2, PRIME) % PRIME
+    points = np.asarray(_check_points(xs), dtype=np.int64)
+    diff = (points[None, :] - points[:, None]) % PRIME
+    np.fill_diagonal(diff, points)
+    denominators = _row_products(diff)
+    total = int(_row_products(points.reshape(1, -1))[0])
+    out = np.fromiter(
+        (total * pow(int(d), PRIME - 2, PRIME) % PRIME for d in denominators),
+        dtype=np.int64,
+        count=len(points),
+    )
     out.setflags(write=False)
     return out
 
@@ -189,6 +198,28 @@ def validate_shares(shares: object, count: int, secrets: int) -> U32Array:
     if shares.size and int(shares.max()) >= PRIME:
         raise MessageRejected(f"share value {int(shares.max())} out of range [0, {PRIME}).")
     return shares
+
+
+def reconstruct_lenient(xs: Sequence[int], shares: U32Array, threshold: int) -> list[bytes | None]:
+    """Like :func:`reconstruct`, but a secret whose limbs are out of range becomes None.
+
+    One inconsistent share then spoils only its own secret, not the batch.
+    """
+    if len(xs) < threshold:
+        raise ProtocolAborted(f"need {threshold} shares to reconstruct, got {len(xs)}.")
+    secrets = shares.shape[1] if shares.ndim == 3 else 0
+    validate_shares(shares, len(xs), secrets)
+    points = tuple(int(x) for x in xs[:threshold])
+    weights = lagrange_at_zero(points).reshape(1, threshold)
+    used = shares[:threshold].reshape(threshold, secrets * LIMBS).astype(np.int64)
+    limbs = _matmul_mod(weights, used).reshape(secrets, LIMBS)
+    out: list[bytes | None] = []
+    for k in range(secrets):
+        try:
+            out.append(_from_limbs(limbs[k]))
+        except ProtocolAborted:
+            out.append(None)
+    return out
 
 
 def reconstruct(xs: Sequence[int], shares: U32Array, threshold: int) -> list[bytes]:

@@ -330,9 +330,6 @@ class HeterogeneityStrategy:
         except ValueError as exc:
             raise self.abort(f"invalid secure-aggregation settings: {exc}") from exc
 
-        def to_nodes(cids: Sequence[int], message: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
-            return {nodes_of[c]: {Key.SECAGG: message} for c in cids if nodes_of[c] in active}
-
         # 1. advertise keys (setup) ---------------------------------------------------------
         setup = server.setup_message()
         payloads = {
@@ -360,8 +357,12 @@ class HeterogeneityStrategy:
         self._plan = plan
 
         # 2. share keys ---------------------------------------------------------------------
-        directory = self._secagg(server.key_directory)
-        payloads = to_nodes(sorted(server.keys), directory)
+        directories = self._secagg(server.key_directory)  # each client: its neighbours' keys
+        payloads = {
+            nodes_of[c]: {Key.SECAGG: message}
+            for c, message in directories.items()
+            if nodes_of[c] in active
+        }
         replies = self._step(transport, SHARE_KEYS, payloads, active)
         self._accept(server.receive_share_keys, SHARE_KEYS, replies, ids, active)
 

@@ -301,7 +301,7 @@ def test_odd_or_small_degree_refused_at_scenario_time(k: int) -> None:
 def test_degree_at_least_n_minus_1_is_the_complete_graph() -> None:
     scenario = scenario_from_dict(scenario_with("secagg", "neighbours", 99))
     assert scenario.secagg.degree(100) is None
-    assert scenario.secagg.threshold_count(100) == 67
+    assert scenario.secagg.threshold_count(100) == 66  # ceil(2/3 x 99 holders)
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,8 +310,8 @@ def test_degree_at_least_n_minus_1_is_the_complete_graph() -> None:
 
 
 def test_threshold_resolution() -> None:
-    assert resolve_threshold(0.5, 100, 10) == 6  # ceil(0.5 x 11 holders)
-    assert resolve_threshold(0.5, 100, "complete") == 50
+    assert resolve_threshold(0.5, 100, 10) == 5  # ceil(0.5 x 10 holders: never itself)
+    assert resolve_threshold(0.5, 100, "complete") == 50  # ceil(0.5 x 99)
     assert resolve_threshold(0.5, 100, 99) == 50  # k >= n - 1: complete
     assert resolve_threshold(0.01, 100, 10) == 2  # at least 2
     assert resolve_threshold(7, 100, 10) == 7  # a count
@@ -329,7 +329,7 @@ def test_scenario_threshold_is_the_run_threshold_and_the_reported_one(tmp_path: 
     derived = scenario.to_dict()["derived"]["secagg_threshold_count"]
     settings = RunSettings.from_run_config({**APP_CONFIG, "scenario": str(path)})
     document = HeterogeneityStrategy(settings)._base_document()
-    assert derived == settings.threshold == document["secagg_threshold"] == 6
+    assert derived == settings.threshold == document["secagg_threshold"] == 5
     assert settings.neighbours == 10 and document["secagg_neighbours"] == 10
 
 
@@ -337,7 +337,7 @@ def test_run_config_threshold_override_has_the_same_meaning() -> None:
     settings = RunSettings.from_run_config(
         {**APP_CONFIG, "secagg-threshold": 0.5, "secagg-neighbours": 10}
     )
-    assert settings.threshold == resolve_threshold(0.5, 100, 10) == 6
+    assert settings.threshold == resolve_threshold(0.5, 100, 10) == 5
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def test_pyproject_defaults_are_the_quickstart_in_deployment_mode() -> None:
     assert settings.scenario.name == "quickstart"
     assert settings.num_clients == 100
     assert settings.protocol.epsilon == 1.0 and settings.protocol.delta == 1e-5
-    assert settings.threshold == 67  # ceil(2/3 * 100)
+    assert settings.threshold == 66  # ceil(2/3 * 99 holders)
     assert settings.neighbours is None
     assert settings.dropout_fraction == 0.0
     assert settings.result_path == Path("results/flower-result-{run_id}.json")
@@ -77,9 +77,9 @@ def test_fractional_threshold_is_a_fraction_of_the_share_holders() -> None:
     sparse = RunSettings.from_run_config(
         config(**{"secagg-neighbours": 28, "secagg-threshold": 0.6})
     )
-    assert sparse.threshold == 18  # ceil(0.6 * (28 + 1))
+    assert sparse.threshold == 17  # ceil(0.6 * 28 holders)
     dense = RunSettings.from_run_config(config(**{"secagg-neighbours": 200}))
-    assert dense.neighbours is None and dense.threshold == 67
+    assert dense.neighbours is None and dense.threshold == 66
 
 
 @pytest.mark.parametrize(
@@ -87,7 +87,7 @@ def test_fractional_threshold_is_a_fraction_of_the_share_holders() -> None:
     [
         ({"mode": "prod"}, r"run-config\.mode: unknown value 'prod'"),
         ({"secagg-threshold": 1.5}, r"run-config\.secagg-threshold: must be in \(0\.0, 1\.0\]"),
-        ({"secagg-threshold": 500.0}, r"run-config\.secagg-threshold: .* must be in 2\.\.100 "),
+        ({"secagg-threshold": 500.0}, r"run-config\.secagg-threshold: .* must be in 2\.\.99 "),
         ({"secagg-neighbours": 7}, r"run-config\.secagg-neighbours: .* even integer k >= 4"),
         ({"secagg-neighbours": 2}, r"run-config\.secagg-neighbours: .* even integer k >= 4"),
         ({"secagg-neighbours": -5}, r"run-config\.secagg-neighbours: must be >= 2"),

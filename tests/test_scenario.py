@@ -96,7 +96,7 @@ def test_grid_and_helpers() -> None:
         ("cgm", "distributed"),
         ("cgm", "central"),
     }
-    assert scenario.secagg.threshold_count(100) == 67  # ceil(2/3 x 100)
+    assert scenario.secagg.threshold_count(100) == 66  # ceil(2/3 x 99 holders)
     assert load_scenario("digits/digits-dropout").secagg.num_dropouts(100) == 10
 
 
@@ -229,7 +229,7 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("privacy.split", [1, 2], "privacy.split", "table of weights"),
     ("protocol.placement", "edge", "protocol.placement", "allowed: distributed, central"),
     ("secagg.threshold", 1, "secagg.threshold", "must be >= 2"),
-    ("secagg.threshold", 1001, "secagg.threshold", "must be in 2..1000 (the share holders"),
+    ("secagg.threshold", 1001, "secagg.threshold", "must be in 2..999 (the share holders"),
     ("secagg.threshold", 1.5, "secagg.threshold", "in (0.0, 1.0]"),
     (
         "secagg.threshold",
@@ -362,6 +362,6 @@ def test_secagg_threshold_forms() -> None:
     as_count = scenario_from_dict(_with("secagg.threshold", 600))
     assert as_count.secagg.threshold_count(1000) == 600
     as_fraction = scenario_from_dict(_with("secagg.threshold", 1.0))
-    assert as_fraction.secagg.threshold_count(1000) == 1000
+    assert as_fraction.secagg.threshold_count(1000) == 999
     sparse = scenario_from_dict(_with("secagg.neighbours", 32))
     assert sparse.secagg.neighbours == 32

@@ -26,7 +26,7 @@ def session(n=N, t=T, summations=2, neighbours="complete", seed=0):
         server.receive_advertise_keys(c.advertise_keys(setup))
     directory = server.key_directory()
     for c in clients.values():
-        server.receive_share_keys(c.share_keys(directory))
+        server.receive_share_keys(c.share_keys(directory[c.client_id]))
     return server, clients, directory
 
 
@@ -128,7 +128,7 @@ def test_rejects_message_for_another_session():
     _, clients, _ = session()
     other, _, other_directory = session(seed=5)
     with pytest.raises(MessageRejected):
-        SecAggClient(0).share_keys(other_directory)  # wrong round for a fresh client
+        SecAggClient(0).share_keys(other_directory[0])  # wrong round for a fresh client
     requests = other.start_summation(encoding())
     with pytest.raises(MessageRejected, match="another session"):
         clients[0].masked_input(requests[0], values()[0], rng=np.random.default_rng(0))
@@ -137,7 +137,7 @@ def test_rejects_message_for_another_session():
 def test_rejects_replayed_requests():
     server, clients, directory = session()
     with pytest.raises(MessageRejected, match="wrong round"):
-        clients[0].share_keys(directory)
+        clients[0].share_keys(directory[0])
     requests = server.start_summation(encoding())
     x = values()
     clients[0].masked_input(requests[0], x[0], rng=np.random.default_rng(0))
@@ -192,7 +192,7 @@ def test_rejects_wrong_round():
     server, clients, directory = session()
     fresh = SecAggClient(0)
     with pytest.raises(MessageRejected, match="wrong round"):
-        fresh.share_keys(directory)
+        fresh.share_keys(directory[0])
     with pytest.raises(MessageRejected, match="wrong round"):
         clients[0].advertise_keys(server.setup_message())
     masked_round(server, clients, values(), skip={0})
@@ -236,7 +236,7 @@ def test_rejects_malformed_or_small_order_neighbour_keys(field, key):
         server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
     directory = server.key_directory()
     with pytest.raises(MessageRejected):
-        clients[0].share_keys(_directory_with_key(directory, 1, field, key))
+        clients[0].share_keys(_directory_with_key(directory[0], 1, field, key))
 
 
 def test_rejects_altered_own_keys_and_key_reuse():
@@ -249,8 +249,8 @@ def test_rejects_altered_own_keys_and_key_reuse():
     directory = server.key_directory()
     _, fresh = crypto.generate_keypair()
     with pytest.raises(MessageRejected, match="own keys"):
-        clients[0].share_keys(_directory_with_key(directory, 0, "channel_keys", fresh))
-    reused = _directory_with_key(directory, 2, "channel_keys", directory["channel_keys"][1])
+        clients[0].share_keys(_directory_with_key(directory[0], 0, "channel_keys", fresh))
+    reused = _directory_with_key(directory[0], 2, "channel_keys", directory[0]["channel_keys"][1])
     with pytest.raises(MessageRejected, match="reuses"):
         clients[0].share_keys(reused)
 
@@ -263,7 +263,7 @@ def test_aborts_when_too_few_holders_advertised():
     for c in clients[:4]:
         server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
     directory = server.key_directory()
-    short = {k: (v[:3] if isinstance(v, list) else v) for k, v in directory.items()}
+    short = {k: (v[:3] if isinstance(v, list) else v) for k, v in directory[0].items()}
     with pytest.raises(ProtocolAborted, match="fewer than threshold"):
         clients[0].share_keys(short)
 
@@ -292,7 +292,7 @@ def test_state_survives_serialisation_between_rounds(how):
         clients[i] = freeze(clients[i])
     directory = server.key_directory()
     for i in clients:
-        server.receive_share_keys(clients[i].share_keys(directory))
+        server.receive_share_keys(clients[i].share_keys(directory[i]))
         clients[i] = freeze(clients[i])
     x = values(4, 3)
     for _ in range(2):

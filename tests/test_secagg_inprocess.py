@@ -37,7 +37,6 @@ def check_exact(result, vectors, survivors):
 @pytest.mark.parametrize(
     ("n", "neighbours"),
     [
-        (2, "complete"),
         (3, "complete"),
         (10, "complete"),
         (10, 4),
@@ -166,9 +165,10 @@ def test_rejects_bad_input_arrays(bad):
     d=st.integers(min_value=1, max_value=4),
 )
 def test_property_masks_cancel_for_any_survivor_set(data, n, d):
-    threshold = data.draw(st.integers(min_value=2, max_value=n))
+    # a client's own share never counts: each survivor needs t other survivors' shares
+    threshold = data.draw(st.integers(min_value=2, max_value=n - 1))
     survivors = data.draw(
-        st.sets(st.integers(0, n - 1), min_size=threshold, max_size=n).map(sorted)
+        st.sets(st.integers(0, n - 1), min_size=threshold + 1, max_size=n).map(sorted)
     )
     values = data.draw(st.lists(st.integers(-(2**20), 2**20), min_size=n * d, max_size=n * d))
     vectors = np.array(values, dtype=np.float64).reshape(n, d)
@@ -196,7 +196,8 @@ def test_property_sum_does_not_depend_on_client_order(seed, n):
 
 
 def test_default_threshold_is_a_majority_of_holders():
-    assert default_threshold(2, "complete") == 2
-    assert default_threshold(10, "complete") == 6
-    assert default_threshold(1000) == 16  # k = 30: 31 holders
+    # k holders (the neighbours; a client's own share never counts): floor(k / 2) + 1
+    assert default_threshold(3, "complete") == 2
+    assert default_threshold(10, "complete") == 5
+    assert default_threshold(1000) == 16  # k = 30 holders
     assert default_threshold(1000, 8) == 5

@@ -4,6 +4,8 @@ import pytest
 from secagg.errors import MessageRejected
 from secagg.messages import (
     AdvertiseKeys,
+    ConsistencyRequest,
+    ConsistencyResponse,
     KeyDirectory,
     MaskedInput,
     MaskedInputRequest,
@@ -26,9 +28,21 @@ SAMPLES = [
         degree=2,
         ring=(3, 1, 2),
     ),
-    AdvertiseKeys(session=b"s", sender=1, channel_key=b"a" * 32, mask_keys=b"b" * 64),
+    AdvertiseKeys(
+        session=b"s",
+        sender=1,
+        channel_key=b"a" * 32,
+        mask_keys=b"b" * 64,
+        seed_commitments=b"c" * 64,
+        signing_key=b"",
+    ),
     KeyDirectory(
-        session=b"s", client_ids=(1, 2), channel_keys=(b"a", b"b"), mask_keys=(b"c", b"d")
+        session=b"s",
+        client_ids=(1, 2),
+        key_owners=(1, 2),
+        channel_keys=(b"a", b"b"),
+        mask_keys=(b"c", b"d"),
+        signing_keys=(b"", b""),
     ),
     ShareKeys(session=b"s", sender=1, recipients=(2, 3), ciphertexts=(b"x", b"y")),
     MaskedInputRequest(
@@ -43,6 +57,16 @@ SAMPLES = [
     ),
     MaskedInput(session=b"s", sender=2, summation=1, vector=np.arange(4, dtype=np.uint64)),
     UnmaskRequest(session=b"s", summation=0, survivors=(1, 2), dropped=(3,)),
+    UnmaskRequest(
+        session=b"s",
+        summation=1,
+        survivors=(1, 2),
+        dropped=(),
+        signers=(1, 2),
+        signatures=(b"x" * 64, b"y" * 64),
+    ),
+    ConsistencyRequest(session=b"s", summation=0, survivors=(1, 2)),
+    ConsistencyResponse(session=b"s", sender=1, summation=0, signature=b"z" * 64),
     UnmaskResponse(
         session=b"s",
         sender=1,
@@ -124,7 +148,7 @@ def test_masked_input_vector_dtype_and_shape(vector):
 
 
 def test_share_array_shapes_checked():
-    data = SAMPLES[7].to_dict()
+    data = next(m for m in SAMPLES if isinstance(m, UnmaskResponse)).to_dict()
     data["seed_shares"] = np.zeros((3, 1, LIMBS), dtype=np.uint32)
     with pytest.raises(MessageRejected, match="shape"):
         UnmaskResponse.from_dict(data)

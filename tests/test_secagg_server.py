@@ -30,7 +30,7 @@ def shared(n=6, t=3, summations=2, neighbours="complete", seed=0):
         server.receive_advertise_keys(reply)
     directory = server.key_directory()
     for c in clients.values():
-        server.receive_share_keys(c.share_keys(directory))
+        server.receive_share_keys(c.share_keys(directory[c.client_id]))
     return server, clients
 
 
@@ -100,7 +100,7 @@ def test_rejects_wrong_round_messages():
     directory = server.key_directory()
     with pytest.raises(MessageRejected, match="wrong round"):
         server.receive_advertise_keys(replies[0])
-    share = clients[0].share_keys(directory)
+    share = clients[0].share_keys(directory[0])
     server.receive_share_keys(share)
     with pytest.raises(MessageRejected, match="replayed"):
         server.receive_share_keys(share)
@@ -113,7 +113,7 @@ def test_rejects_shares_to_non_neighbours():
     for reply in replies.values():
         server.receive_advertise_keys(reply)
     directory = server.key_directory()
-    reply = clients[0].share_keys(directory)
+    reply = clients[0].share_keys(directory[0])
     stranger = next(c for c in range(1, 12) if not server.graph.linked(0, c))
     forged = {**reply, "recipients": [*reply["recipients"][:-1], stranger]}
     with pytest.raises(MessageRejected, match="not a neighbour"):
@@ -191,7 +191,8 @@ def test_aborts_when_unmask_shares_below_threshold_never_returns_sum():
 
 
 def test_dropouts_during_unmasking_with_enough_shares():
-    server, clients = shared(n=6, t=3)
+    # a client's own share never counts: each seed owner keeps >= 2 responding neighbours
+    server, clients = shared(n=6, t=2)
     x = x_values()
     inputs(server, clients, x, skip={4})
     request = server.unmask_request()
@@ -203,9 +204,12 @@ def test_dropouts_during_unmasking_with_enough_shares():
 
 
 @pytest.mark.parametrize("limb", [0, 5])
-def test_inconsistent_key_shares_abort(limb):
+def test_one_bad_key_share_is_identified_not_fatal(limb):
+    # finding 5: one bad key share used to abort the summation; now the other shares
+    # reconstruct the key, the public key identifies the sender, and the sum is right
     server, clients = shared(n=6, t=3)
-    inputs(server, clients, x_values(), skip={5})
+    x = x_values()
+    inputs(server, clients, x, skip={5})
     request = server.unmask_request()
     for i in range(5):
         reply = clients[i].unmask(request)
@@ -214,7 +218,23 @@ def test_inconsistent_key_shares_abort(limb):
             shares[0, 0, limb] = (int(shares[0, 0, limb]) + 1) % shamir.PRIME
             reply = {**reply, "key_shares": shares}
         server.receive_unmask(reply)
-    with pytest.raises(ProtocolAborted, match=r"inconsistent|does not match"):
+    result = server.finish_summation()
+    assert np.array_equal(result.sum, x[:5].sum(axis=0))
+    assert result.cheaters == (0,)
+
+
+def test_bad_key_shares_abort_when_too_few_good_remain():
+    server, clients = shared(n=6, t=3)
+    inputs(server, clients, x_values(), skip={5})
+    request = server.unmask_request()
+    for i in range(3):  # three of the key's holders answer, one of them lies
+        reply = clients[i].unmask(request)
+        if i == 0:
+            shares = reply["key_shares"].copy()
+            shares[0, 0, 3] = (int(shares[0, 0, 3]) + 1) % shamir.PRIME
+            reply = {**reply, "key_shares": shares}
+        server.receive_unmask(reply)
+    with pytest.raises(ProtocolAborted, match="commitment|fewer than threshold"):
         server.finish_summation()
 
 

@@ -18,9 +18,9 @@ own dotted scheme (``privacy.epsilon``, ``run-config.epsilon``, ``--epsilon``,
 together as one :class:`ConfigError`, one ``key: what is wrong and what is allowed`` line each.
 
 The secure-aggregation threshold has one meaning everywhere (:func:`resolve_threshold`): a
-fraction in (0, 1] of a client's Shamir share holders (its ``k`` neighbours and itself, or all
-``n`` clients for the complete graph), rounded up and at least 2, or an integer count in
-``2 .. holders``.
+fraction in (0, 1] of a client's Shamir share holders (its ``k`` neighbours, or the other
+``n - 1`` clients for the complete graph; never itself), rounded up and at least 2, or an
+integer count in ``2 .. holders``.
 """
 
 from __future__ import annotations
@@ -336,9 +336,12 @@ def graph_degree(neighbours: str | int | None, num_clients: int) -> int | None:
 
 
 def share_holders(num_clients: int, neighbours: str | int | None) -> int:
-    """Return the Shamir share holders of one client: ``k + 1``, or ``n`` (complete graph)."""
+    """Return the Shamir share holders of one client: its ``k`` neighbours, or ``n - 1``.
+
+    A client's own share never counts toward the threshold (secagg holds none).
+    """
     k = graph_degree(neighbours, num_clients)
-    return num_clients if k is None else k + 1
+    return num_clients - 1 if k is None else k
 
 
 def resolve_threshold(

@@ -177,7 +177,7 @@ class SecAggSpec:
     ----------
     threshold : float or int
         Shamir threshold: a float in (0, 1] is a fraction of a client's share holders (its
-        ``k`` neighbours and itself, or all ``n`` clients for the complete graph), rounded up
+        ``k`` neighbours, or the other ``n - 1`` clients for the complete graph), rounded up
         and at least 2; an int is a count in ``2 .. holders``.
     neighbours : "complete" or int
         Masking graph: every pair of clients, or a random k-regular graph (SecAgg+) of even

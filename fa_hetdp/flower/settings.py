@@ -220,7 +220,7 @@ class RunSettings:
         Privacy settings.
     threshold : int
         Secure-aggregation threshold ``t_s``: shares needed to unmask a client (among its
-        share holders: its neighbours and itself); a summation needs at least this many
+        share holders: its neighbours, never itself); a summation needs at least this many
         survivors. Resolved by :func:`fa_hetdp.config.rules.resolve_threshold`, so it equals
         the scenario's ``derived.secagg_threshold_count`` for the same ``n`` and graph.
     neighbours : int or None
