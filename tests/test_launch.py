@@ -271,7 +271,20 @@ def test_flwr_run_exit_0_on_an_aborted_run_is_a_failure(
     aborted = {"status": "aborted", "reason": "step 'x': 2 of 6 clients remain", "privacy": {}}
     monkeypatch.setattr(run_module, "run_simulation", lambda *a, **k: _outcome(tmp_path, aborted))
     assert main(["run"]) == 1
-    assert "2 of 6 clients remain" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "2 of 6 clients remain" in err
+    log = Path(err.split("flwr run output: ")[1].strip())
+    assert log.is_file() and "Traceback" not in err
+    log.unlink()
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import fa_hetdp
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fa-hetdp {fa_hetdp.__version__}"
 
 
 def test_not_private_result_shows_no_epsilon_before_any_number(

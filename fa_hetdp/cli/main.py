@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fa-hetdp",
         description="Differentially private measurement of statistical heterogeneity.",
     )
+    from fa_hetdp import __version__
+
+    parser.add_argument("--version", action="version", version=f"fa-hetdp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name, help_text in _SUBCOMMANDS:
         module = importlib.import_module(module_name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -383,6 +384,19 @@ def save_result(result: Mapping[str, Any], output: Path) -> Path:
         raise
 
 
+def _keep_log(output: str, workdir: Path | None) -> Path:
+    """Write Flower's output where it survives the run (no traceback on the terminal)."""
+    if workdir is not None:
+        path = Path(workdir) / "logs" / "flwr-run-output.log"
+    else:
+        handle, name = tempfile.mkstemp(prefix="fa-hetdp-run-", suffix=".log")
+        os.close(handle)
+        path = Path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(output)
+    return path
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run ``fa-hetdp run``; return the process exit code.
 
@@ -422,7 +436,7 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"fa-hetdp run: the run failed: {reason}", file=sys.stderr)
             if result is not None:
                 print_privacy(result, file=sys.stderr)
-            print(outcome.output[-3000:], file=sys.stderr)
+            print(f"  flwr run output: {_keep_log(outcome.output, args.workdir)}", file=sys.stderr)
             return 1
         print_result(setup, result)
     return 0
