@@ -215,3 +215,38 @@ def test_results_report_the_stage2_sigma_used() -> None:
     used = plan.stage2_sigmas(res.mu_prime_broadcast, res.weighted_mean)
     assert res.sigmas["dispersion"] == pytest.approx(float(used["dispersion"]))
     assert res.sigmas["dispersion"] < plan.sigma("dispersion")
+
+
+# --------------------------------------------------------------------------- settings flow
+
+
+def _scenario(**privacy: object) -> dict[str, object]:
+    return {
+        "scenario": {"name": "levers", "description": "d"},
+        "data": {"dataset": "digits", "num_clients": 20, "label_ratios": [1] * 10},
+        "privacy": {"epsilon": 1.0, "delta": 1e-5, **privacy},
+        "experiment": {"repeats": 2, "seed": 1},
+    }
+
+
+def test_scenario_settings_reach_the_protocol() -> None:
+    from fa_hetdp.config.scenario import scenario_from_dict
+    from fa_hetdp.experiments.grid import grid_from_scenario
+
+    scenario = scenario_from_dict(
+        _scenario(statistics=["i2", "dispersion"], broadcast_bounds=False)
+    )
+    assert scenario.privacy.statistics == ("i2", "dispersion")
+    assert scenario.privacy.broadcast_bounds is False
+    assert scenario.privacy.composition == "gdp"
+    grid = grid_from_scenario(scenario)
+    assert grid.statistics == ("i2", "dispersion") and grid.broadcast_bounds is False
+    assert grid.compositions == ("gdp",)
+    again = scenario_from_dict(scenario.to_dict())
+    assert again.privacy == scenario.privacy
+    defaults = scenario_from_dict(_scenario())
+    assert defaults.privacy.statistics is None and defaults.privacy.broadcast_bounds is True
+    with pytest.raises(ConfigError, match=r"privacy\.statistics: unknown name"):
+        scenario_from_dict(_scenario(statistics=["i2", "variance"]))
+    with pytest.raises(ConfigError, match=r"privacy\.statistics: has repeated"):
+        scenario_from_dict(_scenario(statistics=["q", "q"]))

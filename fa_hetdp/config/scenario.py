@@ -85,6 +85,8 @@ _SECTIONS: Final[dict[str, frozenset[str]]] = {
             "variance_floor",
             "extra_i2_noise",
             "min_honest_clients",
+            "statistics",
+            "broadcast_bounds",
         }
     ),
     "protocol": frozenset({"placement"}),
@@ -411,6 +413,8 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "extra_i2_noise": ("privacy.extra_i2_noise", True),
     "min_honest_clients": ("privacy.min_honest_clients", None),
     "split": ("privacy.split", None),
+    "statistics": ("privacy.statistics", None),
+    "broadcast_bounds": ("privacy.broadcast_bounds", True),
     "placement": ("protocol.placement", "distributed"),
     "threshold": ("secagg.threshold", DEFAULT_SECAGG_THRESHOLD),
     "neighbours": ("secagg.neighbours", "complete"),
@@ -459,7 +463,8 @@ def _settings(
 
     privacy: Any = _MISSING
     names = ("epsilon", "delta", "mechanism", "composition", "profile", "variance_floor")
-    if all(ok(n) for n in (*names, "extra_i2_noise", "min_honest_clients", "split")):
+    levers = ("statistics", "broadcast_bounds")
+    if all(ok(n) for n in (*names, "extra_i2_noise", "min_honest_clients", "split", *levers)):
         split = values["split"]
         privacy = PrivacySpec(
             epsilons=tuple(float(e) for e in grid("epsilon")),
@@ -471,6 +476,8 @@ def _settings(
             variance_floor=float(values["variance_floor"]),
             extra_i2_noise=values["extra_i2_noise"],
             min_honest_clients=values["min_honest_clients"],
+            statistics=None if values["statistics"] is None else tuple(values["statistics"]),
+            broadcast_bounds=values["broadcast_bounds"],
         )
     protocol = ProtocolSpec(placements=grid("placement")) if ok("placement") else _MISSING
     secagg: Any = _MISSING

@@ -139,6 +139,11 @@ class PrivacySpec:
         Add the paper's third noise stage I^2''' (Thm 3.13).
     min_honest_clients : int or None
         t: each client adds N(0, sigma^2 / t); None = n.
+    statistics : tuple of str or None
+        The statistics the user needs (registry keys); None = all. Releases nobody needs are
+        not made (``docs/privacy.md``).
+    broadcast_bounds : bool
+        Stage-2 sensitivities from the public broadcast values (default) or ``sqrt(d)``.
     """
 
     epsilons: tuple[float, ...]
@@ -150,6 +155,8 @@ class PrivacySpec:
     variance_floor: float = 0.01
     extra_i2_noise: bool = True
     min_honest_clients: int | None = None
+    statistics: tuple[str, ...] | None = None
+    broadcast_bounds: bool = True
 
     def split_mapping(self) -> dict[str, float] | None:
         """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
@@ -326,6 +333,9 @@ class Scenario:
             privacy["min_honest_clients"] = p.min_honest_clients
         if p.split is not None:
             privacy["split"] = dict(p.split)
+        if p.statistics is not None:
+            privacy["statistics"] = list(p.statistics)
+        privacy["broadcast_bounds"] = p.broadcast_bounds
         return {
             "scenario": {"name": self.name, "description": self.description},
             "data": data,

@@ -109,6 +109,8 @@ def _config(
         extra_i2_noise=grid.extra_i2_noise,
         min_honest_clients=grid.min_honest_clients,
         split=grid.split,
+        statistics=grid.statistics,
+        broadcast_bounds=grid.broadcast_bounds,
     )
 
 

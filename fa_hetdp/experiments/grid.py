@@ -44,7 +44,8 @@ class GridSpec:
         Independent private measurements per cell (>= 1; standard deviations need >= 2).
     seed
         Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
-    profile, variance_floor, extra_i2_noise, min_honest_clients, split
+    profile, variance_floor, extra_i2_noise, min_honest_clients, split, statistics, \
+broadcast_bounds
         Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged.
     """
 
@@ -52,7 +53,7 @@ class GridSpec:
     delta: float
     mechanisms: tuple[Mechanism, ...] = ("agm",)
     placements: tuple[Placement, ...] = ("distributed",)
-    compositions: tuple[Composition, ...] = ("basic",)
+    compositions: tuple[Composition, ...] = ("gdp",)
     repeats: int = 100
     seed: int = 0
     profile: Profile = "bounded"
@@ -60,6 +61,8 @@ class GridSpec:
     extra_i2_noise: bool = True
     min_honest_clients: int | None = None
     split: Mapping[str, float] | None = None
+    statistics: tuple[str, ...] | None = None
+    broadcast_bounds: bool = True
 
     def __post_init__(self) -> None:
         # The declared rules of fa_hetdp.config.rules, reported as ``grid.<attribute>``; the
@@ -77,6 +80,8 @@ class GridSpec:
             "extra_i2_noise": self.extra_i2_noise,
             "min_honest_clients": self.min_honest_clients,
             "split": self.split,
+            "statistics": self.statistics,
+            "broadcast_bounds": self.broadcast_bounds,
         }
         crossed = {n: n + "s" for n in ("epsilon", "mechanism", "placement", "composition")}
         raise_problems(
@@ -199,4 +204,6 @@ def grid_from_scenario(
         extra_i2_noise=bool(privacy.extra_i2_noise),
         min_honest_clients=privacy.min_honest_clients,
         split=privacy.split_mapping(),
+        statistics=privacy.statistics,
+        broadcast_bounds=privacy.broadcast_bounds,
     )

@@ -216,6 +216,7 @@ def run_reproduction(
             extra_i2_noise=True,
             min_honest_clients=privacy.min_honest_clients,
             split=privacy.split_mapping(),
+            broadcast_bounds=privacy.broadcast_bounds,
         )
         results[skew] = run_scenario(scenario, progress=progress, grid=grid)
     return results

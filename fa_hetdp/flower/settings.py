@@ -298,6 +298,8 @@ class RunSettings:
             extra_i2_noise=values["extra_i2_noise"],
             min_honest_clients=values["min_honest_clients"],
             split=scenario.privacy.split_mapping(),
+            statistics=scenario.privacy.statistics,
+            broadcast_bounds=scenario.privacy.broadcast_bounds,
         )
         progress = raw.get("progress-path", "")
         return cls(
