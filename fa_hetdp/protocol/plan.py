@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr
 
-from fa_hetdp._types import FloatArray
+from fa_hetdp._types import RELEASE_NAMES, FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, optimal_weights, plan_budget
 from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
@@ -199,7 +199,16 @@ class ProtocolPlan:
 
         For ``"dispersion"`` and ``"q"`` with ``broadcast_bounds`` this is the worst case
         (``sqrt(d)`` resp. ``W sqrt(d)``); :meth:`stage2_sigmas` gives the one used.
+
+        Raises
+        ------
+        PrivacyParameterError
+            If ``name`` is not a release name (:data:`~fa_hetdp._types.RELEASE_NAMES`).
         """
+        if name not in RELEASE_NAMES:
+            raise PrivacyParameterError(
+                f"unknown release {name!r}; allowed: {', '.join(RELEASE_NAMES)}."
+            )
         if name not in self.releases:
             return 0.0
         return float(self.budget.sigma(name))
