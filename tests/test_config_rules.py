@@ -237,10 +237,11 @@ def test_bad_timeout_flag_refused(
 
 
 def test_valid_flags_reach_the_run_config() -> None:
+    # cgm needs basic composition (the quickstart uses gdp)
     args = argparse.Namespace(
         epsilon=0.5, delta=None, mechanism="cgm", placement=None, composition="basic", seed=0,
         timeout=10.0,
-    )  # fmt: skip  (cgm needs basic composition; the quickstart uses gdp)
+    )  # fmt: skip
     overrides = run_module.check_flags(args, load_scenario("quickstart"))
     assert overrides == {"epsilon": 0.5, "mechanism": "cgm", "composition": "basic", "seed": 0}
 
