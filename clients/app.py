@@ -17,7 +17,15 @@ saves the state and replies:
 ``stage2_input``    ``[(x - mu')^2, w (x - mu_bar')^2]`` + noise share (Thm 3.3, 3.8) for the
                     broadcast ``mu'``, ``mu_bar'``, encoded and masked (summation 1)
 ``stage2_unmask``   shares that remove the stage-2 masks (summation 1)
+``stageK_consistency``  ``secagg-threat-model = "malicious-server"`` only, before each unmask:
+                    sign the survivor list shown (Bonawitz et al.'s consistency round)
 ==================  =========================================================================
+
+The session size n that sets the noise share is the length of the setup's id list, which is
+bound into the session id of every share channel (a server that shows two clients different
+lists breaks their channel), never a number the server merely states. The
+node's ``node_config["secagg-threat-model"]``, if set, overrides the run config's: a node that
+says ``"malicious-server"`` joins only sessions with the consistency round and safe parameters.
 
 Noise: in ``mode = "simulation"`` the generator is ``SeedSequence(seed,
 spawn_key=(partition_id,))`` and its state is kept in ``context.state`` between steps (one
@@ -47,8 +55,10 @@ from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
     SHARE_KEYS,
+    STAGE1_CONSISTENCY,
     STAGE1_INPUT,
     STAGE1_UNMASK,
+    STAGE2_CONSISTENCY,
     STAGE2_INPUT,
     STAGE2_UNMASK,
     Key,
@@ -188,14 +198,20 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     _maybe_drop(settings, pid, ADVERTISE_KEYS)
     request = decode(msg.content)
     client_id = int(request[Key.CLIENT_ID])
-    session_size = int(request[Key.SESSION_SIZE])
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
         x = load_vector(data_path)
     else:
         x = client_vector(settings.scenario, pid, num)
-    secagg = SecAggClient(client_id)
+    own_model = context.node_config.get(NodeConfig.THREAT_MODEL)
+    threat_model = own_model if isinstance(own_model, str) and own_model else settings.threat_model
+    secagg = SecAggClient(
+        client_id,
+        threat_model=threat_model,  # type: ignore[arg-type]  # checked by SecAggClient
+        gamma=settings.corrupt_fraction,
+    )
     reply = secagg.advertise_keys(request[Key.SETUP])
+    session_size = len(secagg.client_ids)  # the setup's ids, not the stated number
     context.state[State.LOCAL] = ArrayRecord(array_dict={State.X: Array(np.ascontiguousarray(x))})
     record = ConfigRecord(
         {
@@ -284,9 +300,31 @@ def _masked_input(
     return _reply(msg, {Key.SECAGG: reply})
 
 
+@app.query(STAGE1_CONSISTENCY)
+def stage1_consistency(msg: Message, context: Context) -> Message:
+    """Stage 1 (malicious-server sessions): sign the survivor list shown."""
+    return _consistency(msg, context, STAGE1_CONSISTENCY)
+
+
+@app.query(STAGE2_CONSISTENCY)
+def stage2_consistency(msg: Message, context: Context) -> Message:
+    """Stage 2 (malicious-server sessions): sign the survivor list shown."""
+    return _consistency(msg, context, STAGE2_CONSISTENCY)
+
+
+def _consistency(msg: Message, context: Context, step: str) -> Message:
+    _, _, record = _start_step(context, step)
+    secagg = _secagg(record)
+    reply = secagg.sign_survivors(decode(msg.content)[Key.SECAGG])
+    record[State.SECAGG] = secagg.to_bytes()
+    return _reply(msg, {Key.SECAGG: reply})
+
+
 def _unmask(msg: Message, context: Context, step: str) -> Message:
     _, _, record = _start_step(context, step)
     secagg = _secagg(record)
-    reply = secagg.unmask(decode(msg.content)[Key.SECAGG])
-    record[State.SECAGG] = secagg.to_bytes()
+    try:
+        reply = secagg.unmask(decode(msg.content)[Key.SECAGG])
+    finally:  # a refusal can change the state too (e.g. "excluded"): keep it
+        record[State.SECAGG] = secagg.to_bytes()
     return _reply(msg, {Key.SECAGG: reply})

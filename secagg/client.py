@@ -14,7 +14,6 @@ A request that is malformed, for another session, replayed, or for the wrong rou
 from __future__ import annotations
 
 import bisect
-import json
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from secagg import crypto
+from secagg.consistency import check_safe, check_signatures, consistency_payload
 from secagg.encoding import FixedPointEncoding, FloatArray
 from secagg.errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
 from secagg.graph import NeighbourGraph
@@ -39,24 +39,16 @@ from secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from secagg.params import THREAT_MODELS, ThreatModel, min_signatures
+from secagg.params import THREAT_MODELS, ThreatModel
 from secagg.shamir import LIMBS, share, validate_shares
+from secagg.state import dump_client, load_client
 
-__all__ = ["SecAggClient", "consistency_payload", "share_aad"]
-
-_PHASES = ("new", "advertised", "shared", "excluded")
+__all__ = ["SecAggClient", "share_aad"]
 
 
 def share_aad(session_id: bytes, sender: int, recipient: int) -> bytes:
     """Associated data of a share ciphertext: domain, round, session, sender, recipient."""
     return crypto.DOMAIN + b"/share-keys" + session_id + struct.pack("<QQ", sender, recipient)
-
-
-def consistency_payload(session_id: bytes, summation: int, survivors: tuple[int, ...]) -> bytes:
-    """Return the bytes a client signs in the consistency round (session, summation, ids)."""
-    ids = np.asarray(sorted(survivors), dtype="<u8").tobytes()
-    head = struct.pack("<QQ", summation, len(survivors))
-    return crypto.DOMAIN + b"/consistency" + session_id + head + ids
 
 
 class SecAggClient:
@@ -176,7 +168,7 @@ class SecAggClient:
                 f"threshold must lie in [2, {holders}] (share holders: the neighbours), got "
                 f"{msg.threshold}."
             )
-        self._check_safe(msg.consistency, graph.complete, msg.threshold, len(msg.client_ids))
+        check_safe(self, msg.consistency, graph.complete, msg.threshold, len(msg.client_ids))
         channel_sk, channel_pk = crypto.generate_keypair()
         mask_pairs = [crypto.generate_keypair() for _ in range(msg.num_summations)]
         seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(msg.num_summations)]
@@ -204,19 +196,6 @@ class SecAggClient:
             seed_commitments=commitments,
             signing_key=signing_pk,
         ).to_dict()
-
-    def _check_safe(self, consistency: int, complete: bool, threshold: int, n: int) -> None:
-        """Refuse a session below this client's own safe minimums (malicious server)."""
-        if self.threat_model != "malicious-server":
-            return
-        needed = min_signatures(n, self.gamma)
-        if not consistency or not complete or threshold < needed:
-            raise MessageRejected(
-                f"client {self.client_id} (threat model malicious-server) needs a consistency "
-                f"round on the complete graph and threshold >= {needed} for n = {n}, gamma = "
-                f"{self.gamma:g}; the server offers consistency={consistency}, complete="
-                f"{complete}, threshold={threshold}."
-            )
 
     @property
     def session_size(self) -> int:
@@ -267,7 +246,7 @@ class SecAggClient:
         signing: dict[int, bytes] = {}
         if self.consistency:
             # the session size n is what this client can verify: the directory's clients
-            self._check_safe(1, graph.complete, self.threshold, len(msg.client_ids))
+            check_safe(self, 1, graph.complete, self.threshold, len(msg.client_ids))
             absent = sorted(advertised - set(index))
             if absent:
                 raise MessageRejected(
@@ -499,29 +478,6 @@ class SecAggClient:
             session=self.session, sender=me, summation=msg.summation, signature=signature
         ).to_dict()
 
-    def _check_signatures(self, msg: UnmaskRequest) -> None:
-        me, s = self.client_id, msg.summation
-        shown = self.signed.get(s)
-        if shown is None or tuple(sorted(msg.survivors)) != shown:
-            raise UnmaskRefused(
-                f"client {me}: the unmask request's survivors differ from the list it signed "
-                f"for summation {s}."
-            )
-        payload = consistency_payload(self.session_id, s, shown)
-        survivors = set(shown)
-        valid = sum(
-            1
-            for j, sig in zip(msg.signers, msg.signatures, strict=True)
-            if j in survivors
-            and j in self.peer_signing_pks
-            and crypto.verify_signature(self.peer_signing_pks[j], payload, sig)
-        )
-        if valid < self.threshold:
-            raise UnmaskRefused(
-                f"client {me}: {valid} valid signatures on the survivor list, fewer than "
-                f"threshold {self.threshold}; refusing to unmask."
-            )
-
     # ------------------------------------------------------------------ round 3
     def unmask(self, request: Mapping[str, Any]) -> dict[str, MessageValue]:
         """Round 3: reveal shares that let the server remove the masks of this summation.
@@ -597,7 +553,7 @@ class SecAggClient:
                 f"threshold {self.threshold}."
             )
         if self.consistency:
-            self._check_signatures(msg)
+            check_signatures(self, msg)
         s = msg.summation
         seed_owners = sorted(j for j in self.held_shares if j in survivor_set)
         key_owners = sorted(j for j in self.held_shares if j in dropped_set)
@@ -626,38 +582,7 @@ class SecAggClient:
     # ------------------------------------------------------------------ state
     def to_bytes(self) -> bytes:
         """Serialise the whole state (including secret keys) as JSON bytes."""
-        state = {
-            "client_id": self.client_id,
-            "threat_model": self.threat_model,
-            "gamma": self.gamma,
-            "consistency": self.consistency,
-            "signing_sk": self.signing_sk.hex(),
-            "peer_signing_pks": {str(j): v.hex() for j, v in self.peer_signing_pks.items()},
-            "signed": {str(s): list(v) for s, v in self.signed.items()},
-            "phase": self.phase,
-            "session": self.session.hex(),
-            "client_ids": list(self.client_ids),
-            "threshold": self.threshold,
-            "num_summations": self.num_summations,
-            "degree": self.degree,
-            "ring": list(self.ring),
-            "channel_sk": self.channel_sk.hex(),
-            "mask_sks": [k.hex() for k in self.mask_sks],
-            "channel_pk": self.channel_pk.hex(),
-            "mask_pks": self.mask_pks.hex(),
-            "session_id": self.session_id.hex(),
-            "directory_ids": sorted(self.directory_ids),
-            "peer_mask_pks": {str(j): v.hex() for j, v in self.peer_mask_pks.items()},
-            "receive_keys": {str(j): v.hex() for j, v in self.receive_keys.items()},
-            "seeds": [s.hex() for s in self.seeds],
-            "held_shares": {str(j): v.hex() for j, v in self.held_shares.items()},
-            "alive": list(self.alive),
-            "pair_keys": {str(j): [k.hex() for k in v] for j, v in self.pair_keys.items()},
-            "next_summation": self.next_summation,
-            "pending_unmask": self.pending_unmask,
-            "dropped_peers": sorted(self.dropped_peers),
-        }
-        return json.dumps(state, separators=(",", ":")).encode()
+        return dump_client(self)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SecAggClient:
@@ -668,50 +593,4 @@ class SecAggClient:
         MessageRejected
             If ``data`` is not a state written by :meth:`to_bytes`.
         """
-        try:
-            state = json.loads(data)
-            client = cls(
-                int(state["client_id"]),
-                threat_model=state["threat_model"],
-                gamma=float(state["gamma"]),
-            )
-            client.consistency = int(state["consistency"])
-            client.signing_sk = bytes.fromhex(state["signing_sk"])
-            client.peer_signing_pks = {
-                int(j): bytes.fromhex(v) for j, v in state["peer_signing_pks"].items()
-            }
-            client.signed = {int(s): tuple(int(c) for c in v) for s, v in state["signed"].items()}
-            if state["phase"] not in _PHASES:
-                raise ValueError(f"unknown phase {state['phase']!r}")
-            client.phase = str(state["phase"])
-            client.session = bytes.fromhex(state["session"])
-            client.client_ids = tuple(int(c) for c in state["client_ids"])
-            client.threshold = int(state["threshold"])
-            client.num_summations = int(state["num_summations"])
-            client.degree = int(state["degree"])
-            client.ring = tuple(int(c) for c in state["ring"])
-            client.channel_sk = bytes.fromhex(state["channel_sk"])
-            client.mask_sks = [bytes.fromhex(k) for k in state["mask_sks"]]
-            client.channel_pk = bytes.fromhex(state["channel_pk"])
-            client.mask_pks = bytes.fromhex(state["mask_pks"])
-            client.session_id = bytes.fromhex(state["session_id"])
-            client.directory_ids = frozenset(int(c) for c in state["directory_ids"])
-            client.peer_mask_pks = {
-                int(j): bytes.fromhex(v) for j, v in state["peer_mask_pks"].items()
-            }
-            client.receive_keys = {
-                int(j): bytes.fromhex(v) for j, v in state["receive_keys"].items()
-            }
-            client.seeds = [bytes.fromhex(s) for s in state["seeds"]]
-            client.held_shares = {int(j): bytes.fromhex(v) for j, v in state["held_shares"].items()}
-            client.alive = tuple(int(c) for c in state["alive"])
-            client.pair_keys = {
-                int(j): [bytes.fromhex(k) for k in v] for j, v in state["pair_keys"].items()
-            }
-            client.next_summation = int(state["next_summation"])
-            pending = state["pending_unmask"]
-            client.pending_unmask = None if pending is None else int(pending)
-            client.dropped_peers = {int(c) for c in state["dropped_peers"]}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise MessageRejected(f"not a serialised SecAggClient state: {exc}") from None
-        return client
+        return load_client(cls, data)

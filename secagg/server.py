@@ -14,7 +14,6 @@ not answered by then is dropped (``key_directory`` closes advertise-keys,
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from secagg import crypto
-from secagg.client import consistency_payload
+from secagg.consistency import consistency_payload
 from secagg.crypto import U64Array
 from secagg.encoding import FixedPointEncoding, FloatArray
 from secagg.errors import EncodingError, MessageRejected, ProtocolAborted
@@ -41,7 +40,8 @@ from secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from secagg.shamir import LIMBS, PRIME, reconstruct, reconstruct_lenient
+from secagg.recovery import ShareRecovery
+from secagg.shamir import PRIME
 
 __all__ = ["SecAggServer", "SumResult"]
 
@@ -155,7 +155,7 @@ class SecAggServer:
         self.consistency = bool(consistency)
         self.threshold = int(threshold)
         self.num_summations = int(num_summations)
-        self._rank = {c: i + 1 for i, c in enumerate(ids)}
+        self.rank = {c: i + 1 for i, c in enumerate(ids)}
         self.phase = "advertise"
         self.summation = -1
         self.keys: dict[int, AdvertiseKeys] = {}
@@ -172,7 +172,6 @@ class SecAggServer:
         self.responses: dict[int, UnmaskResponse] = {}
         self.results: list[SumResult] = []
         self.cheaters: set[int] = set()
-        self._rows: dict[str, dict[int, dict[int, int]]] = {}
         self.signatures: dict[int, bytes] = {}
 
     @property
@@ -200,7 +199,7 @@ class SecAggServer:
         msg = AdvertiseKeys.from_dict(message)
         self._require("advertise", "advertise-keys")
         self._check_session(msg.session)
-        if msg.sender not in self._rank:
+        if msg.sender not in self.rank:
             raise MessageRejected(f"advertise-keys from unknown client {msg.sender}.")
         if msg.sender in self.keys:
             raise MessageRejected(f"advertise-keys from client {msg.sender} replayed.")
@@ -496,127 +495,6 @@ class SecAggServer:
                 )
         self.responses[msg.sender] = msg
 
-    def _verify(self, owner: int, secret: bytes, kind: Literal["seed", "key"]) -> bool:
-        """Whether a reconstructed secret matches what ``owner`` committed to in round 0."""
-        size, s = crypto.KEY_BYTES, self.summation
-        keys = self.keys[owner]
-        if kind == "seed":
-            commitment = keys.seed_commitments[size * s : size * (s + 1)]
-            return crypto.commit_seed(self.session, owner, s, secret) == commitment
-        value = int.from_bytes(secret, "little")
-        if value % 8 or value >> 254 != 1:  # not a clamped X25519 private key
-            return False
-        return crypto.public_from_private(secret) == keys.mask_keys[size * s : size * (s + 1)]
-
-    def _shares_of(self, owner: int, kind: Literal["seed", "key"]) -> list[tuple[int, Any]]:
-        """Every ``(sender, share)`` of ``owner``'s secret that arrived, honest senders first."""
-        out: list[tuple[int, Any]] = []
-        candidates = self.responses if self.graph.complete else self.graph.neighbours(owner)
-        for sender in sorted(candidates):
-            response = self.responses.get(sender)
-            if response is None or sender == owner or sender in self.cheaters:
-                continue
-            listed = response.seed_owners if kind == "seed" else response.key_owners
-            row = self._rows[kind].get(sender, {}).get(owner)
-            if row is None or owner not in listed:
-                continue
-            table = response.seed_shares if kind == "seed" else response.key_shares
-            out.append((sender, table[row, 0, :]))
-        return out
-
-    def _open(
-        self, owner: int, shares: list[tuple[int, Any]], kind: Literal["seed", "key"]
-    ) -> bytes:
-        """Reconstruct ``owner``'s secret, find and exclude senders of bad shares.
-
-        The first ``t`` shares are tried; if the result fails its commitment, other
-        ``t``-subsets are tried (a bounded search) until one verifies. The senders whose
-        shares do not lie on the verified polynomial are cheaters.
-        """
-        t = self.threshold
-        what = "self-mask seed" if kind == "seed" else "mask key"
-        if len(shares) < t:
-            raise ProtocolAborted(
-                f"summation {self.summation}: {len(shares)} shares of client {owner}'s {what} "
-                f"arrived, fewer than threshold {t}; aborting."
-            )
-
-        def attempt(subset: Sequence[tuple[int, Any]]) -> bytes | None:
-            xs = [self._rank[sender] for sender, _ in subset]
-            stacked = np.stack([row for _, row in subset]).reshape(len(subset), 1, LIMBS)
-            try:
-                secret = reconstruct(xs, stacked, t)[0]
-            except (ProtocolAborted, MessageRejected):
-                return None
-            return secret if self._verify(owner, secret, kind) else None
-
-        secret = attempt(shares[:t])
-        if secret is not None:
-            return secret
-        good: Sequence[tuple[int, Any]] | None = None
-        for tries, subset in enumerate(itertools.combinations(shares, t)):
-            if tries >= 2000:
-                break
-            secret = attempt(subset)
-            if secret is not None:
-                good = subset
-                break
-        if secret is None or good is None:
-            raise ProtocolAborted(
-                f"summation {self.summation}: no {t} of the {len(shares)} shares of client "
-                f"{owner}'s {what} match its commitment; aborting."
-            )
-        base = list(good[1:])
-        for sender, row in shares:
-            if any(sender == g for g, _ in good):
-                continue
-            if attempt([*base, (sender, row)]) is None:
-                self.cheaters.add(sender)
-        return secret
-
-    def _reconstruct(self, owners: Sequence[int], kind: Literal["seed", "key"]) -> dict[int, bytes]:
-        """Reconstruct and verify one secret per owner, batched by the senders used.
-
-        Fast path: the first ``t`` shares of each owner, grouped by sender set (one
-        vectorised reconstruction per group). A secret that fails its commitment goes to
-        :meth:`_open`, which searches the other shares and excludes the liars.
-        """
-        rows = self._rows[kind]
-        responders = [c for c in sorted(self.responses) if c not in self.cheaters]
-        groups: dict[tuple[int, ...], list[int]] = {}
-        slow: list[int] = []
-        for owner in owners:
-            chosen: list[int] = []
-            candidates = responders if self.graph.complete else self.graph.neighbours(owner)
-            for sender in candidates:
-                if sender != owner and owner in rows.get(sender, ()):
-                    if sender in self.cheaters:
-                        continue
-                    chosen.append(sender)
-                    if len(chosen) == self.threshold:
-                        break
-            if len(chosen) < self.threshold:
-                slow.append(owner)  # _open names the shortfall
-            else:
-                groups.setdefault(tuple(chosen), []).append(owner)
-        out: dict[int, bytes] = {}
-        for chosen_senders, group in groups.items():
-            stacked = np.empty((self.threshold, len(group), LIMBS), dtype=np.uint32)
-            for h, sender in enumerate(chosen_senders):
-                response = self.responses[sender]
-                table = response.seed_shares if kind == "seed" else response.key_shares
-                stacked[h] = table[[rows[sender][owner] for owner in group], 0, :]
-            xs = [self._rank[c] for c in chosen_senders]
-            secrets = reconstruct_lenient(xs, stacked, self.threshold)
-            for owner, secret in zip(group, secrets, strict=True):
-                if secret is not None and self._verify(owner, secret, kind):
-                    out[owner] = secret
-                else:
-                    slow.append(owner)
-        for owner in slow:
-            out[owner] = self._open(owner, self._shares_of(owner, kind), kind)
-        return out
-
     def finish_summation(self) -> SumResult:
         """Close the unmask round, remove all masks and return the decoded sum.
 
@@ -630,15 +508,8 @@ class SecAggServer:
         if self.encoding is None:
             raise ProtocolAborted("no encoding for the open summation.")
         s, length = self.summation, self.encoding.length
-        self._rows = {
-            "seed": {
-                c: {o: r for r, o in enumerate(m.seed_owners)} for c, m in self.responses.items()
-            },
-            "key": {
-                c: {o: r for r, o in enumerate(m.key_owners)} for c, m in self.responses.items()
-            },
-        }
-        seeds = self._reconstruct(self.survivors, "seed")
+        recovery = ShareRecovery(self)
+        seeds = recovery.reconstruct(self.survivors, "seed")
         survivors = set(self.survivors)
         affected = [
             j
@@ -648,7 +519,7 @@ class SecAggServer:
                 for i in self._survivor_neighbours(j, survivors)
             )
         ]
-        keys = self._reconstruct(affected, "key")
+        keys = recovery.reconstruct(affected, "key")
         total = np.zeros(length, dtype=np.uint64)
         for client in self.survivors:
             total += self.inputs[client]

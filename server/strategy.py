@@ -51,6 +51,7 @@ from fa_hetdp.errors import AggregationError, FaHetdpError
 from fa_hetdp.flower.settings import SERVER_STREAM, RunSettings
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
+    CONSISTENCY_STEP,
     INPUT_STEP,
     SHARE_KEYS,
     UNMASK_STEP,
@@ -326,6 +327,7 @@ class HeterogeneityStrategy:
                 num_summations=2,
                 neighbours="complete" if s.neighbours is None else s.neighbours,
                 rng=self.rng,
+                consistency=s.threat_model == "malicious-server",
             )
         except ValueError as exc:
             raise self.abort(f"invalid secure-aggregation settings: {exc}") from exc
@@ -489,6 +491,15 @@ class HeterogeneityStrategy:
         input_step, unmask_step = INPUT_STEP[stage], UNMASK_STEP[stage]
         replies = self._step(transport, input_step, payloads, active)
         self._accept(server.receive_masked_input, input_step, replies, ids, active)
+        if server.consistency:  # malicious server: every survivor signs the list it is shown
+            check = self._secagg(server.consistency_request)
+            payloads = {
+                node: {Key.SECAGG: check}
+                for node in (nodes_of[c] for c in server.survivors)
+                if node in active
+            }
+            replies = self._step(transport, CONSISTENCY_STEP[stage], payloads, active)
+            self._accept(server.receive_consistency, CONSISTENCY_STEP[stage], replies, ids, active)
         unmask = self._secagg(server.unmask_request)
         survivors = [nodes_of[c] for c in server.survivors]  # those named in `unmask`
         payloads = {node: {Key.SECAGG: unmask} for node in survivors if node in active}

@@ -205,7 +205,7 @@ def _split_view_attack(n, t, colluders, *, consistency, gamma=0.0):
 
 
 def _payload(server, survivors):
-    from secagg.client import consistency_payload
+    from secagg.consistency import consistency_payload
 
     return consistency_payload(server.session_id, 0, survivors)
 

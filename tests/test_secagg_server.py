@@ -234,7 +234,7 @@ def test_bad_key_shares_abort_when_too_few_good_remain():
             shares[0, 0, 3] = (int(shares[0, 0, 3]) + 1) % shamir.PRIME
             reply = {**reply, "key_shares": shares}
         server.receive_unmask(reply)
-    with pytest.raises(ProtocolAborted, match="commitment|fewer than threshold"):
+    with pytest.raises(ProtocolAborted, match=r"commitment|fewer than threshold"):
         server.finish_summation()
 
 

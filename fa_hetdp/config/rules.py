@@ -18,9 +18,8 @@ own dotted scheme (``privacy.epsilon``, ``run-config.epsilon``, ``--epsilon``,
 together as one :class:`ConfigError`, one ``key: what is wrong and what is allowed`` line each.
 
 The secure-aggregation threshold has one meaning everywhere (:func:`resolve_threshold`): a
-fraction in (0, 1] of a client's Shamir share holders (its ``k`` neighbours, or the other
-``n - 1`` clients for the complete graph; never itself), rounded up and at least 2, or an
-integer count in ``2 .. holders``.
+fraction in (0, 1] of a client's share holders (:func:`share_holders`; never itself), rounded
+up and at least 2, or an integer count in ``2 .. holders``.
 """
 
 from __future__ import annotations
@@ -290,6 +289,8 @@ FIELDS: Final[Mapping[str, Field]] = {
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     "run_timeout": Field((Real(low=0.0, low_open=True),)),
     "on_degraded": Field((Options(("refuse", "release")),)),  # above max-epsilon (flower.settings)
+    "threat_model": Field((Options(("honest-but-curious", "malicious-server")),)),  # secagg
+    "corrupt_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),  # gamma (secagg)
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),
@@ -336,12 +337,8 @@ def graph_degree(neighbours: str | int | None, num_clients: int) -> int | None:
 
 
 def share_holders(num_clients: int, neighbours: str | int | None) -> int:
-    """Return the Shamir share holders of one client: its ``k`` neighbours, or ``n - 1``.
-
-    A client's own share never counts toward the threshold (secagg holds none).
-    """
-    k = graph_degree(neighbours, num_clients)
-    return num_clients - 1 if k is None else k
+    """Return a client's Shamir share holders: its ``k`` neighbours, or ``n - 1`` (never itself)."""
+    return num_clients - 1 if (k := graph_degree(neighbours, num_clients)) is None else k
 
 
 def resolve_threshold(

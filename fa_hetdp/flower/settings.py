@@ -59,6 +59,8 @@ UNSET: Final[Mapping[str, object]] = {
     "dropout-stage": "",
     "max-epsilon": 0.0,
     "on-degraded": "",
+    "secagg-threat-model": "",
+    "secagg-corrupt-fraction": -1.0,
 }
 
 Mode = Literal["simulation", "deployment"]
@@ -94,6 +96,8 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "node_wait_timeout": "node-wait-timeout",
     "stage_timeout": "stage-timeout",
     "on_degraded": "on-degraded",
+    "threat_model": "secagg-threat-model",
+    "corrupt_fraction": "secagg-corrupt-fraction",
 }
 
 _KINDS: Final[Mapping[str, type]] = {
@@ -118,6 +122,8 @@ _KINDS: Final[Mapping[str, type]] = {
     "stage-timeout": float,
     "max-epsilon": float,
     "on-degraded": str,
+    "secagg-threat-model": str,
+    "secagg-corrupt-fraction": float,
     "result-path": str,
     "progress-path": str,
 }
@@ -175,6 +181,8 @@ def resolve_overrides(
         "dropout_fraction": secagg.dropout_fraction,
         "dropout_stage": secagg.dropout_stage,
         "on_degraded": "refuse",  # not in a scenario: the safe default
+        "threat_model": "honest-but-curious",  # not in a scenario (secagg.params)
+        "corrupt_fraction": 0.0,
     }
     values: dict[str, Any] = {}
     for name, key in RUN_CONFIG_KEYS.items():
@@ -258,6 +266,8 @@ class RunSettings:
     progress_path: Path | None
     max_epsilon: float | None = None
     on_degraded: str = "refuse"
+    threat_model: str = "honest-but-curious"
+    corrupt_fraction: float = 0.0
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -318,6 +328,8 @@ class RunSettings:
             progress_path=Path(progress).expanduser() if progress else None,
             max_epsilon=None if max_epsilon == UNSET["max-epsilon"] else float(max_epsilon),
             on_degraded=values["on_degraded"],
+            threat_model=values.get("threat_model", "honest-but-curious"),
+            corrupt_fraction=float(values.get("corrupt_fraction", 0.0)),
         )
 
 

@@ -22,10 +22,13 @@ from typing import Final, final
 
 __all__ = [
     "ADVERTISE_KEYS",
+    "CONSISTENCY_STEP",
     "INPUT_STEP",
     "SHARE_KEYS",
+    "STAGE1_CONSISTENCY",
     "STAGE1_INPUT",
     "STAGE1_UNMASK",
+    "STAGE2_CONSISTENCY",
     "STAGE2_INPUT",
     "STAGE2_UNMASK",
     "STEPS",
@@ -52,6 +55,11 @@ STAGE2_INPUT: Final = "stage2_input"
 STAGE2_UNMASK: Final = "stage2_unmask"
 """Stage 2: the shares that remove the masks."""
 
+STAGE1_CONSISTENCY: Final = "stage1_consistency"
+"""Stage 1, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
+STAGE2_CONSISTENCY: Final = "stage2_consistency"
+"""Stage 2, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
+
 STEPS: Final[tuple[str, ...]] = (
     ADVERTISE_KEYS,
     SHARE_KEYS,
@@ -76,6 +84,10 @@ INPUT_STEP: Final[Mapping[int, str]] = {1: STAGE1_INPUT, 2: STAGE2_INPUT}
 """The masked-input step of stage 1 and stage 2."""
 UNMASK_STEP: Final[Mapping[int, str]] = {1: STAGE1_UNMASK, 2: STAGE2_UNMASK}
 """The unmask step of stage 1 and stage 2."""
+CONSISTENCY_STEP: Final[Mapping[int, str]] = {1: STAGE1_CONSISTENCY, 2: STAGE2_CONSISTENCY}
+"""The consistency step (Bonawitz et al.'s signatures on the survivor list) of each stage,
+between its input and unmask steps; only with ``secagg-threat-model = "malicious-server"``
+(not in :data:`STEPS`, which lists the steps of every run)."""
 
 _QUERY: Final = "query"  # flwr.app.MessageType.QUERY (not imported: this module is Flower-free)
 
@@ -146,6 +158,9 @@ class NodeConfig:
     """The number of partitions the scenario's data is split into."""
     DATA_PATH: Final = "data-path"
     """A data owner's own file (``.npy`` or ``.csv``), instead of a partition."""
+    THREAT_MODEL: Final = "secagg-threat-model"
+    """The node's own threat model (``"malicious-server"`` to insist on the consistency
+    round and safe parameters whatever the run config says)."""
 
 
 # ---------------------------------------------------------------------------- progress
