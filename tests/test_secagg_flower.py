@@ -40,3 +40,15 @@ def test_a_client_insisting_on_a_safe_threshold_refuses_a_weaker_session(tmp_pat
         assert "threshold" in str(exc)
     else:
         assert document["status"] == "aborted"
+
+
+def test_decode_refuses_a_message_over_the_step_cap_before_parsing() -> None:
+    import numpy as np
+    import pytest
+
+    from fa_hetdp.flower.wire import WireFormatError, decode, encode
+
+    message = encode({"vector": np.zeros(1000, dtype=np.uint64)})
+    assert decode(message, max_bytes=10_000)["vector"].shape == (1000,)
+    with pytest.raises(WireFormatError, match="cap of 4000"):
+        decode(message, max_bytes=4000)

@@ -123,15 +123,17 @@ def _slice(blob: bytes, spec: Any) -> tuple[int, int]:
     return offset, length
 
 
-def decode(content: RecordDict) -> dict[str, Any]:
+def decode(content: RecordDict, *, max_bytes: int | None = None) -> dict[str, Any]:
     """Decode a ``RecordDict`` built by :func:`encode`; raise :class:`WireFormatError` if not.
 
     Every failure -- a missing record, invalid JSON, too deep a nesting, an integer over
-    Python's digit limit, a reference outside the blob, a bad dtype or shape -- raises
-    :class:`WireFormatError` (and nothing else).
+    Python's digit limit, a reference outside the blob, a bad dtype or shape, or a message
+    larger than ``max_bytes`` (document plus blob; what the current step can legitimately
+    carry, checked before anything is parsed) -- raises :class:`WireFormatError` (and
+    nothing else).
     """
     try:
-        return _decode(content)
+        return _decode(content, max_bytes)
     except WireFormatError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, RecursionError, MemoryError) as exc:
@@ -139,7 +141,7 @@ def decode(content: RecordDict) -> dict[str, Any]:
         raise WireFormatError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
 
 
-def _decode(content: RecordDict) -> dict[str, Any]:
+def _decode(content: RecordDict, max_bytes: int | None) -> dict[str, Any]:
     try:
         record = content[_DOC]
         doc = record["json"]
@@ -148,6 +150,10 @@ def _decode(content: RecordDict) -> dict[str, Any]:
         raise WireFormatError(f"message lacks the record {exc}") from exc
     if not isinstance(doc, str) or not isinstance(blob, bytes):
         raise WireFormatError("message records have the wrong types")
+    if max_bytes is not None and len(doc) + len(blob) > max_bytes:
+        raise WireFormatError(
+            f"message of {len(doc) + len(blob)} bytes exceeds this step's cap of {max_bytes}"
+        )
     try:
         tree = json.loads(doc)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, the int digit limit
