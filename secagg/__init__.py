@@ -7,16 +7,21 @@ Client and server are state machines that exchange plain dictionaries of ``bytes
 lists of those, and numpy arrays, so the Flower apps and :func:`run_in_process` run the
 very same code. The library knows nothing of DP or Flower.
 
-Threat model
-------------
-Honest-but-curious server: it follows the protocol and routes every message but tries to
-learn more than the sums. Clients below the threshold ``t`` may collude with each other
-and with the server. Guarantee: for each summation the server learns only the sum of the
-surviving clients' inputs (plus who survived); a coalition of fewer than ``t`` of a client's
-share holders learns nothing about that client's secrets. Not covered: a server that sends
-different clients inconsistent views (active attacks need Bonawitz et al.'s consistency
-round and signatures), and traffic analysis. With a SecAgg+ graph, "the sum" is the sum over
-survivors as long as the honest survivors stay connected (see :mod:`secagg.graph`).
+Threat models
+-------------
+``"honest-but-curious"`` (default): the server follows the protocol and routes every message
+but tries to learn more than the sums; a fraction ``gamma`` of the clients may collude with
+it. Guarantee: for each summation the server learns only the sum of the surviving clients'
+inputs (plus who survived); a coalition of fewer than ``t`` of a client's share holders (its
+neighbours; never itself) learns nothing about that client's secrets. Size ``(k, t)`` with
+:func:`secagg.params.choose_parameters` (Bell et al.'s two binomial tails). Self-mask seeds are
+committed in round 0, reconstructed secrets are checked, and senders of bad shares are named
+(``SumResult.cheaters``) and excluded. ``"malicious-server"``: a consistency round with
+Ed25519 signatures on the survivor list (:mod:`secagg.consistency`,
+:meth:`SecAggServer.consistency_request`, :meth:`SecAggClient.sign_survivors`), complete graph,
+``t >= min_signatures(n, gamma)``. Not covered: Sybil clients without a PKI, traffic analysis.
+With a SecAgg+ graph, "the sum" is the sum over survivors as long as the honest survivors stay
+connected (see :mod:`secagg.graph`).
 
 Message flow
 ------------
@@ -25,8 +30,9 @@ Message flow
     round  server -> client(s)                     client -> server
     0      server.setup_message()       (all)      client.advertise_keys(setup)
                                                      -> server.receive_advertise_keys
-    1      server.key_directory()       (all that  client.share_keys(directory)
-           advertised; closes round 0)               -> server.receive_share_keys
+    1      server.key_directory()                  client.share_keys(directory)
+           -> {client_id: directory} (closes         -> server.receive_share_keys
+           round 0; neighbours' keys only)
     2      server.start_summation(encoding)        client.masked_input(request, values, rng=)
            -> {client_id: request}  (closes          -> server.receive_masked_input
            round 1 / the previous summation)
@@ -51,7 +57,7 @@ PRG read as little-endian uint64. Shamir (:mod:`secagg.shamir`): t-of-n over GF(
 13 limbs per 256-bit secret, vectorised. Graphs (:mod:`secagg.graph`): complete or random
 Harary with ``k = 2 ceil((40 + 2 log2 n) / 4)`` (disconnection probability <= 2^-41 when at
 most a quarter of the clients are corrupt or dropped); ``t`` counts shares among a client's
-k + 1 holders.
+k holders (its neighbours).
 
 Driving it from Flower (one handler per round)
 ----------------------------------------------
@@ -80,7 +86,7 @@ Server app: keep one :class:`SecAggServer` in memory for the session, in this or
 
     server = SecAggServer(ids, threshold=t, num_summations=2, rng=rng)
     broadcast(server.setup_message());           feed replies to receive_advertise_keys
-    broadcast(server.key_directory());           feed replies to receive_share_keys
+    send(server.key_directory())   # dict: client id -> its directory; feed receive_share_keys
     for each summation:
         send(server.start_summation(encoding))   # dict: client id -> its own request
         feed replies to receive_masked_input
@@ -109,6 +115,7 @@ from secagg.errors import (
 from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
 from secagg.inprocess import InProcessSession, default_threshold, run_in_process
 from secagg.messages import join_arrays, parse_message, split_arrays
+from secagg.params import SecAggParameters, choose_parameters, min_signatures
 from secagg.server import SecAggServer, SumResult
 
 __all__ = [
@@ -120,14 +127,17 @@ __all__ = [
     "ProtocolAborted",
     "SecAggClient",
     "SecAggError",
+    "SecAggParameters",
     "SecAggServer",
     "SumResult",
     "UnmaskRefused",
     "choose_encoding",
+    "choose_parameters",
     "complete_graph",
     "default_degree",
     "default_threshold",
     "join_arrays",
+    "min_signatures",
     "parse_message",
     "random_harary_graph",
     "run_in_process",

@@ -28,10 +28,10 @@ Bell et al. (CCS 2020, Sec. 3-4) prove the general form of this (connectivity pl
 covering many honest inputs, failure ``2^-sigma``) with k = O(log n) and constants that
 depend on ``gamma``, ``delta`` and ``sigma``; our rule is one simple instance of that family,
 not their optimised parameter table. Correctness additionally needs ``t`` of each client's
-``k + 1`` share holders to survive (the server aborts otherwise). Callers that need other
-``(gamma, delta, sigma)`` pass ``sigma``/``bad_fraction`` or an explicit ``k``.
+``k`` share holders to survive (the server aborts otherwise); :func:`secagg.params.
+choose_parameters` sizes ``(k, t)`` from ``(gamma, delta, sigma, eta)`` with both tails.
 
-The Shamir share holders of client ``i`` are its neighbours and ``i`` itself (``k + 1``
+The Shamir share holders of client ``i`` are its neighbours, never ``i`` itself (``k``
 holders); the threshold ``t`` counts shares among those holders.
 """
 
@@ -134,8 +134,8 @@ class NeighbourGraph:
         return min(gap, n - gap) <= self.degree // 2
 
     def holders(self, client_id: int) -> tuple[int, ...]:
-        """Return the Shamir share holders of ``client_id``: its neighbours and itself."""
-        return tuple(sorted((*self.neighbours(client_id), client_id)))
+        """Return the Shamir share holders of ``client_id``: its neighbours (never itself)."""
+        return self.neighbours(client_id)
 
 
 def complete_graph(client_ids: Sequence[int]) -> NeighbourGraph:
