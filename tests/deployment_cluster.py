@@ -9,7 +9,6 @@ Import it by module name (``from deployment_cluster import DeploymentCluster``).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from fa_hetdp.cli.cluster import (
     ClusterError,
     FlowerCluster,
     ManagedProcess,
+    find_program,
     free_port,
     toml_value,
 )
@@ -80,7 +80,7 @@ class DeploymentCluster(FlowerCluster):
         """Register a SuperNode's public key (``flwr supernode register``); return the output."""
         if self.superlink_address is None:
             raise ClusterError("start the SuperLink before registering SuperNodes.")
-        executable = shutil.which("flwr")
+        executable = find_program("flwr")
         if executable is None:
             raise ClusterError("'flwr' is not on PATH; install flwr (pip install flwr).")
         completed = subprocess.run(

@@ -116,7 +116,7 @@ def test_fa_hetdp_run_prints_the_table_and_cleans_up(
 
 @pytest.mark.slow
 def test_fa_hetdp_run_reports_an_abort(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    scenario = scenario_file(tmp_path, 6, extra="[secagg]\nthreshold = 6\ndropout_fraction = 0.5\n")
+    scenario = scenario_file(tmp_path, 6, extra="[secagg]\nthreshold = 5\ndropout_fraction = 0.5\n")
     scenario.write_text(scenario.read_text().replace("[secagg]\nthreshold = 0.6\n", ""))
     code = main(["run", str(scenario), "--workdir", str(tmp_path / "work")])
     printed = capsys.readouterr()
