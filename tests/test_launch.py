@@ -305,3 +305,21 @@ def test_not_private_result_shows_no_epsilon_before_any_number(
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("NOT differentially private: paper profile")
     assert "ε" not in out
+
+
+@pytest.mark.filterwarnings("ignore::fa_hetdp.errors.BaselineWarning")
+def test_non_dp_setting_is_said_before_the_plan_and_any_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fa_hetdp.cli.run as run_module
+
+    scenario = scenario_file(tmp_path, 6, extra="")
+    scenario.write_text(
+        scenario.read_text().replace("delta = 1e-5", 'delta = 1e-5\nprofile = "paper"')
+    )
+    aborted = {"status": "aborted", "reason": "test", "differentially_private": False}
+    monkeypatch.setattr(run_module, "run_simulation", lambda *a, **k: _outcome(tmp_path, aborted))
+    code = main(["run", str(scenario)])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("NOT differentially private: paper profile")

@@ -235,6 +235,31 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def not_private_notice(run_config: Mapping[str, object], dim: int) -> str | None:
+    """Return ``"NOT differentially private: <reasons>"`` for a non-DP setting, else None.
+
+    The ``paper`` profile and a mechanism outside its guarantee (CGM at a per-release
+    ε >= 1), from the plan's labels (as ``server.results`` states them in the result).
+    """
+    import warnings
+
+    from fa_hetdp.errors import BaselineWarning
+    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, plan_protocol
+
+    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
+    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BaselineWarning)
+        plan = plan_protocol(settings.protocol, n=settings.scenario.num_clients, d=dim)
+    reasons = [
+        label
+        for label in plan.labels
+        if label == LABEL_PAPER_PROFILE or "not a DP guarantee" in label or "baseline" in label
+    ]
+    return "NOT differentially private: " + "; ".join(reasons) if reasons else None
+
+
 def privacy_lines(result: Mapping[str, Any]) -> list[str]:
     """Return the privacy statement of a result, shown first: no ε for a non-DP setting.
 
@@ -407,6 +432,9 @@ def run_command(args: argparse.Namespace) -> int:
     """
     check_paths(args)
     setup = prepare(args)
+    notice = not_private_notice(setup.run_config, setup.dim)
+    if notice is not None:
+        print(notice)  # before any number, the plan's included
     print("\n".join(run_plan_lines(setup.run_config, setup.dim)))  # what to expect, before
     with _workdir(args.workdir) as workdir:
         try:
