@@ -15,13 +15,23 @@ complete graph, this measures
   ``pseudo_rand_gen``) measured per secret and per mask and scaled to the run's counts
   (labelled "extrapolated").
 
-Run: ``python benchmarks/secagg_bench.py [--quick]``.
+Scale rows (``--scale``): n = 1000 and 5000 (``--scale-n`` for others), d = 64, (k, t) from
+``secagg.choose_parameters(n, gamma=0.05, delta=0.05)``, each session in a fresh subprocess:
+wall and CPU time, peak resident memory (``ru_maxrss``), and the ratio to the floor of its
+primitives (the X25519 agreements and AES-CTR keystreams alone, timed on this machine).
+``--params`` prints the (k, t) table of ``choose_parameters``.
+
+Run: ``python benchmarks/secagg_bench.py [--quick | --scale | --params]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import subprocess
+import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small exact matmuls in Shamir
 
@@ -30,7 +40,16 @@ from typing import Any
 
 import numpy as np
 
-from secagg import SecAggClient, SecAggServer, choose_encoding, default_degree, default_threshold
+from secagg import (
+    SecAggClient,
+    SecAggServer,
+    choose_encoding,
+    choose_parameters,
+    crypto,
+    default_degree,
+    default_threshold,
+    run_in_process,
+)
 
 D = 3072
 DROP = 0.05
@@ -82,9 +101,9 @@ def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
     setup = timed_server(server.setup_message)
     for i, c in enumerate(clients):
         timed_server(server.receive_advertise_keys, timed_client(i, c.advertise_keys, setup))
-    directory = timed_server(server.key_directory)
+    directories = timed_server(server.key_directory)
     for i, c in enumerate(clients):
-        timed_server(server.receive_share_keys, timed_client(i, c.share_keys, directory))
+        timed_server(server.receive_share_keys, timed_client(i, c.share_keys, directories[i]))
     encoding = choose_encoding(n, np.ones(D))
     requests = timed_server(server.start_summation, encoding)
     streams = rng.spawn(n)
@@ -204,10 +223,106 @@ def run_flower(n: int, k: int, t: int, sample: int) -> dict[str, Any]:
     }
 
 
+def scale_row(n: int, d: int) -> dict[str, float]:
+    """One in-process session (one summation, 5 % dropouts) in this process: time and memory."""
+    params = choose_parameters(n, gamma=0.05, delta=0.05)
+    rng = np.random.default_rng(0)
+    vectors = rng.uniform(-1.0, 1.0, size=(n, d))
+    dropped = rng.choice(n, size=int(DROP * n), replace=False).tolist()
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = run_in_process(
+        vectors,
+        threshold=params.threshold,
+        neighbours=params.degree,
+        rng=rng,
+        bounds=1.0,
+        dropouts={"masked_input": dropped},
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    keep = sorted(set(range(n)) - set(dropped))
+    assert np.max(np.abs(result.sum - vectors[keep].sum(axis=0))) <= np.max(result.max_error)
+    # floor: per client k channel + k mask agreements, k + 1 keystreams (here on 20 clients)
+    k = params.degree
+    sk, _ = crypto.generate_keypair()
+    pks = [crypto.generate_keypair()[1] for _ in range(k)]
+    keys = [os.urandom(32) for _ in range(k + 1)]
+    start = time.perf_counter()
+    for _ in range(20):
+        crypto.agree_many(sk, pks, validated=True)
+        crypto.agree_many(sk, pks, validated=True)
+        for key in keys:
+            crypto.mask_keystream(key, d)
+    floor = (time.perf_counter() - start) / 20 * n
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
+    return {
+        "n": n,
+        "d": d,
+        "k": k,
+        "t": params.threshold,
+        "wall": wall,
+        "cpu": cpu,
+        "floor": floor,
+        "peak_mib": peak,
+    }
+
+
+def print_scale(sizes: list[int], d: int) -> None:
+    print(f"# scale: in-process session, d = {d}, 5 % dropouts, (k, t) for gamma = delta = 0.05")
+    header = (
+        f"{'n':>6} {'k':>4} {'t':>4} | {'wall s':>7} {'cpu s':>7} {'floor s':>7} "
+        f"{'cpu/floor':>9} | {'peak MiB':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n in sizes:
+        out = subprocess.run(
+            [sys.executable, __file__, "--scale-row", str(n), str(d)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        print(
+            f"{row['n']:>6} {row['k']:>4} {row['t']:>4} | {row['wall']:>7.2f} {row['cpu']:>7.2f} "
+            f"{row['floor']:>7.2f} {row['cpu'] / row['floor']:>8.1f}x | {row['peak_mib']:>8.0f}",
+            flush=True,
+        )
+    print(
+        "floor s: n x (2k X25519 agreements + (k + 1) AES-CTR keystreams of d words), timed "
+        "on 20 clients; peak MiB: the subprocess's maximum resident set (numpy and "
+        "cryptography included)."
+    )
+
+
+def print_params() -> None:
+    print("# (k, t) = secagg.choose_parameters(n, gamma, delta), sigma = 40, eta = 20")
+    for gamma in (0.05, 0.125):
+        for n in (100, 1000, 5000, 10_000, 100_000):
+            p = choose_parameters(n, gamma=gamma, delta=gamma)
+            print(
+                f"gamma = delta = {gamma:<5} n = {n:>6}: k = {p.degree:>3}, t = {p.threshold:>3} "
+                f"(privacy 2^{p.privacy_failure:.1f}, correctness 2^{p.correctness_failure:.1f})"
+            )
+    print(choose_parameters(1000, gamma=0.125, delta=0.125).guarantee())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n = 100 only")
+    parser.add_argument("--scale", action="store_true", help="the scale rows only")
+    parser.add_argument("--scale-n", type=int, nargs="*", default=[1000, 5000])
+    parser.add_argument("--scale-row", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--params", action="store_true", help="the (k, t) table only")
     args = parser.parse_args()
+    if args.scale_row:
+        print(json.dumps(scale_row(*args.scale_row)))
+        return
+    if args.params:
+        print_params()
+        return
+    if args.scale:
+        print_scale(args.scale_n, 64)
+        return
     configs: list[tuple[int, Any]] = [(100, None), (100, "complete")]
     if not args.quick:
         configs += [(500, None), (500, "complete"), (1000, None)]

@@ -38,6 +38,7 @@ from secagg.messages import (
     ShareKeys,
     UnmaskRequest,
     UnmaskResponse,
+    shared_id_set,
 )
 from secagg.params import THREAT_MODELS, ThreatModel
 from secagg.shamir import LIMBS, share, validate_shares
@@ -290,7 +291,7 @@ class SecAggClient:
             plaintext = struct.pack("<QQ", me, holder) + shares[h].tobytes()
             recipients.append(holder)
             ciphertexts.append(crypto.seal(send_key, plaintext, share_aad(session_id, me, holder)))
-        self.session_id, self.directory_ids = session_id, frozenset(msg.client_ids)
+        self.session_id, self.directory_ids = session_id, shared_id_set(msg.client_ids)
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
         self.peer_signing_pks = signing
         self.held_shares = {}

@@ -12,6 +12,7 @@ Semantic checks (session, round, sender, replay) are the state machines' job
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -38,6 +39,8 @@ __all__ = [
     "UnmaskResponse",
     "join_arrays",
     "parse_message",
+    "shared_id_set",
+    "shared_ids",
     "split_arrays",
 ]
 
@@ -92,6 +95,18 @@ def _array(value: object, name: str, dtype: type[np.generic], ndim: int) -> npt.
     out = np.array(value, copy=True)
     out.setflags(write=False)
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def shared_ids(ids: tuple[int, ...]) -> tuple[int, ...]:
+    """Return one shared copy of an id tuple (in-process clients then hold O(1) each, not O(n))."""
+    return ids
+
+
+@functools.lru_cache(maxsize=8)
+def shared_id_set(ids: tuple[int, ...]) -> frozenset[int]:
+    """Return one shared ``frozenset`` of an id tuple (see :func:`shared_ids`)."""
+    return frozenset(ids)
 
 
 def _unique(values: tuple[int, ...], name: str) -> None:
@@ -167,11 +182,11 @@ class SetupMessage(Message):
             raise MessageRejected("client_ids must be sorted and ring a permutation of them.")
         return cls(
             session=_bytes(data["session"], "session"),
-            client_ids=ids,
+            client_ids=shared_ids(ids),
             threshold=_int(data["threshold"], "threshold", 1, len(ids)),
             num_summations=_int(data["num_summations"], "num_summations", 1, 64),
             degree=_int(data["degree"], "degree", 1, max(len(ids) - 1, 1)),
-            ring=ring,
+            ring=shared_ids(ring),
             consistency=_int(data["consistency"], "consistency", 0, 1),
         )
 
