@@ -52,3 +52,49 @@ def test_decode_refuses_a_message_over_the_step_cap_before_parsing() -> None:
     assert decode(message, max_bytes=10_000)["vector"].shape == (1000,)
     with pytest.raises(WireFormatError, match="cap of 4000"):
         decode(message, max_bytes=4000)
+
+
+def test_a_refusing_client_keeps_its_excluded_state_across_flower_steps(tmp_path: Path) -> None:
+    # finding 5: the unmask handler used to drop the state change of a refusal
+    import numpy as np
+    import pytest
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from clients.app import stage1_unmask
+    from fa_hetdp.flower.steps import Key, State
+    from fa_hetdp.flower.wire import encode
+    from secagg import SecAggClient, SecAggServer, UnmaskRefused, choose_encoding
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    server = SecAggServer(range(4), threshold=2, num_summations=2, rng=np.random.default_rng(0))
+    clients = {i: SecAggClient(i) for i in range(4)}
+    for c in clients.values():
+        server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
+    for i, directory in server.key_directory().items():
+        server.receive_share_keys(clients[i].share_keys(directory))
+    requests = server.start_summation(choose_encoding(4, np.ones(2)))
+    for i in (0, 1, 2, 3):
+        reply = clients[i].masked_input(requests[i], np.zeros(2), rng=np.random.default_rng(i))
+        if i:
+            server.receive_masked_input(reply)
+    request = server.unmask_request()  # client 0's input "missed": listed as dropped
+    config = run_config(tmp_path, scenario_file(tmp_path, 4))
+    record = ConfigRecord({State.SECAGG: clients[0].to_bytes(), State.CLIENT_ID: 0})
+    context = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"partition-id": 0, "num-partitions": 4},
+        state=RecordDict({State.RECORD: record}),
+        run_config=dict(config),
+    )
+    message = Message(
+        content=encode({Key.SECAGG: request}),
+        dst_node_id=1,
+        message_type="query.stage1_unmask",
+        group_id="stage1_unmask",
+    )
+    with pytest.raises(UnmaskRefused, match="dropped"):
+        stage1_unmask(message, context)
+    saved = context.state[State.RECORD][State.SECAGG]
+    assert SecAggClient.from_bytes(saved).phase == "excluded"
