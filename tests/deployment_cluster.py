@@ -10,6 +10,7 @@ Import it by module name (``from deployment_cluster import DeploymentCluster``).
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,15 +48,21 @@ class DeploymentCluster(FlowerCluster):
     node_auth
         ``--enable-supernode-auth``: only SuperNodes whose public keys were registered
         (:meth:`register_supernode`) may connect.
+    database
+        ``--database <workdir>/superlink.db``: the SuperLink keeps its state (nodes, key
+        registrations, runs) in a file, so it survives a restart (:meth:`restart_superlink`).
     """
 
     tls: TlsSettings | None = None
     simulation: bool = False
     node_auth: bool = False
+    database: bool = False
 
     def superlink_options(self) -> list[str]:
         """Mode, SuperNode authentication and TLS flags of the SuperLink."""
         options = ["--simulation"] if self.simulation else []
+        if self.database:
+            options += ["--database", str(self.workdir / "superlink.db")]
         if self.node_auth:
             options.append("--enable-supernode-auth")
         if self.tls is None:
@@ -69,6 +76,26 @@ class DeploymentCluster(FlowerCluster):
             "--ssl-keyfile",
             str(self.tls.server_key),
         ]
+
+    def restart_superlink(self, *, down: float = 5.0, timeout: float = 60.0) -> None:
+        """Stop the SuperLink, wait ``down`` seconds, start it again on the same address."""
+        if self.superlink_address is None:
+            raise ClusterError("start the SuperLink before restarting it.")
+        link = next(p for p in reversed(self.processes) if p.name.startswith("superlink"))
+        self.stop(link)
+        time.sleep(down)
+        port = int(self.superlink_address.rsplit(":", 1)[1])
+        argv = [
+            "flower-superlink",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--disable-runtime-dependency-installation",
+            *self.superlink_options(),
+        ]
+        restarts = sum(1 for p in self.processes if p.name.startswith("superlink"))
+        self._wait_listening(self.start(f"superlink-{restarts}", argv), port, timeout)
 
     def connection_options(self) -> list[str]:
         """The ``flwr`` connection trusts the CA certificate under TLS."""

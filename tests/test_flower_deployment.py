@@ -14,6 +14,7 @@ manager).
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from deployment_cluster import DeploymentCluster, TlsSettings
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from fa_hetdp.cli.cluster import FlowerCluster, read_progress
+from fa_hetdp.cli.cluster import CONNECTION_NAME, FlowerCluster, find_program, read_progress
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
@@ -124,3 +125,69 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
         assert result["privacy"]["epsilon_spent"] == pytest.approx(spent.epsilon, rel=1e-12)
         assert result["privacy"]["degraded"] is True
         assert all(len(v) == 64 for v in result["statistics"].values() if v is not None)
+
+
+def online_nodes(cluster: DeploymentCluster) -> int:
+    """Nodes the SuperLink lists as online (``flwr supernode list --format json``)."""
+    flwr = find_program("flwr")
+    assert flwr is not None
+    done = subprocess.run(
+        [flwr, "supernode", "list", CONNECTION_NAME, "--format", "json"],
+        env=cluster.env,
+        cwd=cluster.workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.count('"online"')
+
+
+def wait_online(cluster: DeploymentCluster, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while online_nodes(cluster) < count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"fewer than {count} SuperNodes online within {timeout} s")
+        time.sleep(1.0)
+
+
+def test_superlink_restart_with_a_database_keeps_nodes_and_registrations(tmp_path: Path) -> None:
+    """A SuperLink with ``--database`` restarts without losing its SuperNodes or their keys.
+
+    TLS and SuperNode authentication: the keys are registered once, before the restart; after
+    it the same SuperNodes (still running: they retry) reconnect and a run succeeds.
+    """
+    files = generate_tls_files(tmp_path / "certs")
+    tls = TlsSettings(files.ca_certificate, files.server_certificate, files.server_key)
+    nodes_count = 3
+    scenario = scenario_file(tmp_path, nodes_count, seed=9)
+    result_path = tmp_path / "result.json"
+    config: dict[str, object] = {
+        "scenario": str(scenario),
+        "result-path": str(result_path),
+        "stage-timeout": 30.0,
+        "node-wait-timeout": 120.0,
+    }
+    cluster_dir = tmp_path / "cluster"
+    with DeploymentCluster(cluster_dir, tls=tls, node_auth=True, database=True) as cluster:
+        cluster.start_superlink()
+        keys = [generate_node_keys(tmp_path / "keys", f"owner-{i}") for i in range(nodes_count)]
+        for key in keys:
+            cluster.register_supernode(key.public_key)
+        nodes = [
+            cluster.start_supernode(
+                {"partition-id": i, "num-partitions": nodes_count},
+                auth_private_key=key.private_key,
+            )
+            for i, key in enumerate(keys)
+        ]
+        wait_online(cluster, nodes_count, timeout=120)
+        cluster.restart_superlink()
+        assert all(node.alive() for node in nodes)
+        wait_online(cluster, nodes_count, timeout=120)  # same keys, no new registration
+        outcome = cluster.wait_run(cluster.submit(config), result_path, timeout=300)
+    assert (cluster_dir / "superlink.db").is_file()
+    result = outcome.result
+    assert result is not None, outcome.output
+    assert result["status"] == "success", result.get("reason")
+    assert result["clients_in_sum"] == {"stage1": nodes_count, "stage2": nodes_count}
