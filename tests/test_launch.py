@@ -173,6 +173,8 @@ def _no_flower(monkeypatch: pytest.MonkeyPatch) -> None:
         (["digits/digits-skew10", "--epsilon", "1"], "scenario"),
         (["--output", "/proc/no/result.json"], "--output"),
         (["--workdir", "/proc/no-workdir"], "--workdir"),
+        (["--on-degraded", "maybe"], "--on-degraded"),
+        (["--max-epsilon", "-1"], "--max-epsilon"),
     ],
 )
 def test_refused_with_one_line_before_flower_starts(
@@ -323,3 +325,16 @@ def test_non_dp_setting_is_said_before_the_plan_and_any_number(
     assert code == 1
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("NOT differentially private: paper profile")
+
+
+def test_degraded_policy_flags_reach_the_run_config() -> None:
+    import argparse
+
+    from fa_hetdp.cli.run import add_arguments, check_flags
+    from fa_hetdp.config.scenario import load_scenario
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--on-degraded", "release", "--max-epsilon", "1.5"])
+    overrides = check_flags(args, load_scenario("quickstart"))
+    assert overrides == {"on-degraded": "release", "max-epsilon": 1.5}

@@ -72,6 +72,7 @@ FLAG_SETTINGS: tuple[str, ...] = (
     "placement",
     "composition",
     "seed",
+    "on_degraded",
 )
 
 
@@ -88,7 +89,7 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
     ConfigError
         Before anything starts.
     """
-    given = {name: getattr(args, name) for name in FLAG_SETTINGS}
+    given = {name: getattr(args, name, None) for name in FLAG_SETTINGS}
     given = {name: value for name, value in given.items() if value is not None}
     problems: list[Problem] = []
     raw = {key: UNSET.get(key, "") for key in RUN_CONFIG_KEYS.values()}
@@ -103,9 +104,14 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
         return run_config_key(name)
 
     problems += validate(values, key)
+    overrides: dict[str, object] = {RUN_CONFIG_KEYS[name]: v for name, v in given.items()}
+    max_epsilon = getattr(args, "max_epsilon", None)
+    if max_epsilon is not None:  # checked as an epsilon (flower.settings does the same)
+        problems += validate({"epsilon": max_epsilon}, lambda _: "--max-epsilon")
+        overrides["max-epsilon"] = max_epsilon
     raise_problems("command line", problems)
     check_single_point(scenario, given)
-    return {RUN_CONFIG_KEYS[name]: value for name, value in given.items()}
+    return overrides
 
 
 def check_single_point(scenario: Scenario, given: Mapping[str, object]) -> None:
@@ -362,6 +368,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--placement", help=f"where the noise is added ({allowed('placement')})")
     parser.add_argument("--composition", help=f"budget split ({allowed('composition')})")
     parser.add_argument("--seed", type=int, help=f"simulation seed ({allowed('seed')})")
+    parser.add_argument(
+        "--on-degraded",
+        dest="on_degraded",
+        help="a release that would spend more than --max-epsilon because noise shares are "
+        f"missing: refuse it (default) or release it ({allowed('on_degraded')})",
+    )
+    parser.add_argument(
+        "--max-epsilon",
+        dest="max_epsilon",
+        type=float,
+        help="the most ε a release may spend with missing noise shares (default: the target ε)",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
     parser.add_argument("--output", type=Path, help="also copy the result JSON to this path")
     parser.add_argument(
