@@ -44,6 +44,7 @@ __all__ = [
     "not_private_reasons",
     "privacy_section",
     "result_path",
+    "secagg_section",
     "stage1_spent",
     "write_result",
 ]
@@ -154,6 +155,27 @@ def privacy_section(
     else:
         section["guarantees"] = []  # nothing released: nothing spent
     return section
+
+
+def secagg_section(settings: RunSettings) -> dict[str, Any]:
+    """Return the secure-aggregation section: gamma, delta, sigma, eta, (k, t), the guarantee.
+
+    ``degree`` and ``threshold`` are the run's (``settings.neighbours``, ``.threshold``);
+    ``guarantee`` is :meth:`secagg.params.SecAggParameters.guarantee` in words.
+    """
+    p = settings.secagg_parameters()
+    return {
+        "threat_model": p.threat_model,
+        "corrupt_fraction": p.gamma,
+        "dropout_tolerance": p.delta,
+        "security_bits": p.sigma,
+        "correctness_bits": p.eta,
+        "degree": p.degree,
+        "threshold": p.threshold,
+        "privacy_failure_log2": _number(p.privacy_failure),
+        "correctness_failure_log2": _number(p.correctness_failure),
+        "guarantee": p.guarantee(),
+    }
 
 
 def degraded_refusal(settings: RunSettings, epsilon: float, what: str) -> str | None:

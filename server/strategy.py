@@ -72,7 +72,13 @@ from fa_hetdp.stats.registry import STATISTICS
 from secagg.encoding import FixedPointEncoding, choose_encoding
 from secagg.errors import SecAggError
 from secagg.server import SecAggServer, SumResult
-from server.results import degraded_refusal, privacy_section, result_path, write_result
+from server.results import (
+    degraded_refusal,
+    privacy_section,
+    result_path,
+    secagg_section,
+    write_result,
+)
 
 __all__ = [
     "HeterogeneityStrategy",
@@ -175,6 +181,7 @@ class HeterogeneityStrategy:
             "num_clients": s.num_clients,
             "secagg_threshold": s.threshold,
             "secagg_neighbours": "complete" if s.neighbours is None else s.neighbours,
+            "secagg": secagg_section(s),
             "config": {
                 k: (dict(v) if isinstance(v, Mapping) else v)
                 for k, v in dataclasses.asdict(s.protocol).items()

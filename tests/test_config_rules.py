@@ -26,10 +26,10 @@ from fa_hetdp.config.rules import (
     FIELDS,
     ConfigError,
     check_value,
-    resolve_threshold,
     validate,
 )
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+from fa_hetdp.config.secagg import resolve_threshold
 from fa_hetdp.errors import FaHetdpError, PrivacyParameterError, ScenarioError
 from fa_hetdp.experiments.grid import GridSpec
 from fa_hetdp.flower.settings import RunSettings

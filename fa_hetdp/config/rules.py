@@ -17,9 +17,10 @@ own dotted scheme (``privacy.epsilon``, ``run-config.epsilon``, ``--epsilon``,
 ``grid.epsilons[1]``, ``ProtocolConfig.epsilon``); every problem is collected and raised
 together as one :class:`ConfigError`, one ``key: what is wrong and what is allowed`` line each.
 
-The secure-aggregation threshold has one meaning everywhere (:func:`resolve_threshold`): a
-fraction in (0, 1] of a client's share holders (:func:`share_holders`; never itself), rounded
-up and at least 2, or an integer count in ``2 .. holders``.
+The secure-aggregation graph and threshold have one meaning everywhere
+(:func:`fa_hetdp.config.secagg.resolve_graph`): a fraction in (0, 1] of a client's share
+holders (never itself), rounded up and at least 2, an integer count in ``2 .. holders``, or
+``"auto"`` (chosen from the stated adversary by :func:`secagg.params.choose_parameters`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES, RELEASE_NAMES
+from fa_hetdp.config.secagg import (
+    AUTO,
+    THREAT_MODELS,
+    auto_together,
+    neighbours_even,
+    parameters_exist,
+    threshold_within_holders,
+)
 from fa_hetdp.config.statistics import STATISTICS_SUBSET
 from fa_hetdp.data.catalog import DATASET_NAMES
 from fa_hetdp.data.dataset import SPLITS
@@ -40,7 +49,6 @@ from fa_hetdp.errors import PrivacyParameterError, ScenarioError
 
 __all__ = [
     "CROSS_RULES",
-    "DEFAULT_SECAGG_THRESHOLD",
     "DROPOUT_STAGES",
     "FIELDS",
     "MODES",
@@ -54,10 +62,7 @@ __all__ = [
     "Real",
     "check",
     "check_value",
-    "graph_degree",
     "raise_problems",
-    "resolve_threshold",
-    "share_holders",
     "type_name",
     "validate",
 ]
@@ -69,8 +74,6 @@ DropoutStage = Literal["stage1", "stage1-unmask", "stage2", "stage2-unmask"]
 
 DROPOUT_STAGES: Final[tuple[str, ...]] = get_args(DropoutStage)
 MODES: Final[tuple[str, ...]] = ("simulation", "deployment")
-DEFAULT_SECAGG_THRESHOLD: Final[float] = 2.0 / 3.0
-MIN_SPARSE_DEGREE: Final[int] = 4
 
 Problem = tuple[str, str]
 """One problem: (dotted key, what is wrong and what is allowed)."""
@@ -272,12 +275,12 @@ FIELDS: Final[Mapping[str, Field]] = {
     # clients and secure aggregation
     "num_clients": Field((Integer(minimum=2),)),
     "threshold": Field(
-        (Integer(minimum=2), Real(low=0.0, high=1.0, low_open=True)),
-        wrong_type="must be a fraction in (0, 1] of the share holders or a count >= 2",
+        (Integer(minimum=2), Real(low=0.0, high=1.0, low_open=True), Options((AUTO,))),
+        wrong_type="must be a fraction in (0, 1] of the share holders, a count >= 2 or 'auto'",
     ),
     "neighbours": Field(
-        (Options(("complete",)), Integer(minimum=2)),
-        wrong_type="must be 'complete' or an even integer k >= 4",
+        (Options(("complete", AUTO)), Integer(minimum=2)),
+        wrong_type="must be 'complete', 'auto' or an even integer k >= 4",
     ),
     "dropout_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),
     "dropout_stage": Field((Options(DROPOUT_STAGES),)),
@@ -289,8 +292,12 @@ FIELDS: Final[Mapping[str, Field]] = {
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     "run_timeout": Field((Real(low=0.0, low_open=True),)),
     "on_degraded": Field((Options(("refuse", "release")),)),  # above max-epsilon (flower.settings)
-    "threat_model": Field((Options(("honest-but-curious", "malicious-server")),)),  # secagg
-    "corrupt_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),  # gamma (secagg)
+    # secure aggregation's adversary (fa_hetdp.config.secagg)
+    "threat_model": Field((Options(THREAT_MODELS),)),
+    "corrupt_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),  # gamma
+    "dropout_tolerance": Field((Real(low=0.0, high=1.0, high_open=True),)),  # secagg delta
+    "security_bits": Field((Real(low=0.0, high=256.0, low_open=True),)),  # sigma
+    "correctness_bits": Field((Real(low=0.0, high=256.0, low_open=True),)),  # eta
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),
@@ -314,52 +321,13 @@ def check_value(name: str, value: Any) -> str | None:
         return None
     for constraint in spec.constraints:
         if constraint.accepts_type(value):
-            return constraint.check(value)
+            message = constraint.check(value)
+            if message and isinstance(constraint, Options) and spec.wrong_type is not None:
+                return f"{spec.wrong_type}, got {type_name(value)} {value!r}"  # say all kinds
+            return message
     if spec.wrong_type is not None:
         return f"{spec.wrong_type}, got {type_name(value)} {value!r}"
     return spec.constraints[0].check(value)
-
-
-# --------------------------------------------------------------------------------------------
-# The threshold and the masking graph (one meaning everywhere)
-# --------------------------------------------------------------------------------------------
-
-
-def graph_degree(neighbours: str | int | None, num_clients: int) -> int | None:
-    """Return the masking graph's degree ``k``, or None for the complete graph.
-
-    ``"complete"``, None and any ``k >= n - 1`` all mean the complete graph.
-    """
-    if neighbours is None or neighbours == "complete":
-        return None
-    k = int(neighbours)
-    return None if k >= num_clients - 1 else k
-
-
-def share_holders(num_clients: int, neighbours: str | int | None) -> int:
-    """Return a client's Shamir share holders: its ``k`` neighbours, or ``n - 1`` (never itself)."""
-    return num_clients - 1 if (k := graph_degree(neighbours, num_clients)) is None else k
-
-
-def resolve_threshold(
-    threshold: float | int, num_clients: int, neighbours: str | int | None
-) -> int:
-    """Return the secure-aggregation threshold as a count of shares (THE one resolution).
-
-    Parameters
-    ----------
-    threshold : float or int
-        A fraction in (0, 1] of a client's share holders (rounded up, at least 2), or an
-        integer count.
-    num_clients : int
-        ``n``.
-    neighbours : "complete", int or None
-        The masking graph (see :func:`graph_degree`).
-    """
-    if isinstance(threshold, numbers.Integral) and not _is_bool(threshold):
-        return int(threshold)
-    holders = share_holders(num_clients, neighbours)
-    return max(2, math.ceil(float(threshold) * holders - 1e-9))
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,32 +351,6 @@ def _honest_at_most_n(v: Mapping[str, Any]) -> str | None:
     t, n = v["min_honest_clients"], v["num_clients"]
     if t is not None and t > n:
         return f"must be <= {n} (the number of clients n), got {t}"
-    return None
-
-
-def _neighbours_even(v: Mapping[str, Any]) -> str | None:
-    k, n = v["neighbours"], v["num_clients"]
-    if graph_degree(k, n) is None:
-        return None
-    if k < MIN_SPARSE_DEGREE or k % 2:
-        return (
-            f"must be 'complete' or an even integer k >= {MIN_SPARSE_DEGREE} (k >= n - 1 = "
-            f"{n - 1} is the complete graph), got {k}"
-        )
-    return None
-
-
-def _threshold_within_holders(v: Mapping[str, Any]) -> str | None:
-    t, n, k = v["threshold"], v["num_clients"], v["neighbours"]
-    if isinstance(k, int) and graph_degree(k, n) is not None and _neighbours_even(v):
-        return None  # the degree is already reported
-    holders = share_holders(n, k)
-    count = resolve_threshold(t, n, k)
-    if not 2 <= count <= holders:
-        return (
-            f"an integer is a count of shares and must be in 2..{holders} (the share holders "
-            f"of a client), got {t} (write a float such as 0.5 for a fraction of the holders)"
-        )
     return None
 
 
@@ -457,12 +399,28 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
         _honest_at_most_n,
         "min_honest_clients",
     ),
-    CrossRule("degree-even", ("neighbours", "num_clients"), _neighbours_even, "neighbours"),
+    CrossRule("degree-even", ("neighbours", "num_clients"), neighbours_even, "neighbours"),
     CrossRule(
         "threshold-within-holders",
         ("threshold", "num_clients", "neighbours"),
-        _threshold_within_holders,
+        threshold_within_holders,
         "threshold",
+    ),
+    CrossRule("auto-together", ("neighbours", "threshold"), auto_together, "threshold"),
+    CrossRule(
+        "secagg-parameters-exist",
+        (
+            "neighbours",
+            "threshold",
+            "num_clients",
+            "corrupt_fraction",
+            "dropout_tolerance",
+            "security_bits",
+            "correctness_bits",
+            "threat_model",
+        ),
+        parameters_exist,
+        "neighbours",
     ),
     CrossRule(
         "i2-extra-weight", ("split", "extra_i2_noise"), _i2_extra_weight_needs_stage, "split"

@@ -21,6 +21,7 @@ name against the shipped ``scenarios/`` directory; any other argument is a path.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from collections.abc import Mapping
@@ -28,7 +29,6 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from fa_hetdp.config.rules import (
-    DEFAULT_SECAGG_THRESHOLD,
     ConfigError,
     Problem,
     check_value,
@@ -90,7 +90,7 @@ _SECTIONS: Final[dict[str, frozenset[str]]] = {
         }
     ),
     "protocol": frozenset({"placement"}),
-    "secagg": frozenset({"threshold", "neighbours", "dropout_fraction", "dropout_stage"}),
+    "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
     "experiment": frozenset({"repeats", "seed"}),
 }
 _IGNORED_SECTIONS: Final[frozenset[str]] = frozenset({"derived"})  # written by to_dict()
@@ -403,6 +403,7 @@ def _check_sample_size(
 
 
 # Where each setting of the declared rules lives in a scenario file, and its default.
+_SA: Final = SecAggSpec()  # the [secagg] defaults
 _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "epsilon": ("privacy.epsilon", _MISSING),
     "delta": ("privacy.delta", _MISSING),
@@ -416,14 +417,20 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "statistics": ("privacy.statistics", None),
     "broadcast_bounds": ("privacy.broadcast_bounds", True),
     "placement": ("protocol.placement", "distributed"),
-    "threshold": ("secagg.threshold", DEFAULT_SECAGG_THRESHOLD),
+    "threshold": ("secagg.threshold", _SA.threshold),
     "neighbours": ("secagg.neighbours", "complete"),
     "dropout_fraction": ("secagg.dropout_fraction", 0.0),
     "dropout_stage": ("secagg.dropout_stage", "stage1"),
+    "threat_model": ("secagg.threat_model", "honest-but-curious"),
+    "corrupt_fraction": ("secagg.corrupt_fraction", 0.0),
+    "dropout_tolerance": ("secagg.dropout_tolerance", 0.0),
+    "security_bits": ("secagg.security_bits", _SA.security_bits),
+    "correctness_bits": ("secagg.correctness_bits", _SA.correctness_bits),
     "repeats": ("experiment.repeats", 100),
     "seed": ("experiment.seed", 0),
 }
 _GRID_SETTINGS: Final[tuple[str, ...]] = ("epsilon", "mechanism", "placement")
+_SECAGG_SETTINGS: Final = tuple(n for n, (k, _) in _SETTINGS.items() if k.startswith("secagg."))
 _REQUIRED: Final[dict[str, str]] = {
     "epsilon": "required: a number > 0 or an array of them (the grid)",
     "delta": "required: a number in (0, 1), e.g. 1e-5",
@@ -481,12 +488,17 @@ def _settings(
         )
     protocol = ProtocolSpec(placements=grid("placement")) if ok("placement") else _MISSING
     secagg: Any = _MISSING
-    if all(ok(n) for n in ("threshold", "neighbours", "dropout_fraction", "dropout_stage")):
+    if all(ok(n) for n in _SECAGG_SETTINGS):
         secagg = SecAggSpec(
             threshold=values["threshold"],
             neighbours=values["neighbours"],
             dropout_fraction=float(values["dropout_fraction"]),
             dropout_stage=values["dropout_stage"],
+            threat_model=values["threat_model"],
+            corrupt_fraction=float(values["corrupt_fraction"]),
+            dropout_tolerance=float(values["dropout_tolerance"]),
+            security_bits=float(values["security_bits"]),
+            correctness_bits=float(values["correctness_bits"]),
         )
     experiment: Any = _MISSING
     if ok("repeats") and ok("seed"):

@@ -13,13 +13,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
-from fa_hetdp.config.rules import (
+from fa_hetdp.config.rules import DropoutStage
+from fa_hetdp.config.secagg import (
+    DEFAULT_CORRECTNESS_BITS,
     DEFAULT_SECAGG_THRESHOLD,
-    DropoutStage,
-    graph_degree,
-    resolve_threshold,
+    DEFAULT_SECURITY_BITS,
+    resolve_graph,
+    secagg_parameters,
 )
 from fa_hetdp.data.dataset import Split
+from secagg.params import SecAggParameters, ThreatModel
 
 __all__ = [
     "DataSpec",
@@ -182,35 +185,77 @@ class SecAggSpec:
 
     Parameters
     ----------
-    threshold : float or int
+    threshold : float, int or "auto"
         Shamir threshold: a float in (0, 1] is a fraction of a client's share holders (its
         ``k`` neighbours, or the other ``n - 1`` clients for the complete graph), rounded up
-        and at least 2; an int is a count in ``2 .. holders``.
-    neighbours : "complete" or int
+        and at least 2; an int is a count in ``2 .. holders``; ``"auto"`` (with ``neighbours
+        = "auto"``) is chosen from the adversary below.
+    neighbours : "complete", int or "auto"
         Masking graph: every pair of clients, or a random k-regular graph (SecAgg+) of even
-        degree ``k >= 4``; ``k >= n - 1`` is the complete graph.
+        degree ``k >= 4``; ``k >= n - 1`` is the complete graph; ``"auto"``: the smallest
+        ``(k, t)`` of :func:`secagg.params.choose_parameters` for gamma, delta, sigma, eta.
     dropout_fraction : float
-        Fraction of clients that drop out, in [0, 1).
+        Fraction of clients that drop out *in the simulation*, in [0, 1).
     dropout_stage : {"stage1", "stage1-unmask", "stage2", "stage2-unmask"}
         When they drop out (see :data:`DropoutStage`).
+    threat_model : {"honest-but-curious", "malicious-server"}
+        The server the protocol defends against (``"malicious-server"`` adds the consistency
+        round and needs the complete graph).
+    corrupt_fraction : float
+        gamma in [0, 1): the fraction of clients that may collude with the server.
+    dropout_tolerance : float
+        delta in [0, 1): the fraction of clients that may drop out while every sum still
+        completes (secure aggregation's correctness parameter; not the DP delta of
+        ``[privacy]`` and not the simulated ``dropout_fraction``).
+    security_bits, correctness_bits : float
+        sigma and eta: failure bounds ``2^-sigma`` (an input exposed) and ``2^-eta`` (a sum
+        that cannot complete), over all ``n`` clients.
     """
 
-    threshold: float | int = DEFAULT_SECAGG_THRESHOLD
-    neighbours: Literal["complete"] | int = "complete"
+    threshold: float | int | Literal["auto"] = DEFAULT_SECAGG_THRESHOLD
+    neighbours: Literal["complete", "auto"] | int = "complete"
     dropout_fraction: float = 0.0
     dropout_stage: DropoutStage = "stage1"
+    threat_model: ThreatModel = "honest-but-curious"
+    corrupt_fraction: float = 0.0
+    dropout_tolerance: float = 0.0
+    security_bits: float = DEFAULT_SECURITY_BITS
+    correctness_bits: float = DEFAULT_CORRECTNESS_BITS
+
+    def parameters(self, num_clients: int) -> SecAggParameters:
+        """Return the degree ``k``, threshold ``t`` and guarantee for ``num_clients`` clients.
+
+        :func:`fa_hetdp.config.secagg.secagg_parameters`: ``"auto"`` is
+        :func:`secagg.params.choose_parameters`; explicit values get their exact failure
+        probabilities under ``corrupt_fraction`` and ``dropout_tolerance``.
+        ``.guarantee()`` says it in words.
+        """
+        return secagg_parameters(num_clients, self.neighbours, self.threshold, **self._adversary())
+
+    def guarantee(self, num_clients: int) -> str:
+        """Return the secure-aggregation guarantee in words for ``num_clients`` clients."""
+        return self.parameters(num_clients).guarantee()
+
+    def _adversary(self) -> dict[str, Any]:
+        return {
+            "gamma": self.corrupt_fraction,
+            "delta": self.dropout_tolerance,
+            "sigma": self.security_bits,
+            "eta": self.correctness_bits,
+            "threat_model": self.threat_model,
+        }
 
     def degree(self, num_clients: int) -> int | None:
         """Return the masking graph's degree ``k`` for ``num_clients``; None = complete graph."""
-        return graph_degree(self.neighbours, num_clients)
+        return resolve_graph(num_clients, self.neighbours, self.threshold, **self._adversary())[0]
 
     def threshold_count(self, num_clients: int) -> int:
         """Return the threshold as a count of shares for ``num_clients`` clients.
 
-        Resolved by :func:`fa_hetdp.config.rules.resolve_threshold`, the function the Flower
+        Resolved by :func:`fa_hetdp.config.secagg.resolve_graph`, the function the Flower
         run settings call too, so the value reported here is the value a run uses.
         """
-        return resolve_threshold(self.threshold, num_clients, self.neighbours)
+        return resolve_graph(num_clients, self.neighbours, self.threshold, **self._adversary())[1]
 
     def num_dropouts(self, num_clients: int) -> int:
         """Return the number of clients that drop out: floor(dropout_fraction x n)."""
@@ -346,12 +391,19 @@ class Scenario:
                 "neighbours": self.secagg.neighbours,
                 "dropout_fraction": self.secagg.dropout_fraction,
                 "dropout_stage": self.secagg.dropout_stage,
+                "threat_model": self.secagg.threat_model,
+                "corrupt_fraction": self.secagg.corrupt_fraction,
+                "dropout_tolerance": self.secagg.dropout_tolerance,
+                "security_bits": self.secagg.security_bits,
+                "correctness_bits": self.secagg.correctness_bits,
             },
             "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
             "derived": {
                 "num_clients": self.num_clients,
                 "clients_per_label": None if per_label is None else list(per_label),
                 "secagg_threshold_count": self.secagg.threshold_count(self.num_clients),
+                "secagg_degree": self.secagg.parameters(self.num_clients).degree,
+                "secagg_guarantee": self.secagg.guarantee(self.num_clients),
                 "path": self.path,
             },
         }

@@ -22,16 +22,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.config.rules import (
-    Problem,
-    graph_degree,
-    raise_problems,
-    resolve_threshold,
-    validate,
-)
+from fa_hetdp.config.rules import Problem, raise_problems, validate
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
+from fa_hetdp.config.secagg import resolve_graph, secagg_parameters
 from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP
+from secagg.params import SecAggParameters
 
 __all__ = ["SERVER_STREAM", "UNSET", "RunSettings", "dropout_partitions"]
 
@@ -61,6 +57,9 @@ UNSET: Final[Mapping[str, object]] = {
     "on-degraded": "",
     "secagg-threat-model": "",
     "secagg-corrupt-fraction": -1.0,
+    "secagg-dropout-tolerance": -1.0,
+    "secagg-security-bits": 0.0,
+    "secagg-correctness-bits": 0.0,
 }
 
 Mode = Literal["simulation", "deployment"]
@@ -98,6 +97,9 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "on_degraded": "on-degraded",
     "threat_model": "secagg-threat-model",
     "corrupt_fraction": "secagg-corrupt-fraction",
+    "dropout_tolerance": "secagg-dropout-tolerance",
+    "security_bits": "secagg-security-bits",
+    "correctness_bits": "secagg-correctness-bits",
 }
 
 _KINDS: Final[Mapping[str, type]] = {
@@ -124,6 +126,9 @@ _KINDS: Final[Mapping[str, type]] = {
     "on-degraded": str,
     "secagg-threat-model": str,
     "secagg-corrupt-fraction": float,
+    "secagg-dropout-tolerance": float,
+    "secagg-security-bits": float,
+    "secagg-correctness-bits": float,
     "result-path": str,
     "progress-path": str,
 }
@@ -181,8 +186,11 @@ def resolve_overrides(
         "dropout_fraction": secagg.dropout_fraction,
         "dropout_stage": secagg.dropout_stage,
         "on_degraded": "refuse",  # not in a scenario: the safe default
-        "threat_model": "honest-but-curious",  # not in a scenario (secagg.params)
-        "corrupt_fraction": 0.0,
+        "threat_model": secagg.threat_model,
+        "corrupt_fraction": secagg.corrupt_fraction,
+        "dropout_tolerance": secagg.dropout_tolerance,
+        "security_bits": secagg.security_bits,
+        "correctness_bits": secagg.correctness_bits,
     }
     values: dict[str, Any] = {}
     for name, key in RUN_CONFIG_KEYS.items():
@@ -229,7 +237,7 @@ class RunSettings:
     threshold : int
         Secure-aggregation threshold ``t_s``: shares needed to unmask a client (among its
         share holders: its neighbours, never itself); a summation needs at least this many
-        survivors. Resolved by :func:`fa_hetdp.config.rules.resolve_threshold`, so it equals
+        survivors. Resolved by :func:`fa_hetdp.config.secagg.resolve_graph`, so it equals
         the scenario's ``derived.secagg_threshold_count`` for the same ``n`` and graph.
     neighbours : int or None
         Masking-graph degree (None: complete graph).
@@ -249,6 +257,12 @@ class RunSettings:
         What a release whose epsilon exceeds the target does: ``"refuse"`` aborts the run
         with the numbers once it would exceed ``max_epsilon`` (default: the target);
         ``"release"`` releases it labelled degraded (up to ``max_epsilon`` when set).
+    threat_model : {"honest-but-curious", "malicious-server"}
+        The server secure aggregation defends against.
+    corrupt_fraction, dropout_tolerance, security_bits, correctness_bits : float
+        The stated adversary: gamma, secure aggregation's delta, sigma and eta (see
+        :mod:`fa_hetdp.config.secagg`); they choose ``(k, t)`` when the scenario says
+        ``"auto"`` and state the guarantee of :meth:`secagg_parameters`.
     """
 
     scenario: Scenario
@@ -268,6 +282,27 @@ class RunSettings:
     on_degraded: str = "refuse"
     threat_model: str = "honest-but-curious"
     corrupt_fraction: float = 0.0
+    dropout_tolerance: float = 0.0
+    security_bits: float = 40.0
+    correctness_bits: float = 20.0
+
+    def secagg_parameters(self) -> SecAggParameters:
+        """Return this run's ``(k, t)`` with its guarantee (``.guarantee()``: in words).
+
+        The degree and threshold are :attr:`neighbours` / :attr:`threshold` (the same
+        resolution as the scenario's), with the failure probabilities under the stated
+        ``corrupt_fraction`` (gamma) and ``dropout_tolerance`` (delta).
+        """
+        return secagg_parameters(
+            self.num_clients,
+            "complete" if self.neighbours is None else self.neighbours,
+            self.threshold,
+            gamma=self.corrupt_fraction,
+            delta=self.dropout_tolerance,
+            sigma=self.security_bits,
+            eta=self.correctness_bits,
+            threat_model=self.threat_model,  # type: ignore[arg-type]  # checked by the rules
+        )
 
     @classmethod
     def from_run_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -275,7 +310,7 @@ class RunSettings:
 
         The overrides pass through the declared rules of :mod:`fa_hetdp.config.rules`
         (reported as ``run-config.<key>``); the threshold is resolved by
-        :func:`~fa_hetdp.config.rules.resolve_threshold`, as the scenario's derived value is.
+        :func:`~fa_hetdp.config.secagg.resolve_graph`, as the scenario's derived value is.
         """
         problems: list[Problem] = []
         raw = _read(config, problems)
@@ -297,6 +332,16 @@ class RunSettings:
         raise_problems("run config", problems)
 
         n = int(values["num_clients"])
+        degree, threshold = resolve_graph(
+            n,
+            values["neighbours"],
+            values["threshold"],
+            gamma=float(values["corrupt_fraction"]),
+            delta=float(values["dropout_tolerance"]),
+            sigma=float(values["security_bits"]),
+            eta=float(values["correctness_bits"]),
+            threat_model=values["threat_model"],
+        )
         protocol = ProtocolConfig(
             epsilon=float(values["epsilon"]),
             delta=float(values["delta"]),
@@ -318,8 +363,8 @@ class RunSettings:
             seed=values["seed"],
             num_clients=n,
             protocol=protocol,
-            threshold=resolve_threshold(values["threshold"], n, values["neighbours"]),
-            neighbours=graph_degree(values["neighbours"], n),
+            threshold=threshold,
+            neighbours=degree,
             dropout_fraction=float(values["dropout_fraction"]),
             dropout_step=_DROP_STEP[values["dropout_stage"]],
             node_wait_timeout=float(values["node_wait_timeout"]),
@@ -328,8 +373,11 @@ class RunSettings:
             progress_path=Path(progress).expanduser() if progress else None,
             max_epsilon=None if max_epsilon == UNSET["max-epsilon"] else float(max_epsilon),
             on_degraded=values["on_degraded"],
-            threat_model=values.get("threat_model", "honest-but-curious"),
-            corrupt_fraction=float(values.get("corrupt_fraction", 0.0)),
+            threat_model=values["threat_model"],
+            corrupt_fraction=float(values["corrupt_fraction"]),
+            dropout_tolerance=float(values["dropout_tolerance"]),
+            security_bits=float(values["security_bits"]),
+            correctness_bits=float(values["correctness_bits"]),
         )
 
 
