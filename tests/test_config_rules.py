@@ -34,6 +34,7 @@ from fa_hetdp.errors import FaHetdpError, PrivacyParameterError, ScenarioError
 from fa_hetdp.experiments.grid import GridSpec
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.stats.exact import check_variance_floor
+from secagg.params import choose_parameters
 from server.strategy import HeterogeneityStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,6 +143,46 @@ RULES: list[Case] = [
         "dropout fraction in [0, 1)",
         ("secagg", "dropout_fraction", 1.0),
         {"mode": "simulation", "dropout-fraction": 1.0},
+        None,
+        None,
+        None,
+    ),
+    (
+        "threat model choice",
+        ("secagg", "threat_model", "byzantine"),
+        {"secagg-threat-model": "byzantine"},
+        None,
+        None,
+        None,
+    ),
+    (
+        "corrupt fraction (gamma) in [0, 1)",
+        ("secagg", "corrupt_fraction", 1.0),
+        {"secagg-corrupt-fraction": 1.5},
+        None,
+        None,
+        None,
+    ),
+    (
+        "secagg dropout tolerance (delta) in [0, 1)",
+        ("secagg", "dropout_tolerance", -0.1),
+        {"secagg-dropout-tolerance": 1.0},
+        None,
+        None,
+        None,
+    ),
+    (
+        "security bits (sigma) in (0, 256]",
+        ("secagg", "security_bits", 0),
+        {"secagg-security-bits": -40.0},
+        None,
+        None,
+        None,
+    ),
+    (
+        "correctness bits (eta) in (0, 256]",
+        ("secagg", "correctness_bits", 300.0),
+        {"secagg-correctness-bits": 300.0},
         None,
         None,
         None,
@@ -332,6 +373,35 @@ def test_scenario_threshold_is_the_run_threshold_and_the_reported_one(tmp_path: 
     document = HeterogeneityStrategy(settings)._base_document()
     assert derived == settings.threshold == document["secagg_threshold"] == 5
     assert settings.neighbours == 10 and document["secagg_neighbours"] == 10
+
+
+def test_auto_scenario_k_and_t_are_the_run_ones_and_the_reported_ones(tmp_path: Path) -> None:
+    path = tmp_path / "auto.toml"
+    path.write_text(
+        "[data]\n"
+        'dataset = "digits"\nnum_clients = 100\nlabel_ratios = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n'
+        "[privacy]\nepsilon = 1.0\ndelta = 1e-5\n"
+        '[secagg]\nthreshold = "auto"\nneighbours = "auto"\n'
+        "corrupt_fraction = 0.125\ndropout_tolerance = 0.125\n"
+    )
+    scenario = load_scenario(path)
+    derived = scenario.to_dict()["derived"]
+    chosen = choose_parameters(100, gamma=0.125, delta=0.125)
+    settings = RunSettings.from_run_config({**APP_CONFIG, "scenario": str(path)})
+    document = HeterogeneityStrategy(settings)._base_document()
+    assert (chosen.degree, chosen.threshold) == (54, 31)  # sparse: 54 < n - 1
+    assert derived["secagg_threshold_count"] == settings.threshold == chosen.threshold
+    assert document["secagg_threshold"] == document["secagg"]["threshold"] == chosen.threshold
+    assert derived["secagg_degree"] == settings.neighbours == chosen.degree
+    assert document["secagg_neighbours"] == document["secagg"]["degree"] == chosen.degree
+    assert derived["secagg_guarantee"] == document["secagg"]["guarantee"] == chosen.guarantee()
+    assert document["secagg"]["corrupt_fraction"] == 0.125
+    assert document["secagg"]["dropout_tolerance"] == 0.125
+    # a run-config override of n re-chooses (k, t) for the new n, as the scenario would
+    small = RunSettings.from_run_config({**APP_CONFIG, "scenario": str(path), "num-clients": 60})
+    again = choose_parameters(60, gamma=0.125, delta=0.125)
+    expected_degree = None if again.complete else again.degree
+    assert (small.neighbours, small.threshold) == (expected_degree, again.threshold)
 
 
 def test_run_config_threshold_override_has_the_same_meaning() -> None:

@@ -294,9 +294,12 @@ def privacy_lines(result: Mapping[str, Any]) -> list[str]:
 
 
 def print_privacy(result: Mapping[str, Any], *, file: Any = None) -> None:
-    """Print :func:`privacy_lines` (to stdout, or ``file``)."""
+    """Print :func:`privacy_lines`, then the secure-aggregation guarantee in words (once)."""
     for line in privacy_lines(result):
         print(line, file=file)
+    secagg = result.get("secagg")
+    if isinstance(secagg, Mapping) and secagg.get("guarantee"):
+        print(f"secure aggregation: {secagg['guarantee']}", file=file)
 
 
 def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
