@@ -38,7 +38,8 @@ from secagg.messages import (
     ShareKeys,
     UnmaskRequest,
     UnmaskResponse,
-    shared_id_set,
+    id_set,
+    memo,
 )
 from secagg.params import THREAT_MODELS, ThreatModel
 from secagg.shamir import LIMBS, share, validate_shares
@@ -50,6 +51,36 @@ __all__ = ["SecAggClient", "share_aad"]
 def share_aad(session_id: bytes, sender: int, recipient: int) -> bytes:
     """Associated data of a share ciphertext: domain, round, session, sender, recipient."""
     return crypto.DOMAIN + b"/share-keys" + session_id + struct.pack("<QQ", sender, recipient)
+
+
+def _graph(ring: tuple[int, ...], degree: int) -> NeighbourGraph:
+    graph = NeighbourGraph(ring=ring, degree=degree)
+    _ = ring[0] in graph  # builds the position index once (shared, see messages.memo)
+    return graph
+
+
+def _within(msg: KeyDirectory, setup_ids: tuple[int, ...]) -> bool:
+    return id_set(msg.client_ids) <= id_set(setup_ids)
+
+
+def _request_sets(
+    survivors: tuple[int, ...], dropped: tuple[int, ...], directory: frozenset[int]
+) -> tuple[frozenset[int], frozenset[int], str, list[int], list[int]]:
+    # the O(n) checks of an unmask request: one pass per request object (messages.memo)
+    survivor_set, dropped_set = frozenset(survivors), frozenset(dropped)
+    duplicate = next(
+        (
+            name
+            for name, ids, unique in (
+                ("survivors", survivors, survivor_set),
+                ("dropped", dropped, dropped_set),
+            )
+            if len(unique) != len(ids)
+        ),
+        "",
+    )
+    unknown = sorted((survivor_set | dropped_set) - directory)
+    return survivor_set, dropped_set, duplicate, unknown, sorted(survivor_set & dropped_set)
 
 
 class SecAggClient:
@@ -157,10 +188,10 @@ class SecAggClient:
         """
         msg = SetupMessage.from_dict(setup)
         self._require("new", "setup")
-        if self.client_id not in msg.client_ids:
+        if self.client_id not in id_set(msg.client_ids):
             raise MessageRejected(f"client {self.client_id} is not listed in the setup.")
         try:
-            graph = NeighbourGraph(ring=msg.ring, degree=msg.degree)
+            graph = memo(("graph", msg.degree), (msg.ring,), lambda: _graph(msg.ring, msg.degree))
         except ValueError as exc:
             raise MessageRejected(f"setup describes an invalid graph: {exc}") from None
         holders = len(graph.neighbours(self.client_id))
@@ -223,7 +254,9 @@ class SecAggClient:
         self._require("advertised", "key directory")
         self._check_session(msg.session)
         me = self.client_id
-        if not set(msg.client_ids) <= set(self.client_ids):
+        if not memo(
+            ("subset",), (msg.client_ids, self.client_ids), lambda: _within(msg, self.client_ids)
+        ):
             raise MessageRejected("key directory names ids that are not in the setup.")
         index = {owner: p for p, owner in enumerate(msg.key_owners)}
         own = index.get(me)
@@ -231,7 +264,7 @@ class SecAggClient:
             msg.channel_keys[own] != self.channel_pk or msg.mask_keys[own] != self.mask_pks
         ):
             raise MessageRejected(f"client {me}: own keys missing or altered.")
-        advertised = set(msg.client_ids)
+        advertised = id_set(msg.client_ids)
         graph = self._graph_of_session()
         neighbours = [j for j in graph.neighbours(me) if j in advertised]
         missing = [j for j in neighbours if j not in index]
@@ -274,7 +307,11 @@ class SecAggClient:
                     raise MessageRejected(f"client {j} reuses a public key; rejected.")
                 seen.add(norm)
             peer_mask[j], peer_channel[j] = msg.mask_keys[index[j]], ck
-        session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
+        session_id = memo(
+            ("session-id", self.threshold, self.num_summations, self.degree, self.consistency),
+            (self.session, self.client_ids, self.ring, msg.client_ids),
+            lambda: crypto.session_digest([self._setup_canonical(), msg.canonical()]),
+        )
         # Shares go to the neighbours only: a client's own share never counts toward t.
         points = [self._point(h) for h in neighbours]
         shares = share([*self.mask_sks, *self.seeds], points, self.threshold)
@@ -291,7 +328,7 @@ class SecAggClient:
             plaintext = struct.pack("<QQ", me, holder) + shares[h].tobytes()
             recipients.append(holder)
             ciphertexts.append(crypto.seal(send_key, plaintext, share_aad(session_id, me, holder)))
-        self.session_id, self.directory_ids = session_id, shared_id_set(msg.client_ids)
+        self.session_id, self.directory_ids = session_id, id_set(msg.client_ids)
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
         self.peer_signing_pks = signing
         self.held_shares = {}
@@ -507,19 +544,20 @@ class SecAggClient:
                 f"arrived in the wrong round (awaiting {self.pending_unmask})."
             )
         survivors, dropped = msg.survivors, msg.dropped
-        survivor_set, dropped_set = set(survivors), set(dropped)
+        survivor_set, dropped_set, duplicate, unknown, both = memo(
+            ("unmask-sets",),
+            (survivors, dropped, self.directory_ids),
+            lambda: _request_sets(survivors, dropped, self.directory_ids),
+        )
         me = self.client_id
-        for name, ids in (("survivors", survivors), ("dropped", dropped)):
-            if len(set(ids)) != len(ids):
-                raise UnmaskRefused(f"client {me}: unmask request lists duplicate {name} ids.")
-        unknown = sorted((survivor_set | dropped_set) - self.directory_ids)
+        if duplicate:
+            raise UnmaskRefused(f"client {me}: unmask request lists duplicate {duplicate} ids.")
         if unknown:
             raise UnmaskRefused(f"client {me}: unmask request names unknown ids {unknown[:5]}.")
-        if me in dropped:
+        if me in dropped_set:
             self.phase = "excluded"
             self.pending_unmask = None
             raise UnmaskRefused(f"client {me}: unmask request lists this client as dropped.")
-        both = sorted(survivor_set & dropped_set)
         if both:
             raise UnmaskRefused(
                 f"client {me}: request asks for both the self-mask share and the key share "

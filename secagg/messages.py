@@ -12,9 +12,8 @@ Semantic checks (session, round, sender, replay) are the state machines' job
 
 from __future__ import annotations
 
-import functools
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
@@ -37,16 +36,42 @@ __all__ = [
     "ShareKeys",
     "UnmaskRequest",
     "UnmaskResponse",
+    "id_set",
     "join_arrays",
+    "memo",
     "parse_message",
-    "shared_id_set",
-    "shared_ids",
     "split_arrays",
 ]
 
-MessageValue = bytes | int | list[int] | list[bytes] | npt.NDArray[Any]
+MessageValue = (
+    bytes | int | list[int] | list[bytes] | tuple[int, ...] | tuple[bytes, ...] | npt.NDArray[Any]
+)
 _MAX_ID = 2**64 - 1
 M = TypeVar("M", bound="Message")
+R = TypeVar("R")
+
+_MEMO: dict[Hashable, tuple[tuple[object, ...], object]] = {}
+_MEMO_SIZE = 64
+
+
+def memo(kind: Hashable, objects: tuple[object, ...], compute: Callable[[], R]) -> R:
+    """Return ``compute()``, computed once per ``kind`` and identical argument *objects*.
+
+    For pure functions of immutable arguments only (tuples of ints, bytes, frozensets):
+    the same object then has the same content, so n in-process clients that receive one
+    shared O(n) tuple validate it once (O(n) in all, not O(n^2)); a network client parses
+    its own copy and misses. The entry keeps ``objects`` alive, so an id is never reused
+    while it is cached; a ``compute`` that raises caches nothing.
+    """
+    key = (kind, tuple(map(id, objects)))
+    hit = _MEMO.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
+        return hit[1]  # type: ignore[return-value]
+    value = compute()
+    if len(_MEMO) >= _MEMO_SIZE:
+        del _MEMO[next(iter(_MEMO))]
+    _MEMO[key] = (objects, value)
+    return value
 
 
 def _int(value: object, name: str, low: int = 0, high: int = _MAX_ID) -> int:
@@ -65,6 +90,12 @@ def _bytes(value: object, name: str) -> bytes:
 
 
 def _int_list(value: object, name: str) -> tuple[int, ...]:
+    if type(value) is tuple:  # immutable: validate each shared tuple object once
+        return memo(("ids", name), (value,), lambda: _int_list_checked(value, name))
+    return _int_list_checked(value, name)
+
+
+def _int_list_checked(value: object, name: str) -> tuple[int, ...]:
     if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1:
         value = value.tolist()
     if not isinstance(value, list | tuple):
@@ -97,20 +128,17 @@ def _array(value: object, name: str, dtype: type[np.generic], ndim: int) -> npt.
     return out
 
 
-@functools.lru_cache(maxsize=8)
-def shared_ids(ids: tuple[int, ...]) -> tuple[int, ...]:
-    """Return one shared copy of an id tuple (in-process clients then hold O(1) each, not O(n))."""
-    return ids
+def id_set(ids: tuple[int, ...]) -> frozenset[int]:
+    """Return the ``frozenset`` of an id tuple, built once per tuple object (:func:`memo`)."""
+    return memo(("set",), (ids,), lambda: frozenset(ids))
 
 
-@functools.lru_cache(maxsize=8)
-def shared_id_set(ids: tuple[int, ...]) -> frozenset[int]:
-    """Return one shared ``frozenset`` of an id tuple (see :func:`shared_ids`)."""
-    return frozenset(ids)
+def _sorted_ring(ids: tuple[int, ...], ring: tuple[int, ...]) -> bool:
+    return len(ring) == len(ids) and set(ring) == id_set(ids) and list(ids) == sorted(ids)
 
 
 def _unique(values: tuple[int, ...], name: str) -> None:
-    if len(set(values)) != len(values):
+    if not memo(("unique",), (values,), lambda: len(set(values)) == len(values)):
         raise MessageRejected(f"field {name!r} lists an id twice.")
 
 
@@ -125,7 +153,7 @@ class Message:
         out: dict[str, MessageValue] = {"message": self.TAG}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
+            out[f.name] = value  # tuples stay (immutable: see :func:`memo`)
         return out
 
     @classmethod
@@ -178,15 +206,15 @@ class SetupMessage(Message):
         ids = _int_list(data["client_ids"], "client_ids")
         ring = _int_list(data["ring"], "ring")
         _unique(ids, "client_ids")
-        if len(ring) != len(ids) or set(ring) != set(ids) or list(ids) != sorted(ids):
+        if not memo(("ring",), (ids, ring), lambda: _sorted_ring(ids, ring)):
             raise MessageRejected("client_ids must be sorted and ring a permutation of them.")
         return cls(
             session=_bytes(data["session"], "session"),
-            client_ids=shared_ids(ids),
+            client_ids=ids,
             threshold=_int(data["threshold"], "threshold", 1, len(ids)),
             num_summations=_int(data["num_summations"], "num_summations", 1, 64),
             degree=_int(data["degree"], "degree", 1, max(len(ids) - 1, 1)),
-            ring=shared_ids(ring),
+            ring=ring,
             consistency=_int(data["consistency"], "consistency", 0, 1),
         )
 
@@ -263,9 +291,11 @@ class KeyDirectory(Message):
         signing = _bytes_list(data["signing_keys"], "signing_keys")
         if not len(owners) == len(channel) == len(mask) == len(signing):
             raise MessageRejected("key directory lists differ in length.")
-        if list(ids) != sorted(ids) or list(owners) != sorted(owners):
+        if not memo(("sorted",), (ids,), lambda: list(ids) == sorted(ids)) or list(
+            owners
+        ) != sorted(owners):
             raise MessageRejected("key directory ids must be sorted.")
-        if not set(owners) <= set(ids):
+        if not memo(("within",), (owners, ids), lambda: set(owners) <= id_set(ids)):
             raise MessageRejected("key directory lists keys of clients it does not name.")
         return cls(
             session=_bytes(data["session"], "session"),

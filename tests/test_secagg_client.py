@@ -263,7 +263,7 @@ def test_aborts_when_too_few_holders_advertised():
     for c in clients[:4]:
         server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
     directory = server.key_directory()
-    short = {k: (v[:3] if isinstance(v, list) else v) for k, v in directory[0].items()}
+    short = {k: (v[:3] if isinstance(v, list | tuple) else v) for k, v in directory[0].items()}
     with pytest.raises(ProtocolAborted, match="fewer than threshold"):
         clients[0].share_keys(short)
 

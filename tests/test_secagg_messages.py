@@ -82,10 +82,10 @@ SAMPLES = [
 @pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
 def test_roundtrip_through_plain_dict(message):
     data = message.to_dict()
-    allowed = (bytes, int, list, np.ndarray)
+    allowed = (bytes, int, list, tuple, np.ndarray)
     assert all(isinstance(v, allowed) for v in data.values())
     for v in data.values():
-        if isinstance(v, list):
+        if isinstance(v, list | tuple):
             assert all(isinstance(x, bytes | int) for x in v)
     back = parse_message(data)
     assert type(back) is type(message)
@@ -195,3 +195,27 @@ def test_split_and_join_arrays_roundtrip(message):
 def test_join_refuses_overlap():
     with pytest.raises(MessageRejected, match="both"):
         join_arrays({"vector": 1}, {"vector": np.zeros(1)})
+
+
+def test_memoised_validation_never_accepts_what_a_fresh_parse_refuses():
+    # n in-process clients share one immutable id tuple: it is validated once. A tampered
+    # copy (new object, or a list) is validated afresh, even when equal under ``==``.
+    good = SetupMessage(
+        session=b"s" * 32,
+        client_ids=(1, 2, 3, 4),
+        threshold=2,
+        num_summations=1,
+        degree=2,
+        ring=(3, 1, 4, 2),
+    ).to_dict()
+    first = SetupMessage.from_dict(good)
+    assert SetupMessage.from_dict(good).client_ids is first.client_ids
+    for bad_ids in [(1, 2, 3, True), [1, 2, 3, True], (1, 2, 3, 4.0), (1, 2, 2, 4), (2, 1, 3, 4)]:
+        with pytest.raises(MessageRejected):
+            SetupMessage.from_dict({**good, "client_ids": bad_ids})
+    ids = [1, 2, 3, 4]
+    data = {**good, "client_ids": ids}
+    SetupMessage.from_dict(data)
+    ids[3] = -4  # a mutable list is never cached
+    with pytest.raises(MessageRejected):
+        SetupMessage.from_dict(data)
