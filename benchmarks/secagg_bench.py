@@ -223,12 +223,74 @@ def run_flower(n: int, k: int, t: int, sample: int) -> dict[str, Any]:
     }
 
 
-def scale_row(n: int, d: int) -> dict[str, float]:
+_PHASES = {
+    SecAggClient: ("advertise_keys", "share_keys", "masked_input", "unmask"),
+    SecAggServer: (
+        "receive_advertise_keys",
+        "key_directory",
+        "receive_share_keys",
+        "start_summation",
+        "receive_masked_input",
+        "unmask_request",
+        "receive_unmask",
+        "finish_summation",
+    ),
+}
+
+
+def _timed_phases() -> dict[str, float]:
+    """Wrap the client's and server's round methods to add up their CPU time per phase."""
+    spent: dict[str, float] = {}
+    for cls, names in _PHASES.items():
+        for name in names:
+            method = getattr(cls, name)
+            label = ("client " if cls is SecAggClient else "server ") + name
+
+            def timed(*args: Any, _m: Any = method, _l: str = label, **kwargs: Any) -> Any:
+                start = time.process_time()
+                try:
+                    return _m(*args, **kwargs)
+                finally:
+                    spent[_l] = spent.get(_l, 0.0) + time.process_time() - start
+
+            setattr(cls, name, timed)
+    return spent
+
+
+def primitive_floor(n: int, k: int, d: int, summations: int = 1) -> float:
+    """CPU seconds of the primitives alone: per client 1 + ``summations`` key generations,
+    2 k X25519 agreements (channel and mask keys) and k + 1 AES-CTR keystreams of ``d``
+    words; timed on 50 clients with real keys, best of 3, scaled to ``n``."""
+    sk, _ = crypto.generate_keypair()
+    pks = [crypto.generate_keypair()[1] for _ in range(k)]
+    keys = [os.urandom(32) for _ in range(k + 1)]
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(50):
+            for _ in range(1 + summations):
+                crypto.generate_keypair()
+            crypto.agree_many(sk, pks, validated=True)
+            crypto.agree_many(sk, pks, validated=True)
+            for key in keys:
+                crypto.mask_keystream(key, d)
+        best = min(best, time.process_time() - start)
+    return best / 50 * n
+
+
+def scale_row(n: int, d: int, profile: bool = False) -> dict[str, Any]:
     """One in-process session (one summation, 5 % dropouts) in this process: time and memory."""
     params = choose_parameters(n, gamma=0.05, delta=0.05)
     rng = np.random.default_rng(0)
     vectors = rng.uniform(-1.0, 1.0, size=(n, d))
     dropped = rng.choice(n, size=int(DROP * n), replace=False).tolist()
+    spent = _timed_phases()
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     wall, cpu = time.perf_counter(), time.process_time()
     result = run_in_process(
         vectors,
@@ -239,59 +301,95 @@ def scale_row(n: int, d: int) -> dict[str, float]:
         dropouts={"masked_input": dropped},
     )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    top: list[str] = []
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+        rows = sorted(stats.items(), key=lambda item: -item[1][2])[:10]
+        total = sum(v[2] for v in stats.values())
+        top = [f"{100 * v[2] / total:5.1f} % {fn[2]} ({os.path.basename(fn[0])})" for fn, v in rows]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     keep = sorted(set(range(n)) - set(dropped))
     assert np.max(np.abs(result.sum - vectors[keep].sum(axis=0))) <= np.max(result.max_error)
-    # floor: per client k channel + k mask agreements, k + 1 keystreams (here on 20 clients)
-    k = params.degree
-    sk, _ = crypto.generate_keypair()
-    pks = [crypto.generate_keypair()[1] for _ in range(k)]
-    keys = [os.urandom(32) for _ in range(k + 1)]
-    start = time.perf_counter()
-    for _ in range(20):
-        crypto.agree_many(sk, pks, validated=True)
-        crypto.agree_many(sk, pks, validated=True)
-        for key in keys:
-            crypto.mask_keystream(key, d)
-    floor = (time.perf_counter() - start) / 20 * n
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     return {
         "n": n,
         "d": d,
-        "k": k,
+        "k": params.degree,
         "t": params.threshold,
         "wall": wall,
         "cpu": cpu,
-        "floor": floor,
+        "floor": primitive_floor(n, params.degree, d),
         "peak_mib": peak,
+        "phases": spent,
+        "top": top,
     }
 
 
-def print_scale(sizes: list[int], d: int) -> None:
-    print(f"# scale: in-process session, d = {d}, 5 % dropouts, (k, t) for gamma = delta = 0.05")
+def _run_row(n: int, d: int, profile: bool) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--scale-row", str(n), str(d)]
+    out = subprocess.run(
+        command + (["--profile"] if profile else []), capture_output=True, text=True, check=True
+    )
+    row: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return row
+
+
+def print_scale(rows: list[tuple[int, int]], extrapolate: list[tuple[int, int]]) -> None:
+    print(
+        "# scale: in-process session (run_in_process), 5 % dropouts, (k, t) for gamma = delta "
+        f"= 0.05; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
     header = (
-        f"{'n':>6} {'k':>4} {'t':>4} | {'wall s':>7} {'cpu s':>7} {'floor s':>7} "
+        f"{'n':>6} {'d':>5} {'k':>4} {'t':>4} | {'wall s':>7} {'cpu s':>7} {'floor s':>7} "
         f"{'cpu/floor':>9} | {'peak MiB':>8}"
     )
     print(header)
     print("-" * len(header))
-    for n in sizes:
-        out = subprocess.run(
-            [sys.executable, __file__, "--scale-row", str(n), str(d)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        row = json.loads(out.stdout.strip().splitlines()[-1])
+    done: list[dict[str, Any]] = []
+    for n, d in rows:
+        row = _run_row(n, d, profile=False)
+        done.append(row)
         print(
-            f"{row['n']:>6} {row['k']:>4} {row['t']:>4} | {row['wall']:>7.2f} {row['cpu']:>7.2f} "
-            f"{row['floor']:>7.2f} {row['cpu'] / row['floor']:>8.1f}x | {row['peak_mib']:>8.0f}",
+            f"{row['n']:>6} {row['d']:>5} {row['k']:>4} {row['t']:>4} | {row['wall']:>7.2f} "
+            f"{row['cpu']:>7.2f} {row['floor']:>7.2f} {row['cpu'] / row['floor']:>8.2f}x | "
+            f"{row['peak_mib']:>8.0f}",
+            flush=True,
+        )
+    for n, d in extrapolate:
+        base = max((r for r in done if r["d"] == d), key=lambda r: r["n"], default=None)
+        if base is None:
+            continue
+        params = choose_parameters(n, gamma=0.05, delta=0.05)
+        floor = primitive_floor(n, params.degree, d)
+        cpu = floor * base["cpu"] / base["floor"]
+        mib = base["peak_mib"] * n / base["n"]
+        print(
+            f"{n:>6} {d:>5} {params.degree:>4} {params.threshold:>4} | not run: about "
+            f"{cpu:.0f} s CPU (measured floor {floor:.0f} s x the n = {base['n']} ratio "
+            f"{base['cpu'] / base['floor']:.2f}), about {mib:.0f} MiB (linear in n)",
             flush=True,
         )
     print(
-        "floor s: n x (2k X25519 agreements + (k + 1) AES-CTR keystreams of d words), timed "
-        "on 20 clients; peak MiB: the subprocess's maximum resident set (numpy and "
-        "cryptography included)."
+        "floor s: CPU time of the primitives alone, n x (2 key generations + 2k X25519 "
+        "agreements + (k + 1) AES-CTR keystreams of d words), timed on 50 clients (best of 3); "
+        "cpu/floor: the session's CPU time over that floor; peak MiB: the subprocess's maximum "
+        "resident set (numpy and cryptography included)."
     )
+    if done:
+        largest = max(done, key=lambda r: (r["n"], r["d"]))
+        profiled = _run_row(min(largest["n"], 3000), largest["d"], profile=True)
+        print(
+            f"# where the time goes, n = {profiled['n']}, d = {profiled['d']}: CPU s per phase "
+            f"(all clients / the server; unprofiled where that row ran above), then cProfile's "
+            "top functions by own time (share of the profiled total)"
+        )
+        phases = largest["phases"] if largest["n"] == profiled["n"] else profiled["phases"]
+        for label, seconds in sorted(phases.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"  {seconds:7.2f} s  {label}")
+        for line in profiled["top"]:
+            print(f"  {line}")
 
 
 def print_params() -> None:
@@ -310,18 +408,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n = 100 only")
     parser.add_argument("--scale", action="store_true", help="the scale rows only")
-    parser.add_argument("--scale-n", type=int, nargs="*", default=[1000, 5000])
+    parser.add_argument(
+        "--scale-n", type=int, nargs="*", default=[1000, 3000, 10_000], help="d = 64 rows"
+    )
+    parser.add_argument(
+        "--scale-n-wide", type=int, nargs="*", default=[1000, 10_000], help="d = 3072 rows"
+    )
+    parser.add_argument(
+        "--scale-extrapolate", type=int, nargs="*", default=[100_000], help="d = 64, not run"
+    )
     parser.add_argument("--scale-row", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--params", action="store_true", help="the (k, t) table only")
     args = parser.parse_args()
     if args.scale_row:
-        print(json.dumps(scale_row(*args.scale_row)))
+        print(json.dumps(scale_row(*args.scale_row, profile=args.profile)))
         return
     if args.params:
         print_params()
         return
     if args.scale:
-        print_scale(args.scale_n, 64)
+        print_scale(
+            [(n, 64) for n in args.scale_n] + [(n, D) for n in args.scale_n_wide],
+            [(n, 64) for n in args.scale_extrapolate],
+        )
         return
     configs: list[tuple[int, Any]] = [(100, None), (100, "complete")]
     if not args.quick:

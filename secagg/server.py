@@ -259,7 +259,6 @@ class SecAggServer:
         self.session_id = crypto.session_digest([self.setup.canonical(), names.canonical()])
         self.phase = "share"
         out: dict[int, dict[str, MessageValue]] = {}
-        id_list = list(ids)
         for client in ids:
             if self.consistency or self.graph.complete:
                 owners = ids
@@ -274,8 +273,7 @@ class SecAggServer:
                 channel_keys=tuple(self.keys[c].channel_key for c in owners),
                 mask_keys=tuple(self.keys[c].mask_keys for c in owners),
                 signing_keys=tuple(self.keys[c].signing_key for c in owners),
-            ).to_dict()
-            out[client]["client_ids"] = id_list  # one list for all: O(n + n k), not O(n^2)
+            ).to_dict()  # one shared ``ids`` tuple for all: O(n + n k), not O(n^2)
         return out
 
     # ------------------------------------------------------------------ round 1
