@@ -124,3 +124,16 @@ def test_seal_open_roundtrip_and_tamper_detection():
 
 def test_session_digest_is_length_prefixed():
     assert crypto.session_digest([b"ab", b"c"]) != crypto.session_digest([b"a", b"bc"])
+
+
+@pytest.mark.parametrize("length", [1, 32, 64, 65, 100])
+@pytest.mark.parametrize("salt", [b"", b"s" * 32, b"x" * 100])
+def test_hkdf_sha256_equals_the_reference_implementation(length, salt):
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    secret, info = bytes(range(32)), b"info/" + bytes(17)
+    reference = HKDF(algorithm=hashes.SHA256(), length=length, salt=salt or None, info=info).derive(
+        secret
+    )
+    assert crypto.hkdf_sha256(secret, salt, info, length) == reference
