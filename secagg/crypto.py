@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import os
 import struct
 from collections.abc import Sequence
@@ -203,19 +202,32 @@ def derive_mask_key(
 
 
 def hkdf_sha256(secret: bytes, salt: bytes, info: bytes, length: int) -> bytes:
-    """HKDF-SHA256 (RFC 5869) of ``secret``, byte for byte, on one-shot HMAC calls.
+    """HKDF-SHA256 (RFC 5869) of ``secret``, byte for byte, on plain SHA-256 calls.
 
-    Extract ``PRK = HMAC(salt, secret)``, expand ``T(i) = HMAC(PRK, T(i-1) || info || i)``;
-    the same output as ``cryptography``'s ``HKDF`` at a third of its per-call overhead.
+    Extract ``PRK = HMAC(salt, secret)``, expand ``T(i) = HMAC(PRK, T(i-1) || info || i)``
+    (RFC 2104 HMAC written out, keys of at most one block); the same output as
+    ``cryptography``'s ``HKDF`` at about half its per-call cost.
     """
     if not 0 < length <= 255 * 32:
         raise ValueError(f"HKDF-SHA256 length must lie in [1, {255 * 32}], got {length}.")
-    prk = hmac.digest(salt or bytes(32), secret, "sha256")
+    prk = _hmac_sha256(salt, secret)
     block, out = b"", b""
     for counter in range(1, -(-length // 32) + 1):
-        block = hmac.digest(prk, block + info + bytes([counter]), "sha256")
+        block = _hmac_sha256(prk, block + info + bytes((counter,)))
         out += block
     return out[:length]
+
+
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+
+def _hmac_sha256(key: bytes, message: bytes) -> bytes:
+    if len(key) > 64:  # RFC 2104: longer keys are hashed first
+        key = hashlib.sha256(key).digest()
+    padded = key.ljust(64, b"\0")
+    inner = hashlib.sha256(padded.translate(_IPAD) + message).digest()
+    return hashlib.sha256(padded.translate(_OPAD) + inner).digest()
 
 
 def mask_keystream(key: bytes, length: int) -> U64Array:
