@@ -131,6 +131,26 @@ def test_sentinels_take_the_scenario_value() -> None:
     scenario = settings.scenario
     assert settings.protocol.epsilon == scenario.privacy.epsilons[0]
     assert settings.threshold == scenario.secagg.threshold_count(settings.num_clients)
+    secagg = scenario.secagg
+    assert (settings.corrupt_fraction, settings.dropout_tolerance) == (
+        secagg.corrupt_fraction,
+        secagg.dropout_tolerance,
+    )
+    assert (settings.security_bits, settings.correctness_bits, settings.threat_model) == (
+        secagg.security_bits,
+        secagg.correctness_bits,
+        secagg.threat_model,
+    )
+    assert settings.secagg_parameters() == secagg.parameters(settings.num_clients)
+
+
+def test_secagg_adversary_overrides() -> None:
+    settings = RunSettings.from_run_config(
+        config(**{"secagg-corrupt-fraction": 0.2, "secagg-dropout-tolerance": 0.1})
+    )
+    assert (settings.corrupt_fraction, settings.dropout_tolerance) == (0.2, 0.1)
+    assert settings.secagg_parameters().gamma == 0.2
+    assert settings.threshold == settings.scenario.secagg.threshold_count(100)  # explicit: kept
 
 
 def test_dropout_partitions_are_a_seeded_choice() -> None:
