@@ -24,7 +24,7 @@ from fa_hetdp.flower.wire import WireFormatError, decode, encode
 from server.results import result_path, write_result
 from server.strategy import HeterogeneityStrategy
 
-__all__ = ["PATIENCE", "POLL_SECONDS", "GridTransport", "app"]
+__all__ = ["MAX_REPLY_BYTES", "PATIENCE", "POLL_SECONDS", "GridTransport", "app"]
 
 log = logging.getLogger("fa_hetdp.server")
 
@@ -34,6 +34,11 @@ app = ServerApp()
 PATIENCE = 4
 #: Seconds between two pulls of the replies.
 POLL_SECONDS = 0.25
+#: Largest client reply decoded (document plus blob), in bytes; a larger one drops that
+#: client, not the step. Every legitimate reply is O(k + d') words: k share ciphertexts of
+#: about 300 bytes, or masked vectors of d' 8-byte words; 256 MiB leaves room for
+#: d' = 2^24 coordinates twice over and still bounds what one client can make the server parse.
+MAX_REPLY_BYTES = 1 << 28
 
 
 class GridTransport:
@@ -86,7 +91,7 @@ class GridTransport:
                     dropouts[source] = f"error reply: {reply.error.reason}"
                     continue
                 try:
-                    replies[source] = decode(reply.content)
+                    replies[source] = decode(reply.content, max_bytes=MAX_REPLY_BYTES)
                 except WireFormatError as exc:
                     dropouts[source] = f"malformed: {exc}"
             now = time.monotonic()

@@ -98,3 +98,42 @@ def test_a_refusing_client_keeps_its_excluded_state_across_flower_steps(tmp_path
         stage1_unmask(message, context)
     saved = context.state[State.RECORD][State.SECAGG]
     assert SecAggClient.from_bytes(saved).phase == "excluded"
+
+
+def test_an_oversized_reply_drops_that_client_not_the_step(monkeypatch: Any) -> None:
+    # server.app.GridTransport decodes every reply under MAX_REPLY_BYTES: node 2's reply is
+    # over the cap (here lowered to 64 KiB), so node 2 drops and node 1's reply still counts.
+    from types import SimpleNamespace
+
+    import numpy as np
+    from flwr.supercore.task_identity import TaskIdentity
+
+    import server.app as server_app
+    from fa_hetdp.flower.wire import encode
+
+    monkeypatch.setattr(server_app, "MAX_REPLY_BYTES", 1 << 16)
+    monkeypatch.setattr(server_app, "POLL_SECONDS", 0.01)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    sizes = {1: 1000, 2: 10_000}  # uint64 words: 8 KB and 80 KB
+
+    class Grid:
+        def push_messages(self, messages: Any) -> list[int]:
+            return [int(m.metadata.dst_node_id) for m in messages]
+
+        def pull_messages(self, ids: Any) -> list[Any]:
+            return [
+                SimpleNamespace(
+                    metadata=SimpleNamespace(reply_to_message_id=node, src_node_id=node),
+                    has_error=lambda: False,
+                    content=encode({"vector": np.zeros(sizes[node], dtype=np.uint64)}),
+                )
+                for node in list(ids)
+            ]
+
+        def get_node_ids(self) -> list[int]:
+            return [1, 2]
+
+    transport = server_app.GridTransport(Grid())  # type: ignore[arg-type]
+    replies, dropouts = transport.exchange("masked_input", {1: {}, 2: {}}, 0.5)
+    assert set(replies) == {1} and replies[1]["vector"].shape == (1000,)
+    assert set(dropouts) == {2} and "cap of 65536" in dropouts[2]
