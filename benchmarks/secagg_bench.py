@@ -332,7 +332,8 @@ def _run_row(n: int, d: int, profile: bool) -> dict[str, Any]:
     out = subprocess.run(
         command + (["--profile"] if profile else []), capture_output=True, text=True, check=True
     )
-    row: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    assert isinstance(row, dict)
     return row
 
 
@@ -422,7 +423,8 @@ def main() -> None:
     parser.add_argument("--params", action="store_true", help="the (k, t) table only")
     args = parser.parse_args()
     if args.scale_row:
-        print(json.dumps(scale_row(*args.scale_row, profile=args.profile)))
+        n, d = args.scale_row
+        print(json.dumps(scale_row(n, d, profile=args.profile)))
         return
     if args.params:
         print_params()

@@ -43,6 +43,7 @@ from secagg.messages import (
 )
 from secagg.params import THREAT_MODELS, ThreatModel
 from secagg.shamir import LIMBS, share, validate_shares
+from secagg.shared import request_sets, session_graph, within
 from secagg.state import dump_client, load_client
 
 __all__ = ["SecAggClient", "share_aad"]
@@ -51,36 +52,6 @@ __all__ = ["SecAggClient", "share_aad"]
 def share_aad(session_id: bytes, sender: int, recipient: int) -> bytes:
     """Associated data of a share ciphertext: domain, round, session, sender, recipient."""
     return crypto.DOMAIN + b"/share-keys" + session_id + struct.pack("<QQ", sender, recipient)
-
-
-def _graph(ring: tuple[int, ...], degree: int) -> NeighbourGraph:
-    graph = NeighbourGraph(ring=ring, degree=degree)
-    _ = ring[0] in graph  # builds the position index once (shared, see messages.memo)
-    return graph
-
-
-def _within(msg: KeyDirectory, setup_ids: tuple[int, ...]) -> bool:
-    return id_set(msg.client_ids) <= id_set(setup_ids)
-
-
-def _request_sets(
-    survivors: tuple[int, ...], dropped: tuple[int, ...], directory: frozenset[int]
-) -> tuple[frozenset[int], frozenset[int], str, list[int], list[int]]:
-    # the O(n) checks of an unmask request: one pass per request object (messages.memo)
-    survivor_set, dropped_set = frozenset(survivors), frozenset(dropped)
-    duplicate = next(
-        (
-            name
-            for name, ids, unique in (
-                ("survivors", survivors, survivor_set),
-                ("dropped", dropped, dropped_set),
-            )
-            if len(unique) != len(ids)
-        ),
-        "",
-    )
-    unknown = sorted((survivor_set | dropped_set) - directory)
-    return survivor_set, dropped_set, duplicate, unknown, sorted(survivor_set & dropped_set)
 
 
 class SecAggClient:
@@ -191,7 +162,7 @@ class SecAggClient:
         if self.client_id not in id_set(msg.client_ids):
             raise MessageRejected(f"client {self.client_id} is not listed in the setup.")
         try:
-            graph = memo(("graph", msg.degree), (msg.ring,), lambda: _graph(msg.ring, msg.degree))
+            graph = session_graph(msg.ring, msg.degree)
         except ValueError as exc:
             raise MessageRejected(f"setup describes an invalid graph: {exc}") from None
         holders = len(graph.neighbours(self.client_id))
@@ -254,9 +225,7 @@ class SecAggClient:
         self._require("advertised", "key directory")
         self._check_session(msg.session)
         me = self.client_id
-        if not memo(
-            ("subset",), (msg.client_ids, self.client_ids), lambda: _within(msg, self.client_ids)
-        ):
+        if not within(msg.client_ids, self.client_ids):
             raise MessageRejected("key directory names ids that are not in the setup.")
         index = {owner: p for p, owner in enumerate(msg.key_owners)}
         own = index.get(me)
@@ -543,12 +512,8 @@ class SecAggClient:
                 f"client {self.client_id}: unmask request for summation {msg.summation} "
                 f"arrived in the wrong round (awaiting {self.pending_unmask})."
             )
-        survivors, dropped = msg.survivors, msg.dropped
-        survivor_set, dropped_set, duplicate, unknown, both = memo(
-            ("unmask-sets",),
-            (survivors, dropped, self.directory_ids),
-            lambda: _request_sets(survivors, dropped, self.directory_ids),
-        )
+        sets = request_sets(msg.survivors, msg.dropped, self.directory_ids)
+        survivor_set, dropped_set, duplicate, unknown, both = sets
         me = self.client_id
         if duplicate:
             raise UnmaskRefused(f"client {me}: unmask request lists duplicate {duplicate} ids.")
@@ -571,9 +536,9 @@ class SecAggClient:
                 f"client {me}: clients {revived[:5]} were declared dropped earlier; a dropped "
                 "client stays dropped."
             )
-        if len(survivors) < self.threshold:
+        if (alive_count := len(survivor_set)) < self.threshold:
             raise UnmaskRefused(
-                f"client {me}: {len(survivors)} survivors, fewer than threshold {self.threshold}."
+                f"client {me}: {alive_count} survivors, fewer than threshold {self.threshold}."
             )
         alive = set(self.alive)
         stray = sorted(

@@ -12,10 +12,11 @@ Semantic checks (session, round, sender, replay) are the state machines' job
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +53,7 @@ R = TypeVar("R")
 
 _MEMO: dict[Hashable, tuple[tuple[object, ...], object]] = {}
 _MEMO_SIZE = 64
+_SHARED = 64  # shorter id tuples are validated each time (O(k), not shared by n clients)
 
 
 def memo(kind: Hashable, objects: tuple[object, ...], compute: Callable[[], R]) -> R:
@@ -66,6 +68,7 @@ def memo(kind: Hashable, objects: tuple[object, ...], compute: Callable[[], R]) 
     key = (kind, tuple(map(id, objects)))
     hit = _MEMO.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
+        _MEMO[key] = _MEMO.pop(key)  # least recently used goes first
         return hit[1]  # type: ignore[return-value]
     value = compute()
     if len(_MEMO) >= _MEMO_SIZE:
@@ -90,7 +93,7 @@ def _bytes(value: object, name: str) -> bytes:
 
 
 def _int_list(value: object, name: str) -> tuple[int, ...]:
-    if type(value) is tuple:  # immutable: validate each shared tuple object once
+    if type(value) is tuple and len(value) >= _SHARED:  # immutable: validate once
         return memo(("ids", name), (value,), lambda: _int_list_checked(value, name))
     return _int_list_checked(value, name)
 
@@ -138,8 +141,17 @@ def _sorted_ring(ids: tuple[int, ...], ring: tuple[int, ...]) -> bool:
 
 
 def _unique(values: tuple[int, ...], name: str) -> None:
-    if not memo(("unique",), (values,), lambda: len(set(values)) == len(values)):
+    if len(values) < _SHARED:
+        unique = len(set(values)) == len(values)
+    else:
+        unique = memo(("unique",), (values,), lambda: len(set(values)) == len(values))
+    if not unique:
         raise MessageRejected(f"field {name!r} lists an id twice.")
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True)
@@ -170,7 +182,7 @@ class Message:
         tag = data.get("message")
         if tag != cls.TAG:
             raise MessageRejected(f"expected a {cls.TAG!r} message, got {tag!r}.")
-        names = {f.name for f in fields(cls)}
+        names = _field_names(cast(type, cls))
         present = set(data) - {"message"}
         if present != names:
             missing, extra = sorted(names - present), sorted(present - names)
@@ -295,7 +307,7 @@ class KeyDirectory(Message):
             owners
         ) != sorted(owners):
             raise MessageRejected("key directory ids must be sorted.")
-        if not memo(("within",), (owners, ids), lambda: set(owners) <= id_set(ids)):
+        if not set(owners) <= id_set(ids):
             raise MessageRejected("key directory lists keys of clients it does not name.")
         return cls(
             session=_bytes(data["session"], "session"),
@@ -544,8 +556,8 @@ def split_arrays(
     for key, value in data.items():
         if isinstance(value, np.ndarray):
             arrays[key] = value
-        else:
-            scalars[key] = value
+        else:  # a ConfigRecord holds lists, not tuples
+            scalars[key] = list(value) if isinstance(value, tuple) else value  # type: ignore[assignment]
     return scalars, arrays
 
 
