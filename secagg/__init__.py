@@ -4,7 +4,7 @@ The protocol of Bonawitz et al. (CCS 2017, "Practical Secure Aggregation for
 Privacy-Preserving Machine Learning") with the sparse neighbour graphs of SecAgg+ (Bell et
 al., CCS 2020), for a session that carries several summations (the DP protocol needs two).
 Client and server are state machines that exchange plain dictionaries of ``bytes``, ``int``,
-lists of those, and numpy arrays, so the Flower apps and :func:`run_in_process` run the
+tuples or lists of those, and numpy arrays, so the Flower apps and :func:`run_in_process` run the
 very same code. The library knows nothing of DP or Flower.
 
 Threat models

@@ -1,10 +1,13 @@
 """Protocol messages: frozen dataclasses that round-trip through plain dictionaries.
 
-Every message converts to ``dict[str, bytes | int | list[int] | list[bytes] | ndarray]``
-with :meth:`to_dict` (what a transport such as a Flower ``ConfigRecord``/``ArrayRecord``
-carries) and back with ``from_dict``, which validates every field: a missing, extra or
-ill-typed field raises :class:`~secagg.errors.MessageRejected`. The ``"message"`` key holds
-the message's tag (bytes), so a message of one round is never parsed as another.
+Every message converts to a ``dict`` of bytes, ints, tuples of those, and numpy arrays with
+:meth:`to_dict` (what a transport such as a Flower ``ConfigRecord``/``ArrayRecord``
+carries; :func:`split_arrays` turns the tuples into lists) and back with ``from_dict``
+(lists or tuples), which validates every field: a missing, extra or ill-typed field raises
+:class:`~secagg.errors.MessageRejected`. The ``"message"`` key holds the message's tag
+(bytes), so a message of one round is never parsed as another. Id tuples stay tuples: they
+are immutable, so the O(n) checks of one tuple object that n in-process clients share run
+once (:func:`memo`).
 
 Semantic checks (session, round, sender, replay) are the state machines' job
 (:mod:`secagg.client`, :mod:`secagg.server`).
