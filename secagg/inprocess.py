@@ -10,13 +10,15 @@ a network.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import contextlib
+import gc
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Literal, overload
 
 import numpy as np
 
 from secagg.client import SecAggClient
-from secagg.encoding import FloatArray, choose_encoding
+from secagg.encoding import FixedPointEncoding, FloatArray, choose_encoding
 from secagg.errors import EncodingError, MessageRejected
 from secagg.graph import default_degree
 from secagg.params import ThreatModel
@@ -40,6 +42,24 @@ def default_threshold(n: int, neighbours: Neighbours = None) -> int:
     else:
         k = min(int(neighbours), n - 1)
     return max(2, min(k // 2 + 1, k))
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one round trip over all n clients.
+
+    The rounds allocate O(n k) small objects that live until the session ends; collections
+    triggered by those allocations re-scan the growing heap (about a fifth of the CPU time
+    at n = 3000). The protocol makes no reference cycles worth collecting mid-round;
+    reference counting still frees everything, and the previous state is restored after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _dropped(dropouts: Dropouts | None, phase: Phase) -> set[int]:
@@ -96,6 +116,10 @@ class InProcessSession:
         self.clients = {
             i: SecAggClient(i, threat_model=threat_model, gamma=gamma) for i in range(self.n)
         }
+        with _gc_paused():
+            self._key_rounds(dropouts)
+
+    def _key_rounds(self, dropouts: Dropouts | None) -> None:
         setup = self.server.setup_message()
         silent = _dropped(dropouts, "advertise_keys")
         for i, client in self.clients.items():
@@ -144,6 +168,12 @@ class InProcessSession:
             clip, tail = np.broadcast_to(np.asarray(bounds, dtype=np.float64), (d,)), 12.0
         sigma = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), (d,))
         encoding = choose_encoding(self.n, clip, noise_std=sigma, noise_tail=tail)
+        with _gc_paused():
+            return self._summation(values, encoding, dropouts)
+
+    def _summation(
+        self, values: FloatArray, encoding: FixedPointEncoding, dropouts: Dropouts | None
+    ) -> SumResult:
         requests = self.server.start_summation(encoding)
         streams = self.rng.spawn(self.n)
         silent = _dropped(dropouts, "masked_input")
