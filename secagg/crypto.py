@@ -21,6 +21,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -205,29 +206,36 @@ def hkdf_sha256(secret: bytes, salt: bytes, info: bytes, length: int) -> bytes:
     """HKDF-SHA256 (RFC 5869) of ``secret``, byte for byte, on plain SHA-256 calls.
 
     Extract ``PRK = HMAC(salt, secret)``, expand ``T(i) = HMAC(PRK, T(i-1) || info || i)``
-    (RFC 2104 HMAC written out, keys of at most one block); the same output as
-    ``cryptography``'s ``HKDF`` at about half its per-call cost.
+    (RFC 2104 HMAC written out; the salt's padded hash states are kept per salt, since one
+    session id salts every pair); the same output as ``cryptography``'s ``HKDF`` at about
+    half its per-call cost.
     """
     if not 0 < length <= 255 * 32:
         raise ValueError(f"HKDF-SHA256 length must lie in [1, {255 * 32}], got {length}.")
-    prk = _hmac_sha256(salt, secret)
+    inner, outer = _salt_states(salt)
+    h, o = inner.copy(), outer.copy()
+    h.update(secret)
+    o.update(h.digest())
+    padded = o.digest() + _ZERO_KEY_PAD  # PRK padded to one block
+    ipad, opad = padded.translate(_IPAD), padded.translate(_OPAD)
     block, out = b"", b""
     for counter in range(1, -(-length // 32) + 1):
-        block = _hmac_sha256(prk, block + info + bytes((counter,)))
+        inner_digest = hashlib.sha256(ipad + block + info + bytes((counter,))).digest()
+        block = hashlib.sha256(opad + inner_digest).digest()
         out += block
     return out[:length]
 
 
 _IPAD = bytes(x ^ 0x36 for x in range(256))
 _OPAD = bytes(x ^ 0x5C for x in range(256))
+_ZERO_KEY_PAD = bytes(32)
 
 
-def _hmac_sha256(key: bytes, message: bytes) -> bytes:
-    if len(key) > 64:  # RFC 2104: longer keys are hashed first
-        key = hashlib.sha256(key).digest()
+@functools.lru_cache(maxsize=16)
+def _salt_states(salt: bytes) -> tuple[Any, Any]:
+    key = hashlib.sha256(salt).digest() if len(salt) > 64 else salt  # RFC 2104
     padded = key.ljust(64, b"\0")
-    inner = hashlib.sha256(padded.translate(_IPAD) + message).digest()
-    return hashlib.sha256(padded.translate(_OPAD) + inner).digest()
+    return hashlib.sha256(padded.translate(_IPAD)), hashlib.sha256(padded.translate(_OPAD))
 
 
 def mask_keystream(key: bytes, length: int) -> U64Array:
