@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import threading
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar, cast
@@ -56,6 +57,7 @@ R = TypeVar("R")
 
 _MEMO: dict[Hashable, tuple[tuple[object, ...], object]] = {}
 _MEMO_SIZE = 64
+_MEMO_LOCK = threading.Lock()
 _SHARED = 64  # shorter id tuples are validated each time (O(k), not shared by n clients)
 
 
@@ -69,14 +71,16 @@ def memo(kind: Hashable, objects: tuple[object, ...], compute: Callable[[], R]) 
     while it is cached; a ``compute`` that raises caches nothing.
     """
     key = (kind, tuple(map(id, objects)))
-    hit = _MEMO.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
-        _MEMO[key] = _MEMO.pop(key)  # least recently used goes first
-        return hit[1]  # type: ignore[return-value]
+    with _MEMO_LOCK:  # clients may run in threads (Flower simulation)
+        hit = _MEMO.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
+            _MEMO[key] = _MEMO.pop(key)  # least recently used goes first
+            return hit[1]  # type: ignore[return-value]
     value = compute()
-    if len(_MEMO) >= _MEMO_SIZE:
-        del _MEMO[next(iter(_MEMO))]
-    _MEMO[key] = (objects, value)
+    with _MEMO_LOCK:
+        if len(_MEMO) >= _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]
+        _MEMO[key] = (objects, value)
     return value
 
 
