@@ -379,14 +379,15 @@ def print_scale(rows: list[tuple[int, int]], extrapolate: list[tuple[int, int]])
         "resident set (numpy and cryptography included)."
     )
     if done:
-        largest = max(done, key=lambda r: (r["n"], r["d"]))
-        profiled = _run_row(min(largest["n"], 3000), largest["d"], profile=True)
+        small = [r for r in done if r["n"] <= 3000] or done
+        base = max(small, key=lambda r: (r["n"], r["d"]))  # a profile at n <= 3000
+        profiled = _run_row(base["n"], base["d"], profile=True)
         print(
             f"# where the time goes, n = {profiled['n']}, d = {profiled['d']}: CPU s per phase "
-            f"(all clients / the server; unprofiled where that row ran above), then cProfile's "
+            f"(all clients / the server; the unprofiled row above), then cProfile's "
             "top functions by own time (share of the profiled total)"
         )
-        phases = largest["phases"] if largest["n"] == profiled["n"] else profiled["phases"]
+        phases = base["phases"]
         for label, seconds in sorted(phases.items(), key=lambda kv: -kv[1])[:8]:
             print(f"  {seconds:7.2f} s  {label}")
         for line in profiled["top"]:
