@@ -113,13 +113,21 @@ def test_resolve_graph_is_the_explicit_resolution_without_auto() -> None:
     assert resolve_graph(100, 99, 7) == (None, 7)
 
 
-def test_shipped_scenarios_keep_their_k_and_t_and_state_a_guarantee() -> None:
+def test_shipped_scenarios_state_a_guarantee_and_the_sparse_ones_meet_it() -> None:
     quick, digits = load_scenario("quickstart"), load_scenario("digits-300")
     assert (quick.secagg.degree(100), quick.secagg.threshold_count(100)) == (None, 66)
-    assert (digits.secagg.degree(300), digits.secagg.threshold_count(300)) == (32, 22)
+    chosen = choose_parameters(300, gamma=0.05, delta=0.05)
+    assert (digits.secagg.degree(300), digits.secagg.threshold_count(300)) == (
+        chosen.degree,
+        chosen.threshold,
+    )
     for scenario in (quick, digits):
         text = scenario.secagg.guarantee(scenario.num_clients)
         assert f"n = {scenario.num_clients} clients" in text and "gamma = " in text
+    for name in ("digits-300", "digits-all", "synthetic-10k"):
+        scenario = load_scenario(name)
+        p = scenario.secagg.parameters(scenario.num_clients)
+        assert p.privacy_failure <= -40 and p.correctness_failure <= -20, name
 
 
 # --------------------------------------------------------------------------------------------
