@@ -165,7 +165,8 @@ DATASETS: Final[tuple[DatasetInfo, ...]] = (
 """Every dataset, in the order of :data:`fa_hetdp.data.dataset.DatasetName`."""
 
 _BY_NAME: Final[Mapping[str, DatasetInfo]] = {info.name: info for info in DATASETS}
-assert tuple(_BY_NAME) == get_args(DatasetName), "DATASETS must follow DatasetName"
+if tuple(_BY_NAME) != get_args(DatasetName):  # pragma: no cover - a registration mistake
+    raise RuntimeError(f"DATASETS {tuple(_BY_NAME)} must follow {get_args(DatasetName)}")
 
 DATASET_NAMES: Final[tuple[str, ...]] = tuple(_BY_NAME)
 """The names of :data:`DATASETS` (view)."""
@@ -206,7 +207,8 @@ def default_data_root() -> Path:
 @functools.lru_cache(maxsize=4)
 def _load_cached(name: str, root: str, split: str) -> Dataset:
     reader = dataset_info(name).reader
-    assert reader is not None  # load_dataset refuses generated datasets
+    if reader is None:
+        raise DatasetError(f"dataset {name!r} is generated, not read from files")
     return reader(Path(root), split=split)
 
 

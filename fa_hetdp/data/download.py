@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _manual_instructions(name: str, root: Path) -> str:
     manual = dataset_info(name).manual
-    assert manual is not None  # every downloadable dataset has instructions
+    if manual is None:
+        raise DatasetError(f"dataset {name!r} cannot be downloaded; allowed: {DOWNLOADABLE}")
     what, where = manual.what, manual.where
     return (
         f"torchvision is not installed, so fa-hetdp cannot download {name!r}.\n"
