@@ -1,0 +1,290 @@
+"""The ``[data]`` section of a scenario file, and the checker that collects every problem.
+
+Split out of :mod:`fa_hetdp.config.scenario`, which maps the other sections onto the declared
+rules of :mod:`fa_hetdp.config.rules`. The data section has checks that only it needs: label
+ratios against the label count, the sample against the data (the images per label of the
+standard files, :data:`fa_hetdp.data.catalog.LABEL_COUNTS`), and the client summary
+(``summary``, ``pool_block``: see ``docs/summaries.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from fa_hetdp.config.rules import Problem, check_value, type_name
+from fa_hetdp.config.schema import DataSpec, SyntheticSpec, largest_remainder
+from fa_hetdp.data.catalog import DATASET_NAMES, LABEL_COUNTS
+
+__all__ = ["DATA_KEYS", "MISSING", "Checker", "check_data", "is_ok"]
+
+MISSING: Final[Any] = object()
+"""Stands for a value that is absent or failed its check (so nothing is built from it)."""
+
+DATA_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        "dataset",
+        "root",
+        "split",
+        "num_clients",
+        "sample_fraction",
+        "records_per_client",
+        "label_ratios",
+        "dirichlet_alpha",
+        "num_labels",
+        "synthetic",
+    }
+)
+"""The keys allowed in ``[data]``."""
+
+_SYNTHETIC_KEYS: Final[frozenset[str]] = frozenset(
+    {"size", "dim", "num_labels", "heterogeneity", "noise_std"}
+)
+
+
+class Checker:
+    """Collects every problem of a scenario so they are reported together."""
+
+    def __init__(self) -> None:
+        self.errors: list[Problem] = []
+
+    def fail(self, key: str, message: str) -> None:
+        """Record one problem under ``key``."""
+        self.errors.append((key, message))
+
+    def table(self, raw: Mapping[str, Any], key: str, allowed: frozenset[str]) -> dict[str, Any]:
+        """Return the table ``key`` of ``raw`` ({} when absent); report unknown keys."""
+        value = raw.get(key.rsplit(".", 1)[-1], {})
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a table, got {type_name(value)}")
+            return {}
+        for unknown in sorted(set(value) - allowed):
+            self.fail(
+                f"{key}.{unknown}",
+                f"unknown key; allowed in [{key}]: {', '.join(sorted(allowed)) or '(none)'}",
+            )
+        return value
+
+    def value(self, field: str, value: Any, key: str) -> Any:
+        """Check ``value`` against the declared rule of ``field``; MISSING if it fails."""
+        message = check_value(field, value)
+        if message is not None:
+            self.fail(key, message)
+            return MISSING
+        return value
+
+    def get(
+        self, table: Mapping[str, Any], name: str, field: str, key: str, default: Any = MISSING
+    ) -> Any:
+        """Check ``table[name]`` (``default`` when absent, unchecked if None/MISSING)."""
+        if name not in table:
+            return default
+        return self.value(field, table[name], key)
+
+    def choice(self, value: Any, key: str, choices: tuple[str, ...]) -> Any:
+        """Return ``value`` if it is one of ``choices``, else report it and return MISSING."""
+        if not isinstance(value, str) or value not in choices:
+            allowed = ", ".join(choices)
+            shown = f"unknown value {value!r}" if isinstance(value, str) else f"got {value!r}"
+            self.fail(key, f"{shown}; allowed: {allowed}")
+            return MISSING
+        return value
+
+
+def is_ok(*values: Any) -> bool:
+    """Whether none of ``values`` is :data:`MISSING`."""
+    return all(v is not MISSING for v in values)
+
+
+def _synthetic(c: Checker, data: Mapping[str, Any]) -> SyntheticSpec | Any:
+    t = c.table(data, "data.synthetic", _SYNTHETIC_KEYS)
+    for key in ("size", "dim"):
+        if key not in t:
+            c.fail(f"data.synthetic.{key}", "required when data.dataset = 'synthetic'")
+    size = c.get(t, "size", "synthetic_size", "data.synthetic.size")
+    dim = c.get(t, "dim", "synthetic_dim", "data.synthetic.dim")
+    num_labels = c.get(t, "num_labels", "num_labels", "data.synthetic.num_labels", default=10)
+    het = t.get("heterogeneity", 0.5)
+    het = c.value("synthetic_heterogeneity", het, "data.synthetic.heterogeneity")
+    noise = c.value("synthetic_noise_std", t.get("noise_std", 0.1), "data.synthetic.noise_std")
+    if not is_ok(size, dim, num_labels, het, noise):
+        return MISSING
+    if num_labels > size:
+        c.fail(
+            "data.synthetic.num_labels", f"must be <= data.synthetic.size={size}, got {num_labels}"
+        )
+        return MISSING
+    return SyntheticSpec(size, dim, num_labels, float(het), float(noise))
+
+
+def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
+    """Check the ``[data]`` table ``t``: its :class:`DataSpec`, or MISSING (problems in ``c``)."""
+    dataset: Any = MISSING
+    if "dataset" in t:
+        dataset = c.value("dataset", t["dataset"], "data.dataset")
+    else:
+        c.fail("data.dataset", f"required; one of {', '.join(DATASET_NAMES)}")
+    root: Any = t.get("root")
+    if root is not None and not isinstance(root, str):
+        c.fail("data.root", f"must be a string (a directory), got {type_name(root)}")
+        root = MISSING
+    split = c.value("data_split", t.get("split", "train"), "data.split")
+    if dataset == "digits" and split == "test":
+        c.fail(
+            "data.split", "digits has no test split; allowed: train, all (both = all 1797 images)"
+        )
+        split = MISSING
+
+    synthetic: Any = None
+    if dataset == "synthetic":
+        synthetic = _synthetic(c, t)
+    elif "synthetic" in t:
+        c.fail("data.synthetic", "only allowed when data.dataset = 'synthetic'")
+
+    # Images per label available to the sampler (None when unknown because of earlier errors).
+    available: tuple[int, ...] | None = None
+    if dataset == "synthetic" and isinstance(synthetic, SyntheticSpec):
+        available = synthetic.label_counts()
+    elif is_ok(dataset, split) and dataset != "synthetic":
+        available = LABEL_COUNTS[(dataset, split)]
+    total_labels = None if available is None else len(available)
+
+    records = c.get(
+        t, "records_per_client", "records_per_client", "data.records_per_client", default=1
+    )
+
+    ratios: Any = t.get("label_ratios")
+    if ratios is not None:
+        if not isinstance(ratios, list) or not ratios:
+            c.fail("data.label_ratios", f"must be a non-empty array of numbers, got {ratios!r}")
+            ratios = MISSING
+        else:
+            checked = [
+                c.value("label_ratio", r, f"data.label_ratios[{i}]") for i, r in enumerate(ratios)
+            ]
+            if not is_ok(*checked):
+                ratios = MISSING
+            elif sum(checked) <= 0:
+                c.fail("data.label_ratios", f"must have a positive sum, got {ratios!r}")
+                ratios = MISSING
+            else:
+                ratios = tuple(checked)
+    alpha: Any = t.get("dirichlet_alpha")
+    if alpha is not None:
+        alpha = c.value("dirichlet_alpha", alpha, "data.dirichlet_alpha")
+    if ratios is not None and alpha is not None:
+        c.fail(
+            "data.dirichlet_alpha",
+            "give either data.label_ratios or data.dirichlet_alpha, not both",
+        )
+        alpha = MISSING
+
+    num_labels = c.get(t, "num_labels", "num_labels", "data.num_labels", default=None)
+    if (
+        is_ok(num_labels)
+        and num_labels is not None
+        and total_labels is not None
+        and num_labels > total_labels
+    ):
+        c.fail(
+            "data.num_labels", f"must be <= {total_labels} (labels of {dataset}), got {num_labels}"
+        )
+        num_labels = MISSING
+    if isinstance(ratios, tuple):
+        if total_labels is not None and len(ratios) > total_labels:
+            c.fail(
+                "data.label_ratios",
+                f"has {len(ratios)} entries but {dataset} has {total_labels} labels",
+            )
+            ratios = MISSING
+        elif isinstance(num_labels, int) and len(ratios) != num_labels:
+            c.fail(
+                "data.label_ratios",
+                f"has {len(ratios)} entries but data.num_labels = {num_labels}; give one ratio "
+                "per label used",
+            )
+            ratios = MISSING
+
+    # Number of clients.
+    has_n, has_f = "num_clients" in t, "sample_fraction" in t
+    num_clients: Any = MISSING
+    fraction: Any = None
+    if has_n and has_f:
+        c.fail(
+            "data.sample_fraction", "give either data.num_clients or data.sample_fraction, not both"
+        )
+    elif not has_n and not has_f:
+        c.fail("data.num_clients", "required (or data.sample_fraction, e.g. 0.02 as in the paper)")
+    elif has_n:
+        num_clients = c.get(t, "num_clients", "num_clients", "data.num_clients")
+    else:
+        fraction = c.value("sample_fraction", t["sample_fraction"], "data.sample_fraction")
+        if is_ok(fraction) and available is not None:
+            num_clients = math.floor(fraction * sum(available) + 1e-9)
+            if num_clients < 2:
+                c.fail(
+                    "data.sample_fraction",
+                    f"gives {num_clients} clients ({fraction} x {sum(available)} images); "
+                    "at least 2 are needed",
+                )
+                num_clients = MISSING
+        elif is_ok(fraction):
+            fraction = MISSING  # the dataset is invalid; already reported
+
+    # Sample larger than the data.
+    key_n = "data.sample_fraction" if has_f and not has_n else "data.num_clients"
+    if available is not None and is_ok(num_clients, records, ratios, num_labels):
+        _check_sample_size(
+            c, key_n, dataset, split, available, num_clients, records, ratios, num_labels
+        )
+
+    if not is_ok(
+        dataset, root, split, records, ratios, alpha, num_labels, num_clients, fraction, synthetic
+    ):
+        return MISSING
+    return DataSpec(
+        dataset=dataset,
+        num_clients=num_clients,
+        root=root,
+        split=split,
+        sample_fraction=None if fraction is None else float(fraction),
+        records_per_client=records,
+        label_ratios=ratios,
+        dirichlet_alpha=None if alpha is None else float(alpha),
+        num_labels=num_labels,
+        synthetic=synthetic,
+    )
+
+
+def _check_sample_size(
+    c: Checker,
+    key: str,
+    dataset: str,
+    split: str,
+    available: tuple[int, ...],
+    num_clients: int,
+    records: int,
+    ratios: tuple[float, ...] | None,
+    num_labels: int | None,
+) -> None:
+    where = f"{dataset} ({split})" if dataset != "synthetic" else "the synthetic dataset"
+    if ratios is not None:
+        counts = largest_remainder(num_clients, ratios)
+        for label, count in enumerate(counts):
+            if count * records > available[label]:
+                c.fail(
+                    key,
+                    f"sample larger than the data: label {label} needs {count * records} images "
+                    f"({count} clients x {records} records, ratios {list(ratios)}) but {where} "
+                    f"has {available[label]}",
+                )
+        return
+    k = len(available) if num_labels is None else num_labels
+    pool = sum(available[:k])
+    if num_clients * records > pool:
+        c.fail(
+            key,
+            f"sample larger than the data: {num_clients} clients x {records} records need "
+            f"{num_clients * records} images but {where} has {pool} with labels 0..{k - 1}",
+        )
