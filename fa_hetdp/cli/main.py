@@ -24,6 +24,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from fa_hetdp.cli.paths import check_command_paths
 from fa_hetdp.errors import FaHetdpError
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -67,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_command_paths(args)  # output folders, before any work
         code: int = args._handler(args)
     except KeyboardInterrupt:
         # The Flower processes were stopped on the way out (FlowerCluster closes on any exit).

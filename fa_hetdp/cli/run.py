@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fa_hetdp.cli.cluster import ClusterError, run_simulation
+from fa_hetdp.cli.paths import check_writable_folder
 from fa_hetdp.cli.plan import run_plan_lines
-from fa_hetdp.config.rules import FIELDS, ConfigError, Problem, raise_problems, validate
+from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.flower.steps import STEP_LABELS, Event
@@ -159,13 +160,7 @@ def check_paths(args: argparse.Namespace) -> None:
             raise_problems("command line", [("--output", f"{output} is a directory")])
         targets.append(("--output", output.parent))
     for flag, folder in targets:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".fa-hetdp-check-"):
-                pass
-        except OSError as exc:
-            reason = f"cannot write in {folder} ({exc.strerror or exc}); choose a writable one"
-            raise ConfigError("command line", [(flag, reason)]) from None
+        check_writable_folder(flag, folder)
 
 
 def prepare(args: argparse.Namespace) -> RunSetup:

@@ -1,0 +1,57 @@
+"""Output folders checked before any work: a command that would fail to write stops first.
+
+``fa-hetdp run`` checks ``--workdir`` and ``--output`` (:func:`fa_hetdp.cli.run.check_paths`);
+``fa-hetdp reproduce`` and ``fa-hetdp bench-noise`` check ``--out`` (or the default folder
+under ``results/``) here, through :func:`check_command_paths`, which
+:func:`fa_hetdp.cli.main.main` calls before the command's handler. A folder that cannot be
+written is one line and exit code 2 (a :class:`~fa_hetdp.config.rules.ConfigError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from fa_hetdp.config.rules import ConfigError
+
+__all__ = ["OUTPUT_FOLDERS", "check_command_paths", "check_writable_folder"]
+
+#: command -> (argument name, flag, folder checked when the flag is not given). The default
+#: folders of both commands lie under ``results/`` in the current directory.
+OUTPUT_FOLDERS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "reproduce": (("out", "--out", "results"),),
+    "bench-noise": (("out", "--out", "results"),),
+}
+
+
+def check_writable_folder(flag: str, folder: Path) -> None:
+    """Create ``folder`` if needed and write (then remove) a temporary file in it.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``flag``, the folder and the operating system's reason.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError("command line", [(flag, f"{folder} exists and is not a folder")])
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".fa-hetdp-check-"):
+            pass
+    except OSError as exc:
+        reason = f"cannot write in {folder} ({exc.strerror or exc}); choose a writable one"
+        raise ConfigError("command line", [(flag, reason)]) from None
+
+
+def check_command_paths(args: argparse.Namespace) -> None:
+    """Check the output folders of ``args.command`` (see :data:`OUTPUT_FOLDERS`).
+
+    Raises
+    ------
+    ConfigError
+        The first folder that cannot be written.
+    """
+    for name, flag, default in OUTPUT_FOLDERS.get(str(getattr(args, "command", "")), ()):
+        given = getattr(args, name, None)
+        check_writable_folder(flag, Path(given) if given else Path(default))
