@@ -40,7 +40,7 @@ __all__ = [
     "run_command",
 ]
 
-DEFAULT_SCENARIO = "digits-300"
+DEFAULT_SCENARIO = "digits-all"
 """The main job: the largest digits run that simulates in about a minute, recommended settings."""
 
 
