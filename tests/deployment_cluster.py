@@ -9,6 +9,7 @@ Import it by module name (``from deployment_cluster import DeploymentCluster``).
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -51,12 +52,57 @@ class DeploymentCluster(FlowerCluster):
     database
         ``--database <workdir>/superlink.db``: the SuperLink keeps its state (nodes, key
         registrations, runs) in a file, so it survives a restart (:meth:`restart_superlink`).
+    public_host
+        Serve the Fleet API on this address through ``fa-hetdp fleet-gateway``
+        (:meth:`start_gateway`); the SuperLink itself (Fleet, Control and Runtime APIs)
+        listens on 127.0.0.1 only, and the SuperNodes connect to the gateway.
     """
 
     tls: TlsSettings | None = None
     simulation: bool = False
     node_auth: bool = False
     database: bool = False
+    public_host: str | None = None
+    gateway_address: str | None = None
+
+    def start_gateway(self, *, timeout: float = 60.0) -> str:
+        """Start ``fa-hetdp fleet-gateway`` on ``public_host`` (free port); return its address."""
+        if self.superlink_address is None or self.public_host is None:
+            raise ClusterError("start the SuperLink and set public_host before the gateway.")
+        port = free_port()
+        argv = [
+            "fa-hetdp",
+            "fleet-gateway",
+            "--listen",
+            f"{self.public_host}:{port}",
+            "--superlink",
+            self.superlink_address,
+        ]
+        if self.tls is None:
+            argv.append("--insecure")
+        else:
+            argv += [
+                "--ssl-certfile",
+                str(self.tls.server_certificate),
+                "--ssl-keyfile",
+                str(self.tls.server_key),
+                "--ssl-ca-certfile",
+                str(self.tls.ca_certificate),
+            ]
+        process = self.start("fleet-gateway", argv)
+        deadline = time.monotonic() + timeout
+        while True:
+            if not process.alive():
+                raise ClusterError("the fleet gateway exited:\n" + process.log_tail())
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.settimeout(0.5)
+                if sock.connect_ex((self.public_host, port)) == 0:
+                    break
+            if time.monotonic() > deadline:
+                raise ClusterError("the fleet gateway did not listen:\n" + process.log_tail())
+            time.sleep(0.2)
+        self.gateway_address = f"{self.public_host}:{port}"
+        return self.gateway_address
 
     def superlink_options(self) -> list[str]:
         """Mode, SuperNode authentication and TLS flags of the SuperLink."""
@@ -145,7 +191,7 @@ class DeploymentCluster(FlowerCluster):
         argv = [
             "flower-supernode",
             "--superlink",
-            self.superlink_address,
+            self.gateway_address or self.superlink_address,
             "--port",
             str(free_port()),
             "--node-config",

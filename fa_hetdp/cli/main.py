@@ -15,6 +15,8 @@ Each subcommand lives in its own module, which provides ``add_arguments(parser)`
   (:mod:`fa_hetdp.data.download`)
 - ``fa-hetdp check-data PATH``           a data owner's pre-flight check of its file
   (:mod:`fa_hetdp.cli.check_data`)
+- ``fa-hetdp fleet-gateway --listen H:P``  the SuperLink's Fleet API only, on a public address
+  (:mod:`fa_hetdp.cli.gateway`)
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
         "check-data",
         "fa_hetdp.cli.check_data",
         "a data owner's pre-flight check of its data file (NaN, shape, range, dimension)",
+    ),
+    (
+        "fleet-gateway",
+        "fa_hetdp.cli.gateway",
+        "serve the SuperLink's Fleet API (only) on a public address; the Control API stays "
+        "on the coordinator's loopback",
     ),
 )
 
