@@ -8,7 +8,8 @@ saves the state and replies:
 ==================  =========================================================================
 ``advertise_keys``  read the session setup; load ``x_i`` from ``node_config["data-path"]``
                     (a data owner's own file) or else from the scenario (``["partition-id"]``,
-                    ``["num-partitions"]``); reply
+                    ``["num-partitions"]``), as the scenario's ``data.summary`` of the
+                    records (computed on the client; ``docs/summaries.md``); reply
                     with ``d`` and the two public keys (secagg round 0)
 ``share_keys``      encrypted Shamir shares for the neighbours (secagg round 1)
 ``stage1_input``    ``[x, w x, w]`` + noise share ``N(0, sigma^2/t)`` (Thm 3.3, Lemma 3.7),
@@ -49,7 +50,8 @@ from flwr.clientapp import ClientApp
 
 import fa_hetdp
 from fa_hetdp.cli.check_data import load_checked
-from fa_hetdp.data.partition import client_vector
+from fa_hetdp.data.partition import client_records, client_summary
+from fa_hetdp.data.summaries import summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.steps import (
@@ -199,10 +201,12 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     request = decode(msg.content)
     client_id = int(request[Key.CLIENT_ID])
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
+    summary = client_summary(settings.scenario)  # data.summary: what x_i is (docs/summaries.md)
     if isinstance(data_path, str) and data_path:
-        x = load_vector(data_path)
+        x = summarise_mean(load_vector(data_path), summary)  # a file has no labels
     else:
-        x = client_vector(settings.scenario, pid, num)
+        records, labels = client_records(settings.scenario, pid, num)
+        x = summarise(records, labels, summary)  # computed here from its own records
     own_model = context.node_config.get(NodeConfig.THREAT_MODEL)
     threat_model = own_model if isinstance(own_model, str) and own_model else settings.threat_model
     secagg = SecAggClient(

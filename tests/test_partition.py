@@ -18,13 +18,15 @@ from fa_hetdp.data.dataset import Dataset
 from fa_hetdp.data.partition import (
     clear_partition_cache,
     client_vector,
-    clients_per_label,
     partition_rng,
     partition_scenario,
+    scenario_dataset,
+)
+from fa_hetdp.data.sampling import (
+    clients_per_label,
     sample_dirichlet,
     sample_label_skew,
     sample_uniform,
-    scenario_dataset,
 )
 from fa_hetdp.data.synthetic import synthetic_dataset
 from fa_hetdp.errors import DatasetError, ScenarioError

@@ -44,6 +44,7 @@ from fa_hetdp.config.secagg import (
 from fa_hetdp.config.statistics import STATISTICS_SUBSET
 from fa_hetdp.data.catalog import DATASET_NAMES
 from fa_hetdp.data.dataset import SPLITS
+from fa_hetdp.data.summaries import SUMMARIES, pool_block_problem
 from fa_hetdp.dp.mechanisms import get_mechanism, mechanism_names
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
 
@@ -272,6 +273,8 @@ FIELDS: Final[Mapping[str, Field]] = {
     "split_weight": Field((Real(low=0.0, low_open=True),)),
     "statistics": Field((STATISTICS_SUBSET,), optional=True),
     "broadcast_bounds": Field((Boolean(),)),
+    "adaptive_floor": Field((Boolean(),)),  # issue 9 lever d (fa_hetdp.protocol.floor)
+    "floor_quantile": Field((Real(low=0.0, high=0.5, low_open=True),)),
     # clients and secure aggregation
     "num_clients": Field((Integer(minimum=2),)),
     "threshold": Field(
@@ -310,6 +313,10 @@ FIELDS: Final[Mapping[str, Field]] = {
     "synthetic_dim": Field((Integer(minimum=1),)),
     "synthetic_heterogeneity": Field((Real(low=0.0, high=1.0),)),
     "synthetic_noise_std": Field((Real(low=0.0),)),
+    # client summaries (fa_hetdp.data.summaries); data_dim is derived (a record's dimension)
+    "summary": Field((Options(SUMMARIES),)),
+    "pool_block": Field((Integer(minimum=1),)),
+    "data_dim": Field((Integer(minimum=1),)),
 }
 """The constraints of every setting on its own, by canonical name."""
 
@@ -376,6 +383,18 @@ def _dropouts_only_in_simulation(v: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _pool_block_only_pooled(v: Mapping[str, Any]) -> str | None:
+    if v["summary"] != "pooled":
+        return f"pool_block={v['pool_block']} is only used with summary = 'pooled'"
+    return None
+
+
+def _pool_block_fits(v: Mapping[str, Any]) -> str | None:
+    if v["summary"] != "pooled":
+        return None
+    return pool_block_problem(v["dataset"], v["data_dim"], v["pool_block"])
+
+
 @dataclass(frozen=True)
 class CrossRule:
     """A rule between settings: checked when all of ``fields`` are given and valid.
@@ -426,6 +445,15 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
         "i2-extra-weight", ("split", "extra_i2_noise"), _i2_extra_weight_needs_stage, "split"
     ),
     CrossRule("seed-simulation-only", ("mode", "seed"), _seed_only_in_simulation, "seed"),
+    CrossRule(
+        "pool-block-pooled-only", ("summary", "pool_block"), _pool_block_only_pooled, "pool_block"
+    ),
+    CrossRule(
+        "pool-block-fits",
+        ("summary", "pool_block", "dataset", "data_dim"),
+        _pool_block_fits,
+        "pool_block",
+    ),
     CrossRule(
         "dropouts-simulation-only",
         ("mode", "dropout_fraction"),

@@ -22,6 +22,7 @@ from fa_hetdp.config.secagg import (
     secagg_parameters,
 )
 from fa_hetdp.data.dataset import Split
+from fa_hetdp.data.summaries import SummaryKind
 from secagg.params import SecAggParameters, ThreatModel
 
 __all__ = [
@@ -93,6 +94,10 @@ class DataSpec:
         Labels used (0 .. num_labels-1); equals ``len(label_ratios)`` when both are given.
     synthetic : SyntheticSpec or None
         Required when ``dataset = "synthetic"``.
+    summary : {"mean", "pooled", "label-histogram"}
+        What each client reports (:mod:`fa_hetdp.data.summaries`, ``docs/summaries.md``).
+    pool_block : int or None
+        Block side of ``summary = "pooled"`` (None otherwise).
     """
 
     dataset: str
@@ -105,6 +110,8 @@ class DataSpec:
     dirichlet_alpha: float | None = None
     num_labels: int | None = None
     synthetic: SyntheticSpec | None = None
+    summary: SummaryKind = "mean"
+    pool_block: int | None = None
 
     @property
     def partition(self) -> Literal["label-skew", "dirichlet", "uniform"]:
@@ -363,6 +370,10 @@ class Scenario:
                 "heterogeneity": s.heterogeneity,
                 "noise_std": s.noise_std,
             }
+        if d.summary != "mean":
+            data["summary"] = d.summary
+        if d.pool_block is not None:
+            data["pool_block"] = d.pool_block
         per_label = self.clients_per_label()
         p = self.privacy
         privacy: dict[str, Any] = {
@@ -410,7 +421,7 @@ class Scenario:
 
 
 def largest_remainder(n: int, ratios: Sequence[float]) -> tuple[int, ...]:
-    """Largest-remainder apportionment (as ``fa_hetdp.data.partition.clients_per_label``)."""
+    """Largest-remainder apportionment (as ``fa_hetdp.data.sampling.clients_per_label``)."""
     total = float(sum(ratios))
     quotas = [n * r / total for r in ratios]
     counts = [math.floor(q) for q in quotas]

@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fa_hetdp.config.rules import Problem, check_value, type_name
+from fa_hetdp.config.rules import Problem, check_value, type_name, validate
 from fa_hetdp.config.schema import DataSpec, SyntheticSpec, largest_remainder
-from fa_hetdp.data.catalog import DATASET_NAMES, LABEL_COUNTS
+from fa_hetdp.data.catalog import DATASET_NAMES, LABEL_COUNTS, dataset_info
 
 __all__ = ["DATA_KEYS", "MISSING", "Checker", "check_data", "is_ok"]
 
@@ -34,6 +34,8 @@ DATA_KEYS: Final[frozenset[str]] = frozenset(
         "dirichlet_alpha",
         "num_labels",
         "synthetic",
+        "summary",
+        "pool_block",
     }
 )
 """The keys allowed in ``[data]``."""
@@ -239,9 +241,10 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
             c, key_n, dataset, split, available, num_clients, records, ratios, num_labels
         )
 
+    summary, pool_block = _summary(c, t, dataset, synthetic)
     if not is_ok(
         dataset, root, split, records, ratios, alpha, num_labels, num_clients, fraction, synthetic
-    ):
+    ) or not is_ok(summary, pool_block):
         return MISSING
     return DataSpec(
         dataset=dataset,
@@ -254,7 +257,27 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
         dirichlet_alpha=None if alpha is None else float(alpha),
         num_labels=num_labels,
         synthetic=synthetic,
+        summary=summary,
+        pool_block=pool_block,
     )
+
+
+def _summary(c: Checker, t: Mapping[str, Any], dataset: Any, synthetic: Any) -> tuple[Any, Any]:
+    """Check ``summary`` and ``pool_block`` with the declared rules (``pool-block-fits``)."""
+    values: dict[str, Any] = {"summary": t.get("summary", "mean")}
+    if "pool_block" in t:
+        values["pool_block"] = t["pool_block"]
+    if isinstance(synthetic, SyntheticSpec):
+        values["dataset"], values["data_dim"] = dataset, synthetic.dim
+    elif is_ok(dataset) and dataset != "synthetic" and dataset_info(dataset).dim is not None:
+        values["dataset"], values["data_dim"] = dataset, dataset_info(dataset).dim
+    keys = {"summary": "data.summary", "pool_block": "data.pool_block"}
+    problems = validate(values, keys)
+    c.errors.extend(problems)
+    if problems:
+        return MISSING, MISSING
+    pooled = values["summary"] == "pooled"
+    return values["summary"], values.get("pool_block", 2) if pooled else None
 
 
 def _check_sample_size(

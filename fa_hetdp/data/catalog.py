@@ -46,6 +46,7 @@ __all__ = [
     "dataset_info",
     "default_data_root",
     "load_dataset",
+    "record_shape",
 ]
 
 DATA_ROOT_ENV: Final[str] = "FA_HETDP_DATA"
@@ -88,6 +89,9 @@ class DatasetInfo:
         The ``torchvision.datasets`` class that downloads it (``fa-hetdp data download``).
     manual : ManualDownload or None
         How to download it without torchvision.
+    image_shape : (int, int, int) or None
+        ``(channels, height, width)`` of one record, in the order it is flattened (``None``:
+        no image shape; pooled as a ``1 x 1 x d`` row, see :mod:`fa_hetdp.data.summaries`).
     """
 
     name: str
@@ -98,6 +102,7 @@ class DatasetInfo:
     reader: Reader | None = None
     torchvision: str | None = None
     manual: ManualDownload | None = None
+    image_shape: tuple[int, int, int] | None = None
 
 
 def _train_test(train: tuple[int, ...], test: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
@@ -116,6 +121,7 @@ DATASETS: Final[tuple[DatasetInfo, ...]] = (
         # sklearn.datasets.load_digits: one set of 1797 images, "train" and "all" alike.
         label_counts={"train": _DIGITS_PER_LABEL, "all": _DIGITS_PER_LABEL},
         reader=read_digits,
+        image_shape=(1, 8, 8),
     ),
     DatasetInfo(
         name="cifar10",
@@ -130,6 +136,7 @@ DATASETS: Final[tuple[DatasetInfo, ...]] = (
             f"the CIFAR-10 python version (cifar-10-python.tar.gz) from {CIFAR_URL}",
             f"<root>/{CIFAR10_DIR}/data_batch_1 .. data_batch_5, test_batch",
         ),
+        image_shape=(3, 32, 32),
     ),
     DatasetInfo(
         name="cifar100",
@@ -144,6 +151,7 @@ DATASETS: Final[tuple[DatasetInfo, ...]] = (
             f"the CIFAR-100 python version (cifar-100-python.tar.gz) from {CIFAR_URL}",
             f"<root>/{CIFAR100_DIR}/train, test",
         ),
+        image_shape=(3, 32, 32),
     ),
     DatasetInfo(
         name="fashion-mnist",
@@ -159,6 +167,7 @@ DATASETS: Final[tuple[DatasetInfo, ...]] = (
             f"<root>/{FASHION_MNIST_DIR}/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
             "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz (gzipped or not)",
         ),
+        image_shape=(1, 28, 28),
     ),
     DatasetInfo(name="synthetic", dim=None, num_labels=None),
 )
@@ -197,6 +206,24 @@ def dataset_info(name: str) -> DatasetInfo:
         raise DatasetError(
             f"unknown dataset {name!r}; allowed: {', '.join(DATASET_NAMES)}"
         ) from None
+
+
+def record_shape(name: str, dim: int | None = None) -> tuple[int, int, int]:
+    """Return ``(channels, height, width)`` of a record of dataset ``name``.
+
+    Datasets without an image shape (synthetic) give ``(1, 1, dim)``; ``dim`` is then required.
+
+    Raises
+    ------
+    DatasetError
+        Unknown name, or no image shape and no ``dim``.
+    """
+    info = dataset_info(name)
+    if info.image_shape is not None:
+        return info.image_shape
+    if dim is None:
+        raise DatasetError(f"dataset {name!r} has no image shape; give its dimension")
+    return (1, 1, dim)
 
 
 def default_data_root() -> Path:
