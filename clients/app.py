@@ -215,13 +215,11 @@ def advertise_keys(msg: Message, context: Context) -> Message:
         gamma=settings.corrupt_fraction,
     )
     reply = secagg.advertise_keys(request[Key.SETUP])
-    session_size = len(secagg.client_ids)  # the setup's ids, not the stated number
     context.state[State.LOCAL] = ArrayRecord(array_dict={State.X: Array(np.ascontiguousarray(x))})
     record = ConfigRecord(
         {
             State.SECAGG: secagg.to_bytes(),
             State.CLIENT_ID: client_id,
-            State.SESSION_SIZE: session_size,
             State.D: int(x.shape[0]),
             State.RNG_STATE: "",
         }
@@ -246,6 +244,8 @@ def share_keys(msg: Message, context: Context) -> Message:
     secagg = _secagg(record)
     reply = secagg.share_keys(decode(msg.content)[Key.SECAGG])
     record[State.SECAGG] = secagg.to_bytes()
+    # n (sets the noise share) from the key directory, never a number the server states
+    record[State.SESSION_SIZE] = secagg.session_size
     return _reply(msg, {Key.SECAGG: reply})
 
 

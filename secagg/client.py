@@ -13,7 +13,6 @@ A request that is malformed, for another session, replayed, or for the wrong rou
 
 from __future__ import annotations
 
-import bisect
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -25,7 +24,6 @@ from secagg import crypto
 from secagg.consistency import check_safe, check_signatures, consistency_payload
 from secagg.encoding import FixedPointEncoding, FloatArray
 from secagg.errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
-from secagg.graph import NeighbourGraph
 from secagg.messages import (
     AdvertiseKeys,
     ConsistencyRequest,
@@ -38,12 +36,10 @@ from secagg.messages import (
     ShareKeys,
     UnmaskRequest,
     UnmaskResponse,
-    id_set,
-    memo,
 )
 from secagg.params import THREAT_MODELS, ThreatModel
+from secagg.refusals import check_directory, check_unmask_request
 from secagg.shamir import LIMBS, share, validate_shares
-from secagg.shared import request_sets, session_graph, within
 from secagg.state import dump_client, load_client
 
 __all__ = ["SecAggClient", "share_aad"]
@@ -65,8 +61,8 @@ class SecAggClient:
         The client's own choice, whatever the server says: with ``"malicious-server"`` it
         joins only sessions with a consistency round on the complete graph whose threshold
         is at least :func:`secagg.params.min_signatures` of the session size it can verify
-        (the key directory), and unmasks only after that many valid signatures on the
-        survivor list it was shown.
+        (the key directory: every key is shown on the complete graph), and unmasks only
+        after that many valid signatures on the survivor list it was shown.
     gamma : float
         Fraction of corrupt clients the client guards against (sets that minimum).
 
@@ -103,17 +99,20 @@ class SecAggClient:
         self.signed: dict[int, tuple[int, ...]] = {}
         self.phase = "new"
         self.session = b""
-        self.client_ids: tuple[int, ...] = ()
+        self.num_clients = 0
         self.threshold = 0
         self.num_summations = 0
         self.degree = 0
-        self.ring: tuple[int, ...] = ()
+        self.graph_digest = b""
+        self.neighbours: tuple[int, ...] = ()
+        self.points: dict[int, int] = {}
         self.channel_sk = b""
         self.mask_sks: list[bytes] = []
         self.channel_pk = b""
         self.mask_pks = b""
         self.session_id = b""
-        self.directory_ids: frozenset[int] = frozenset()
+        self.num_advertised = 0
+        self.advertised_digest = b""
         self.peer_mask_pks: dict[int, bytes] = {}
         self.receive_keys: dict[int, bytes] = {}
         self.seeds: list[bytes] = []
@@ -123,17 +122,12 @@ class SecAggClient:
         self.next_summation = 0
         self.pending_unmask: int | None = None
         self.dropped_peers: set[int] = set()
-        self._graph: NeighbourGraph | None = None
 
     # ------------------------------------------------------------------ helpers
-    def _graph_of_session(self) -> NeighbourGraph:
-        if self._graph is None:
-            self._graph = NeighbourGraph(ring=self.ring, degree=self.degree)
-        return self._graph
-
-    def _point(self, client_id: int) -> int:
-        """Shamir evaluation point: a client's 1-based rank among the (sorted) session ids."""
-        return bisect.bisect_left(self.client_ids, client_id) + 1
+    @property
+    def complete(self) -> bool:
+        """Whether the session uses the complete graph (every client a neighbour)."""
+        return self.degree == self.num_clients - 1
 
     def _require(self, phase: str, what: str) -> None:
         if self.phase != phase:
@@ -159,19 +153,18 @@ class SecAggClient:
         """
         msg = SetupMessage.from_dict(setup)
         self._require("new", "setup")
-        if self.client_id not in id_set(msg.client_ids):
-            raise MessageRejected(f"client {self.client_id} is not listed in the setup.")
-        try:
-            graph = session_graph(msg.ring, msg.degree)
-        except ValueError as exc:
-            raise MessageRejected(f"setup describes an invalid graph: {exc}") from None
-        holders = len(graph.neighbours(self.client_id))
+        if msg.recipient != self.client_id:
+            raise MessageRejected(
+                f"client {self.client_id}: setup addressed to client {msg.recipient}."
+            )
+        holders = len(msg.neighbours)
         if not 2 <= msg.threshold <= holders:
             raise MessageRejected(
                 f"threshold must lie in [2, {holders}] (share holders: the neighbours), got "
                 f"{msg.threshold}."
             )
-        check_safe(self, msg.consistency, graph.complete, msg.threshold, len(msg.client_ids))
+        # on the complete graph n = len(neighbours) + 1 is counted, not merely stated
+        check_safe(self, msg.consistency, msg.complete, msg.threshold, msg.num_clients)
         channel_sk, channel_pk = crypto.generate_keypair()
         mask_pairs = [crypto.generate_keypair() for _ in range(msg.num_summations)]
         seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(msg.num_summations)]
@@ -179,13 +172,18 @@ class SecAggClient:
             crypto.commit_seed(msg.session, self.client_id, s, seed) for s, seed in enumerate(seeds)
         )
         signing_sk, signing_pk = crypto.generate_signing_key() if msg.consistency else (b"", b"")
-        self.session, self.client_ids, self.ring = msg.session, msg.client_ids, msg.ring
+        self.session, self.num_clients, self.graph_digest = (
+            msg.session,
+            msg.num_clients,
+            msg.graph_digest,
+        )
         self.threshold, self.num_summations, self.degree = (
             msg.threshold,
             msg.num_summations,
             msg.degree,
         )
-        self._graph = graph
+        self.neighbours = msg.neighbours
+        self.points = dict(zip(msg.neighbours, msg.points, strict=True))
         self.consistency, self.signing_sk, self.seeds = msg.consistency, signing_sk, seeds
         self.channel_sk, self.channel_pk = channel_sk, channel_pk
         self.mask_sks = [sk for sk, _ in mask_pairs]
@@ -202,8 +200,14 @@ class SecAggClient:
 
     @property
     def session_size(self) -> int:
-        """The session size n this client can verify: the clients in its key directory."""
-        return len(self.directory_ids)
+        """The session size n from the key directory: the clients that advertised keys.
+
+        On the complete graph it is counted (every advertised key is shown); on a sparse
+        graph it is the directory's count, bound with the digest of the advertised ids into
+        the session id, so every neighbour that shares keys with this client holds the same
+        n (a different one fails the share channel). Never the setup's or a step's number.
+        """
+        return self.num_advertised
 
     # ------------------------------------------------------------------ round 1
     def share_keys(self, directory: Mapping[str, Any]) -> dict[str, MessageValue]:
@@ -217,7 +221,8 @@ class SecAggClient:
         ------
         MessageRejected
             Wrong session or round, own keys misreported, malformed, small-order or
-            duplicate neighbour keys, ids not in the setup.
+            duplicate neighbour keys, keys of clients that are not neighbours, a count of
+            advertised clients that the directory contradicts.
         ProtocolAborted
             Fewer than ``threshold`` share holders advertised keys.
         """
@@ -225,37 +230,11 @@ class SecAggClient:
         self._require("advertised", "key directory")
         self._check_session(msg.session)
         me = self.client_id
-        if not within(msg.client_ids, self.client_ids):
-            raise MessageRejected("key directory names ids that are not in the setup.")
-        index = {owner: p for p, owner in enumerate(msg.key_owners)}
-        own = index.get(me)
-        if own is None or (
-            msg.channel_keys[own] != self.channel_pk or msg.mask_keys[own] != self.mask_pks
-        ):
-            raise MessageRejected(f"client {me}: own keys missing or altered.")
-        advertised = id_set(msg.client_ids)
-        graph = self._graph_of_session()
-        neighbours = [j for j in graph.neighbours(me) if j in advertised]
-        missing = [j for j in neighbours if j not in index]
-        if missing:
-            raise MessageRejected(
-                f"client {me}: key directory lacks the keys of neighbours {missing[:5]}."
-            )
-        if len(neighbours) < self.threshold:
-            raise ProtocolAborted(
-                f"client {me}: only {len(neighbours)} share holders (neighbours) advertised "
-                f"keys, fewer than threshold {self.threshold}."
-            )
+        index, neighbours = check_directory(self, msg)
         signing: dict[int, bytes] = {}
         if self.consistency:
-            # the session size n is what this client can verify: the directory's clients
-            check_safe(self, 1, graph.complete, self.threshold, len(msg.client_ids))
-            absent = sorted(advertised - set(index))
-            if absent:
-                raise MessageRejected(
-                    f"client {me}: a consistency round needs every signing key; the directory "
-                    f"lacks {absent[:5]}."
-                )
+            # n is counted: the complete graph shows every advertised key (check_directory)
+            check_safe(self, 1, self.complete, self.threshold, msg.num_advertised)
             for j, p in index.items():
                 if len(msg.signing_keys[p]) != crypto.KEY_BYTES:
                     raise MessageRejected(f"client {j}'s signing key is malformed.")
@@ -276,13 +255,9 @@ class SecAggClient:
                     raise MessageRejected(f"client {j} reuses a public key; rejected.")
                 seen.add(norm)
             peer_mask[j], peer_channel[j] = msg.mask_keys[index[j]], ck
-        session_id = memo(
-            ("session-id", self.threshold, self.num_summations, self.degree, self.consistency),
-            (self.session, self.client_ids, self.ring, msg.client_ids),
-            lambda: crypto.session_digest([self._setup_canonical(), msg.canonical()]),
-        )
+        session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
         # Shares go to the neighbours only: a client's own share never counts toward t.
-        points = [self._point(h) for h in neighbours]
+        points = [self.points[h] for h in neighbours]
         shares = share([*self.mask_sks, *self.seeds], points, self.threshold)
         agreed = crypto.agree_many(
             self.channel_sk, [peer_channel[j] for j in neighbours], validated=True
@@ -297,7 +272,8 @@ class SecAggClient:
             plaintext = struct.pack("<QQ", me, holder) + shares[h].tobytes()
             recipients.append(holder)
             ciphertexts.append(crypto.seal(send_key, plaintext, share_aad(session_id, me, holder)))
-        self.session_id, self.directory_ids = session_id, id_set(msg.client_ids)
+        self.session_id = session_id
+        self.num_advertised, self.advertised_digest = msg.num_advertised, msg.advertised_digest
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
         self.peer_signing_pks = signing
         self.held_shares = {}
@@ -320,12 +296,15 @@ class SecAggClient:
     def _setup_canonical(self) -> bytes:
         return SetupMessage(
             session=self.session,
-            client_ids=self.client_ids,
+            recipient=self.client_id,
+            num_clients=self.num_clients,
             threshold=self.threshold,
             num_summations=self.num_summations,
             degree=self.degree,
-            ring=self.ring,
             consistency=self.consistency,
+            graph_digest=self.graph_digest,
+            neighbours=(),
+            points=(),
         ).canonical()
 
     # ------------------------------------------------------------------ round 2
@@ -476,7 +455,7 @@ class SecAggClient:
                 f"client {me}: already signed a list for summation {msg.summation}."
             )
         survivors = tuple(sorted(msg.survivors))
-        if me not in survivors or not set(survivors) <= self.directory_ids:
+        if me not in survivors or not set(survivors) <= self.peer_signing_pks.keys():
             raise MessageRejected(f"client {me}: survivor list omits it or names unknown ids.")
         payload = consistency_payload(self.session_id, msg.summation, survivors)
         signature = crypto.sign(self.signing_sk, payload)
@@ -512,50 +491,8 @@ class SecAggClient:
                 f"client {self.client_id}: unmask request for summation {msg.summation} "
                 f"arrived in the wrong round (awaiting {self.pending_unmask})."
             )
-        sets = request_sets(msg.survivors, msg.dropped, self.directory_ids)
-        survivor_set, dropped_set, duplicate, unknown, both = sets
+        survivor_set, dropped_set = check_unmask_request(self, msg)
         me = self.client_id
-        if duplicate:
-            raise UnmaskRefused(f"client {me}: unmask request lists duplicate {duplicate} ids.")
-        if unknown:
-            raise UnmaskRefused(f"client {me}: unmask request names unknown ids {unknown[:5]}.")
-        if me in dropped_set:
-            self.phase = "excluded"
-            self.pending_unmask = None
-            raise UnmaskRefused(f"client {me}: unmask request lists this client as dropped.")
-        if both:
-            raise UnmaskRefused(
-                f"client {me}: request asks for both the self-mask share and the key share "
-                f"of clients {both[:5]}."
-            )
-        if me not in survivor_set:
-            raise UnmaskRefused(f"client {me}: unmask request omits this client's own input.")
-        revived = sorted(survivor_set & self.dropped_peers)
-        if revived:
-            raise UnmaskRefused(
-                f"client {me}: clients {revived[:5]} were declared dropped earlier; a dropped "
-                "client stays dropped."
-            )
-        if (alive_count := len(survivor_set)) < self.threshold:
-            raise UnmaskRefused(
-                f"client {me}: {alive_count} survivors, fewer than threshold {self.threshold}."
-            )
-        alive = set(self.alive)
-        stray = sorted(
-            j
-            for j in self._graph_of_session().neighbours(me)
-            if j in survivor_set and j not in alive
-        )
-        if stray:
-            raise UnmaskRefused(
-                f"client {me}: survivors {stray[:5]} never shared keys with this client."
-            )
-        local = sum(1 for j in alive if j in survivor_set)
-        if local < self.threshold:
-            raise UnmaskRefused(
-                f"client {me}: {local} of its share holders (neighbours) survive, fewer than "
-                f"threshold {self.threshold}."
-            )
         if self.consistency:
             check_signatures(self, msg)
         s = msg.summation

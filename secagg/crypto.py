@@ -45,6 +45,7 @@ __all__ = [
     "derive_mask_key",
     "generate_keypair",
     "generate_signing_key",
+    "id_digest",
     "mask_keystream",
     "normalise_public_key",
     "open_sealed",
@@ -285,6 +286,18 @@ def session_digest(parts: Sequence[bytes]) -> bytes:
     for part in parts:
         h.update(struct.pack("<Q", len(part)))
         h.update(part)
+    return h.digest()
+
+
+def id_digest(ids: Sequence[int]) -> bytes:
+    """Return SHA-256 of a list of ids (count, then each as little-endian uint64), in order.
+
+    The session's O(n) lists (the graph's ring order, the ids that advertised keys) travel
+    as this digest plus their length; both enter the session id.
+    """
+    h = hashlib.sha256(DOMAIN + b"/ids")
+    h.update(struct.pack("<Q", len(ids)))
+    h.update(np.asarray(ids, dtype="<u8").tobytes())
     return h.digest()
 
 

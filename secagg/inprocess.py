@@ -120,11 +120,11 @@ class InProcessSession:
             self._key_rounds(dropouts)
 
     def _key_rounds(self, dropouts: Dropouts | None) -> None:
-        setup = self.server.setup_message()
+        setups = self.server.setup_messages()
         silent = _dropped(dropouts, "advertise_keys")
         for i, client in self.clients.items():
             if i not in silent:
-                self.server.receive_advertise_keys(client.advertise_keys(setup))
+                self.server.receive_advertise_keys(client.advertise_keys(setups[i]))
         directories = self.server.key_directory()
         silent |= _dropped(dropouts, "share_keys")
         for i, directory in directories.items():
@@ -186,13 +186,13 @@ class InProcessSession:
             for i in self.server.survivors:
                 if i not in silent:
                     self.server.receive_consistency(self.clients[i].sign_survivors(check))
-        unmask = self.server.unmask_request()
+        unmask = self.server.unmask_requests()
         silent |= _dropped(dropouts, "unmask")
         for i in self.server.survivors:
             if i in silent:
                 continue
             try:
-                self.server.receive_unmask(self.clients[i].unmask(unmask))
+                self.server.receive_unmask(self.clients[i].unmask(unmask[i]))
             except MessageRejected:
                 continue  # a refusing client counts as dropped in this round
         return self.server.finish_summation()

@@ -5,9 +5,12 @@ Every message converts to a ``dict`` of bytes, ints, tuples of those, and numpy 
 carries; :func:`split_arrays` turns the tuples into lists) and back with ``from_dict``
 (lists or tuples), which validates every field: a missing, extra or ill-typed field raises
 :class:`~secagg.errors.MessageRejected`. The ``"message"`` key holds the message's tag
-(bytes), so a message of one round is never parsed as another. Id tuples stay tuples: they
-are immutable, so the O(n) checks of one tuple object that n in-process clients share run
-once (:func:`memo`).
+(bytes), so a message of one round is never parsed as another.
+
+Every message a client receives or sends is O(k) (its neighbourhood; k = n - 1 on the complete
+graph): the session's O(n) id lists never travel. Where the whole list matters, a message
+carries its size and SHA-256 digest (:func:`secagg.crypto.id_digest`), both bound into the
+session id, so two clients that disagree about them cannot open each other's shares.
 
 Semantic checks (session, round, sender, replay) are the state machines' job
 (:mod:`secagg.client`, :mod:`secagg.server`).
@@ -17,8 +20,7 @@ from __future__ import annotations
 
 import functools
 import struct
-import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -26,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from secagg.errors import MessageRejected
-from secagg.shamir import LIMBS
+from secagg.shamir import LIMBS, PRIME
 
 __all__ = [
     "AdvertiseKeys",
@@ -41,9 +43,7 @@ __all__ = [
     "ShareKeys",
     "UnmaskRequest",
     "UnmaskResponse",
-    "id_set",
     "join_arrays",
-    "memo",
     "parse_message",
     "split_arrays",
 ]
@@ -52,36 +52,8 @@ MessageValue = (
     bytes | int | list[int] | list[bytes] | tuple[int, ...] | tuple[bytes, ...] | npt.NDArray[Any]
 )
 _MAX_ID = 2**64 - 1
+_DIGEST = 32
 M = TypeVar("M", bound="Message")
-R = TypeVar("R")
-
-_MEMO: dict[Hashable, tuple[tuple[object, ...], object]] = {}
-_MEMO_SIZE = 64
-_MEMO_LOCK = threading.Lock()
-_SHARED = 64  # shorter id tuples are validated each time (O(k), not shared by n clients)
-
-
-def memo(kind: Hashable, objects: tuple[object, ...], compute: Callable[[], R]) -> R:
-    """Return ``compute()``, computed once per ``kind`` and identical argument *objects*.
-
-    For pure functions of immutable arguments only (tuples of ints, bytes, frozensets):
-    the same object then has the same content, so n in-process clients that receive one
-    shared O(n) tuple validate it once (O(n) in all, not O(n^2)); a network client parses
-    its own copy and misses. The entry keeps ``objects`` alive, so an id is never reused
-    while it is cached; a ``compute`` that raises caches nothing.
-    """
-    key = (kind, tuple(map(id, objects)))
-    with _MEMO_LOCK:  # clients may run in threads (Flower simulation)
-        hit = _MEMO.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], objects, strict=True)):
-            _MEMO[key] = _MEMO.pop(key)  # least recently used goes first
-            return hit[1]  # type: ignore[return-value]
-    value = compute()
-    with _MEMO_LOCK:
-        if len(_MEMO) >= _MEMO_SIZE:
-            del _MEMO[next(iter(_MEMO))]
-        _MEMO[key] = (objects, value)
-    return value
 
 
 def _int(value: object, name: str, low: int = 0, high: int = _MAX_ID) -> int:
@@ -100,12 +72,6 @@ def _bytes(value: object, name: str) -> bytes:
 
 
 def _int_list(value: object, name: str) -> tuple[int, ...]:
-    if type(value) is tuple and len(value) >= _SHARED:  # immutable: validate once
-        return memo(("ids", name), (value,), lambda: _int_list_checked(value, name))
-    return _int_list_checked(value, name)
-
-
-def _int_list_checked(value: object, name: str) -> tuple[int, ...]:
     if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1:
         value = value.tolist()
     if not isinstance(value, list | tuple):
@@ -115,6 +81,13 @@ def _int_list_checked(value: object, name: str) -> tuple[int, ...]:
         return tuple(_int(v, name) for v in out)
     if out and (min(out) < 0 or max(out) > _MAX_ID):
         raise MessageRejected(f"field {name!r} holds an id outside [0, {_MAX_ID}].")
+    return out
+
+
+def _digest(value: object, name: str) -> bytes:
+    out = _bytes(value, name)
+    if len(out) != _DIGEST:
+        raise MessageRejected(f"field {name!r} must be a {_DIGEST}-byte digest, got {len(out)}.")
     return out
 
 
@@ -138,22 +111,14 @@ def _array(value: object, name: str, dtype: type[np.generic], ndim: int) -> npt.
     return out
 
 
-def id_set(ids: tuple[int, ...]) -> frozenset[int]:
-    """Return the ``frozenset`` of an id tuple, built once per tuple object (:func:`memo`)."""
-    return memo(("set",), (ids,), lambda: frozenset(ids))
-
-
-def _sorted_ring(ids: tuple[int, ...], ring: tuple[int, ...]) -> bool:
-    return len(ring) == len(ids) and set(ring) == id_set(ids) and list(ids) == sorted(ids)
-
-
 def _unique(values: tuple[int, ...], name: str) -> None:
-    if len(values) < _SHARED:
-        unique = len(set(values)) == len(values)
-    else:
-        unique = memo(("unique",), (values,), lambda: len(set(values)) == len(values))
-    if not unique:
+    if len(set(values)) != len(values):
         raise MessageRejected(f"field {name!r} lists an id twice.")
+
+
+def _sorted(values: tuple[int, ...], name: str) -> None:
+    if list(values) != sorted(values):
+        raise MessageRejected(f"field {name!r} must be sorted.")
 
 
 @functools.cache
@@ -172,7 +137,7 @@ class Message:
         out: dict[str, MessageValue] = {"message": self.TAG}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = value  # tuples stay (immutable: see :func:`memo`)
+            out[f.name] = value
         return out
 
     @classmethod
@@ -205,50 +170,79 @@ class Message:
 
 @dataclass(frozen=True)
 class SetupMessage(Message):
-    """Server -> every client: the session parameters (round 0 request).
+    """Server -> one client: the session parameters and its neighbourhood (round 0 request).
 
-    ``ring`` lists all client ids in graph ring order; ``degree == len(client_ids) - 1``
-    means the complete graph.
+    ``num_clients`` is the number of invited clients and ``graph_digest`` the SHA-256 of the
+    graph's ring order (:func:`secagg.crypto.id_digest`); both enter the session id. The
+    recipient learns only its own ``neighbours`` (sorted; its share holders and mask peers)
+    and their Shamir evaluation ``points`` (1-based ranks among the invited ids): O(k).
+    ``degree == num_clients - 1`` means the complete graph.
     """
 
     TAG: ClassVar[bytes] = b"secagg/setup"
     session: bytes
-    client_ids: tuple[int, ...]
+    recipient: int
+    num_clients: int
     threshold: int
     num_summations: int
     degree: int
-    ring: tuple[int, ...]
-    consistency: int = 0
+    consistency: int
+    graph_digest: bytes
+    neighbours: tuple[int, ...]
+    points: tuple[int, ...]
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> SetupMessage:
-        ids = _int_list(data["client_ids"], "client_ids")
-        ring = _int_list(data["ring"], "ring")
-        _unique(ids, "client_ids")
-        if not memo(("ring",), (ids, ring), lambda: _sorted_ring(ids, ring)):
-            raise MessageRejected("client_ids must be sorted and ring a permutation of them.")
+        recipient = _int(data["recipient"], "recipient")
+        n = _int(data["num_clients"], "num_clients", 2, PRIME - 1)
+        degree = _int(data["degree"], "degree", 1, n - 1)
+        neighbours = _int_list(data["neighbours"], "neighbours")
+        points = _int_list(data["points"], "points")
+        _unique(neighbours, "neighbours")
+        _sorted(neighbours, "neighbours")
+        _unique(points, "points")
+        if len(neighbours) != degree or len(points) != degree:
+            raise MessageRejected(
+                f"setup lists {len(neighbours)} neighbours and {len(points)} points for "
+                f"degree {degree}."
+            )
+        if recipient in neighbours:
+            raise MessageRejected(f"setup lists client {recipient} as its own neighbour.")
+        if points and (min(points) < 1 or max(points) > n):
+            raise MessageRejected(f"Shamir points must lie in [1, {n}].")
         return cls(
             session=_bytes(data["session"], "session"),
-            client_ids=ids,
-            threshold=_int(data["threshold"], "threshold", 1, len(ids)),
+            recipient=recipient,
+            num_clients=n,
+            threshold=_int(data["threshold"], "threshold", 1, degree),
             num_summations=_int(data["num_summations"], "num_summations", 1, 64),
-            degree=_int(data["degree"], "degree", 1, max(len(ids) - 1, 1)),
-            ring=ring,
+            degree=degree,
             consistency=_int(data["consistency"], "consistency", 0, 1),
+            graph_digest=_digest(data["graph_digest"], "graph_digest"),
+            neighbours=neighbours,
+            points=points,
         )
 
+    @property
+    def complete(self) -> bool:
+        """Whether the session uses the complete graph (every client a neighbour)."""
+        return self.degree == self.num_clients - 1
+
     def canonical(self) -> bytes:
-        """Return an unambiguous byte encoding (input to the session id)."""
+        """Return an unambiguous encoding of the session-wide fields (input to the session id).
+
+        The recipient's own fields (``recipient``, ``neighbours``, ``points``) are left out:
+        every client of the session derives the same bytes.
+        """
         head = struct.pack(
             "<QQQQQ",
-            len(self.client_ids),
+            self.num_clients,
             self.threshold,
             self.num_summations,
             self.degree,
             self.consistency,
         )
-        body = np.asarray(self.ring, dtype="<u8").tobytes()
-        return self.session + head + body
+        return self.session + head + self.graph_digest
 
 
 @dataclass(frozen=True)
@@ -283,17 +277,19 @@ class AdvertiseKeys(Message):
 
 @dataclass(frozen=True)
 class KeyDirectory(Message):
-    """Server -> one client that advertised keys: who advertised, and the keys it needs.
+    """Server -> one client that advertised keys: how many advertised, and the keys it needs.
 
-    ``client_ids`` lists every client that advertised keys (sorted); ``key_owners`` (sorted)
-    the clients whose keys follow, aligned with ``channel_keys``, ``mask_keys`` and
-    ``signing_keys``: the recipient and its neighbours (O(k) keys), or every client when
-    the session has a consistency round (signatures of the whole session are checked).
+    ``num_advertised`` counts the clients that advertised keys and ``advertised_digest`` is
+    the SHA-256 of their sorted ids (:func:`secagg.crypto.id_digest`); both enter the session
+    id. ``key_owners`` (sorted) are the clients whose keys follow, aligned with
+    ``channel_keys``, ``mask_keys`` and ``signing_keys``: the recipient and its neighbours
+    that advertised (O(k) keys; every client on the complete graph).
     """
 
     TAG: ClassVar[bytes] = b"secagg/key-directory"
     session: bytes
-    client_ids: tuple[int, ...]
+    num_advertised: int
+    advertised_digest: bytes
     key_owners: tuple[int, ...]
     channel_keys: tuple[bytes, ...]
     mask_keys: tuple[bytes, ...]
@@ -301,24 +297,18 @@ class KeyDirectory(Message):
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> KeyDirectory:
-        ids = _int_list(data["client_ids"], "client_ids")
-        _unique(ids, "client_ids")
         owners = _int_list(data["key_owners"], "key_owners")
         _unique(owners, "key_owners")
+        _sorted(owners, "key_owners")
         channel = _bytes_list(data["channel_keys"], "channel_keys")
         mask = _bytes_list(data["mask_keys"], "mask_keys")
         signing = _bytes_list(data["signing_keys"], "signing_keys")
         if not len(owners) == len(channel) == len(mask) == len(signing):
             raise MessageRejected("key directory lists differ in length.")
-        if not memo(("sorted",), (ids,), lambda: list(ids) == sorted(ids)) or list(
-            owners
-        ) != sorted(owners):
-            raise MessageRejected("key directory ids must be sorted.")
-        if not set(owners) <= id_set(ids):
-            raise MessageRejected("key directory lists keys of clients it does not name.")
         return cls(
             session=_bytes(data["session"], "session"),
-            client_ids=ids,
+            num_advertised=_int(data["num_advertised"], "num_advertised", len(owners)),
+            advertised_digest=_digest(data["advertised_digest"], "advertised_digest"),
             key_owners=owners,
             channel_keys=channel,
             mask_keys=mask,
@@ -326,13 +316,12 @@ class KeyDirectory(Message):
         )
 
     def canonical(self) -> bytes:
-        """Return an unambiguous encoding of the advertised ids (input to the session id).
+        """Return an unambiguous encoding of who advertised (input to the session id).
 
-        Only the id list: each client sees its own slice of the keys, and the keys enter
-        every derived key through the X25519 secrets themselves.
+        The count and the digest of the ids only: each client sees its own slice of the
+        keys, and the keys enter every derived key through the X25519 secrets themselves.
         """
-        ids = np.asarray(self.client_ids, dtype="<u8").tobytes()
-        return struct.pack("<Q", len(self.client_ids)) + ids
+        return struct.pack("<Q", self.num_advertised) + self.advertised_digest
 
 
 @dataclass(frozen=True)
@@ -423,13 +412,20 @@ class MaskedInput(Message):
 
 @dataclass(frozen=True)
 class UnmaskRequest(Message):
-    """Server -> surviving clients: who survived summation ``summation`` (round 3 request)."""
+    """Server -> one surviving client: who survived summation ``summation`` (round 3 request).
+
+    ``survivors`` and ``dropped`` name the recipient's neighbourhood only (the recipient and
+    its neighbours: the only clients whose shares it holds; everyone on the complete graph),
+    ``num_survivors`` counts the survivors of the whole session. With a consistency round,
+    ``signers``/``signatures`` carry the signatures on the survivor list.
+    """
 
     TAG: ClassVar[bytes] = b"secagg/unmask-request"
     session: bytes
     summation: int
     survivors: tuple[int, ...]
     dropped: tuple[int, ...]
+    num_survivors: int
     signers: tuple[int, ...] = ()
     signatures: tuple[bytes, ...] = ()
 
@@ -446,6 +442,7 @@ class UnmaskRequest(Message):
             summation=_int(data["summation"], "summation", 0, 63),
             survivors=_int_list(data["survivors"], "survivors"),
             dropped=_int_list(data["dropped"], "dropped"),
+            num_survivors=_int(data["num_survivors"], "num_survivors"),
             signers=signers,
             signatures=signatures,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -143,14 +143,18 @@ class SecAggServer:
                 f"threshold must lie in [2, {holders}] (share holders per client: its "
                 f"{self.graph.degree} neighbours), got {threshold}."
             )
-        self.setup = SetupMessage(
+        self.ids = tuple(ids)
+        self.setup = SetupMessage(  # the session-wide fields; each client gets its own copy
             session=os.urandom(32),
-            client_ids=tuple(ids),
+            recipient=0,
+            num_clients=len(ids),
             threshold=int(threshold),
             num_summations=int(num_summations),
             degree=self.graph.degree,
-            ring=self.graph.ring,
             consistency=int(bool(consistency)),
+            graph_digest=crypto.id_digest(self.graph.ring),
+            neighbours=(),
+            points=(),
         )
         self.consistency = bool(consistency)
         self.threshold = int(threshold)
@@ -190,9 +194,21 @@ class SecAggServer:
             raise MessageRejected("message for another session.")
 
     # ------------------------------------------------------------------ round 0
-    def setup_message(self) -> dict[str, MessageValue]:
-        """Return the setup request, the same for every invited client."""
-        return self.setup.to_dict()
+    def setup_messages(self) -> dict[int, dict[str, MessageValue]]:
+        """Return each invited client's setup request: the session and its neighbourhood.
+
+        O(k) per client (its neighbours and their Shamir points), O(n k) in all.
+        """
+        out: dict[int, dict[str, MessageValue]] = {}
+        for client in self.ids:
+            neighbours = self._neighbours_of(client)
+            out[client] = replace(
+                self.setup,
+                recipient=client,
+                neighbours=neighbours,
+                points=tuple(self.rank[j] for j in neighbours),
+            ).to_dict()
+        return out
 
     def receive_advertise_keys(self, message: Mapping[str, Any]) -> None:
         """Accept one client's public keys (malformed, small-order or reused keys refused)."""
@@ -233,9 +249,10 @@ class SecAggServer:
     def key_directory(self) -> dict[int, dict[str, MessageValue]]:
         """Close round 0; return each advertising client's key directory.
 
-        A client receives the list of clients that advertised and the keys of itself and its
-        neighbours only: O(k) keys per client and O(n k) per round (every client's keys when
-        the session has a consistency round, whose signatures come from the whole session).
+        A client receives how many clients advertised (with the digest of their ids) and the
+        keys of itself and its neighbours only: O(k) per client and O(n k) per round (every
+        client's keys on the complete graph and with a consistency round, whose signatures
+        come from the whole session).
 
         Raises
         ------
@@ -250,7 +267,8 @@ class SecAggServer:
             )
         names = KeyDirectory(
             session=self.session,
-            client_ids=ids,
+            num_advertised=len(ids),
+            advertised_digest=crypto.id_digest(ids),
             key_owners=(),
             channel_keys=(),
             mask_keys=(),
@@ -266,14 +284,13 @@ class SecAggServer:
                 owners = tuple(
                     sorted(j for j in (*self.graph.neighbours(client), client) if j in self.keys)
                 )
-            out[client] = KeyDirectory(
-                session=self.session,
-                client_ids=ids,
+            out[client] = replace(
+                names,
                 key_owners=owners,
                 channel_keys=tuple(self.keys[c].channel_key for c in owners),
                 mask_keys=tuple(self.keys[c].mask_keys for c in owners),
                 signing_keys=tuple(self.keys[c].signing_key for c in owners),
-            ).to_dict()  # one shared ``ids`` tuple for all: O(n + n k), not O(n^2)
+            ).to_dict()
         return out
 
     # ------------------------------------------------------------------ round 1
@@ -435,11 +452,13 @@ class SecAggServer:
             raise MessageRejected(f"client {msg.sender}'s signature does not verify.")
         self.signatures[msg.sender] = msg.signature
 
-    def unmask_request(self) -> dict[str, MessageValue]:
-        """Close the masked-input (or consistency) round; return the unmask request.
+    def unmask_requests(self) -> dict[int, dict[str, MessageValue]]:
+        """Close the masked-input (or consistency) round; return each survivor's unmask request.
 
-        The request goes to every survivor; with a consistency round it carries the
-        signatures, and each client unmasks only if ``threshold`` of them verify.
+        A survivor's request names the survivors and the dropped among itself and its
+        neighbours (O(k); everyone on the complete graph) and counts all survivors; with a
+        consistency round it carries the signatures, and each client unmasks only if
+        ``threshold`` of them verify.
 
         Raises
         ------
@@ -459,14 +478,27 @@ class SecAggServer:
             self._close_masked()
         self.phase = "unmask"
         signers = tuple(sorted(self.signatures))
-        return UnmaskRequest(
+        template = UnmaskRequest(
             session=self.session,
             summation=self.summation,
             survivors=self.survivors,
             dropped=self.dropped,
+            num_survivors=len(self.survivors),
             signers=signers,
             signatures=tuple(self.signatures[c] for c in signers),
-        ).to_dict()
+        )
+        if self.graph.complete:  # every client's neighbourhood is the whole session
+            return {client: template.to_dict() for client in self.survivors}
+        survivors, dropped = set(self.survivors), set(self.dropped)
+        out: dict[int, dict[str, MessageValue]] = {}
+        for client in self.survivors:
+            neighbours = self.graph.neighbours(client)
+            out[client] = replace(
+                template,
+                survivors=tuple(sorted((client, *(j for j in neighbours if j in survivors)))),
+                dropped=tuple(j for j in neighbours if j in dropped),
+            ).to_dict()
+        return out
 
     def receive_unmask(self, message: Mapping[str, Any]) -> None:
         """Accept one survivor's shares."""
@@ -556,7 +588,7 @@ class SecAggServer:
 
     def _neighbours_of(self, client: int) -> tuple[int, ...]:
         if self.graph.complete:
-            return tuple(c for c in self.setup.client_ids if c != client)
+            return tuple(c for c in self.ids if c != client)
         return self.graph.neighbours(client)
 
     def _survivor_neighbours(self, client: int, survivors: set[int]) -> list[int]:

@@ -32,17 +32,20 @@ def dump_client(client: SecAggClient) -> bytes:
         "signed": {str(s): list(v) for s, v in client.signed.items()},
         "phase": client.phase,
         "session": client.session.hex(),
-        "client_ids": list(client.client_ids),
+        "num_clients": client.num_clients,
         "threshold": client.threshold,
         "num_summations": client.num_summations,
         "degree": client.degree,
-        "ring": list(client.ring),
+        "graph_digest": client.graph_digest.hex(),
+        "neighbours": list(client.neighbours),
+        "points": [client.points[j] for j in client.neighbours],
         "channel_sk": client.channel_sk.hex(),
         "mask_sks": [k.hex() for k in client.mask_sks],
         "channel_pk": client.channel_pk.hex(),
         "mask_pks": client.mask_pks.hex(),
         "session_id": client.session_id.hex(),
-        "directory_ids": sorted(client.directory_ids),
+        "num_advertised": client.num_advertised,
+        "advertised_digest": client.advertised_digest.hex(),
         "peer_mask_pks": {str(j): v.hex() for j, v in client.peer_mask_pks.items()},
         "receive_keys": {str(j): v.hex() for j, v in client.receive_keys.items()},
         "seeds": [s.hex() for s in client.seeds],
@@ -81,17 +84,22 @@ def load_client(cls: type[SecAggClient], data: bytes) -> SecAggClient:
             raise ValueError(f"unknown phase {state['phase']!r}")
         client.phase = str(state["phase"])
         client.session = bytes.fromhex(state["session"])
-        client.client_ids = tuple(int(c) for c in state["client_ids"])
+        client.num_clients = int(state["num_clients"])
         client.threshold = int(state["threshold"])
         client.num_summations = int(state["num_summations"])
         client.degree = int(state["degree"])
-        client.ring = tuple(int(c) for c in state["ring"])
+        client.graph_digest = bytes.fromhex(state["graph_digest"])
+        client.neighbours = tuple(int(c) for c in state["neighbours"])
+        client.points = dict(
+            zip(client.neighbours, (int(p) for p in state["points"]), strict=True)
+        )
         client.channel_sk = bytes.fromhex(state["channel_sk"])
         client.mask_sks = [bytes.fromhex(k) for k in state["mask_sks"]]
         client.channel_pk = bytes.fromhex(state["channel_pk"])
         client.mask_pks = bytes.fromhex(state["mask_pks"])
         client.session_id = bytes.fromhex(state["session_id"])
-        client.directory_ids = frozenset(int(c) for c in state["directory_ids"])
+        client.num_advertised = int(state["num_advertised"])
+        client.advertised_digest = bytes.fromhex(state["advertised_digest"])
         client.peer_mask_pks = {int(j): bytes.fromhex(v) for j, v in state["peer_mask_pks"].items()}
         client.receive_keys = {int(j): bytes.fromhex(v) for j, v in state["receive_keys"].items()}
         client.seeds = [bytes.fromhex(s) for s in state["seeds"]]

@@ -340,9 +340,9 @@ class HeterogeneityStrategy:
             raise self.abort(f"invalid secure-aggregation settings: {exc}") from exc
 
         # 1. advertise keys (setup) ---------------------------------------------------------
-        setup = server.setup_message()
+        setups = server.setup_messages()  # each client: its neighbourhood, O(k)
         payloads = {
-            node: {Key.CLIENT_ID: ids[node], Key.SESSION_SIZE: n, Key.SETUP: setup}
+            node: {Key.CLIENT_ID: ids[node], Key.SESSION_SIZE: n, Key.SETUP: setups[ids[node]]}
             for node in sampled
         }
         replies = self._step(transport, ADVERTISE_KEYS, payloads, active)
@@ -362,6 +362,7 @@ class HeterogeneityStrategy:
             if d_value != d:
                 self._reject(replies, node, f"d={d_value}, majority d={d}", active)
         self._accept(server.receive_advertise_keys, ADVERTISE_KEYS, replies, ids, active)
+        n = len(server.keys)  # the key directory's count: the n each client plans with
         plan = plan_protocol(s.protocol, n=n, d=d)
         self._plan = plan
 
@@ -507,9 +508,12 @@ class HeterogeneityStrategy:
             }
             replies = self._step(transport, CONSISTENCY_STEP[stage], payloads, active)
             self._accept(server.receive_consistency, CONSISTENCY_STEP[stage], replies, ids, active)
-        unmask = self._secagg(server.unmask_request)
-        survivors = [nodes_of[c] for c in server.survivors]  # those named in `unmask`
-        payloads = {node: {Key.SECAGG: unmask} for node in survivors if node in active}
+        unmask = self._secagg(server.unmask_requests)  # each survivor: its neighbourhood
+        payloads = {
+            nodes_of[c]: {Key.SECAGG: request}
+            for c, request in unmask.items()
+            if nodes_of[c] in active
+        }
         replies = self._step(transport, unmask_step, payloads, active)
         self._accept(server.receive_unmask, unmask_step, replies, ids, active)
         return self._secagg(server.finish_summation)

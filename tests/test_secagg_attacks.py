@@ -31,9 +31,9 @@ def _session(n, t, *, neighbours="complete", consistency=False, threat_model=Non
     )
     model = threat_model or ("malicious-server" if consistency else "honest-but-curious")
     clients = {i: SecAggClient(i, threat_model=model, gamma=gamma) for i in range(n)}
-    setup = server.setup_message()
+    setup = server.setup_messages()
     for c in clients.values():
-        server.receive_advertise_keys(c.advertise_keys(setup))
+        server.receive_advertise_keys(c.advertise_keys(setup[c.client_id]))
     return server, clients
 
 
@@ -72,9 +72,9 @@ def test_share_keys_omitting_a_neighbour_is_rejected_not_a_wrong_sum():
         except MessageRejected:
             assert i == 0
     _masked(server, clients, x, skip={0})
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in server.survivors:
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(requests[i]))
     result = server.finish_summation()
     assert 0 not in result.survivors
     assert np.array_equal(result.sum, x[list(result.survivors)].sum(axis=0))
@@ -89,9 +89,9 @@ def test_shifted_self_mask_seed_share_is_detected_and_its_sender_excluded():
         server.receive_share_keys(c.share_keys(directories[i]))
     x = _inputs(n, seed=1)
     _masked(server, clients, x)
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in server.survivors:
-        reply = clients[i].unmask(request)
+        reply = clients[i].unmask(requests[i])
         if i == 1:  # cheater: shifts its share of client 0's seed, staying in [0, p)
             shares = reply["seed_shares"].copy()
             row = list(reply["seed_owners"]).index(0)
@@ -123,13 +123,13 @@ def test_own_share_never_counts_a_timed_out_neighbourhood_cannot_expose_a_client
         server.receive_share_keys(c.share_keys(directories[i]))
     x = _inputs(n, seed=2)
     _masked(server, clients, x, skip={3, 4, 5, 6})  # honest neighbours "time out"
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     assert server.survivors == (0, 1, 2)
     with pytest.raises(UnmaskRefused, match="fewer than threshold"):
-        clients[0].unmask(request)
+        clients[0].unmask(requests[0])
     for i in (1, 2):  # honest or not, the colluders' own state machines refuse as well
         with pytest.raises(UnmaskRefused):
-            clients[i].unmask(request)
+            clients[i].unmask(requests[i])
     with pytest.raises(ProtocolAborted):
         server.finish_summation()
 
@@ -172,6 +172,7 @@ def _split_view_attack(n, t, colluders, *, consistency, gamma=0.0):
             summation=0,
             survivors=shown,
             dropped=dropped,
+            num_survivors=len(shown),
             signers=tuple(sorted(signed)),
             signatures=tuple(signed[j] for j in sorted(signed)),
         ).to_dict()
@@ -237,7 +238,7 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
     )
     client = SecAggClient(0, threat_model="malicious-server", gamma=1 / 9)
     with pytest.raises(MessageRejected, match="threshold >= 6"):
-        client.advertise_keys(server.setup_message())
+        client.advertise_keys(server.setup_messages()[client.client_id])
     plain = SecAggServer(
         range(9),
         threshold=6,
@@ -246,7 +247,7 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
         rng=np.random.default_rng(0),
     )
     with pytest.raises(MessageRejected, match="consistency"):
-        SecAggClient(0, threat_model="malicious-server").advertise_keys(plain.setup_message())
+        SecAggClient(0, threat_model="malicious-server").advertise_keys(plain.setup_messages()[0])
     sparse = SecAggServer(
         range(20),
         threshold=4,
@@ -256,7 +257,7 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
         consistency=True,
     )
     with pytest.raises(MessageRejected, match="complete"):
-        SecAggClient(0, threat_model="malicious-server").advertise_keys(sparse.setup_message())
+        SecAggClient(0, threat_model="malicious-server").advertise_keys(sparse.setup_messages()[0])
 
 
 def test_malicious_server_mode_sums_correctly_with_consistent_lists():
@@ -288,7 +289,7 @@ def test_public_keys_are_normalised_before_the_duplicate_check():
     )
     fresh = {i: SecAggClient(i) for i in range(2)}
     for i, c in fresh.items():
-        replies[i] = c.advertise_keys(server2.setup_message())
+        replies[i] = c.advertise_keys(server2.setup_messages()[c.client_id])
     server2.receive_advertise_keys(replies[0])
     alias = bytearray(replies[0]["channel_key"])
     alias[31] ^= 0x80  # same u-coordinate, different bytes

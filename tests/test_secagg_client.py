@@ -21,9 +21,9 @@ def session(n=N, t=T, summations=2, neighbours="complete", seed=0):
         rng=np.random.default_rng(seed),
     )
     clients = {i: SecAggClient(i) for i in range(n)}
-    setup = server.setup_message()
+    setup = server.setup_messages()
     for c in clients.values():
-        server.receive_advertise_keys(c.advertise_keys(setup))
+        server.receive_advertise_keys(c.advertise_keys(setup[c.client_id]))
     directory = server.key_directory()
     for c in clients.values():
         server.receive_share_keys(c.share_keys(directory[c.client_id]))
@@ -52,9 +52,9 @@ def test_happy_path_two_summations():
     x = values()
     for _ in range(2):
         masked_round(server, clients, x)
-        request = server.unmask_request()
+        requests = server.unmask_requests()
         for i in server.survivors:
-            server.receive_unmask(clients[i].unmask(request))
+            server.receive_unmask(clients[i].unmask(requests[i]))
         result = server.finish_summation()
         assert np.array_equal(result.sum, x.sum(axis=0))
 
@@ -62,19 +62,19 @@ def test_happy_path_two_summations():
 def test_refuses_unmask_listing_itself_as_dropped():
     server, clients, _ = session()
     masked_round(server, clients, values())
-    request = server.unmask_request()
-    forged = {**request, "survivors": [1, 2, 3, 4, 5], "dropped": [0]}
+    requests = server.unmask_requests()
+    forged = {**requests[0], "survivors": [1, 2, 3, 4, 5], "dropped": [0]}
     with pytest.raises(UnmaskRefused, match="this client as dropped"):
         clients[0].unmask(forged)
     with pytest.raises(MessageRejected):  # and it stays out of the session
-        clients[0].unmask(request)
+        clients[0].unmask(requests[0])
 
 
 def test_refuses_both_shares_of_one_peer():
     server, clients, _ = session()
     masked_round(server, clients, values())
-    request = server.unmask_request()
-    forged = {**request, "dropped": [2]}  # 2 is also a survivor
+    requests = server.unmask_requests()
+    forged = {**requests[0], "dropped": [2]}  # 2 is also a survivor
     with pytest.raises(UnmaskRefused, match="both"):
         clients[0].unmask(forged)
 
@@ -83,16 +83,16 @@ def test_refuses_reviving_a_peer_dropped_in_an_earlier_summation():
     server, clients, _ = session()
     x = values()
     masked_round(server, clients, x, skip={5})
-    request = server.unmask_request()
+    unmask = server.unmask_requests()
     for i in server.survivors:
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(unmask[i]))
     server.finish_summation()
     requests = server.start_summation(encoding())
     assert 5 not in requests  # a client dropped in one summation stays dropped
     server.receive_masked_input(
         clients[0].masked_input(requests[0], x[0], rng=np.random.default_rng(0))
     )
-    forged = {**request, "summation": 1, "survivors": [0, 1, 5], "dropped": [2, 3, 4]}
+    forged = {**unmask[0], "summation": 1, "survivors": [0, 1, 5], "dropped": [2, 3, 4]}
     with pytest.raises(UnmaskRefused, match="stays dropped"):
         clients[0].unmask(forged)
 
@@ -109,7 +109,12 @@ def test_refuses_reviving_a_peer_dropped_in_an_earlier_summation():
 def test_refuses_unknown_duplicate_or_too_few(survivors, dropped, match):
     server, clients, _ = session()
     masked_round(server, clients, values())
-    request = {**server.unmask_request(), "survivors": survivors, "dropped": dropped}
+    request = {
+        **server.unmask_requests()[0],
+        "survivors": survivors,
+        "dropped": dropped,
+        "num_survivors": len(set(survivors)),
+    }
     with pytest.raises(UnmaskRefused, match=match):
         clients[0].unmask(request)
 
@@ -117,10 +122,10 @@ def test_refuses_unknown_duplicate_or_too_few(survivors, dropped, match):
 def test_refused_request_leaves_state_usable():
     server, clients, _ = session()
     masked_round(server, clients, values())
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     with pytest.raises(UnmaskRefused):
-        clients[0].unmask({**request, "dropped": [1]})
-    reply = clients[0].unmask(request)
+        clients[0].unmask({**requests[0], "dropped": [1]})
+    reply = clients[0].unmask(requests[0])
     assert reply["sender"] == 0
 
 
@@ -148,9 +153,9 @@ def test_rejects_replayed_requests():
 def test_rejects_replayed_share_ciphertexts_in_later_summation():
     server, clients, _ = session()
     first = masked_round(server, clients, values())
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in server.survivors:
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(requests[i]))
     server.finish_summation()
     second = server.start_summation(encoding())
     replay = {**second[0], "senders": first[0]["senders"], "ciphertexts": first[0]["ciphertexts"]}
@@ -194,10 +199,10 @@ def test_rejects_wrong_round():
     with pytest.raises(MessageRejected, match="wrong round"):
         fresh.share_keys(directory[0])
     with pytest.raises(MessageRejected, match="wrong round"):
-        clients[0].advertise_keys(server.setup_message())
+        clients[0].advertise_keys(server.setup_messages()[0])
     masked_round(server, clients, values(), skip={0})
     with pytest.raises(MessageRejected):
-        clients[0].unmask(server.unmask_request())  # never sent its input
+        clients[0].unmask(server.unmask_requests()[1])  # never sent its input
 
 
 @pytest.mark.parametrize(
@@ -233,7 +238,7 @@ def test_rejects_malformed_or_small_order_neighbour_keys(field, key):
     )
     clients = [SecAggClient(i) for i in range(4)]
     for c in clients:
-        server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
+        server.receive_advertise_keys(c.advertise_keys(server.setup_messages()[c.client_id]))
     directory = server.key_directory()
     with pytest.raises(MessageRejected):
         clients[0].share_keys(_directory_with_key(directory[0], 1, field, key))
@@ -245,7 +250,7 @@ def test_rejects_altered_own_keys_and_key_reuse():
     )
     clients = [SecAggClient(i) for i in range(4)]
     for c in clients:
-        server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
+        server.receive_advertise_keys(c.advertise_keys(server.setup_messages()[c.client_id]))
     directory = server.key_directory()
     _, fresh = crypto.generate_keypair()
     with pytest.raises(MessageRejected, match="own keys"):
@@ -261,9 +266,10 @@ def test_aborts_when_too_few_holders_advertised():
     )
     clients = [SecAggClient(i) for i in range(5)]
     for c in clients[:4]:
-        server.receive_advertise_keys(c.advertise_keys(server.setup_message()))
+        server.receive_advertise_keys(c.advertise_keys(server.setup_messages()[c.client_id]))
     directory = server.key_directory()
     short = {k: (v[:3] if isinstance(v, list | tuple) else v) for k, v in directory[0].items()}
+    short["num_advertised"] = 3  # the complete graph shows every advertised key
     with pytest.raises(ProtocolAborted, match="fewer than threshold"):
         clients[0].share_keys(short)
 
@@ -288,7 +294,7 @@ def test_state_survives_serialisation_between_rounds(how):
     )
     clients = {i: SecAggClient(i) for i in range(4)}
     for i in clients:
-        server.receive_advertise_keys(clients[i].advertise_keys(server.setup_message()))
+        server.receive_advertise_keys(clients[i].advertise_keys(server.setup_messages()[i]))
         clients[i] = freeze(clients[i])
     directory = server.key_directory()
     for i in clients:
@@ -302,9 +308,9 @@ def test_state_survives_serialisation_between_rounds(how):
                 clients[i].masked_input(req, x[i], rng=np.random.default_rng(i))
             )
             clients[i] = freeze(clients[i])
-        request = server.unmask_request()
+        requests = server.unmask_requests()
         for i in server.survivors:
-            server.receive_unmask(clients[i].unmask(request))
+            server.receive_unmask(clients[i].unmask(requests[i]))
             clients[i] = freeze(clients[i])
         assert np.array_equal(server.finish_summation().sum, x.sum(axis=0))
 

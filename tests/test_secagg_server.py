@@ -19,8 +19,8 @@ def advertised(n=6, t=3, summations=2, neighbours="complete", seed=0):
         rng=np.random.default_rng(seed),
     )
     clients = {i: SecAggClient(i) for i in range(n)}
-    setup = server.setup_message()
-    replies = {i: c.advertise_keys(setup) for i, c in clients.items()}
+    setup = server.setup_messages()
+    replies = {i: c.advertise_keys(setup[c.client_id]) for i, c in clients.items()}
     return server, clients, replies
 
 
@@ -105,7 +105,7 @@ def test_rejects_wrong_round_messages():
     with pytest.raises(MessageRejected, match="replayed"):
         server.receive_share_keys(share)
     with pytest.raises(MessageRejected, match="wrong round"):
-        server.unmask_request()
+        server.unmask_requests()
 
 
 def test_rejects_shares_to_non_neighbours():
@@ -142,13 +142,13 @@ def test_late_masked_input_is_refused_and_stays_masked():
         server.receive_masked_input(
             clients[i].masked_input(requests[i], x[i], rng=np.random.default_rng(i))
         )
-    request = server.unmask_request()  # closes the round: client 5 is declared dropped
-    assert 5 in request["dropped"]
+    requests = server.unmask_requests()  # closes the round: client 5 is declared dropped
+    assert 5 in requests[0]["dropped"]
     with pytest.raises(MessageRejected, match="wrong round"):
         server.receive_masked_input(late_reply)
     with pytest.raises(MessageRejected):
-        clients[5].unmask(request)
-    responses = [clients[i].unmask(request) for i in range(5)]
+        clients[5].unmask(requests[0])
+    responses = [clients[i].unmask(requests[i]) for i in range(5)]
     assert all(5 not in r["seed_owners"] for r in responses)  # its self-mask seed never leaks
     for r in responses:
         server.receive_unmask(r)
@@ -176,15 +176,15 @@ def test_aborts_when_masked_inputs_below_threshold():
     server, clients = shared(n=6, t=4)
     inputs(server, clients, x_values(), skip={0, 1, 2})
     with pytest.raises(ProtocolAborted, match="fewer than threshold"):
-        server.unmask_request()
+        server.unmask_requests()
 
 
 def test_aborts_when_unmask_shares_below_threshold_never_returns_sum():
     server, clients = shared(n=6, t=4)
     inputs(server, clients, x_values())
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in range(3):
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(requests[i]))
     with pytest.raises(ProtocolAborted, match="fewer than threshold"):
         server.finish_summation()
     assert server.results == []
@@ -195,9 +195,9 @@ def test_dropouts_during_unmasking_with_enough_shares():
     server, clients = shared(n=6, t=2)
     x = x_values()
     inputs(server, clients, x, skip={4})
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in (0, 1, 2):  # clients 3 and 5 drop while unmasking
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(requests[i]))
     result = server.finish_summation()
     assert result.survivors == (0, 1, 2, 3, 5)
     assert np.array_equal(result.sum, x[[0, 1, 2, 3, 5]].sum(axis=0))
@@ -210,9 +210,9 @@ def test_one_bad_key_share_is_identified_not_fatal(limb):
     server, clients = shared(n=6, t=3)
     x = x_values()
     inputs(server, clients, x, skip={5})
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in range(5):
-        reply = clients[i].unmask(request)
+        reply = clients[i].unmask(requests[i])
         if i == 0:
             shares = reply["key_shares"].copy()
             shares[0, 0, limb] = (int(shares[0, 0, limb]) + 1) % shamir.PRIME
@@ -226,9 +226,9 @@ def test_one_bad_key_share_is_identified_not_fatal(limb):
 def test_bad_key_shares_abort_when_too_few_good_remain():
     server, clients = shared(n=6, t=3)
     inputs(server, clients, x_values(), skip={5})
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in range(3):  # three of the key's holders answer, one of them lies
-        reply = clients[i].unmask(request)
+        reply = clients[i].unmask(requests[i])
         if i == 0:
             shares = reply["key_shares"].copy()
             shares[0, 0, 3] = (int(shares[0, 0, 3]) + 1) % shamir.PRIME
@@ -241,8 +241,8 @@ def test_bad_key_shares_abort_when_too_few_good_remain():
 def test_rejects_unmask_shares_for_wrong_owners():
     server, clients = shared(n=6, t=3)
     inputs(server, clients, x_values(), skip={5})
-    request = server.unmask_request()
-    reply = clients[0].unmask(request)
+    requests = server.unmask_requests()
+    reply = clients[0].unmask(requests[0])
     with pytest.raises(MessageRejected, match="key share"):
         server.receive_unmask({**reply, "key_owners": [1]})
     server.receive_unmask(reply)
@@ -255,7 +255,7 @@ def test_rejects_unmask_shares_for_wrong_owners():
 def test_rejects_out_of_range_unmask_shares():
     server, clients = shared(n=6, t=3)
     inputs(server, clients, x_values())
-    reply = clients[0].unmask(server.unmask_request())
+    reply = clients[0].unmask(server.unmask_requests()[0])
     shares = reply["seed_shares"].copy()
     shares[0, 0, 3] = shamir.PRIME
     with pytest.raises(MessageRejected, match="outside"):
@@ -275,9 +275,9 @@ def test_message_order_does_not_change_the_sum():
         ]
         for i in order:
             server.receive_masked_input(replies[i])
-        request = server.unmask_request()
+        requests = server.unmask_requests()
         for i in order:
-            server.receive_unmask(clients[int(i)].unmask(request))
+            server.receive_unmask(clients[int(i)].unmask(requests[int(i)]))
         raws.append(server.finish_summation().raw)
     assert np.array_equal(raws[0], raws[1])
 
@@ -287,9 +287,9 @@ def test_encoding_must_cover_all_clients_and_summations_are_limited():
     with pytest.raises(EncodingError, match="summands"):
         server.start_summation(choose_encoding(3, np.ones(D)))
     inputs(server, clients, x_values())
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in server.survivors:
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(requests[i]))
     server.finish_summation()
     with pytest.raises(ProtocolAborted, match="only 1 summations"):
         server.start_summation(enc())
@@ -315,13 +315,13 @@ def test_dropping_in_a_later_summation_reveals_only_that_summations_mask_key():
     server, clients = shared(n=6, t=3, summations=2)
     x = x_values()
     first = inputs(server, clients, x)
-    request = server.unmask_request()
+    requests = server.unmask_requests()
     for i in server.survivors:
-        server.receive_unmask(clients[i].unmask(request))
+        server.receive_unmask(clients[i].unmask(requests[i]))
     server.finish_summation()
     inputs(server, clients, x, skip={5})
-    request = server.unmask_request()
-    replies = [clients[i].unmask(request) for i in server.survivors]
+    requests = server.unmask_requests()
+    replies = [clients[i].unmask(requests[i]) for i in server.survivors]
     for reply in replies:
         server.receive_unmask(reply)
     assert np.array_equal(server.finish_summation().sum, x[:5].sum(axis=0))
