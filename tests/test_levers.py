@@ -91,7 +91,12 @@ def test_only_needed_releases_are_made(
 def test_unneeded_statistics_are_nan_and_labelled() -> None:
     x = np.random.default_rng(3).random((40, 5))
     res = private_statistics(
-        x, epsilon=1.0, delta=1e-5, statistics=("i2",), rng=np.random.default_rng(4)
+        x,
+        epsilon=1.0,
+        delta=1e-5,
+        statistics=("i2",),
+        adaptive_floor=False,
+        rng=np.random.default_rng(4),
     )
     for key in ("mean", "dispersion"):
         assert np.all(np.isnan(getattr(res, key))), key
@@ -210,7 +215,9 @@ def test_stage2_sigmas_follow_the_broadcast() -> None:
 
 def test_results_report_the_stage2_sigma_used() -> None:
     x = np.random.default_rng(6).random((50, 8)) * 0.3 + 0.35
-    res = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(7))
+    res = private_statistics(
+        x, epsilon=1.0, delta=1e-5, adaptive_floor=False, rng=np.random.default_rng(7)
+    )
     plan = plan_protocol(ProtocolConfig(1.0, 1e-5), n=50, d=8)
     used = plan.stage2_sigmas(res.mu_prime_broadcast, res.weighted_mean)
     assert res.sigmas["dispersion"] == pytest.approx(float(used["dispersion"]))

@@ -191,7 +191,12 @@ def test_central_client_path_equals_private_statistics(small_data: np.ndarray) -
     cfg = ProtocolConfig(3.0, 1e-6, placement="central")
     _, (_, res), _, _ = _client_path(small_data, cfg, client_seed=1, server_seed=42)
     direct = private_statistics(
-        small_data, epsilon=3.0, delta=1e-6, placement="central", rng=np.random.default_rng(42)
+        small_data,
+        epsilon=3.0,
+        delta=1e-6,
+        placement="central",
+        adaptive_floor=False,  # as ProtocolConfig's default
+        rng=np.random.default_rng(42),
     )
     for name in STATS:
         np.testing.assert_allclose(
@@ -207,7 +212,12 @@ def test_batch_with_one_repeat_equals_in_process(
     # identities sum (x - m)^2 = sum (x - mu)^2 + n (mu - m)^2 (and the weighted analogue).
     cfg = ProtocolConfig(0.5, 1e-5, placement=placement)
     direct = private_statistics(
-        small_data, epsilon=0.5, delta=1e-5, placement=placement, rng=np.random.default_rng(5)
+        small_data,
+        epsilon=0.5,
+        delta=1e-5,
+        placement=placement,
+        adaptive_floor=False,  # as ProtocolConfig's default
+        rng=np.random.default_rng(5),
     )
     batch = private_statistics_batch(small_data, cfg, repeats=1, rng=np.random.default_rng(5))
     for name in STATS:
@@ -374,7 +384,8 @@ def test_private_statistics_defaults_follow_protocol_config() -> None:
     x = np.random.default_rng(0).random((30, 4))
     r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(1))
     assert r.plan is not None
-    assert r.plan.config == ProtocolConfig(epsilon=1.0, delta=1e-5)
+    # ... and the adaptive variance floor, which private_statistics recommends (issue 9, d)
+    assert r.plan.config == ProtocolConfig(epsilon=1.0, delta=1e-5, adaptive_floor=True)
     basic = private_statistics(
         x, epsilon=1.0, delta=1e-5, composition="basic", rng=np.random.default_rng(1)
     )

@@ -23,6 +23,8 @@ _FIELDS = (
     "split",
     "statistics",
     "broadcast_bounds",
+    "adaptive_floor",
+    "floor_quantile",
 )
 
 
@@ -70,6 +72,16 @@ class ProtocolConfig:
         Calibrate the stage-2 releases to the sensitivities that the public broadcast values
         allow (``||max(c, 1 - c)^2||_2``, times ``W`` for ``Q''``) instead of ``sqrt(d)`` and
         ``W sqrt(d)`` (default True; see ``docs/privacy.md``).
+    adaptive_floor : bool
+        Choose the variance floor from the data: a stage-0 noisy histogram of the clients'
+        within-vector variances (its own share of the budget) picks a low quantile of them,
+        never below ``variance_floor``, and ``W = 1/floor`` follows the data
+        (:mod:`fa_hetdp.protocol.floor`; ``docs/privacy.md``). Default False here (the
+        scenarios and the paper's settings keep ``W = 1/v_min``);
+        :func:`fa_hetdp.private_statistics` turns it on unless told otherwise.
+    floor_quantile : float
+        ``q`` in ``(0, 1/2]`` of the floor rule: at most about ``q n`` clients are floored
+        (default 0.1; the rule's margin keeps the count well below, 3 % on digits).
     """
 
     epsilon: float
@@ -84,6 +96,8 @@ class ProtocolConfig:
     split: Mapping[str, float] | None = field(default=None)
     statistics: tuple[str, ...] | None = None
     broadcast_bounds: bool = True
+    adaptive_floor: bool = False
+    floor_quantile: float = 0.1
 
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together

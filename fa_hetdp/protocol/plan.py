@@ -13,6 +13,10 @@ Utility levers (their privacy argument: ``docs/privacy.md``):
   budget) and the statistics they would feed are NaN, labelled.
 - the split: under ``"gdp"`` with no ``split`` given, the budget is split by
   :func:`release_weights` (``u_k`` proportional to ``Delta_k sqrt(a_k)``).
+- ``adaptive_floor``: a stage-0 release ``"floor"`` (a noisy histogram of the ``s_i^2``,
+  :mod:`fa_hetdp.protocol.floor`) takes :data:`~fa_hetdp.protocol.floor.FLOOR_BUDGET_SHARE`
+  of the budget; once the floor is chosen, ``plan_protocol(config, n=n, d=d, floor=...)``
+  plans stages 1 and 2 with ``W = 1/floor`` (the floor release keeps the same sigma).
 - ``broadcast_bounds``: the stage-2 sensitivities follow from the public broadcast ``c``
   (``||max(c, 1 - c)^2||_2``, ``W`` times that for ``Q''``); the planned sigma is the worst
   case ``c`` and :meth:`ProtocolPlan.stage2_factors` scales it down once ``c`` is known. The
@@ -42,6 +46,14 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, optimal_weights, plan_budget
 from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
 from fa_hetdp.errors import BaselineWarning, InputDataError, PrivacyParameterError
+from fa_hetdp.protocol.floor import (
+    FLOOR_BUDGET_SHARE,
+    FLOOR_RELEASE,
+    FLOOR_SENSITIVITY,
+    check_floor,
+    floor_edges,
+    uses_adaptive_floor,
+)
 from fa_hetdp.protocol.layout import Stage, StageLayout, stage_layout
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE
 from fa_hetdp.stats.registry import STATISTIC_KEYS
@@ -150,6 +162,9 @@ class ProtocolPlan:
         Calibrated releases (sigma of each, its epsilon/delta share).
     labels : tuple[str, ...]
         Human-readable caveats (baseline mechanism, paper profile, placement).
+    floor : float or None
+        The adaptive floor chosen from the stage-0 histogram (public); None before it is
+        chosen or without ``adaptive_floor`` (then ``v_min`` applies).
     """
 
     config: ProtocolConfig
@@ -158,21 +173,56 @@ class ProtocolPlan:
     t: int
     budget: BudgetPlan
     labels: tuple[str, ...] = ()
+    floor: float | None = None
+
+    @property
+    def variance_floor(self) -> float:
+        """The floor the weights use: the chosen adaptive floor, else ``v_min``."""
+        return self.config.variance_floor if self.floor is None else self.floor
 
     @property
     def max_weight(self) -> float:
-        """``W = 1/v_min``, the largest weight."""
-        return 1.0 / self.config.variance_floor
+        """``W = 1/v_floor``, the largest weight."""
+        return 1.0 / self.variance_floor
 
     @property
     def min_weight(self) -> float:
-        """Smallest possible weight ``1/max(1/4, v_min)`` (``s_i^2 <= 1/4`` always)."""
-        return 1.0 / max(MAX_WITHIN_VARIANCE, self.config.variance_floor)
+        """Smallest possible weight ``1/max(1/4, v_floor)`` (``s_i^2 <= 1/4`` always)."""
+        return 1.0 / max(MAX_WITHIN_VARIANCE, self.variance_floor)
 
     @property
     def releases(self) -> tuple[str, ...]:
-        """Names of the noisy releases this plan makes (the needed ones)."""
-        return tuple(r.name for r in self.budget.releases)
+        """Names of the noisy releases of stages 1 and 2 (the needed ones)."""
+        return tuple(r.name for r in self.budget.releases if r.name != FLOOR_RELEASE)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the run releases the stage-0 floor histogram."""
+        return any(r.name == FLOOR_RELEASE for r in self.budget.releases)
+
+    @property
+    def floor_sigma(self) -> float:
+        """Sigma of the stage-0 histogram per bucket (0.0 without ``adaptive_floor``)."""
+        return float(self.budget.sigma(FLOOR_RELEASE)) if self.adaptive else 0.0
+
+    @property
+    def floor_noise_std(self) -> float:
+        """Std of the total histogram noise per bucket when every share arrives."""
+        if self.config.placement == "central":
+            return self.floor_sigma
+        return self.floor_sigma * math.sqrt(self.n / self.t)
+
+    @property
+    def floor_share_std(self) -> float:
+        """Std of one client's histogram noise share (0.0 for central placement)."""
+        if self.config.placement == "central":
+            return 0.0
+        return self.floor_sigma / math.sqrt(self.t)
+
+    @property
+    def floor_edges(self) -> FloatArray:
+        """The public grid of candidate floors (from the user's ``v_min``)."""
+        return floor_edges(self.config.variance_floor)
 
     @property
     def statistics(self) -> tuple[str, ...]:
@@ -382,8 +432,11 @@ def needed_releases(config: ProtocolConfig) -> tuple[str, ...]:
     return tuple(r for r in ("mean", "weighted", "dispersion", "q", "i2_extra") if r in needed)
 
 
-def _release_specs(config: ProtocolConfig, n: int, d: int) -> list[ReleaseSpec]:
-    w = 1.0 if config.profile == "paper" else 1.0 / config.variance_floor
+def _release_specs(
+    config: ProtocolConfig, n: int, d: int, floor: float | None = None
+) -> list[ReleaseSpec]:
+    v_floor = config.variance_floor if floor is None else floor
+    w = 1.0 if config.profile == "paper" else 1.0 / v_floor
     # Replace-one L2 sensitivities of the sums; x_i in [0,1]^d and w_i in [4, W]. The stage-2
     # ones are the worst case over the broadcast (c = 0 or 1); see ProtocolPlan.stage2_factors.
     sensitivity = {
@@ -400,6 +453,12 @@ def _release_specs(config: ProtocolConfig, n: int, d: int) -> list[ReleaseSpec]:
     else:
         weights = {k: config.weight(k) for k in counted}
     specs = [ReleaseSpec(k, counted[k], weights[k]) for k in counted]
+    if uses_adaptive_floor(config):
+        # Stage 0 takes a fixed share of the counted weight, the same before and after the
+        # floor is chosen, so its sigma does not depend on the data (docs/privacy.md).
+        total = math.fsum(weights.values())
+        share = FLOOR_BUDGET_SHARE / (1.0 - FLOOR_BUDGET_SHARE) * total
+        specs.insert(0, ReleaseSpec(FLOOR_RELEASE, FLOOR_SENSITIVITY, share))
     if "i2_extra" in needed:
         # Thm 3.13: eta_3 with Delta = sqrt(d)/n; I2'' is already private, so it does not count.
         specs.append(
@@ -415,7 +474,9 @@ def budget_names(budget: BudgetPlan) -> tuple[str, ...]:
     return tuple(r.name for r in budget.releases)
 
 
-def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
+def plan_protocol(
+    config: ProtocolConfig, *, n: int, d: int, floor: float | None = None
+) -> ProtocolPlan:
     """Calibrate every release of the protocol for ``n`` clients and ``d`` coordinates.
 
     Parameters
@@ -426,6 +487,10 @@ def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
         Number of participating clients (public), ``n >= 2``.
     d : int
         Number of coordinates, ``d >= 1``.
+    floor : float, optional
+        With ``adaptive_floor``: the floor chosen from the stage-0 histogram (an edge of
+        :func:`~fa_hetdp.protocol.floor.floor_edges`); stages 1 and 2 are planned with
+        ``W = 1/floor``. Left out, ``v_min`` (the plan of stage 0).
 
     Returns
     -------
@@ -456,10 +521,12 @@ def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
     if config.profile == "paper":
         warnings.warn(LABEL_PAPER_PROFILE, BaselineWarning, stacklevel=2)
         labels.append(LABEL_PAPER_PROFILE)
+    if floor is not None:
+        floor = check_floor(config, floor)
     budget = plan_budget(
         config.epsilon,
         config.delta,
-        _release_specs(config, n, d),
+        _release_specs(config, n, d, floor),
         mechanism=config.mechanism,
         composition=config.composition,
     )
@@ -485,4 +552,15 @@ def plan_protocol(config: ProtocolConfig, *, n: int, d: int) -> ProtocolPlan:
         )
     if not config.broadcast_bounds:
         labels.append("stage-2 noise calibrated to the worst-case bounds sqrt(d), W sqrt(d)")
-    return ProtocolPlan(config=config, n=n, d=d, t=t, budget=budget, labels=tuple(labels))
+    if uses_adaptive_floor(config):
+        chosen = "not chosen yet" if floor is None else f"v_floor={floor:.4g}, W={1 / floor:.4g}"
+        labels.append(
+            f"adaptive variance floor ({chosen}): a noisy histogram of the s_i^2 (release "
+            f"'floor', {FLOOR_BUDGET_SHARE:.0%} of the budget) picks the floor, never below "
+            f"v_min={config.variance_floor:g}"
+        )
+    elif config.adaptive_floor:
+        labels.append("adaptive variance floor off: the paper profile or v_min = 1/4")
+    return ProtocolPlan(
+        config=config, n=n, d=d, t=t, budget=budget, labels=tuple(labels), floor=floor
+    )

@@ -31,8 +31,9 @@ import numpy.typing as npt
 from fa_hetdp._types import FloatArray, Placement
 from fa_hetdp.dp.accounting import PrivacySpent, privacy_spent
 from fa_hetdp.errors import AggregationError, InputDataError
+from fa_hetdp.protocol.floor import FLOOR_RELEASE, FloorChoice, choose_floor
 from fa_hetdp.protocol.layout import Stage
-from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count
+from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count, plan_protocol
 from fa_hetdp.stats.exact import coordinate_averages, i_squared
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "Stage1Estimates",
     "Stage1Release",
     "Stage2Estimates",
+    "assemble_floor",
     "assemble_stage1",
     "assemble_stage2",
     "estimate_stage1",
@@ -141,6 +143,8 @@ class PrivateStatistics:
         number for "how heterogeneous are my clients" (post-processing).
     plan : ProtocolPlan or None
         The plan the result was computed under (the source of its intervals).
+    floor_choice : FloorChoice or None
+        The adaptive floor and the noisy histogram it came from (``adaptive_floor``).
 
     Every value says what it is worth: :meth:`confidence_intervals` gives the intervals from
     the known noise, and :func:`fa_hetdp.report.results.statistics_section` the noise on each
@@ -168,6 +172,7 @@ class PrivateStatistics:
     total_dispersion: float = math.nan
     i2_total: float = math.nan
     plan: ProtocolPlan | None = None
+    floor_choice: FloorChoice | None = None
 
     def confidence_intervals(self, level: float = 0.95) -> Intervals:
         """Intervals of every statistic and scalar from the known noise (coverage ``>= level``).
@@ -351,11 +356,66 @@ def extra_i2_noise(i2: FloatArray, plan: ProtocolPlan, *, rng: np.random.Generat
     return out
 
 
-def privacy_spent_of(plan: ProtocolPlan, fraction1: float, fraction2: float) -> PrivacySpent:
-    """Privacy spent when fractions ``fraction1``/``fraction2`` of the noise arrived."""
+def privacy_spent_of(
+    plan: ProtocolPlan, fraction1: float, fraction2: float, fraction0: float = 1.0
+) -> PrivacySpent:
+    """Privacy spent when fractions ``fraction1``/``fraction2`` of the noise arrived.
+
+    ``fraction0`` is the stage-0 histogram's (``adaptive_floor``); it counts like the others.
+    """
     fractions = {"mean": fraction1, "weighted": fraction1, "dispersion": fraction2, "q": fraction2}
     made = {k: v for k, v in fractions.items() if k in plan.releases}  # needed releases only
+    if plan.adaptive:
+        made[FLOOR_RELEASE] = fraction0
     return privacy_spent(plan.budget, made)
+
+
+def assemble_floor(
+    noisy_histogram: npt.ArrayLike,
+    plan: ProtocolPlan,
+    *,
+    noise_shares: int,
+    rng: np.random.Generator,
+) -> tuple[FloorChoice, ProtocolPlan]:
+    """Choose the adaptive floor from the unmasked stage-0 histogram and plan stages 1-2.
+
+    Parameters
+    ----------
+    noisy_histogram : array_like, shape (K + 1,)
+        ``sum_i onehot(bucket(s_i^2))`` plus the arrived noise shares (distributed), or the
+        noiseless sum (central: the server adds ``sigma_0`` noise here).
+    plan : ProtocolPlan
+        The stage-0 plan (``adaptive_floor``, no floor yet).
+    noise_shares : int
+        Noise shares in the sum (distributed placement).
+    rng : numpy.random.Generator
+        Server noise (central placement only).
+
+    Returns
+    -------
+    tuple of (FloorChoice, ProtocolPlan)
+        The choice (:func:`~fa_hetdp.protocol.floor.choose_floor`, public) and the plan of
+        stages 1 and 2 with ``W = 1/floor``.
+    """
+    if not plan.adaptive:
+        raise InputDataError("the plan has no adaptive floor (ProtocolConfig.adaptive_floor).")
+    edges = plan.floor_edges
+    h = _check_sum("floor histogram", noisy_histogram, len(edges) + 1)
+    _, shares = _check_arrivals(plan, plan.n, noise_shares)
+    if plan.config.placement == "central":
+        h = h + plan.mechanism.sample(plan.floor_sigma, h.shape, rng=rng)
+        sigma = plan.floor_sigma
+    else:  # the noise that arrived: shares of scale sigma_0/sqrt(t)
+        sigma = plan.floor_share_std * math.sqrt(shares)
+    choice = choose_floor(
+        h,
+        n=plan.n,
+        edges=edges,
+        sigma=sigma,
+        quantile=plan.config.floor_quantile,
+    )
+    after = plan_protocol(plan.config, n=plan.n, d=plan.d, floor=float(choice.floor))
+    return choice, after
 
 
 def result_labels(
