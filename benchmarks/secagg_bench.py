@@ -98,9 +98,9 @@ def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
         lambda: SecAggServer(range(n), threshold=threshold, neighbours=neighbours, rng=rng)
     )
     clients = [SecAggClient(i) for i in range(n)]
-    setup = timed_server(server.setup_message)
+    setups = timed_server(server.setup_messages)
     for i, c in enumerate(clients):
-        timed_server(server.receive_advertise_keys, timed_client(i, c.advertise_keys, setup))
+        timed_server(server.receive_advertise_keys, timed_client(i, c.advertise_keys, setups[i]))
     directories = timed_server(server.key_directory)
     for i, c in enumerate(clients):
         timed_server(server.receive_share_keys, timed_client(i, c.share_keys, directories[i]))
@@ -111,9 +111,9 @@ def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
         if i not in dropped:
             reply = timed_client(i, clients[i].masked_input, request, vectors[i], rng=streams[i])
             timed_server(server.receive_masked_input, reply)
-    unmask = timed_server(server.unmask_request)
+    unmask = timed_server(server.unmask_requests)
     for i in server.survivors:
-        timed_server(server.receive_unmask, timed_client(i, clients[i].unmask, unmask))
+        timed_server(server.receive_unmask, timed_client(i, clients[i].unmask, unmask[i]))
     result = timed_server(server.finish_summation)
     wall = time.perf_counter() - wall
     cpu = time.process_time() - cpu
@@ -226,12 +226,13 @@ def run_flower(n: int, k: int, t: int, sample: int) -> dict[str, Any]:
 _PHASES = {
     SecAggClient: ("advertise_keys", "share_keys", "masked_input", "unmask"),
     SecAggServer: (
+        "setup_messages",
         "receive_advertise_keys",
         "key_directory",
         "receive_share_keys",
         "start_summation",
         "receive_masked_input",
-        "unmask_request",
+        "unmask_requests",
         "receive_unmask",
         "finish_summation",
     ),

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from secagg import crypto
 from secagg.consistency import check_safe, check_signatures, consistency_payload
 from secagg.encoding import FixedPointEncoding, FloatArray
-from secagg.errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
+from secagg.errors import EncodingError, MessageRejected, ProtocolAborted
 from secagg.messages import (
     AdvertiseKeys,
     ConsistencyRequest,

@@ -80,7 +80,10 @@ def check_unmask_request(
     """
     me = client.client_id
     survivors, dropped = frozenset(msg.survivors), frozenset(msg.dropped)
-    for name, ids, unique in (("survivors", msg.survivors, survivors), ("dropped", msg.dropped, dropped)):
+    for name, ids, unique in (
+        ("survivors", msg.survivors, survivors),
+        ("dropped", msg.dropped, dropped),
+    ):
         if len(unique) != len(ids):
             raise UnmaskRefused(f"client {me}: unmask request lists duplicate {name} ids.")
     unknown = sorted((survivors | dropped) - {me, *client.neighbours})

@@ -90,9 +90,7 @@ def load_client(cls: type[SecAggClient], data: bytes) -> SecAggClient:
         client.degree = int(state["degree"])
         client.graph_digest = bytes.fromhex(state["graph_digest"])
         client.neighbours = tuple(int(c) for c in state["neighbours"])
-        client.points = dict(
-            zip(client.neighbours, (int(p) for p in state["points"]), strict=True)
-        )
+        client.points = dict(zip(client.neighbours, (int(p) for p in state["points"]), strict=True))
         client.channel_sk = bytes.fromhex(state["channel_sk"])
         client.mask_sks = [bytes.fromhex(k) for k in state["mask_sks"]]
         client.channel_pk = bytes.fromhex(state["channel_pk"])

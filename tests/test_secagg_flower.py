@@ -138,3 +138,43 @@ def test_an_oversized_reply_drops_that_client_not_the_step(monkeypatch: Any) -> 
     replies, dropouts = transport.exchange("masked_input", {1: {}, 2: {}}, 0.5)
     assert set(replies) == {1} and replies[1]["vector"].shape == (1000,)
     assert set(dropouts) == {2} and "cap of 65536" in dropouts[2]
+
+
+def test_clients_take_n_from_the_key_directory_not_from_what_the_server_states(
+    tmp_path: Path,
+) -> None:
+    # The server states n = 10^6 beside every setup and shows one node a key directory that
+    # miscounts the advertised clients: the stated number never reaches the noise (the run
+    # still equals its in-process twin, whose noise uses the directory's n), and the node
+    # shown the wrong count refuses and drops.
+    from collections.abc import Mapping
+
+    from test_server_strategy import InMemoryTransport
+
+    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flower.steps import ADVERTISE_KEYS, SHARE_KEYS, Key
+    from server.strategy import HeterogeneityStrategy
+
+    class LyingServer(InMemoryTransport):
+        def exchange(
+            self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
+        ) -> Any:
+            changed = {node: dict(p) for node, p in payloads.items()}
+            if step == ADVERTISE_KEYS:
+                for payload in changed.values():
+                    payload[Key.SESSION_SIZE] = 10**6
+            if step == SHARE_KEYS:
+                victim = min(changed)
+                directory = dict(changed[victim][Key.SECAGG])
+                directory["num_advertised"] += 1
+                changed[victim][Key.SECAGG] = directory
+            return super().exchange(step, changed, timeout)
+
+    config = run_config(tmp_path, scenario_file(tmp_path, 10), **{"on-degraded": "release"})
+    settings = RunSettings.from_run_config(config)
+    document = HeterogeneityStrategy(settings).run(LyingServer(10, config))
+    assert document["status"] == "success"
+    share = next(s for s in document["steps"] if s["step"] == SHARE_KEYS)
+    assert any("shows 10 keys" in why for why in share["dropouts"].values())
+    assert document["n"] == 10 and document["clients_in_sum"]["stage1"] == 9
+    assert_matches_reference(document, config)
