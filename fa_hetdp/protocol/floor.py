@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -178,7 +178,7 @@ class FloorChoice:
     sigma: float
     quantile: float
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-ready description of one choice (no leading axis)."""
         return {
             "floor": float(self.floor),
