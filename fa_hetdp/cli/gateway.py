@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,9 @@ def create_gateway_app(settings: GatewaySettings) -> Starlette:
     from starlette.routing import Route
 
     scheme = "http" if settings.insecure else "https"
-    verify: str | bool = False if settings.insecure else str(settings.ssl_ca_certfile)
+    verify: ssl.SSLContext | bool = False
+    if not settings.insecure:
+        verify = ssl.create_default_context(cafile=str(settings.ssl_ca_certfile))
     client = httpx.AsyncClient(
         base_url=f"{scheme}://{settings.superlink}",
         verify=verify,
