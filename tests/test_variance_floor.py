@@ -219,3 +219,29 @@ def test_batch_groups_repeats_by_floor_and_keeps_the_truth_at_v_min() -> None:
     )
     for key in ("mean", "dispersion", "weighted_mean", "q"):
         np.testing.assert_allclose(getattr(one, key)[0], getattr(direct, key), rtol=1e-9)
+
+
+def test_planner_counts_the_histogram_and_predicts_the_floor() -> None:
+    from fa_hetdp import plan_accuracy
+
+    stated = plan_accuracy(
+        1797, 64, epsilon=1.0, delta=1e-5, within_variance=0.14, adaptive_floor=True
+    )
+    edges = floor_edges(0.01)
+    assert stated.plan.variance_floor == max(e for e in edges if e <= 0.14)
+    assert FLOOR_RELEASE in {r.name for r in stated.plan.budget.releases}
+    assert privacy_spent(stated.plan.budget).epsilon == pytest.approx(1.0, rel=1e-9)
+    assert stated.as_dict()["planned_floor"] == stated.plan.variance_floor
+    fixed = plan_accuracy(1797, 64, epsilon=1.0, delta=1e-5, within_variance=0.14)
+    for key in ("weighted_mean", "q"):
+        assert stated.error(key).rmse_average < fixed.error(key).rmse_average / 3, key
+    # unstated within-variance: planned conservatively at v_min (W = 100), the share still paid
+    blind = plan_accuracy(1797, 64, epsilon=1.0, delta=1e-5, adaptive_floor=True)
+    assert blind.plan.max_weight == pytest.approx(100.0)
+    plain = plan_accuracy(1797, 64, epsilon=1.0, delta=1e-5)
+    assert blind.plan.sigma("mean") > plain.plan.sigma("mean")
+    # too few clients for the histogram's noise: the rule keeps v_min
+    small = plan_accuracy(
+        20, 64, epsilon=1.0, delta=1e-5, within_variance=0.14, adaptive_floor=True
+    )
+    assert small.plan.variance_floor == 0.01

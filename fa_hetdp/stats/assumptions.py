@@ -14,7 +14,10 @@ from typing import Any, Final
 import numpy as np
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.floor import choose_floor, floor_buckets
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE
 
 __all__ = [
@@ -22,6 +25,7 @@ __all__ = [
     "DEFAULT_WITHIN_VARIANCE",
     "Assumed",
     "DataAssumptions",
+    "planned_protocol",
 ]
 
 DEFAULT_WITHIN_VARIANCE: Final = MAX_WITHIN_VARIANCE
@@ -176,3 +180,30 @@ class DataAssumptions:
             "i2": plain(self.i2),
             "assumed": list(self.assumed),
         }
+
+
+def planned_protocol(
+    config: ProtocolConfig, *, n: int, d: int, assumptions: DataAssumptions
+) -> ProtocolPlan:
+    """Return the plan the run would use, with the adaptive floor predicted from the assumptions.
+
+    Without ``adaptive_floor`` this is :func:`plan_protocol`. With it, the model population
+    (every client at ``v = within_variance``) fills one bucket, and the floor is what
+    :func:`~fa_hetdp.protocol.floor.choose_floor` picks from that histogram without noise
+    but with its margin for the planned noise: the largest edge at or below ``v`` when
+    ``n`` is large enough, ``v_min`` when the histogram's noise is too large for ``q n``.
+    When ``within_variance`` was not stated the floor is planned at ``v_min`` (the rule's
+    fallback; conservative: the weighted releases keep their noise for ``W = 1/v_min``).
+    """
+    plan = plan_protocol(config, n=n, d=d)
+    if not plan.adaptive:
+        return plan
+    if "within_variance" in assumptions.assumed:
+        return plan_protocol(config, n=n, d=d, floor=config.variance_floor)
+    edges = plan.floor_edges
+    model = np.zeros(edges.size + 1)
+    model[int(floor_buckets(assumptions.within_variance, edges))] = float(n)
+    choice = choose_floor(
+        model, n=n, edges=edges, sigma=plan.floor_noise_std, quantile=config.floor_quantile
+    )
+    return plan_protocol(config, n=n, d=d, floor=float(choice.floor))

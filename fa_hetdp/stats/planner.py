@@ -17,6 +17,9 @@ Two errors are given per statistic (``docs/design.md``, error metrics):
   ``Q''`` are biased upwards by the broadcast's error) do not average out. Both are computed
   exactly given the model, by Gauss-Hermite quadrature over the shared noise of ``B'``.
 
+With ``adaptive_floor``, stages 1-2 are planned at the floor predicted for the model
+(:func:`~fa_hetdp.stats.assumptions.planned_protocol`); the histogram's budget share counts.
+
 The scalars ``total_dispersion = sum_j D''_j`` and ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``
 are planned too (``i2_total`` with a normal approximation of ``sum_j Q''_j`` given ``B'``).
 :func:`min_clients` and :func:`min_epsilon` invert the planner for a target error.
@@ -34,8 +37,8 @@ import numpy as np
 from fa_hetdp._types import FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
-from fa_hetdp.stats.assumptions import Assumed, DataAssumptions
+from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
 from fa_hetdp.stats.metrics import clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS, statistic
 from fa_hetdp.stats.releases import SCALAR_DISPLAY
@@ -150,6 +153,7 @@ class AccuracyPlan:
             "mechanism": cfg.mechanism,
             "placement": cfg.placement,
             "variance_floor": cfg.variance_floor,
+            "planned_floor": self.plan.variance_floor if self.plan.adaptive else None,
             "assumptions": self.assumptions.as_dict(),
             "statistics": {
                 r.key: {
@@ -197,7 +201,7 @@ class _Model:
 
 
 def _model(plan: ProtocolPlan, assumptions: DataAssumptions) -> _Model:
-    n, d, floor = plan.n, plan.d, plan.config.variance_floor
+    n, d, floor = plan.n, plan.d, plan.variance_floor
     m, spread, q = assumptions.per_coordinate(n, d, floor)
 
     def s(name: str) -> float:
@@ -456,7 +460,9 @@ def plan_accuracy(
         dispersion=dispersion,
         i2=i2,
     )
-    return accuracy_of_plan(plan_protocol(config, n=n, d=d), assumptions)
+    return accuracy_of_plan(
+        planned_protocol(config, n=n, d=d, assumptions=assumptions), assumptions
+    )
 
 
 # --------------------------------------------------------------------------- inverses
@@ -524,7 +530,7 @@ def min_clients(
     assume = assumptions if assumptions is not None else DataAssumptions.stated()
 
     def ok(n: int) -> bool:
-        acc = accuracy_of_plan(plan_protocol(config, n=n, d=d), assume)
+        acc = accuracy_of_plan(planned_protocol(config, n=n, d=d, assumptions=assume), assume)
         return _target_met(acc, statistic_key, target, relative, scope)
 
     return _bisect_int(ok, 2, max_clients)
@@ -553,7 +559,7 @@ def min_epsilon(
 
     def ok(epsilon: float) -> bool:
         config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
-        acc = accuracy_of_plan(plan_protocol(config, n=n, d=d), assume)
+        acc = accuracy_of_plan(planned_protocol(config, n=n, d=d, assumptions=assume), assume)
         return _target_met(acc, statistic_key, target, relative, scope)
 
     low, high = 1e-3, float(max_epsilon)
