@@ -3,6 +3,8 @@
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
 ``run_command(args) -> int``; this module only wires them together.
 
+- ``fa-hetdp scenarios``                 the shipped scenarios, one line each
+  (:mod:`fa_hetdp.cli.scenarios`)
 - ``fa-hetdp run [SCENARIO]``            Flower simulation of a scenario
   (:mod:`fa_hetdp.cli.run`)
 - ``fa-hetdp plan [-n N -d D ...]``      expected error of every statistic (no data)
@@ -30,6 +32,7 @@ from fa_hetdp.cli.paths import check_command_paths
 from fa_hetdp.errors import FaHetdpError
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("scenarios", "fa_hetdp.cli.scenarios", "list the shipped scenarios, one line each"),
     ("run", "fa_hetdp.cli.run", "run a Flower simulation of a scenario and print the results"),
     ("plan", "fa_hetdp.cli.plan", "expected error of every statistic, before any data exist"),
     (

@@ -54,11 +54,20 @@ def run_plan_lines(run_config: Mapping[str, object], dim: int) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``plan`` options."""
-    parser.add_argument("--clients", "-n", type=int, default=1797, help="number of clients n")
-    parser.add_argument("--dim", "-d", type=int, default=64, help="coordinates per client d")
-    parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon")
-    parser.add_argument("--delta", type=float, default=1e-5, help="total delta")
-    parser.add_argument("--composition", choices=("basic", "gdp"), default=None)
+    parser.add_argument(
+        "--clients", "-n", type=int, default=1797, help="number of clients n (default: 1797)"
+    )
+    parser.add_argument(
+        "--dim", "-d", type=int, default=64, help="coordinates per client d (default: 64)"
+    )
+    parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon (default: 1.0)")
+    parser.add_argument("--delta", type=float, default=1e-5, help="total delta (default: 1e-05)")
+    parser.add_argument(
+        "--composition",
+        choices=("basic", "gdp"),
+        default=None,
+        help="privacy composition (default: gdp, the recommended setting)",
+    )
     parser.add_argument("--variance-floor", type=float, default=None, help="v_min (W = 1/v_min)")
     parser.add_argument(
         "--extra-i2-noise",
@@ -79,9 +88,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--statistic",
         choices=(*STATISTIC_KEYS, *SCALARS),
         default="dispersion",
-        help="statistic the target is for",
+        help="statistic the target is for (default: dispersion)",
     )
-    inverse.add_argument("--solve", choices=("n", "epsilon"), default="n")
+    inverse.add_argument(
+        "--solve",
+        choices=("n", "epsilon"),
+        default="n",
+        help="what to solve for with --target (default: n)",
+    )
     inverse.add_argument("--absolute", action="store_true", help="the target is an absolute RMSE")
     inverse.add_argument(
         "--per-coordinate", action="store_true", help="target the per-coordinate RMSE"
