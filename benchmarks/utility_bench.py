@@ -190,9 +190,9 @@ def main() -> None:
         )
         for n, d, reps in DISCRETE_CASES:
             t0 = time.perf_counter()
-            table = discrete_table(n, d, reps)
+            rows = discrete_table(n, d, reps)
             se = 100.0 * math.sqrt(2.0 / (reps * d))  # relative s.e. of a cell's MSE, %
-            print(table)
+            print(rows)
             print(f"({reps} repeats, cell s.e. ~{se:.1f} %, {time.perf_counter() - t0:.0f} s)\n")
         return
     repeats = 50 if args.quick else args.repeats
