@@ -276,7 +276,9 @@ def privacy_lines(result: Mapping[str, Any]) -> list[str]:
     pairs = privacy.get("guarantees", [])
     if not pairs:
         return ["privacy: nothing was released"] if result.get("status") != "success" else []
-    shown = " or ".join(f"(ε = {_fmt(p['epsilon'])}, δ = {_fmt(p['delta'])})" for p in pairs)
+    # Both pairs print alike when the spend meets the target exactly: show each one once.
+    texts = dict.fromkeys(f"(ε = {_fmt(p['epsilon'])}, δ = {_fmt(p['delta'])})" for p in pairs)
+    shown = " or ".join(texts)
     lines = [f"differentially private: {shown}  (exact composition of what was released)"]
     if privacy.get("degraded"):
         lines.append(
