@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -215,7 +216,7 @@ def test_reproduce_quick_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     ):
         assert (out / f"{stem}.csv").stat().st_size > 0, stem
         assert (out / f"{stem}.md").stat().st_size > 0, stem
-    for png in ("figure1.png", "figure1_extra.png"):
+    for png in ("figure1.png", "figure1_extra.png", "frontier.png"):
         content = (out / png).read_bytes()
         assert content.startswith(PNG_MAGIC) and len(content) > 20_000
     data = _strict_json(out / "reproduce.json")
@@ -238,6 +239,13 @@ def test_reproduce_quick_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert float(rows["CMSE"][0]) == first["cmse"]["dispersion"]
     report = (out / "REPORT.md").read_text()
     assert "Table 5(a)" in report and "figure1.png" in report
+    assert "![Utility frontier](frontier.png)" in report  # the utility frontier (issue 9, item 5)
+    frontier = (out / "frontier.md").read_text()
+    assert frontier.count("planned / measured") == 1
+    # the measured checks (20 repeats in --quick) lie within 20 % of the planner's RMSE
+    checks = re.findall(r"(\d\.\d+) / (\d\.\d+)", frontier)
+    assert len(checks) == 6
+    assert all(abs(float(m) / float(p) - 1.0) <= 0.2 for p, m in checks), checks
     assert (out / "labels2_sh" / "results.json").is_file()
 
 

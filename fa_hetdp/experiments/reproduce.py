@@ -20,6 +20,9 @@ against central noise. This command runs the same grid with the :mod:`fa_hetdp` 
   ``ratio_distributed_central`` (with 95 % delta-method intervals), ``composition_basic_gdp``
   (σ and EMSE under basic and exact composition) and ``ci_coverage`` (empirical coverage of the
   paper's Thm 3.6 / 3.9 / 3.14 intervals and of ours);
+- ``frontier.png`` and ``frontier.md``: the utility frontier, the clients each statistic needs
+  for 10 % error against ε at d = 64 and 3072, from the planner with measured checks
+  (:mod:`fa_hetdp.experiments.frontier`; ``--no-frontier`` skips it);
 - ``REPORT.md`` (all tables), ``reproduce.json`` (every cell of every skew) and, per skew,
   ``<slug>/results.json``, ``cells.csv`` and EMSE tables.
 
@@ -229,6 +232,7 @@ def write_reproduction(
     dataset: str,
     quick: bool,
     per_skew_outputs: bool = True,
+    frontier: bool = False,
 ) -> list[Path]:
     """Write every table (CSV + Markdown), Figure 1, ``REPORT.md`` and ``reproduce.json``.
 
@@ -245,6 +249,9 @@ def write_reproduction(
     per_skew_outputs
         Also write each run's ``results.json``, ``cells.csv`` and EMSE tables into
         ``out/<skew slug>/`` (no per-run figures: Figure 1 shows every run).
+    frontier
+        Also compute and write the utility frontier (``frontier.png`` and its table,
+        :mod:`fa_hetdp.experiments.frontier`), linked from ``REPORT.md``.
 
     Returns
     -------
@@ -307,6 +314,21 @@ def write_reproduction(
     ]
     for table in tables:
         lines.append(table.to_markdown())
+    if frontier:
+        from fa_hetdp.experiments.frontier import write_frontier
+
+        frontier_files, _, measured = write_frontier(folder, quick=quick)
+        written.extend(frontier_files)
+        worst = max((abs(m.ratio - 1.0) for m in measured), default=0.0)
+        lines += [
+            "## Utility frontier",
+            "",
+            "Clients needed for 10 % per-coordinate error against ε (planner), with measured "
+            f"checks (largest |measured / planned - 1| = {worst:.3f}); see frontier.md.",
+            "",
+            "![Utility frontier](frontier.png)",
+            "",
+        ]
     report = folder / "REPORT.md"
     report.write_text("\n".join(lines), encoding="utf-8")
     written.append(report)
@@ -364,6 +386,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sensitivities, a labelled baseline that is not DP for the weighted stages)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument(
+        "--no-frontier",
+        action="store_true",
+        help="skip the utility frontier (frontier.png: clients needed for 10 %% error vs ε)",
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -385,7 +412,13 @@ def run_command(args: argparse.Namespace) -> int:
         "-quick" if args.quick else ""
     )
     out = Path(args.out) if args.out else Path("results") / f"reproduce-{args.dataset}{suffix}"
-    written = write_reproduction(results, out, dataset=args.dataset, quick=args.quick)
+    written = write_reproduction(
+        results,
+        out,
+        dataset=args.dataset,
+        quick=args.quick,
+        frontier=not getattr(args, "no_frontier", False),
+    )
     for table in build_tables(results)[:3]:
         print(table.to_markdown())
     print(

@@ -39,6 +39,7 @@ __all__ = [
     "mean_percentage_change",
     "percentage_change",
     "plot_emse_vs_epsilon",
+    "plot_frontier",
     "plot_ratio_bands",
     "ratio_confidence_interval",
     "write_table",
@@ -475,4 +476,66 @@ def plot_ratio_bands(
         _finish_panel(
             ax, title=panel_title, ylabel="EMSE ratio (bands: 95 % CI)", has_lines=bool(lines)
         )
+    return _save_figure(figure, path, title=title)
+
+
+def plot_frontier(
+    curves: Mapping[str, Mapping[int, tuple[npt.ArrayLike, npt.ArrayLike]]],
+    measured: Mapping[str, Sequence[tuple[int, float, float]]],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "",
+) -> Path:
+    """Plot the utility frontier: clients needed against ε, log-log, a panel per statistic.
+
+    Parameters
+    ----------
+    curves
+        ``{panel title: {d: (epsilons, clients)}}`` from the planner; NaN = beyond the search.
+    measured
+        ``{panel title: [(d, epsilon, clients implied by a measurement), ...]}``, drawn as
+        markers in the colour of their ``d``.
+    path
+        Output PNG path (parent folders are created).
+    title
+        Figure title.
+
+    Returns
+    -------
+    Path
+        The written PNG.
+    """
+    if not curves:
+        raise ValueError("plot_frontier needs at least one panel")
+    figure, axes = _new_figure(len(curves), width=3.6, height=3.6)
+    colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
+    for ax, (panel_title, lines) in zip(axes, curves.items(), strict=True):
+        colour_of: dict[int, str] = {}
+        for k, (d, (eps, clients)) in enumerate(lines.items()):
+            colour_of[d] = colours[k % len(colours)]
+            ax.plot(
+                np.asarray(eps, dtype=np.float64),
+                np.asarray(clients, dtype=np.float64),
+                color=colour_of[d],
+                linewidth=1.4,
+                label=f"planner, d = {d}",
+            )
+        for d, epsilon, clients in measured.get(panel_title, ()):
+            ax.plot(
+                [epsilon],
+                [clients],
+                marker="o",
+                markersize=6,
+                markerfacecolor="none",
+                color=colour_of.get(d, "black"),
+                linestyle="none",
+                label=f"measured, d = {d}",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))
+        _finish_panel(ax, title=panel_title, ylabel="clients n", has_lines=bool(lines))
+        if unique:
+            ax.legend(unique.values(), unique.keys(), fontsize=7)
     return _save_figure(figure, path, title=title)
