@@ -122,8 +122,24 @@ class SecAggClient:
         self.next_summation = 0
         self.pending_unmask: int | None = None
         self.dropped_peers: set[int] = set()
+        self._loaded: dict[bytes, crypto.PrivateKey] = {}  # in memory only
 
     # ------------------------------------------------------------------ helpers
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the loaded key objects (they are rebuilt from the raw keys)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_loaded"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._loaded = {}
+
+    def _private(self, raw: bytes) -> bytes | crypto.PrivateKey:
+        """Return the loaded key object of a private key made in round 0, else the raw bytes.
+
+        Loading costs one scalar multiplication; a client restored from bytes loads again.
+        """
+        return self._loaded.get(raw, raw)
+
     @property
     def complete(self) -> bool:
         """Whether the session uses the complete graph (every client a neighbour)."""
@@ -165,8 +181,8 @@ class SecAggClient:
             )
         # on the complete graph n = len(neighbours) + 1 is counted, not merely stated
         check_safe(self, msg.consistency, msg.complete, msg.threshold, msg.num_clients)
-        channel_sk, channel_pk = crypto.generate_keypair()
-        mask_pairs = [crypto.generate_keypair() for _ in range(msg.num_summations)]
+        channel_sk, channel_pk, channel_key = crypto.generate_loaded_keypair()
+        mask_pairs = [crypto.generate_loaded_keypair() for _ in range(msg.num_summations)]
         seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(msg.num_summations)]
         commitments = b"".join(
             crypto.commit_seed(msg.session, self.client_id, s, seed) for s, seed in enumerate(seeds)
@@ -186,8 +202,9 @@ class SecAggClient:
         self.points = dict(zip(msg.neighbours, msg.points, strict=True))
         self.consistency, self.signing_sk, self.seeds = msg.consistency, signing_sk, seeds
         self.channel_sk, self.channel_pk = channel_sk, channel_pk
-        self.mask_sks = [sk for sk, _ in mask_pairs]
-        self.mask_pks = b"".join(pk for _, pk in mask_pairs)
+        self.mask_sks = [sk for sk, _, _ in mask_pairs]
+        self.mask_pks = b"".join(pk for _, pk, _ in mask_pairs)
+        self._loaded = {channel_sk: channel_key} | {sk: key for sk, _, key in mask_pairs}
         self.phase = "advertised"
         return AdvertiseKeys(
             session=self.session,
@@ -244,34 +261,34 @@ class SecAggClient:
             for k in (self.channel_pk, *self._split_mask_keys(self.mask_pks))
         }
         peer_mask: dict[int, bytes] = {}
-        peer_channel: dict[int, bytes] = {}
+        channel_keys: list[bytes] = []
         for j in neighbours:
-            ck = crypto.validate_public_key(msg.channel_keys[index[j]])
-            mks = self._split_mask_keys(msg.mask_keys[index[j]])
-            for key in (ck, *mks):
-                crypto.validate_public_key(key)
-                norm = crypto.normalise_public_key(key)
+            row = index[j]
+            ck, mks = msg.channel_keys[row], msg.mask_keys[row]
+            for key in (ck, *self._split_mask_keys(mks)):
+                norm = crypto.normalised_public_key(key)  # validated: large order, 32 bytes
                 if norm in seen:
                     raise MessageRejected(f"client {j} reuses a public key; rejected.")
                 seen.add(norm)
-            peer_mask[j], peer_channel[j] = msg.mask_keys[index[j]], ck
+            peer_mask[j] = mks
+            channel_keys.append(ck)
         session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
         # Shares go to the neighbours only: a client's own share never counts toward t.
         points = [self.points[h] for h in neighbours]
-        shares = share([*self.mask_sks, *self.seeds], points, self.threshold)
-        agreed = crypto.agree_many(
-            self.channel_sk, [peer_channel[j] for j in neighbours], validated=True
-        )
-        recipients: list[int] = []
+        body = share([*self.mask_sks, *self.seeds], points, self.threshold).tobytes()
+        stride = len(body) // len(neighbours)
+        agreed = crypto.agree_many(self._private(self.channel_sk), channel_keys, validated=True)
+        aad = share_aad(session_id, me, 0)[:-8]  # + the recipient, below
         ciphertexts: list[bytes] = []
         receive_keys: dict[int, bytes] = {}
         for h, (holder, secret) in enumerate(zip(neighbours, agreed, strict=True)):
             send_key, receive_keys[holder] = crypto.derive_channel_keys(
                 secret, session_id, me, holder
             )
-            plaintext = struct.pack("<QQ", me, holder) + shares[h].tobytes()
-            recipients.append(holder)
-            ciphertexts.append(crypto.seal(send_key, plaintext, share_aad(session_id, me, holder)))
+            pair = struct.pack("<QQ", me, holder)
+            plaintext = pair + body[h * stride : (h + 1) * stride]
+            ciphertexts.append(crypto.seal(send_key, plaintext, aad + pair[8:]))
+        recipients = neighbours
         self.session_id = session_id
         self.num_advertised, self.advertised_digest = msg.num_advertised, msg.advertised_digest
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
@@ -419,7 +436,7 @@ class SecAggClient:
         size = crypto.KEY_BYTES
         for s in range(self.num_summations):
             publics = [self.peer_mask_pks[j][size * s : size * (s + 1)] for j in alive]
-            agreed = crypto.agree_many(self.mask_sks[s], publics, validated=True)
+            agreed = crypto.agree_many(self._private(self.mask_sks[s]), publics, validated=True)
             for j, shared in zip(alive, agreed, strict=True):
                 keys[j].append(
                     crypto.derive_mask_key(shared, self.session_id, self.client_id, j, s)

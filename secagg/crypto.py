@@ -37,6 +37,7 @@ __all__ = [
     "DOMAIN",
     "KEY_BYTES",
     "SIGNATURE_BYTES",
+    "PrivateKey",
     "U64Array",
     "agree",
     "agree_many",
@@ -44,10 +45,12 @@ __all__ = [
     "derive_channel_keys",
     "derive_mask_key",
     "generate_keypair",
+    "generate_loaded_keypair",
     "generate_signing_key",
     "id_digest",
     "mask_keystream",
     "normalise_public_key",
+    "normalised_public_key",
     "open_sealed",
     "public_from_private",
     "random_bytes",
@@ -59,6 +62,8 @@ __all__ = [
 ]
 
 U64Array = npt.NDArray[np.uint64]
+PrivateKey = X25519PrivateKey
+"""A loaded X25519 private key (see :func:`generate_loaded_keypair`)."""
 
 DOMAIN = b"fa-hetdp/secagg/v1"
 """Domain-separation prefix of every hash, HKDF ``info`` and associated data."""
@@ -94,12 +99,22 @@ def generate_keypair() -> tuple[bytes, bytes]:
     The private key is clamped (RFC 7748, Sec. 5) before it is returned, so its integer value
     lies in ``[2^254, 2^255)`` and fits the Shamir secret encoding of :mod:`secagg.shamir`.
     """
+    private_raw, public_raw, _ = generate_loaded_keypair()
+    return private_raw, public_raw
+
+
+def generate_loaded_keypair() -> tuple[bytes, bytes, X25519PrivateKey]:
+    """Return :func:`generate_keypair`'s pair and the loaded private key object.
+
+    Loading a raw private key costs one scalar multiplication (OpenSSL derives its public
+    key); a holder that keeps the object passes it to :func:`agree_many` instead.
+    """
     raw = bytearray(os.urandom(KEY_BYTES))
     raw[0] &= 248
     raw[31] &= 127
     raw[31] |= 64
     private = X25519PrivateKey.from_private_bytes(bytes(raw))
-    return bytes(raw), private.public_key().public_bytes_raw()
+    return bytes(raw), private.public_key().public_bytes_raw(), private
 
 
 def public_from_private(private_raw: bytes) -> bytes:
@@ -137,20 +152,28 @@ def agree(private_raw: bytes, public_raw: bytes) -> bytes:
 
 
 def agree_many(
-    private_raw: bytes, publics_raw: Sequence[bytes], *, validated: bool = False
+    private_raw: bytes | X25519PrivateKey,
+    publics_raw: Sequence[bytes],
+    *,
+    validated: bool = False,
 ) -> list[bytes]:
     """Return the X25519 shared secrets of one private key with several peer public keys.
 
-    Loading a private key costs as much as one exchange, so it is loaded once. Pass
-    ``validated=True`` only for keys already checked with :func:`validate_public_key`;
-    an all-zero shared secret is refused either way.
+    Loading a private key costs as much as one exchange, so it is loaded once (or passed
+    loaded, see :func:`generate_loaded_keypair`). Pass ``validated=True`` only for keys
+    already checked with :func:`validate_public_key`; an all-zero shared secret is refused
+    either way.
 
     Raises
     ------
     MessageRejected
         If a public key is malformed or a shared secret is all zero.
     """
-    private = X25519PrivateKey.from_private_bytes(private_raw)
+    private = (
+        X25519PrivateKey.from_private_bytes(private_raw)
+        if isinstance(private_raw, bytes)
+        else private_raw
+    )
     out = []
     for public_raw in publics_raw:
         if not validated:
@@ -214,13 +237,17 @@ def hkdf_sha256(secret: bytes, salt: bytes, info: bytes, length: int) -> bytes:
     if not 0 < length <= 255 * 32:
         raise ValueError(f"HKDF-SHA256 length must lie in [1, {255 * 32}], got {length}.")
     inner, outer = _salt_states(salt)
-    h, o = inner.copy(), outer.copy()
+    h = inner.copy()
     h.update(secret)
+    o = outer.copy()
     o.update(h.digest())
-    padded = o.digest() + _ZERO_KEY_PAD  # PRK padded to one block
-    ipad, opad = padded.translate(_IPAD), padded.translate(_OPAD)
-    block, out = b"", b""
-    for counter in range(1, -(-length // 32) + 1):
+    prk = o.digest()  # PRK: 32 bytes, zero-padded to one block by the pads below
+    ipad, opad = prk.translate(_IPAD) + _IPAD_TAIL, prk.translate(_OPAD) + _OPAD_TAIL
+    block = hashlib.sha256(opad + hashlib.sha256(ipad + info + b"\x01").digest()).digest()
+    if length <= 32:
+        return block[:length]
+    out = block
+    for counter in range(2, -(-length // 32) + 1):
         inner_digest = hashlib.sha256(ipad + block + info + bytes((counter,))).digest()
         block = hashlib.sha256(opad + inner_digest).digest()
         out += block
@@ -229,7 +256,8 @@ def hkdf_sha256(secret: bytes, salt: bytes, info: bytes, length: int) -> bytes:
 
 _IPAD = bytes(x ^ 0x36 for x in range(256))
 _OPAD = bytes(x ^ 0x5C for x in range(256))
-_ZERO_KEY_PAD = bytes(32)
+_IPAD_TAIL = bytes(32).translate(_IPAD)  # the pads of the 32 zero bytes after a 32-byte key
+_OPAD_TAIL = bytes(32).translate(_OPAD)
 
 
 @functools.lru_cache(maxsize=16)
@@ -299,6 +327,22 @@ def id_digest(ids: Sequence[int]) -> bytes:
     h.update(struct.pack("<Q", len(ids)))
     h.update(np.asarray(ids, dtype="<u8").tobytes())
     return h.digest()
+
+
+def normalised_public_key(raw: object) -> bytes:
+    """Validate ``raw`` as :func:`validate_public_key` does; return its canonical encoding.
+
+    Raises
+    ------
+    MessageRejected
+        As :func:`validate_public_key`.
+    """
+    if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
+        return validate_public_key(raw)  # raises, naming the size
+    u = (int.from_bytes(raw, "little") & ((1 << 255) - 1)) % _P25519
+    if u in _SMALL_ORDER_U:
+        raise MessageRejected(f"public key {raw.hex()} is a small-order point; rejected.")
+    return u.to_bytes(KEY_BYTES, "little")
 
 
 def normalise_public_key(raw: bytes) -> bytes:

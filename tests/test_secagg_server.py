@@ -116,7 +116,7 @@ def test_rejects_shares_to_non_neighbours():
     reply = clients[0].share_keys(directory[0])
     stranger = next(c for c in range(1, 12) if not server.graph.linked(0, c))
     forged = {**reply, "recipients": [*reply["recipients"][:-1], stranger]}
-    with pytest.raises(MessageRejected, match="not a neighbour"):
+    with pytest.raises(MessageRejected, match="not neighbours"):
         server.receive_share_keys(forged)
 
 
