@@ -26,7 +26,8 @@ from server.strategy import HeterogeneityStrategy
 
 __all__ = ["MAX_REPLY_BYTES", "PATIENCE", "POLL_SECONDS", "GridTransport", "app"]
 
-log = logging.getLogger("fa_hetdp.server")
+#: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
+log = logging.getLogger("flwr.fa_hetdp.server")
 
 app = ServerApp()
 

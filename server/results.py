@@ -49,7 +49,8 @@ __all__ = [
     "write_result",
 ]
 
-log = logging.getLogger("fa_hetdp.server")
+#: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
+log = logging.getLogger("flwr.fa_hetdp.server")
 
 #: Releases of stage 1 (broadcast to the clients before stage 2).
 STAGE1_RELEASES = ("mean", "weighted")

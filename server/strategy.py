@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,9 @@ from server.results import (
     secagg_section,
     write_result,
 )
+
+#: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
+log = logging.getLogger("flwr.fa_hetdp.server")
 
 __all__ = [
     "HeterogeneityStrategy",
@@ -162,11 +166,12 @@ class HeterogeneityStrategy:
 
     # ---------------------------------------------------------------- progress / results
     def progress(self, event: str, **fields: Any) -> None:
-        """Append one JSON line to the progress file (if configured)."""
+        """Log the event through Flower's logger; append it to the progress file (if any)."""
+        record = {"event": event, "elapsed": round(self.clock() - self._start, 3), **fields}
+        log.info("fa-hetdp: %s", " ".join(f"{k}={v}" for k, v in record.items()))
         path = self.settings.progress_path
         if path is None:
             return
-        record = {"event": event, "elapsed": round(self.clock() - self._start, 3), **fields}
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")

@@ -1,0 +1,59 @@
+"""The ServerApp logs through Flower's logger: progress and where the result is.
+
+``flwr log`` and ``flwr run --stream`` show what Flower's logger (``flwr``) prints in the
+ServerApp's process; a logger outside that tree (with no handler of its own) shows only
+warnings. The stream itself, with "result in <path>", is checked in
+``tests/test_deployment_operator.py`` (slow).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_flower_helpers import run_config, scenario_file
+from test_server_strategy import run
+
+import server.app
+import server.results
+import server.strategy
+
+
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def flower_log() -> Iterator[list[str]]:
+    """What reaches Flower's logger (``flwr``), the one its log stream prints."""
+    handler = Collect()
+    flower = logging.getLogger("flwr")
+    flower.addHandler(handler)
+    try:
+        yield handler.lines
+    finally:
+        flower.removeHandler(handler)
+
+
+def test_the_server_loggers_are_flowers() -> None:
+    for module in (server.app, server.results, server.strategy):
+        assert module.log.name.startswith("flwr."), module.__name__
+        assert module.log.getEffectiveLevel() <= logging.INFO  # Flower's level: INFO shows
+
+
+def test_every_progress_event_is_logged(tmp_path: Path, flower_log: list[str]) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 6))
+    document = run(config, 6)
+    assert document["status"] == "success"
+    events = [line for line in flower_log if line.startswith("fa-hetdp: event=")]
+    kinds = [line.split()[1].removeprefix("event=") for line in events]
+    assert kinds[0] == "nodes" and kinds[-1] == "done"
+    assert sum(kind == "step" for kind in kinds) == len(document["survivors"])
+    assert any("step=stage2_unmask" in line for line in events)
