@@ -66,7 +66,7 @@ def test_fleet_requests_are_forwarded_as_they_are(upstream: str) -> None:
         upstream,
         "/v1/fleet/pull-messages?x=1",
         b"payload",
-        **{"x-flwr-signature": "sig", "connection": "keep-alive"},
+        **{"x-flwr-signature": "sig", "proxy-authorization": "secret", "keep-alive": "timeout=99"},
     )
     assert reply.status_code == 201
     assert reply.headers["x-upstream"] == "superlink"
@@ -75,7 +75,7 @@ def test_fleet_requests_are_forwarded_as_they_are(upstream: str) -> None:
     assert echoed["body"] == "payload"
     headers = {k.lower(): v for k, v in echoed["headers"].items()}
     assert headers["x-flwr-signature"] == "sig"  # SuperNode auth headers pass unchanged
-    assert headers.get("connection") != "keep-alive"  # hop-by-hop headers do not
+    assert "proxy-authorization" not in headers and "keep-alive" not in headers  # hop-by-hop
 
 
 @pytest.mark.parametrize(
