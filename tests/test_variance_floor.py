@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -245,3 +246,28 @@ def test_planner_counts_the_histogram_and_predicts_the_floor() -> None:
         20, 64, epsilon=1.0, delta=1e-5, within_variance=0.14, adaptive_floor=True
     )
     assert small.plan.variance_floor == 0.01
+
+
+def test_scenario_option_reaches_the_run_settings_and_the_grid(tmp_path: Path) -> None:
+    from test_flower_helpers import run_config, scenario_file
+
+    from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+    from fa_hetdp.experiments.grid import grid_from_scenario
+    from fa_hetdp.flower.settings import RunSettings
+
+    path = scenario_file(tmp_path, 20, extra="")
+    text = path.read_text().replace(
+        "[privacy]\n", "[privacy]\nadaptive_floor = true\nfloor_quantile = 0.2\n"
+    )
+    path.write_text(text)
+    scenario = load_scenario(path)
+    assert scenario.privacy.adaptive_floor and scenario.privacy.floor_quantile == 0.2
+    assert scenario_from_dict(scenario.to_dict()).privacy == scenario.privacy  # round trip
+    settings = RunSettings.from_run_config(run_config(tmp_path, path))
+    assert settings.protocol.adaptive_floor and settings.protocol.floor_quantile == 0.2
+    grid = grid_from_scenario(scenario)
+    assert grid.adaptive_floor and grid.floor_quantile == 0.2
+    bad = path.read_text().replace("floor_quantile = 0.2", "floor_quantile = 0.9")
+    path.write_text(bad)
+    with pytest.raises(ConfigError, match=r"privacy\.floor_quantile"):
+        load_scenario(path)

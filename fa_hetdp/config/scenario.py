@@ -63,6 +63,8 @@ _SECTIONS: Final[dict[str, frozenset[str]]] = {
             "min_honest_clients",
             "statistics",
             "broadcast_bounds",
+            "adaptive_floor",
+            "floor_quantile",
         }
     ),
     "protocol": frozenset({"placement"}),
@@ -147,6 +149,8 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "split": ("privacy.split", None),
     "statistics": ("privacy.statistics", None),
     "broadcast_bounds": ("privacy.broadcast_bounds", True),
+    "adaptive_floor": ("privacy.adaptive_floor", False),
+    "floor_quantile": ("privacy.floor_quantile", 0.1),
     "placement": ("protocol.placement", "distributed"),
     "threshold": ("secagg.threshold", _SA.threshold),
     "neighbours": ("secagg.neighbours", "complete"),
@@ -201,7 +205,7 @@ def _settings(
 
     privacy: Any = MISSING
     names = ("epsilon", "delta", "mechanism", "composition", "profile", "variance_floor")
-    levers = ("statistics", "broadcast_bounds")
+    levers = ("statistics", "broadcast_bounds", "adaptive_floor", "floor_quantile")
     if all(ok(n) for n in (*names, "extra_i2_noise", "min_honest_clients", "split", *levers)):
         split = values["split"]
         privacy = PrivacySpec(
@@ -216,6 +220,8 @@ def _settings(
             min_honest_clients=values["min_honest_clients"],
             statistics=None if values["statistics"] is None else tuple(values["statistics"]),
             broadcast_bounds=values["broadcast_bounds"],
+            adaptive_floor=values["adaptive_floor"],
+            floor_quantile=float(values["floor_quantile"]),
         )
     protocol = ProtocolSpec(placements=grid("placement")) if ok("placement") else MISSING
     secagg: Any = MISSING

@@ -154,6 +154,11 @@ class PrivacySpec:
         not made (``docs/privacy.md``).
     broadcast_bounds : bool
         Stage-2 sensitivities from the public broadcast values (default) or ``sqrt(d)``.
+    adaptive_floor : bool
+        Choose the variance floor from a noisy histogram of the clients' within-vector
+        variances (issue 9, lever d; default false in scenarios).
+    floor_quantile : float
+        The floor rule's quantile ``q`` in (0, 1/2] (default 0.1).
     """
 
     epsilons: tuple[float, ...]
@@ -167,6 +172,8 @@ class PrivacySpec:
     min_honest_clients: int | None = None
     statistics: tuple[str, ...] | None = None
     broadcast_bounds: bool = True
+    adaptive_floor: bool = False
+    floor_quantile: float = 0.1
 
     def split_mapping(self) -> dict[str, float] | None:
         """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
@@ -392,6 +399,8 @@ class Scenario:
         if p.statistics is not None:
             privacy["statistics"] = list(p.statistics)
         privacy["broadcast_bounds"] = p.broadcast_bounds
+        privacy["adaptive_floor"] = p.adaptive_floor
+        privacy["floor_quantile"] = p.floor_quantile
         return {
             "scenario": {"name": self.name, "description": self.description},
             "data": data,

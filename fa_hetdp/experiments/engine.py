@@ -111,6 +111,8 @@ def _config(
         split=grid.split,
         statistics=grid.statistics,
         broadcast_bounds=grid.broadcast_bounds,
+        adaptive_floor=grid.adaptive_floor,
+        floor_quantile=grid.floor_quantile,
     )
 
 

@@ -45,7 +45,7 @@ class GridSpec:
     seed
         Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
     profile, variance_floor, extra_i2_noise, min_honest_clients, split, statistics, \
-broadcast_bounds
+broadcast_bounds, adaptive_floor, floor_quantile
         Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged.
     """
 
@@ -63,6 +63,8 @@ broadcast_bounds
     split: Mapping[str, float] | None = None
     statistics: tuple[str, ...] | None = None
     broadcast_bounds: bool = True
+    adaptive_floor: bool = False
+    floor_quantile: float = 0.1
 
     def __post_init__(self) -> None:
         # The declared rules of fa_hetdp.config.rules, reported as ``grid.<attribute>``; the
@@ -82,6 +84,8 @@ broadcast_bounds
             "split": self.split,
             "statistics": self.statistics,
             "broadcast_bounds": self.broadcast_bounds,
+            "adaptive_floor": self.adaptive_floor,
+            "floor_quantile": self.floor_quantile,
         }
         crossed = {n: n + "s" for n in ("epsilon", "mechanism", "placement", "composition")}
         raise_problems(
@@ -206,4 +210,6 @@ def grid_from_scenario(
         split=privacy.split_mapping(),
         statistics=privacy.statistics,
         broadcast_bounds=privacy.broadcast_bounds,
+        adaptive_floor=privacy.adaptive_floor,
+        floor_quantile=privacy.floor_quantile,
     )

@@ -355,6 +355,8 @@ class RunSettings:
             split=scenario.privacy.split_mapping(),
             statistics=scenario.privacy.statistics,
             broadcast_bounds=scenario.privacy.broadcast_bounds,
+            adaptive_floor=scenario.privacy.adaptive_floor,
+            floor_quantile=scenario.privacy.floor_quantile,
         )
         progress = raw.get("progress-path", "")
         return cls(
