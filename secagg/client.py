@@ -398,6 +398,8 @@ class SecAggClient:
     def _open_shares(self, msg: MaskedInputRequest) -> tuple[dict[int, bytes], tuple[int, ...]]:
         held = dict(self.held_shares)
         expected = 2 * self.num_summations * LIMBS * 4
+        aad = share_aad(self.session_id, 0, 0)[:-16]  # + sender, recipient
+        me = struct.pack("<Q", self.client_id)
         for sender, blob in zip(msg.senders, msg.ciphertexts, strict=True):
             key = self.receive_keys.get(sender)
             if key is None:
@@ -405,13 +407,12 @@ class SecAggClient:
                     f"client {self.client_id}: shares from {sender}, not a neighbour that "
                     "advertised keys."
                 )
-            plaintext = crypto.open_sealed(
-                key, blob, share_aad(self.session_id, sender, self.client_id)
-            )
+            pair = struct.pack("<Q", sender) + me
+            plaintext = crypto.open_sealed(key, blob, aad + pair)
             if len(plaintext) != 16 + expected:
                 raise MessageRejected(f"share plaintext from {sender} has the wrong length.")
-            src, dst = struct.unpack("<QQ", plaintext[:16])
-            if (src, dst) != (sender, self.client_id):
+            if plaintext[:16] != pair:
+                src, dst = struct.unpack("<QQ", plaintext[:16])
                 raise MessageRejected(
                     f"share plaintext names {src} -> {dst}, expected {sender} -> {self.client_id}."
                 )

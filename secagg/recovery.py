@@ -20,7 +20,7 @@ import numpy as np
 
 from secagg import crypto
 from secagg.errors import MessageRejected, ProtocolAborted
-from secagg.shamir import LIMBS, reconstruct, reconstruct_lenient
+from secagg.shamir import LIMBS, reconstruct, reconstruct_each
 
 if TYPE_CHECKING:
     from secagg.server import SecAggServer
@@ -134,15 +134,26 @@ class ShareRecovery:
         return secret
 
     def reconstruct(self, owners: Sequence[int], kind: Literal["seed", "key"]) -> dict[int, bytes]:
-        """Reconstruct and verify one secret per owner, batched by the senders used.
+        """Reconstruct and verify one secret per owner, all in one vectorised batch.
 
-        Fast path: the first ``t`` shares of each owner, grouped by sender set (one
-        vectorised reconstruction per group). A secret that fails its commitment goes to
-        :meth:`_open`, which searches the other shares and excludes the liars.
+        Fast path: the first ``t`` shares of each owner (each with its own points,
+        :func:`secagg.shamir.reconstruct_each`). A secret that fails its commitment goes to
+        :meth:`open_secret`, which searches the other shares and excludes the liars.
         """
         rows = self._rows[kind]
         responders = [c for c in sorted(self.responses) if c not in self.cheaters]
-        groups: dict[tuple[int, ...], list[int]] = {}
+        offsets: dict[int, int] = {}  # each responder's first row in ``table``
+        parts = []
+        total = 0
+        for c in responders:
+            response = self.responses[c]
+            part = (response.seed_shares if kind == "seed" else response.key_shares)[:, 0, :]
+            offsets[c], total = total, total + len(part)
+            parts.append(part)
+        table = np.concatenate(parts) if parts else np.empty((0, LIMBS), dtype=np.uint32)
+        batch: list[int] = []
+        points: list[list[int]] = []
+        index: list[list[int]] = []
         slow: list[int] = []
         for owner in owners:
             chosen: list[int] = []
@@ -155,19 +166,15 @@ class ShareRecovery:
                     if len(chosen) == self.threshold:
                         break
             if len(chosen) < self.threshold:
-                slow.append(owner)  # _open names the shortfall
-            else:
-                groups.setdefault(tuple(chosen), []).append(owner)
+                slow.append(owner)  # open_secret names the shortfall
+                continue
+            batch.append(owner)
+            points.append([self._rank[c] for c in chosen])
+            index.append([offsets[c] + rows[c][owner] for c in chosen])
         out: dict[int, bytes] = {}
-        for chosen_senders, group in groups.items():
-            stacked = np.empty((self.threshold, len(group), LIMBS), dtype=np.uint32)
-            for h, sender in enumerate(chosen_senders):
-                response = self.responses[sender]
-                table = response.seed_shares if kind == "seed" else response.key_shares
-                stacked[h] = table[[rows[sender][owner] for owner in group], 0, :]
-            xs = [self._rank[c] for c in chosen_senders]
-            secrets = reconstruct_lenient(xs, stacked, self.threshold)
-            for owner, secret in zip(group, secrets, strict=True):
+        if batch:
+            secrets = reconstruct_each(np.asarray(points, dtype=np.int64), table[np.asarray(index)])
+            for owner, secret in zip(batch, secrets, strict=True):
                 if secret is not None and self.verify(owner, secret, kind):
                     out[owner] = secret
                 else:

@@ -35,6 +35,7 @@ __all__ = [
     "SECRET_BYTES",
     "lagrange_at_zero",
     "reconstruct",
+    "reconstruct_each",
     "share",
     "validate_shares",
 ]
@@ -180,6 +181,71 @@ def lagrange_at_zero(xs: tuple[int, ...]) -> I64Array:
     return out
 
 
+def _inverse(values: I64Array) -> I64Array:
+    """Return the inverses mod p of nonzero field elements (Fermat, vectorised)."""
+    result = np.ones_like(values)
+    base = values % PRIME
+    exponent = PRIME - 2
+    while exponent:
+        if exponent & 1:
+            result = result * base % PRIME
+        base = base * base % PRIME
+        exponent >>= 1
+    return result
+
+
+def reconstruct_each(xs: I64Array, shares: U32Array) -> list[bytes | None]:
+    """Reconstruct one secret per row, each from its own ``t`` points (vectorised).
+
+    Parameters
+    ----------
+    xs : numpy.ndarray of int64, shape (G, t)
+        Row ``g`` holds the distinct evaluation points of the shares of secret ``g``.
+    shares : numpy.ndarray of uint32, shape (G, t, LIMBS)
+        ``shares[g, i]`` is the share at point ``xs[g, i]`` of secret ``g``.
+
+    Returns
+    -------
+    list of bytes or None
+        Secret ``g``, or None where its limbs are out of range (inconsistent shares: one
+        bad share spoils only its own secret, not the batch).
+
+    Raises
+    ------
+    MessageRejected
+        Points outside ``[1, p)`` or repeated within a row; shares outside ``[0, p)``.
+    """
+    count, t = xs.shape
+    if shares.shape != (count, t, LIMBS) or shares.dtype != np.uint32:
+        raise MessageRejected(f"shares must be uint32 of shape {(count, t, LIMBS)}.")
+    if count == 0:
+        return []
+    if shares.size and int(shares.max()) >= PRIME:
+        raise MessageRejected(f"share value {int(shares.max())} out of range [0, {PRIME}).")
+    if int(xs.min()) < 1 or int(xs.max()) >= PRIME:
+        raise MessageRejected(f"share points must lie in [1, {PRIME}).")
+    ordered = np.sort(xs, axis=1)
+    if np.any(ordered[:, 1:] == ordered[:, :-1]):
+        raise MessageRejected("share points must be distinct within each secret.")
+    # lambda_i = prod_j x_j / (x_i prod_{j != i} (x_j - x_i)), as in lagrange_at_zero
+    diff = (xs[:, None, :] - xs[:, :, None]) % PRIME
+    diag = np.arange(t)
+    diff[:, diag, diag] = xs
+    denominators = _row_products(diff.reshape(count * t, t)).reshape(count, t)
+    totals = _row_products(xs)
+    weights = totals[:, None] * _inverse(denominators) % PRIME
+    limbs = np.zeros((count, LIMBS), dtype=np.int64)
+    for i in range(t):  # entries stay below p^2 + p < 2^43
+        limbs = (limbs + weights[:, i, None] * shares[:, i, :].astype(np.int64)) % PRIME
+    out: list[bytes | None] = []
+    for row in limbs:
+        try:
+            out.append(_from_limbs(row))
+        except ProtocolAborted:
+            out.append(None)
+    return out
+
+
 def validate_shares(shares: object, count: int, secrets: int) -> U32Array:
     """Return ``shares`` as a ``(count, secrets, LIMBS)`` uint32 array or raise.
 
@@ -198,28 +264,6 @@ def validate_shares(shares: object, count: int, secrets: int) -> U32Array:
     if shares.size and int(shares.max()) >= PRIME:
         raise MessageRejected(f"share value {int(shares.max())} out of range [0, {PRIME}).")
     return shares
-
-
-def reconstruct_lenient(xs: Sequence[int], shares: U32Array, threshold: int) -> list[bytes | None]:
-    """Like :func:`reconstruct`, but a secret whose limbs are out of range becomes None.
-
-    One inconsistent share then spoils only its own secret, not the batch.
-    """
-    if len(xs) < threshold:
-        raise ProtocolAborted(f"need {threshold} shares to reconstruct, got {len(xs)}.")
-    secrets = shares.shape[1] if shares.ndim == 3 else 0
-    validate_shares(shares, len(xs), secrets)
-    points = tuple(int(x) for x in xs[:threshold])
-    weights = lagrange_at_zero(points).reshape(1, threshold)
-    used = shares[:threshold].reshape(threshold, secrets * LIMBS).astype(np.int64)
-    limbs = _matmul_mod(weights, used).reshape(secrets, LIMBS)
-    out: list[bytes | None] = []
-    for k in range(secrets):
-        try:
-            out.append(_from_limbs(limbs[k]))
-        except ProtocolAborted:
-            out.append(None)
-    return out
 
 
 def reconstruct(xs: Sequence[int], shares: U32Array, threshold: int) -> list[bytes]:

@@ -87,3 +87,32 @@ def test_bad_threshold_and_secret_size():
         shamir.share([os.urandom(32)], [1, 2], 3)
     with pytest.raises(ValueError, match="32 bytes"):
         shamir.share([os.urandom(16)], [1, 2], 2)
+
+
+def test_reconstruct_each_uses_each_rows_own_points():
+    share, reconstruct, reconstruct_each = shamir.share, shamir.reconstruct, shamir.reconstruct_each
+    PRIME, LIMBS = shamir.PRIME, shamir.LIMBS
+    rng = np.random.default_rng(4)
+    secrets = [bytes(rng.integers(0, 256, 32, dtype=np.uint8)) for _ in range(5)]
+    t = 3
+    xs, rows = [], []
+    for g, secret in enumerate(secrets):
+        points = sorted(rng.choice(np.arange(1, 50), size=6, replace=False).tolist())
+        shares = share([secret], points, t)
+        pick = [0, 2, 5] if g % 2 else [1, 3, 4]
+        xs.append([points[i] for i in pick])
+        rows.append(shares[pick, 0, :])
+    got = reconstruct_each(np.asarray(xs, dtype=np.int64), np.stack(rows))
+    assert got == secrets
+    for g, secret in enumerate(secrets):  # the same as one reconstruction per secret
+        assert reconstruct(xs[g], np.stack(rows)[g][:, None, :], t) == [secret]
+    spoiled = np.stack(rows)
+    spoiled[1, 0, 0] = (int(spoiled[1, 0, 0]) + 1) % PRIME
+    out = reconstruct_each(np.asarray(xs, dtype=np.int64), spoiled)
+    assert out[1] != secrets[1] and [out[g] for g in (0, 2, 3, 4)] == [
+        secrets[g] for g in (0, 2, 3, 4)
+    ]
+    with pytest.raises(MessageRejected, match="distinct"):
+        reconstruct_each(
+            np.asarray([[1, 1, 2]], dtype=np.int64), np.zeros((1, 3, LIMBS), np.uint32)
+        )
