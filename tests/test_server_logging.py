@@ -1,4 +1,4 @@
-"""The ServerApp logs through Flower's logger: progress and where the result is.
+"""The ServerApp logs through Flower's logger; its result carries no exact counts.
 
 ``flwr log`` and ``flwr run --stream`` show what Flower's logger (``flwr``) prints in the
 ServerApp's process; a logger outside that tree (with no handler of its own) shows only
@@ -57,3 +57,25 @@ def test_every_progress_event_is_logged(tmp_path: Path, flower_log: list[str]) -
     assert kinds[0] == "nodes" and kinds[-1] == "done"
     assert sum(kind == "step" for kind in kinds) == len(document["survivors"])
     assert any("step=stage2_unmask" in line for line in events)
+
+
+def keys_anywhere(value: object) -> set[str]:
+    """Every dictionary key in a JSON-like value, at any depth."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in keys_anywhere(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in keys_anywhere(v)}
+    return set()
+
+
+def test_the_flower_result_carries_no_exact_counts(tmp_path: Path) -> None:
+    """``n_clipped`` and ``n_at_floor`` are exact counts of the owners' data: not DP.
+
+    The deployment result (the document the ServerApp writes) has neither, at any depth
+    (values outside [0, 1] are refused by the ClientApp, so nothing is clipped there).
+    """
+    config = run_config(tmp_path, scenario_file(tmp_path, 6))
+    document = run(config, 6)
+    assert document["status"] == "success"
+    found = {k for k in keys_anywhere(document) if "clipped" in k or "at_floor" in k}
+    assert found == set()
