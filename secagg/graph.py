@@ -40,10 +40,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-__all__ = ["NeighbourGraph", "complete_graph", "default_degree", "random_harary_graph"]
+__all__ = [
+    "NeighbourGraph",
+    "Neighbours",
+    "choose_graph",
+    "complete_graph",
+    "default_degree",
+    "random_harary_graph",
+]
+
+Neighbours = int | Literal["complete"] | None
+"""A graph choice: an even degree ``k``, ``"complete"``, or None for :func:`default_degree`."""
 
 
 def default_degree(n: int, *, sigma: float = 40.0, bad_fraction: float = 0.25) -> int:
@@ -84,6 +95,9 @@ class NeighbourGraph:
     ring: tuple[int, ...]
     degree: int
     _position: dict[int, int] | None = field(default=None, init=False, repr=False, compare=False)
+    _neighbours: dict[int, tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         n = len(self.ring)
@@ -114,13 +128,22 @@ class NeighbourGraph:
         return client_id in self._positions()
 
     def neighbours(self, client_id: int) -> tuple[int, ...]:
-        """Return the neighbours of ``client_id`` (sorted), excluding itself."""
+        """Return the neighbours of ``client_id`` (sorted), excluding itself.
+
+        On a sparse graph each answer is kept (O(n k) for all clients: the server asks for
+        every client's neighbourhood in several rounds).
+        """
         n = len(self.ring)
         if self.complete:
             return tuple(sorted(c for c in self.ring if c != client_id))
-        pos = self._position[client_id] if self._position else self.ring.index(client_id)
+        cached = self._neighbours.get(client_id)
+        if cached is not None:
+            return cached
+        pos = self._positions()[client_id]
         half = self.degree // 2
-        return tuple(sorted(self.ring[(pos + j) % n] for j in range(-half, half + 1) if j))
+        out = tuple(sorted(self.ring[(pos + j) % n] for j in range(-half, half + 1) if j))
+        self._neighbours[client_id] = out
+        return out
 
     def linked(self, a: int, b: int) -> bool:
         """Whether clients ``a != b`` are neighbours (O(1))."""
@@ -165,3 +188,23 @@ def random_harary_graph(
         return complete_graph(ids)
     order = rng.permutation(len(ids))
     return NeighbourGraph(ring=tuple(ids[int(i)] for i in order), degree=k)
+
+
+def choose_graph(
+    client_ids: Sequence[int], neighbours: Neighbours, *, rng: np.random.Generator
+) -> NeighbourGraph:
+    """Return the graph a :class:`~secagg.server.SecAggServer` uses for ``neighbours``.
+
+    Raises
+    ------
+    ValueError
+        If ``neighbours`` is an odd degree or below 2 (and below ``n - 1``).
+    """
+    if neighbours == "complete":
+        return complete_graph(client_ids)
+    degree = default_degree(len(client_ids)) if neighbours is None else int(neighbours)
+    if degree >= len(client_ids) - 1:
+        return complete_graph(client_ids)
+    if degree < 2 or degree % 2:
+        raise ValueError(f"neighbours must be an even degree >= 2, got {neighbours}.")
+    return random_harary_graph(client_ids, degree, rng=rng)

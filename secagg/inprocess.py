@@ -20,9 +20,9 @@ import numpy as np
 from secagg.client import SecAggClient
 from secagg.encoding import FixedPointEncoding, FloatArray, choose_encoding
 from secagg.errors import EncodingError, MessageRejected
-from secagg.graph import default_degree
+from secagg.graph import Neighbours, default_degree
 from secagg.params import ThreatModel
-from secagg.server import Neighbours, SecAggServer, SumResult
+from secagg.server import SecAggServer, SumResult
 
 __all__ = ["InProcessSession", "Phase", "default_threshold", "run_in_process"]
 

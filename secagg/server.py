@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from secagg.consistency import consistency_payload
 from secagg.crypto import U64Array
 from secagg.encoding import FixedPointEncoding, FloatArray
 from secagg.errors import EncodingError, MessageRejected, ProtocolAborted
-from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
+from secagg.graph import Neighbours, choose_graph
 from secagg.messages import (
     AdvertiseKeys,
     ConsistencyRequest,
@@ -44,8 +44,6 @@ from secagg.recovery import ShareRecovery
 from secagg.shamir import PRIME
 
 __all__ = ["SecAggServer", "SumResult"]
-
-Neighbours = int | Literal["complete"] | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,19 +77,6 @@ class SumResult:
     dropped: tuple[int, ...]
     max_error: FloatArray
     cheaters: tuple[int, ...] = ()
-
-
-def _choose_graph(
-    client_ids: Sequence[int], neighbours: Neighbours, rng: np.random.Generator
-) -> NeighbourGraph:
-    if neighbours == "complete":
-        return complete_graph(client_ids)
-    degree = default_degree(len(client_ids)) if neighbours is None else int(neighbours)
-    if degree >= len(client_ids) - 1:
-        return complete_graph(client_ids)
-    if degree < 2 or degree % 2:
-        raise ValueError(f"neighbours must be an even degree >= 2, got {neighbours}.")
-    return random_harary_graph(client_ids, degree, rng=rng)
 
 
 class SecAggServer:
@@ -136,7 +121,7 @@ class SecAggServer:
             raise ValueError("client ids must lie in [0, 2^64).")
         if not 1 <= num_summations <= 64:
             raise ValueError(f"num_summations must lie in [1, 64], got {num_summations}.")
-        self.graph = _choose_graph(ids, neighbours, rng)
+        self.graph = choose_graph(ids, neighbours, rng=rng)
         holders = self.graph.degree
         if isinstance(threshold, bool) or not 2 <= threshold <= holders:
             raise ValueError(
@@ -169,10 +154,13 @@ class SecAggServer:
         self.share_senders: set[int] = set()
         self.incoming: dict[int, frozenset[int]] = {}
         self.eligible: tuple[int, ...] = ()
+        self._eligible_set: frozenset[int] = frozenset()
         self.encoding: FixedPointEncoding | None = None
         self.inputs: dict[int, U64Array] = {}
         self.survivors: tuple[int, ...] = ()
         self.dropped: tuple[int, ...] = ()
+        self._survivor_set: frozenset[int] = frozenset()
+        self._dropped_set: frozenset[int] = frozenset()
         self.responses: dict[int, UnmaskResponse] = {}
         self.results: list[SumResult] = []
         self.cheaters: set[int] = set()
@@ -366,7 +354,7 @@ class SecAggServer:
         first = self.summation == 0
         requests: dict[int, dict[str, MessageValue]] = {}
         empty: tuple[Any, ...] = ()
-        eligible = set(self.eligible)
+        eligible = self._eligible_set = frozenset(self.eligible)
         for client in self.eligible:
             inbox = [(s, b) for s, b in self.share_inbox.get(client, []) if s in eligible]
             requests[client] = MaskedInputRequest(
@@ -397,7 +385,7 @@ class SecAggServer:
                 f"in the wrong round (server: phase {self.phase!r}, summation "
                 f"{self.summation}); the client counts as dropped."
             )
-        if msg.sender not in self.eligible:
+        if msg.sender not in self._eligible_set:
             raise MessageRejected(f"masked input from client {msg.sender}, not eligible.")
         if msg.sender in self.inputs:
             raise MessageRejected(f"masked input from client {msg.sender} replayed.")
@@ -417,8 +405,9 @@ class SecAggServer:
                 f"summation {self.summation}: {len(survivors)} masked inputs, fewer than "
                 f"threshold {self.threshold}."
             )
-        self.survivors = survivors
-        self.dropped = tuple(sorted(set(self.incoming) - set(survivors)))
+        self.survivors, self._survivor_set = survivors, frozenset(survivors)
+        self.dropped = tuple(sorted(set(self.incoming) - self._survivor_set))
+        self._dropped_set = frozenset(self.dropped)
         self.responses = {}
         self.signatures = {}
 
@@ -447,7 +436,7 @@ class SecAggServer:
         self._check_session(msg.session)
         if self.phase != "consistency" or msg.summation != self.summation:
             raise MessageRejected(f"signature of client {msg.sender} arrived in the wrong round.")
-        if msg.sender not in self.survivors or msg.sender in self.signatures:
+        if msg.sender not in self._survivor_set or msg.sender in self.signatures:
             raise MessageRejected(f"signature from client {msg.sender} unexpected or replayed.")
         payload = consistency_payload(self.session_id, self.summation, self.survivors)
         if not crypto.verify_signature(self.keys[msg.sender].signing_key, payload, msg.signature):
@@ -491,7 +480,7 @@ class SecAggServer:
         )
         if self.graph.complete:  # every client's neighbourhood is the whole session
             return {client: template.to_dict() for client in self.survivors}
-        survivors, dropped = set(self.survivors), set(self.dropped)
+        survivors, dropped = self._survivor_set, self._dropped_set
         out: dict[int, dict[str, MessageValue]] = {}
         for client in self.survivors:
             neighbours = self.graph.neighbours(client)
@@ -510,17 +499,18 @@ class SecAggServer:
             raise MessageRejected(
                 f"unmask response of client {msg.sender} arrived in the wrong round."
             )
-        if msg.sender not in self.survivors:
+        if msg.sender not in self._survivor_set:
             raise MessageRejected(f"unmask response from non-survivor {msg.sender}.")
         if msg.sender in self.responses:
             raise MessageRejected(f"unmask response from client {msg.sender} replayed.")
-        survivors, dropped = set(self.survivors), set(self.dropped)
-        for owner in msg.seed_owners:
-            if owner not in survivors or not self.graph.linked(owner, msg.sender):
-                raise MessageRejected(f"client {msg.sender} sent a seed share of {owner}.")
-        for owner in msg.key_owners:
-            if owner not in dropped or not self.graph.linked(owner, msg.sender):
-                raise MessageRejected(f"client {msg.sender} sent a key share of {owner}.")
+        peers = set(self._neighbours_of(msg.sender))
+        for kind, owners, allowed in (
+            ("seed", msg.seed_owners, self._survivor_set),
+            ("key", msg.key_owners, self._dropped_set),
+        ):
+            wrong = sorted(set(owners) - (allowed & peers))
+            if wrong:
+                raise MessageRejected(f"client {msg.sender} sent a {kind} share of {wrong[:5]}.")
         for name, table in (("seed", msg.seed_shares), ("key", msg.key_shares)):
             if table.size and int(table.max()) >= PRIME:
                 raise MessageRejected(
