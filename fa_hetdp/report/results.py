@@ -20,13 +20,26 @@ from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.stats.releases import NOISE_DOMINATED_COVER, ReleasedValue, released_values
 
 __all__ = [
+    "EXACT_COUNTS_NOTE",
     "format_accuracy_plan",
     "format_released",
     "format_section",
     "noise_dominated_warnings",
     "released_truth",
+    "result_to_dict",
+    "result_to_frame",
+    "result_to_json",
     "statistics_section",
 ]
+
+#: What the exact counts of a result are worth: they are not differentially private.
+EXACT_COUNTS_NOTE = (
+    "exact counts of the clients' data, NOT differentially private: for the data holder "
+    "only, never to be published (the Flower result does not carry them)"
+)
+
+#: The per-coordinate statistics of :class:`PrivateStatistics`, in export order.
+_VECTORS = ("mean", "dispersion", "weighted_mean", "q", "i2", "i2_extra")
 
 
 def _plain(values: np.ndarray) -> float | list[float]:
@@ -211,3 +224,92 @@ def _short(value: object) -> str:
     if isinstance(value, tuple):
         return f"per coordinate (mean {float(np.mean(value)):.3g})"
     return f"{value:g}"
+
+
+def _number(value: float) -> float | None:
+    """JSON-ready float: NaN and infinities become None."""
+    return float(value) if np.isfinite(value) else None
+
+
+def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
+    """Return a JSON-ready dictionary of a Python-API result (``private_statistics``).
+
+    Per-coordinate statistics as lists (``None`` for an absent ``i2_extra``), the scalars,
+    the σ of every release, the privacy spent (``epsilon`` at the target ``delta``, and the
+    ``delta`` at the target ε: two readings of one exact composition), the caveat labels,
+    and the exact counts ``n_clipped`` / ``n_at_floor`` kept apart under
+    ``"not_private"`` with :data:`EXACT_COUNTS_NOTE`. NaN becomes ``None``.
+    """
+    spent = result.spent
+    statistics: dict[str, list[float | None] | None] = {}
+    for key in _VECTORS:
+        values = getattr(result, key)
+        statistics[key] = (
+            None if values is None else [_number(v) for v in np.asarray(values, np.float64)]
+        )
+    return {
+        "n": int(result.n),
+        "d": int(result.d),
+        "placement": str(result.placement),
+        "statistics": statistics,
+        "scalars": {
+            "total_dispersion": _number(result.total_dispersion),
+            "i2_total": _number(result.i2_total),
+            "weighted_denominator": _number(result.weighted_denominator),
+        },
+        "sigmas": {k: float(v) for k, v in result.sigmas.items()},
+        "privacy": {
+            "guarantees": [
+                {"epsilon": float(spent.epsilon), "delta": float(spent.delta)},
+                {
+                    "epsilon": float(result.plan.config.epsilon)
+                    if result.plan is not None
+                    else None,
+                    "delta": float(spent.delta_at_target_epsilon),
+                },
+            ],
+            "mu": float(spent.mu),
+            "degraded": bool(spent.degraded),
+        },
+        "labels": list(result.labels),
+        "noise_shares": [int(k) for k in result.noise_shares],
+        "not_private": {
+            "note": EXACT_COUNTS_NOTE,
+            "n_clipped": int(result.n_clipped),
+            "n_at_floor": int(result.n_at_floor),
+        },
+    }
+
+
+def result_to_json(result: PrivateStatistics, *, indent: int | None = 2) -> str:
+    """Return :func:`result_to_dict` as JSON text (strict JSON: no NaN)."""
+    import json
+
+    return json.dumps(result_to_dict(result), indent=indent, allow_nan=False)
+
+
+def result_to_frame(result: PrivateStatistics) -> Any:
+    """Return a pandas DataFrame: one row per coordinate, one column per statistic.
+
+    The rest of :func:`result_to_dict` (scalars, σ, privacy, labels, the exact counts with
+    their note) goes into ``frame.attrs``.
+
+    Raises
+    ------
+    ImportError
+        pandas is not installed (it is optional: ``pip install pandas``).
+    """
+    import importlib
+
+    try:
+        pd = importlib.import_module("pandas")
+    except ImportError as exc:
+        raise ImportError(
+            "result_to_frame needs pandas, which is not installed: pip install pandas "
+            "(result_to_dict and result_to_json need nothing)"
+        ) from exc
+    exported = result_to_dict(result)
+    columns = {k: v for k, v in exported.pop("statistics").items() if v is not None}
+    frame = pd.DataFrame(columns, index=pd.RangeIndex(result.d, name="coordinate"))
+    frame.attrs.update(exported)
+    return frame
