@@ -14,8 +14,10 @@ IntArray = npt.NDArray[np.int64]
 """An int64 array: labels, counts, indices."""
 
 # The privacy modes, defined once; every module (and the scenario schema) uses these.
-Mechanism = Literal["agm", "cgm"]
-"""``"agm"``: analytic Gaussian mechanism (Thm 2.10); ``"cgm"``: classical (Thm 2.9)."""
+Mechanism = Literal["agm", "cgm", "ddg", "skellam"]
+"""``"agm"``: analytic Gaussian mechanism (Thm 2.10); ``"cgm"``: classical (Thm 2.9);
+``"ddg"``: distributed discrete Gaussian (Kairouz, Liu & Steinke 2021); ``"skellam"``:
+distributed Skellam (Agarwal, Kairouz & Liu 2021). See :mod:`fa_hetdp.dp.mechanisms`."""
 Composition = Literal["basic", "gdp"]
 """``"basic"``: sum of (epsilon_k, delta_k) (the paper); ``"gdp"``: exact Gaussian composition."""
 Placement = Literal["distributed", "central"]

@@ -30,7 +30,7 @@ RELEASES = [
 
 
 def test_registry_names_match_the_config_choices() -> None:
-    assert mechanism_names() == MECHANISMS == ("agm", "cgm")
+    assert mechanism_names() == MECHANISMS == ("agm", "cgm", "ddg", "skellam")
     for name in mechanism_names():
         assert get_mechanism(name).name == name
     with pytest.raises(PrivacyParameterError, match="mechanism='laplace'"):

@@ -45,9 +45,9 @@ from fa_hetdp.dp.calibration import (
     _check_positive,
     achieved_delta,
     achieved_epsilon,
-    calibrate_sigma,
 )
-from fa_hetdp.dp.mechanisms import PrivacyEvent, get_mechanism
+from fa_hetdp.dp.discrete_accounting import RDP_ORDERS, rdp_delta, zcdp_epsilon
+from fa_hetdp.dp.mechanisms import DiscreteEvent, PrivacyEvent, get_mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 __all__ = [
@@ -258,6 +258,10 @@ class PrivacySpent:
         ``True`` if some counted release received less noise than planned.
     per_release : tuple of ReleaseSpent
         Per-release detail, including releases that do not count.
+    accounting : str
+        How the releases were composed and converted (the mechanism's
+        :attr:`~fa_hetdp.dp.mechanisms.NoiseMechanism.accounting`); for the discrete
+        mechanisms ``mu`` is ``sqrt(2 rho)`` of the composed zCDP ``rho``.
     """
 
     epsilon: float
@@ -266,6 +270,7 @@ class PrivacySpent:
     delta_at_target_epsilon: float
     degraded: bool
     per_release: tuple[ReleaseSpent, ...]
+    accounting: str = "Gaussian DP (Dong-Roth-Su Cor. 3.3), exact for Gaussian noise"
 
 
 def _validate_releases(releases: Sequence[ReleaseSpec]) -> tuple[ReleaseSpec, ...]:
@@ -381,7 +386,7 @@ def plan_budget(
             labels.append(label)
             warnings.warn(label, BaselineWarning, stacklevel=2)
     else:
-        mu_total = 1.0 / calibrate_sigma(epsilon_f, delta_f, 1.0, "agm")  # Thm 2.10
+        mu_total = mech.total_mu(epsilon_f, delta_f)  # Thm 2.10 (discrete: zCDP, CKS Prop. 12)
         for r in items:
             mu_k = mu_total * math.sqrt(r.weight / total_weight)  # Dong-Roth-Su Cor. 3.3
             planned.append(
@@ -395,6 +400,8 @@ def plan_budget(
                     mu_share=mu_k,
                 )
             )
+    if mech.name in ("ddg", "skellam"):
+        labels.append(f"{mech.description}; accounting: {mech.accounting}")
     uncounted = [r.name for r in items if not r.counts_for_privacy]
     if uncounted:
         labels.append(
@@ -525,10 +532,13 @@ def privacy_spent(
     mu_sq_terms: list[float] = []
     degraded = False
     infinite = False
+    zcdp = False  # discrete events compose in zCDP; Gaussian ones in Gaussian DP
     for r in plan.releases:
         frac = fractions.get(r.name, 1.0)
         sigma_eff = r.sigma * math.sqrt(frac)
-        mu_k = _event_mu(mech.event(sigma_eff, r.sensitivity))
+        event = mech.event(sigma_eff, r.sensitivity)
+        zcdp = zcdp or isinstance(event, DiscreteEvent)
+        mu_k = _event_mu(event)
         per_release.append(
             ReleaseSpent(
                 name=r.name,
@@ -551,6 +561,11 @@ def privacy_spent(
         mu = math.sqrt(math.fsum(mu_sq_terms))  # Dong-Roth-Su Cor. 3.3
         if mu == 0.0:
             eps, delta_at_eps = 0.0, 0.0
+        elif zcdp:  # rho = mu^2/2 summed over releases; RDP alpha rho, CKS 2020 Prop. 12
+            rho = 0.5 * mu * mu
+            eps = zcdp_epsilon(rho, plan.delta)
+            orders = [float(a) for a in RDP_ORDERS]
+            delta_at_eps = rdp_delta(orders, [a * rho for a in orders], plan.epsilon)
         else:
             eps = achieved_epsilon(1.0, plan.delta, mu)  # Thm 2.10 with sigma/Delta = 1/mu
             delta_at_eps = achieved_delta(1.0, plan.epsilon, mu)
@@ -561,4 +576,5 @@ def privacy_spent(
         delta_at_target_epsilon=delta_at_eps,
         degraded=degraded,
         per_release=tuple(per_release),
+        accounting=mech.accounting,
     )

@@ -17,12 +17,40 @@ secure-aggregation encoding and the error metrics need to know about the noise o
   ``sigma/Delta``).
 
 The registry is keyed by the ``mechanism`` setting of
-:class:`~fa_hetdp.config.protocol.ProtocolConfig`. The first entries are Gaussian noise with
-the analytic (``"agm"``, paper Thm 2.10) and the classical (``"cgm"``, paper Thm 2.9)
-calibration. A further mechanism (a discrete Gaussian, Skellam) is one new module with a
-:class:`NoiseMechanism` subclass plus one :func:`register` line in :data:`_REGISTRY` below
-(and its name in :data:`fa_hetdp._types.Mechanism`, which the tests check against
-:func:`mechanism_names`).
+:class:`~fa_hetdp.config.protocol.ProtocolConfig`: Gaussian noise with the analytic
+(``"agm"``, paper Thm 2.10) and the classical (``"cgm"``, paper Thm 2.9) calibration, and the
+distributed discrete mechanisms ``"ddg"`` (discrete Gaussian shares, Kairouz, Liu & Steinke,
+ICML 2021) and ``"skellam"`` (Skellam shares, Agarwal, Kairouz & Liu, NeurIPS 2021),
+:class:`DiscreteMechanism`. A new mechanism is a :class:`NoiseMechanism` subclass plus one
+line in :data:`_REGISTRY` below (and its name in :data:`fa_hetdp._types.Mechanism`, which
+the tests check against :func:`mechanism_names`).
+
+Discrete mechanisms on the real-valued protocol (:class:`DiscreteMechanism`). A share of
+scale ``s`` lives on the lattice ``gamma Z``, ``gamma = 2^floor(log2 min(s/16, 2^-12))``
+(public, from the public scale): it is ``gamma (U - 1/2 + Z)`` with ``Z`` the exact integer
+noise (``N_Z(0, (s/gamma)^2)`` or Skellam of variance ``(s/gamma)^2``) and ``U`` uniform on
+``[0, 1)``. Added to a real value ``v`` it has the law of the discrete pipeline with
+*subtractive dither*: ``gamma (round(v/gamma + u) - u + Z)`` with a public uniform ``u`` has
+rounding error ``round(w) - w`` uniform on ``[-1/2, 1/2)`` and independent of ``v``
+(Schuchman's condition), so for each data set both releases have the same distribution. The
+dithered release is the discrete mechanism on integers given ``u`` (post-processed by
+``- u``), whose replace-one sensitivity per changed coordinate is ``ceil(|v - v'|/gamma)``:
+``Delta_int <= Delta/gamma + sqrt(k) <= (Delta/gamma)(1 + 4 gamma) <= (Delta/gamma)(1 +
+2^-10)`` when every changed coordinate may move by ``>= 1/4`` (so ``Delta >= sqrt(k)/4``; true
+of every release of the protocol: box bounds ``1``, ``W``, ``max(c, 1 - c)^2 >= 1/4``, the
+histogram's ``{0, 1}``). With ``s/gamma >= 16`` per share, the DDG sum's ``tau`` (KLS 2021
+Thm 1) is below ``10 m exp(-pi^2 256) < 1e-1090`` for any ``m < 2^63`` shares: the sum's RDP
+is ``alpha rho`` with ``rho = (1 + 2^-10)^2 (Delta/sigma)^2/2`` (Prop. 14, Eq. (17)), ``sigma``
+the summed noise in data units. Skellam's RDP (AKL 2021 Thm 3.5, with ``Delta_1 <= Delta_2^2``
+for integer vectors and ``gamma <= sigma/16``) is at most ``(1 + 7/512)`` times that.
+Releases compose in zCDP (add the ``rho``) and convert to ``(epsilon, delta)`` with
+Canonne-Kamath-Steinke 2020 Prop. 12 (:mod:`fa_hetdp.dp.discrete_accounting`).
+
+In process the summed noise of ``n`` shares is drawn in one call at the total scale (the
+protocol's summed path): one dither instead of ``n`` (the rounding noise's variance
+``n gamma^2/12 <= sigma^2/3072`` is under-simulated) and, for ``"ddg"``, one discrete
+Gaussian of the total variance for the sum of ``n`` (indistinguishable at ``tau <
+1e-1090``). ``noise_draw="per_client"`` and the clients' own path draw every share.
 """
 
 from __future__ import annotations
@@ -39,9 +67,14 @@ from scipy.special import ndtri
 
 from fa_hetdp._types import COMPOSITIONS, MECHANISMS, Composition, FloatArray
 from fa_hetdp.dp.calibration import _check_positive, calibrate_sigma, cgm_sigma
+from fa_hetdp.dp.discrete import sample_discrete_gaussian, sample_skellam
+from fa_hetdp.dp.discrete_accounting import zcdp_rho_for
+from fa_hetdp.dp.discrete_calibration import noise_tail
 from fa_hetdp.errors import PrivacyParameterError
 
 __all__ = [
+    "DiscreteEvent",
+    "DiscreteMechanism",
     "GaussianEvent",
     "GaussianMechanism",
     "NoiseMechanism",
@@ -49,6 +82,15 @@ __all__ = [
     "get_mechanism",
     "mechanism_names",
 ]
+
+MAX_LATTICE: Final = 2.0**-12
+"""Coarsest lattice step of a discrete share (bounds the rounding's sensitivity inflation)."""
+MIN_SHARE_UNITS: Final = 16.0
+"""A discrete share's scale is at least this many lattice steps (makes the DDG ``tau`` vanish)."""
+SENSITIVITY_INFLATION: Final = 1.0 + 2.0**-10
+"""``Delta_int gamma / Delta`` at most: ``1 + 4 MAX_LATTICE`` (module docstring)."""
+SKELLAM_EXTRA: Final = 1.0 + 7.0 / 512.0
+"""Skellam's RDP over the Gaussian's at most (``(2 alpha + 5)/(4 * 256) <= alpha 7/1024``)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +121,40 @@ class GaussianEvent:
         return self.sensitivity / self.sigma
 
 
-PrivacyEvent = GaussianEvent
-"""The events the accountant composes (a union once a mechanism brings a new kind)."""
+@dataclass(frozen=True)
+class DiscreteEvent:
+    """One release of a distributed discrete mechanism as the accountant sees it.
+
+    Attributes
+    ----------
+    sigma : float
+        Standard deviation (data units) of the summed noise that arrived (``0`` if none).
+    sensitivity : float
+        L2 sensitivity ``Delta`` of the real-valued release.
+    factor : float
+        ``rho = factor (Delta/sigma)^2/2``: the rounding's sensitivity inflation squared,
+        times Skellam's extra term (module docstring).
+    """
+
+    sigma: float
+    sensitivity: float
+    factor: float
+
+    @property
+    def rho(self) -> float:
+        """Return the zCDP ``rho`` (``inf`` without noise): RDP <= ``alpha rho`` at every order."""
+        if self.sigma <= 0.0:
+            return math.inf
+        return 0.5 * self.factor * (self.sensitivity / self.sigma) ** 2
+
+    @property
+    def mu(self) -> float:
+        """``sqrt(2 rho)``: the Gaussian with the same zCDP (``inf`` without noise)."""
+        return math.sqrt(2.0 * self.rho)
+
+
+PrivacyEvent = GaussianEvent | DiscreteEvent
+"""The events the accountant composes."""
 
 
 class NoiseMechanism(ABC):
@@ -99,6 +173,8 @@ class NoiseMechanism(ABC):
     name: str
     description: str
     compositions: tuple[str, ...]
+    accounting: str = "Gaussian DP (Dong-Roth-Su Cor. 3.3), exact for Gaussian noise"
+    """How :func:`~fa_hetdp.dp.accounting.privacy_spent` composes and converts the releases."""
 
     def supports(self, composition: Composition | str) -> bool:
         """Whether the budget can be split with ``composition`` under this mechanism."""
@@ -120,6 +196,10 @@ class NoiseMechanism(ABC):
             f"composition='gdp' is not available with mechanism={self.name!r}; it supports "
             f"{self.compositions}."
         )
+
+    def total_mu(self, epsilon: float, delta: float) -> float:
+        """Total ``mu`` that ``composition="gdp"`` splits: ``1/sigma`` of the AGM (Thm 2.10)."""
+        return 1.0 / calibrate_sigma(epsilon, delta, 1.0, "agm")
 
     def is_baseline(self, epsilon: float) -> bool:
         """Whether a calibration at per-release ``epsilon`` is only a labelled baseline."""
@@ -223,9 +303,126 @@ class GaussianMechanism(NoiseMechanism):
         return GaussianEvent(sigma=float(scale), sensitivity=float(sensitivity))
 
 
+def lattice_step(scale: npt.ArrayLike) -> FloatArray:
+    """``gamma = 2^floor(log2 min(s/16, 2^-12))`` per coordinate (0 where ``s = 0``)."""
+    s = np.asarray(scale, dtype=np.float64)
+    if np.any(~np.isfinite(s)) or np.any(s < 0.0):
+        raise PrivacyParameterError(f"scale must be finite and >= 0, got {s!r}.")
+    target = np.minimum(s / MIN_SHARE_UNITS, MAX_LATTICE)
+    with np.errstate(divide="ignore"):
+        out: FloatArray = np.where(
+            s > 0.0, np.exp2(np.floor(np.log2(np.where(s > 0, target, 1.0)))), 0.0
+        )
+    return out
+
+
+class DiscreteMechanism(NoiseMechanism):
+    """Distributed discrete noise: ``"ddg"`` (discrete Gaussian) or ``"skellam"`` shares.
+
+    The scale is the noise standard deviation in data units, as for the Gaussian; a share of
+    scale ``s`` is ``gamma (U - 1/2 + Z)`` on the lattice of :func:`lattice_step` (the law of
+    the dithered integer pipeline; module docstring). ``composition="gdp"`` composes the
+    releases' zCDP (not Gaussian DP) and ``"basic"`` gives each release its own
+    ``(epsilon_k, delta_k)`` through the same zCDP conversion.
+    """
+
+    def __init__(self, kind: str) -> None:
+        if kind not in ("ddg", "skellam"):
+            raise PrivacyParameterError(f"discrete kind must be 'ddg' or 'skellam', got {kind!r}.")
+        self.name = kind
+        self.compositions = ("basic", "gdp")
+        if kind == "ddg":
+            self.description = "distributed discrete Gaussian (Kairouz-Liu-Steinke 2021)"
+            self.factor = SENSITIVITY_INFLATION**2
+            self.accounting = (
+                "zCDP of the sum of discrete Gaussians (KLS 2021 Prop. 14), composed and "
+                "converted by CKS 2020 Prop. 12"
+            )
+        else:
+            self.description = "distributed Skellam (Agarwal-Kairouz-Liu 2021)"
+            self.factor = SENSITIVITY_INFLATION**2 * SKELLAM_EXTRA
+            self.accounting = (
+                "zCDP of the Skellam mechanism (AKL 2021 Thm 3.5), composed and converted "
+                "by CKS 2020 Prop. 12"
+            )
+
+    def total_mu(self, epsilon: float, delta: float) -> float:
+        """``sqrt(2 rho)`` of the largest ``rho`` whose zCDP is ``(epsilon, delta)``-DP."""
+        return math.sqrt(2.0 * zcdp_rho_for(epsilon, delta))
+
+    def calibrate(self, epsilon: float, delta: float, sensitivity: float) -> float:
+        """Smallest ``sigma`` whose release is ``rho``-zCDP with ``rho`` meeting the target."""
+        return self.calibrate_gdp(self.total_mu(epsilon, delta), sensitivity)
+
+    def calibrate_gdp(self, mu: float, sensitivity: float) -> float:
+        """``sigma`` with ``rho = factor (Delta/sigma)^2/2 = mu^2/2``."""
+        delta_f = _check_positive("sensitivity", sensitivity)
+        return delta_f * math.sqrt(self.factor) / _check_positive("mu", mu)
+
+    def sample(
+        self,
+        scale: float | npt.ArrayLike,
+        shape: int | tuple[int, ...],
+        *,
+        rng: np.random.Generator,
+    ) -> FloatArray:
+        """Draw ``gamma (U - 1/2 + Z)`` per coordinate (exact integer ``Z``, ``gamma`` public)."""
+        s = np.broadcast_to(np.asarray(scale, dtype=np.float64), shape)
+        gamma = lattice_step(s)
+        out = np.zeros(s.shape, dtype=np.float64)
+        dither = rng.random(s.shape) - 0.5
+        for value in np.unique(s[s > 0.0]):
+            where = s == value
+            step = float(gamma[where][0])
+            units = (float(value) / step) ** 2
+            count = int(np.count_nonzero(where))
+            if self.name == "ddg":
+                z = sample_discrete_gaussian(units, count, rng=rng)
+            else:
+                z = sample_skellam(units, count, rng=rng)
+            out[where] = step * (dither[where] + z)
+        return out
+
+    def variance(self, scale: float | npt.ArrayLike) -> FloatArray:
+        """``s^2 + gamma^2/12`` (an upper bound for ``"ddg"``: ``Var N_Z(0, v) <= v``)."""
+        s = np.asarray(scale, dtype=np.float64)
+        out: FloatArray = s * s + lattice_step(s) ** 2 / 12.0
+        return out
+
+    def tail_bound(self, scale: float | npt.ArrayLike, failure_probability: float) -> FloatArray:
+        """``gamma (1/2 + h)``, ``h`` the integer noise's tail at ``p`` (subgaussian / Chernoff)."""
+        p = float(failure_probability)
+        if not 0.0 < p < 1.0:
+            raise PrivacyParameterError(
+                f"failure_probability must be in (0, 1), got failure_probability={p!r}."
+            )
+        s = np.asarray(scale, dtype=np.float64)
+        gamma = lattice_step(s)
+        out = np.zeros(s.shape, dtype=np.float64)
+        flat_s, flat_g, flat_out = s.reshape(-1), gamma.reshape(-1), out.reshape(-1)
+        for i in range(flat_s.size):
+            if flat_s[i] <= 0.0:
+                continue
+            units = flat_s[i] / flat_g[i]
+            if self.name == "ddg":  # 2 exp(-h^2/(2 v)) = p
+                h = units * math.sqrt(2.0 * math.log(2.0 / p))
+            else:
+                h = units * math.sqrt(2.0 * math.log(2.0 / p))
+                while noise_tail("skellam", units * units, 1, h) > p:
+                    h *= 1.1
+            flat_out[i] = flat_g[i] * (0.5 + h)
+        return out
+
+    def event(self, scale: float, sensitivity: float) -> DiscreteEvent:
+        """:class:`DiscreteEvent`: ``rho = factor (Delta/sigma)^2/2`` for the summed ``sigma``."""
+        return DiscreteEvent(sigma=float(scale), sensitivity=float(sensitivity), factor=self.factor)
+
+
 _REGISTRY: Final[Mapping[str, NoiseMechanism]] = {
     "agm": GaussianMechanism("agm"),
     "cgm": GaussianMechanism("cgm"),
+    "ddg": DiscreteMechanism("ddg"),
+    "skellam": DiscreteMechanism("skellam"),
 }
 """Every registered mechanism by its ``mechanism`` setting (add a line per new module)."""
 
