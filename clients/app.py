@@ -12,6 +12,9 @@ saves the state and replies:
                     records (computed on the client; ``docs/summaries.md``); reply
                     with ``d`` and the two public keys (secagg round 0)
 ``share_keys``      encrypted Shamir shares for the neighbours (secagg round 1)
+``stage0_input``    ``adaptive_floor`` only: the one-hot bucket of ``s_i^2`` + noise share
+                    (the floor histogram, :mod:`fa_hetdp.protocol.floor`), masked (summation 0;
+                    stages 1 and 2 are then summations 1 and 2); ``stage0_unmask`` likewise
 ``stage1_input``    ``[x, w x, w]`` + noise share ``N(0, sigma^2/t)`` (Thm 3.3, Lemma 3.7),
                     encoded and masked (secagg round 2, summation 0)
 ``stage1_unmask``   shares that remove the stage-1 masks (secagg round 3, summation 0)
@@ -57,6 +60,9 @@ from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
     SHARE_KEYS,
+    STAGE0_CONSISTENCY,
+    STAGE0_INPUT,
+    STAGE0_UNMASK,
     STAGE1_CONSISTENCY,
     STAGE1_INPUT,
     STAGE1_UNMASK,
@@ -74,6 +80,7 @@ from fa_hetdp.protocol.client import (
     stage1_contribution,
     stage2_contribution,
 )
+from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from secagg.client import SecAggClient
 
@@ -161,12 +168,12 @@ def _save_generator(settings: RunSettings, record: ConfigRecord, rng: np.random.
         record[State.RNG_STATE] = json.dumps(rng.bit_generator.state)
 
 
-def _local(context: Context, settings: RunSettings) -> LocalValues:
+def _local(context: Context, plan: ProtocolPlan) -> LocalValues:
     arrays = context.state.get(State.LOCAL)
     if not isinstance(arrays, ArrayRecord):
         raise RuntimeError("no local data: the session did not start on this node")
     x = np.asarray(arrays[State.X].numpy(), dtype=np.float64)
-    return local_values(x, variance_floor=settings.protocol.variance_floor)
+    return local_values(x, variance_floor=plan.variance_floor)  # the adaptive floor, if any
 
 
 def _state_int(record: ConfigRecord, key: str) -> int:
@@ -178,7 +185,9 @@ def _state_int(record: ConfigRecord, key: str) -> int:
 
 def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
     n = _state_int(record, State.SESSION_SIZE)
-    return plan_protocol(settings.protocol, n=n, d=_state_int(record, State.D))
+    floor = record.get(State.FLOOR)  # set by stage1_input in adaptive_floor runs
+    floor = float(floor) if isinstance(floor, float) else None
+    return plan_protocol(settings.protocol, n=n, d=_state_int(record, State.D), floor=floor)
 
 
 def _reply(msg: Message, payload: dict[str, Any]) -> Message:
@@ -249,14 +258,40 @@ def share_keys(msg: Message, context: Context) -> Message:
     return _reply(msg, {Key.SECAGG: reply})
 
 
+@app.query(STAGE0_INPUT)
+def stage0_input(msg: Message, context: Context) -> Message:
+    """Stage 0 (``adaptive_floor``): the one-hot bucket of ``s_i^2`` plus a noise share."""
+    settings, pid, record = _start_step(context, STAGE0_INPUT)
+    plan = _plan(settings, record)
+    if not plan.adaptive or plan.floor is not None:
+        raise RuntimeError("stage0_input outside an adaptive_floor session, or after stage 1")
+    rng = _generator(settings, record, pid)
+    x = _local(context, plan).x
+    values = floor_contribution(
+        x, plan.floor_edges, plan.floor_share_std, mechanism=plan.mechanism, rng=rng
+    )
+    return _masked_input(msg, decode(msg.content), values, settings, record, rng)
+
+
+@app.query(STAGE0_UNMASK)
+def stage0_unmask(msg: Message, context: Context) -> Message:
+    """Stage 0: reveal the shares that remove the masks."""
+    return _unmask(msg, context, STAGE0_UNMASK)
+
+
 @app.query(STAGE1_INPUT)
 def stage1_input(msg: Message, context: Context) -> Message:
     """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
     settings, pid, record = _start_step(context, STAGE1_INPUT)
+    request = decode(msg.content)
+    if _plan(settings, record).adaptive:  # the floor picked from the stage-0 histogram
+        if Key.FLOOR not in request:
+            raise RuntimeError("adaptive_floor session: the server sent no variance floor")
+        record[State.FLOOR] = float(request[Key.FLOOR])  # plan_protocol checks [v_min, 1/4]
     plan = _plan(settings, record)
     rng = _generator(settings, record, pid)
-    values = stage1_contribution(_local(context, settings), plan, rng=rng)
-    return _masked_input(msg, decode(msg.content), values, settings, record, rng)
+    values = stage1_contribution(_local(context, plan), plan, rng=rng)
+    return _masked_input(msg, request, values, settings, record, rng)
 
 
 @app.query(STAGE1_UNMASK)
@@ -273,7 +308,7 @@ def stage2_input(msg: Message, context: Context) -> Message:
     request = decode(msg.content)
     rng = _generator(settings, record, pid)
     values = stage2_contribution(
-        _local(context, settings),
+        _local(context, plan),
         plan,
         np.asarray(request[Key.MU_PRIME], dtype=np.float64),
         np.asarray(request[Key.WEIGHTED_MU_PRIME], dtype=np.float64),
@@ -302,6 +337,12 @@ def _masked_input(
     record[State.SECAGG] = secagg.to_bytes()
     _save_generator(settings, record, rng)
     return _reply(msg, {Key.SECAGG: reply})
+
+
+@app.query(STAGE0_CONSISTENCY)
+def stage0_consistency(msg: Message, context: Context) -> Message:
+    """Stage 0 (malicious-server sessions): sign the survivor list shown."""
+    return _consistency(msg, context, STAGE0_CONSISTENCY)
 
 
 @app.query(STAGE1_CONSISTENCY)

@@ -34,6 +34,7 @@ import numpy as np
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon
 from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.floor import FLOOR_BUDGET_SHARE, FLOOR_RELEASE, FloorChoice
 from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, ProtocolPlan
 from fa_hetdp.protocol.server import privacy_spent_of
 from fa_hetdp.report.files import write_json_atomic
@@ -41,6 +42,7 @@ from fa_hetdp.report.files import write_json_atomic
 __all__ = [
     "STAGE1_RELEASES",
     "degraded_refusal",
+    "floor_section",
     "not_private_reasons",
     "privacy_section",
     "result_path",
@@ -53,7 +55,7 @@ __all__ = [
 log = logging.getLogger("flwr.fa_hetdp.server")
 
 #: Releases of stage 1 (broadcast to the clients before stage 2).
-STAGE1_RELEASES = ("mean", "weighted")
+STAGE1_RELEASES = ("floor", "mean", "weighted")  # before stage 2 ("floor": adaptive_floor)
 
 
 def not_private_reasons(plan: ProtocolPlan) -> list[str]:
@@ -89,12 +91,28 @@ def _pairs(plan: ProtocolPlan, epsilon: float, delta_at_target: float) -> list[A
     ]
 
 
-def stage1_spent(plan: ProtocolPlan, fraction1: float) -> dict[str, Any]:
-    """Privacy spent by the stage-1 releases alone (``fraction1`` of their noise arrived)."""
-    full = privacy_spent_of(plan, fraction1, 1.0)
-    terms = [
-        r.mu**2 for r in full.per_release if r.name in STAGE1_RELEASES and r.counts_for_privacy
-    ]
+def floor_section(plan: ProtocolPlan, choice: FloorChoice | None) -> dict[str, Any] | None:
+    """Return the document's ``adaptive_floor`` part: floor, noisy histogram, release cost.
+
+    The count of floored clients is the histogram's noisy estimate (never an exact count).
+    """
+    if choice is None:
+        return None
+    release = plan.budget.release(FLOOR_RELEASE)
+    return {**choice.as_dict(), "budget_share": FLOOR_BUDGET_SHARE, "mu": release.mu_share}
+
+
+def stage1_spent(
+    plan: ProtocolPlan, fraction1: float, fraction0: float = 1.0, *, stage1: bool = True
+) -> dict[str, Any]:
+    """Privacy spent before stage 2 (``fraction1`` of the stage-1 noise arrived).
+
+    With ``adaptive_floor`` the stage-0 histogram counts too (``fraction0`` of its noise);
+    ``stage1=False``: only the histogram was released.
+    """
+    full = privacy_spent_of(plan, fraction1, 1.0, fraction0)
+    names = STAGE1_RELEASES if stage1 else ("floor",)
+    terms = [r.mu**2 for r in full.per_release if r.name in names and r.counts_for_privacy]
     mu = math.sqrt(math.fsum(terms)) if terms else 0.0
     if math.isinf(mu):
         eps, delta_at = math.inf, 1.0
@@ -112,6 +130,7 @@ def privacy_section(
     *,
     released: Sequence[str],
     stage1_fraction: float | None = None,
+    floor_fraction: float | None = None,
 ) -> dict[str, Any]:
     """Return the document's ``privacy`` part.
 
@@ -126,6 +145,8 @@ def privacy_section(
         What went out, in words (``"stage 1: mu', mu_bar' broadcast to 12 clients"``).
     stage1_fraction : float, optional
         The stage-1 noise fraction, when stage 1 (only) was released.
+    floor_fraction : float, optional
+        The stage-0 histogram's noise fraction, when it was released (``adaptive_floor``).
     """
     reasons = not_private_reasons(plan)
     section: dict[str, Any] = {"differentially_private": not reasons, "released": list(released)}
@@ -151,8 +172,12 @@ def privacy_section(
             }
         )
     elif stage1_fraction is not None:
-        section.update(stage1_spent(plan, stage1_fraction))
-        section["degraded"] = stage1_fraction < 1.0
+        fraction0 = 1.0 if floor_fraction is None else floor_fraction
+        section.update(stage1_spent(plan, stage1_fraction, fraction0))
+        section["degraded"] = min(stage1_fraction, fraction0) < 1.0
+    elif floor_fraction is not None:  # only the stage-0 histogram went out
+        section.update(stage1_spent(plan, 1.0, floor_fraction, stage1=False))
+        section["degraded"] = floor_fraction < 1.0
     else:
         section["guarantees"] = []  # nothing released: nothing spent
     return section

@@ -6,6 +6,8 @@ protocol"; Thm 3.3, 3.8, 3.13) over any :class:`Transport` (the ServerApp's is F
 
 1. ``advertise_keys`` -- secagg setup; clients report ``d`` and their public keys.
 2. ``share_keys`` -- clients send encrypted Shamir shares for their neighbours.
+   (``adaptive_floor`` only: ``stage0_input`` / ``stage0_unmask`` -- a noisy histogram of the
+   ``s_i^2`` picks the floor, :func:`fa_hetdp.protocol.assemble_floor`; summations shift by 1.)
 3. ``stage1_input`` -- masked ``[x, w x, w]`` + noise shares (summation 0).
 4. ``stage1_unmask`` -- survivors reveal the shares that remove the masks; the server decodes
    the sum and assembles ``mu'``, ``mu_bar'`` (:func:`fa_hetdp.protocol.assemble_stage1`).
@@ -59,11 +61,12 @@ from fa_hetdp.flower.steps import (
     Event,
     Key,
 )
-from fa_hetdp.protocol.layout import Stage
-from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.floor import FloorChoice, uses_adaptive_floor
+from fa_hetdp.protocol.plan import ProtocolPlan, SumStage, plan_protocol
 from fa_hetdp.protocol.server import (
     PrivateStatistics,
     Stage1Release,
+    assemble_floor,
     assemble_stage1,
     assemble_stage2,
     privacy_spent_of,
@@ -75,6 +78,7 @@ from secagg.errors import SecAggError
 from secagg.server import SecAggServer, SumResult
 from server.results import (
     degraded_refusal,
+    floor_section,
     privacy_section,
     result_path,
     secagg_section,
@@ -163,6 +167,8 @@ class HeterogeneityStrategy:
         self._plan: ProtocolPlan | None = None
         self._released: list[str] = []
         self._stage1_fraction: float | None = None
+        self._floor_fraction: float | None = None  # adaptive_floor: stage 0's noise fraction
+        self._floor: FloorChoice | None = None
 
     # ---------------------------------------------------------------- progress / results
     def progress(self, event: str, **fields: Any) -> None:
@@ -211,7 +217,11 @@ class HeterogeneityStrategy:
         document: dict[str, Any] = {"status": "aborted", "reason": reason}
         if self._plan is not None:  # what was released before the abort, and its cost
             privacy = privacy_section(
-                self._plan, None, released=self._released, stage1_fraction=self._stage1_fraction
+                self._plan,
+                None,
+                released=self._released,
+                stage1_fraction=self._stage1_fraction,
+                floor_fraction=self._floor_fraction,
             )
             document["differentially_private"] = privacy["differentially_private"]
             document["privacy"] = privacy
@@ -289,7 +299,7 @@ class HeterogeneityStrategy:
             )
 
     # ---------------------------------------------------------------- the protocol
-    def _encoding(self, plan: ProtocolPlan, stage: Stage, n: int) -> FixedPointEncoding:
+    def _encoding(self, plan: ProtocolPlan, stage: SumStage, n: int) -> FixedPointEncoding:
         # Stated bound per coordinate: the contribution's bound plus the noise share's tail
         # bound of the plan's mechanism (noise_tail=1: the tail is already in the bound).
         return choose_encoding(
@@ -331,12 +341,13 @@ class HeterogeneityStrategy:
         ids = {node: index + 1 for index, node in enumerate(sampled)}
         nodes_of = {cid: node for node, cid in ids.items()}
         active = set(sampled)
+        route = (nodes_of, ids, active)  # who is who, and who is still in the session
         protocol_start = self.clock()
         try:
             server = SecAggServer(
                 sorted(ids.values()),
                 threshold=s.threshold,
-                num_summations=2,
+                num_summations=3 if uses_adaptive_floor(s.protocol) else 2,  # stage 0 first
                 neighbours="complete" if s.neighbours is None else s.neighbours,
                 rng=self.rng,
                 consistency=s.threat_model == "malicious-server",
@@ -381,12 +392,27 @@ class HeterogeneityStrategy:
         replies = self._step(transport, SHARE_KEYS, payloads, active)
         self._accept(server.receive_share_keys, SHARE_KEYS, replies, ids, active)
 
+        # 2b. stage 0 (adaptive_floor): a noisy histogram of the s_i^2 picks the floor ------
+        floor: dict[str, float] = {}
+        if plan.adaptive:
+            sum0 = self._summation(transport, server, 0, self._encoding(plan, 0, n), *route)
+            n0 = len(sum0.survivors)
+            self._floor_fraction = plan.noise_fraction(n0)
+            spent0 = privacy_spent_of(plan, 1.0, 1.0, self._floor_fraction).epsilon
+            if (refused := degraded_refusal(s, spent0, "stage 0")) is not None:
+                raise self.abort(refused)  # nothing released yet
+            self._floor, plan = assemble_floor(sum0.sum, plan, noise_shares=n0, rng=self.rng, n=n0)
+            self._plan, floor = plan, {Key.FLOOR: float(self._floor.floor)}
+            v_floor = floor[Key.FLOOR]
+            self._released.append(f"stage 0: noisy s_i^2 histogram; v_floor={v_floor:.4g} sent")
+        fraction0 = 1.0 if self._floor_fraction is None else self._floor_fraction
+
         # 3-4. stage 1 ------------------------------------------------------------------
         encoding1 = self._encoding(plan, 1, n)
-        sum1 = self._summation(transport, server, 1, encoding1, nodes_of, ids, active)
+        sum1 = self._summation(transport, server, 1, encoding1, *route, extra=floor)
         n1 = len(sum1.survivors)
         refused = degraded_refusal(
-            s, privacy_spent_of(plan, plan.noise_fraction(n1), 1.0).epsilon, "stage 1"
+            s, privacy_spent_of(plan, plan.noise_fraction(n1), 1.0, fraction0).epsilon, "stage 1"
         )
         if refused is not None:
             raise self.abort(refused)  # nothing released yet
@@ -405,7 +431,10 @@ class HeterogeneityStrategy:
         }
         sum2 = self._summation(transport, server, 2, encoding2, nodes_of, ids, active, extra=extra)
         n2 = len(sum2.survivors)
-        result = assemble_stage2(sum2.sum, plan, stage1, n=n2, noise_shares=n2, rng=self.rng)
+        result = assemble_stage2(
+            sum2.sum, plan, stage1, n=n2, noise_shares=n2, rng=self.rng, floor_fraction=fraction0
+        )
+        result = dataclasses.replace(result, floor_choice=self._floor)
         refused = degraded_refusal(s, result.spent.epsilon, "the stage-2 release")
         if refused is not None:
             raise self.abort(refused)
@@ -557,6 +586,7 @@ class HeterogeneityStrategy:
             "sigmas": {k: float(v) for k, v in result.sigmas.items()},
             "privacy": privacy,
             "labels": list(result.labels),
+            "adaptive_floor": floor_section(plan, self._floor),  # cost: privacy.per_release
             "weighted_denominator_clamped": stage1.b_clamped,
             "encoding_error_bound": {
                 "stage1": _floats(sum1.max_error),

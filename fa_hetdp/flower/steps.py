@@ -25,6 +25,9 @@ __all__ = [
     "CONSISTENCY_STEP",
     "INPUT_STEP",
     "SHARE_KEYS",
+    "STAGE0_CONSISTENCY",
+    "STAGE0_INPUT",
+    "STAGE0_UNMASK",
     "STAGE1_CONSISTENCY",
     "STAGE1_INPUT",
     "STAGE1_UNMASK",
@@ -46,6 +49,13 @@ ADVERTISE_KEYS: Final = "advertise_keys"
 """Secagg round 0: session setup; clients reply with ``d`` and their public keys."""
 SHARE_KEYS: Final = "share_keys"
 """Secagg round 1: encrypted Shamir shares for the neighbours."""
+STAGE0_INPUT: Final = "stage0_input"
+"""Stage 0, ``adaptive_floor`` only: masked one-hot bucket of ``s_i^2`` plus a noise share (the
+histogram that picks the variance floor; the session's first summation)."""
+STAGE0_UNMASK: Final = "stage0_unmask"
+"""Stage 0: the shares that remove the masks."""
+STAGE0_CONSISTENCY: Final = "stage0_consistency"
+"""Stage 0, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
 STAGE1_INPUT: Final = "stage1_input"
 """Stage 1: masked ``[x, w x, w]`` plus a noise share (summation 0)."""
 STAGE1_UNMASK: Final = "stage1_unmask"
@@ -80,11 +90,15 @@ STEP_LABELS: Final[tuple[tuple[str, str], ...]] = (
 )
 """``(step, label)`` pairs, in protocol order, for progress displays."""
 
-INPUT_STEP: Final[Mapping[int, str]] = {1: STAGE1_INPUT, 2: STAGE2_INPUT}
-"""The masked-input step of stage 1 and stage 2."""
-UNMASK_STEP: Final[Mapping[int, str]] = {1: STAGE1_UNMASK, 2: STAGE2_UNMASK}
-"""The unmask step of stage 1 and stage 2."""
-CONSISTENCY_STEP: Final[Mapping[int, str]] = {1: STAGE1_CONSISTENCY, 2: STAGE2_CONSISTENCY}
+INPUT_STEP: Final[Mapping[int, str]] = {0: STAGE0_INPUT, 1: STAGE1_INPUT, 2: STAGE2_INPUT}
+"""The masked-input step of stages 0 (``adaptive_floor`` only, not in :data:`STEPS`), 1, 2."""
+UNMASK_STEP: Final[Mapping[int, str]] = {0: STAGE0_UNMASK, 1: STAGE1_UNMASK, 2: STAGE2_UNMASK}
+"""The unmask step of stages 0, 1 and 2."""
+CONSISTENCY_STEP: Final[Mapping[int, str]] = {
+    0: STAGE0_CONSISTENCY,
+    1: STAGE1_CONSISTENCY,
+    2: STAGE2_CONSISTENCY,
+}
 """The consistency step (Bonawitz et al.'s signatures on the survivor list) of each stage,
 between its input and unmask steps; only with ``secagg-threat-model = "malicious-server"``
 (not in :data:`STEPS`, which lists the steps of every run)."""
@@ -122,6 +136,9 @@ class Key:
     """``stage2_input`` request: the broadcast ``clip(mu')``."""
     WEIGHTED_MU_PRIME: Final = "weighted-mu-prime"
     """``stage2_input`` request: the broadcast ``mu_bar'``."""
+    FLOOR: Final = "variance-floor"
+    """``stage1_input`` request (``adaptive_floor``): the floor chosen from the stage-0
+    histogram, which the client uses in stages 1 and 2."""
 
 
 # ---------------------------------------------------------------------------- client state
@@ -145,6 +162,8 @@ class State:
     """The client's dimension d."""
     RNG_STATE: Final = "rng-state"
     """The noise generator's state as JSON (simulation mode; ``""`` otherwise)."""
+    FLOOR: Final = "variance-floor"
+    """The adaptive floor received with ``stage1_input`` (``adaptive_floor`` runs only)."""
 
 
 # ---------------------------------------------------------------------------- node config

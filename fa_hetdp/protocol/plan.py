@@ -35,7 +35,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +82,9 @@ RELEASE_DEPENDENCIES: Final[Mapping[str, tuple[str, ...]]] = {
 TYPICAL_WITHIN_VARIANCE: Final = 1.0 / 12.0
 """Public assumption of the default split: a typical within-vector variance ``s_i^2`` (that of
 values spread uniformly over [0, 1]), so a typical weight is ``min(W, 12)``."""
+
+SumStage = Literal[0, 1, 2]
+"""A secure sum of the run: stage 0 (the floor histogram, ``adaptive_floor`` only), 1 or 2."""
 
 Broadcast = tuple[npt.ArrayLike, npt.ArrayLike]
 """The stage-2 broadcast ``(clip(mu', 0, 1), mu_bar')``, shape ``(..., d)`` each."""
@@ -405,21 +408,27 @@ class ProtocolPlan:
         """Per-coordinate calibrated ``sigma`` of stage ``stage`` (the server's central noise)."""
         return self._scaled(stage, self.layout(stage).expand(self.sigma), broadcast)
 
-    def contribution_bounds(self, stage: Stage) -> FloatArray:
+    def contribution_bounds(self, stage: SumStage) -> FloatArray:
         """Per-coordinate bound on ``|noiseless contribution|`` (for the fixed-point scale).
 
-        Stage 1 ``[x, w x, w]``: ``[1]*d + [W]*(d + 1)``; stage 2: ``[1]*d + [W]*d``.
+        Stage 1 ``[x, w x, w]``: ``[1]*d + [W]*(d + 1)``; stage 2: ``[1]*d + [W]*d``;
+        stage 0 (one-hot histogram bucket): 1 per bucket.
         """
+        if stage == 0:
+            return np.ones(self.floor_edges.size + 1)
         return self.layout(stage).bounds
 
     def share_tail_bounds(
-        self, stage: Stage, failure_probability: float = ENCODING_FAILURE_PROBABILITY
+        self, stage: SumStage, failure_probability: float = ENCODING_FAILURE_PROBABILITY
     ) -> FloatArray:
         """Per-coordinate bound on one client's noise share (the mechanism's tail bound).
 
         ``P(|share_j| > bound_j) <= failure_probability`` per coordinate; zero for central
         placement (the clients add no noise).
         """
+        if stage == 0:
+            scale = np.full(self.floor_edges.size + 1, self.floor_share_std)
+            return self.mechanism.tail_bound(scale, failure_probability)
         return self.mechanism.tail_bound(self.share_std_vector(stage), failure_probability)
 
 

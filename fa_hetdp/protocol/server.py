@@ -376,6 +376,7 @@ def assemble_floor(
     *,
     noise_shares: int,
     rng: np.random.Generator,
+    n: int | None = None,
 ) -> tuple[FloorChoice, ProtocolPlan]:
     """Choose the adaptive floor from the unmasked stage-0 histogram and plan stages 1-2.
 
@@ -390,6 +391,9 @@ def assemble_floor(
         Noise shares in the sum (distributed placement).
     rng : numpy.random.Generator
         Server noise (central placement only).
+    n : int, optional
+        Clients whose one-hot vectors are in the sum (default ``plan.n``; fewer after
+        dropouts). The plan of stages 1-2 keeps ``plan.n``.
 
     Returns
     -------
@@ -401,7 +405,7 @@ def assemble_floor(
         raise InputDataError("the plan has no adaptive floor (ProtocolConfig.adaptive_floor).")
     edges = plan.floor_edges
     h = _check_sum("floor histogram", noisy_histogram, len(edges) + 1)
-    _, shares = _check_arrivals(plan, plan.n, noise_shares)
+    in_sum, shares = _check_arrivals(plan, plan.n if n is None else n, noise_shares)
     if plan.config.placement == "central":
         h = h + plan.mechanism.sample(plan.floor_sigma, h.shape, rng=rng)
         sigma = plan.floor_sigma
@@ -409,7 +413,7 @@ def assemble_floor(
         sigma = plan.floor_share_std * math.sqrt(shares)
     choice = choose_floor(
         h,
-        n=plan.n,
+        n=in_sum,
         edges=edges,
         sigma=sigma,
         quantile=plan.config.floor_quantile,
@@ -493,6 +497,7 @@ def assemble_stage2(
     n: int,
     noise_shares: int,
     rng: np.random.Generator,
+    floor_fraction: float = 1.0,
 ) -> PrivateStatistics:
     """Turn the unmasked stage-2 sum into ``D''``, ``Q''``, ``I2''`` and ``I2'''`` (server).
 
@@ -511,6 +516,8 @@ def assemble_stage2(
         Noise shares in the sum, ``0 <= noise_shares <= n`` (ignored for central placement).
     rng : numpy.random.Generator
         Server noise: central noise (central placement) and the ``I2'''`` noise.
+    floor_fraction : float, default 1.0
+        Noise fraction of the stage-0 histogram that arrived (``adaptive_floor``).
 
     Returns
     -------
@@ -534,7 +541,9 @@ def assemble_stage2(
     i2_extra: FloatArray | None = None
     if "i2_extra" in plan.releases:
         i2_extra = extra_i2_noise(est.i2, plan, rng=rng)
-    spent = privacy_spent_of(plan, stage1.noise_fraction, plan.noise_fraction(shares))
+    spent = privacy_spent_of(
+        plan, stage1.noise_fraction, plan.noise_fraction(shares), floor_fraction
+    )
     total, i2_total = scalar_summaries(
         plan.released("dispersion", est.dispersion), plan.released("q", est.q), n
     )
