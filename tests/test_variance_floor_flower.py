@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_flower_helpers import run_config, scenario_file
+from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import InMemoryTransport, run
 
 from fa_hetdp.flower.settings import RunSettings
@@ -48,6 +48,7 @@ def test_adaptive_run_releases_the_histogram_and_uses_its_floor(tmp_path: Path) 
     assert FLOOR_RELEASE in per_release
     assert document["privacy"]["epsilon_spent"] == pytest.approx(20.0, rel=1e-6)
     assert any("stage 0" in line for line in document["privacy"]["released"])
+    assert_matches_reference(document, config)  # the in-process twin replays stage 0 too
 
 
 def test_a_client_refuses_stage1_without_the_floor(tmp_path: Path) -> None:

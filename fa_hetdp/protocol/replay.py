@@ -11,7 +11,8 @@ coordinate of each sum).
 
 Which clients are in each sum is an input (from the run's result file), so runs with
 dropouts can be replayed: ``stage1`` lists the partition ids whose stage-1 input entered the
-sum, ``stage2`` those of stage 2.
+sum, ``stage2`` those of stage 2. With ``adaptive_floor`` the stage-0 histogram comes first
+(every stage-1 client is taken to be in it), and stages 1-2 use the floor chosen from it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.flower.settings import SERVER_STREAM
 from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
+from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import plan_protocol
-from fa_hetdp.protocol.server import PrivateStatistics, assemble_stage1, assemble_stage2
+from fa_hetdp.protocol.server import (
+    PrivateStatistics,
+    assemble_floor,
+    assemble_stage1,
+    assemble_stage2,
+)
 
 __all__ = ["reference_statistics"]
 
@@ -75,7 +82,19 @@ def reference_statistics(
         np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(SERVER_STREAM,)))
     )
     rngs = {i: simulation_generator(seed, i) for i in in1}
-    local = {i: local_values(x[i], variance_floor=config.variance_floor) for i in in1}
+    floor_fraction = 1.0
+    if plan.adaptive:  # stage 0: the histogram of the s_i^2, then the plan at its floor
+        size = plan.floor_edges.size + 1
+        total0 = np.zeros(size)
+        for i in in1:
+            valid = local_values(x[i], variance_floor=config.variance_floor).x
+            total0 += floor_contribution(
+                valid, plan.floor_edges, plan.floor_share_std, mechanism=plan.mechanism, rng=rngs[i]
+            )
+            rngs[i].random(size)  # the stochastic rounding draws of the encoding
+        floor_fraction = plan.noise_fraction(len(in1))
+        _, plan = assemble_floor(total0, plan, noise_shares=len(in1), rng=server_rng, n=len(in1))
+    local = {i: local_values(x[i], variance_floor=plan.variance_floor) for i in in1}
 
     total1 = np.zeros(plan.stage1_length)
     for i in in1:
@@ -93,5 +112,11 @@ def reference_statistics(
             rng=rngs[i],
         )
     return assemble_stage2(
-        total2, plan, release1, n=len(in2), noise_shares=len(in2), rng=server_rng
+        total2,
+        plan,
+        release1,
+        n=len(in2),
+        noise_shares=len(in2),
+        rng=server_rng,
+        floor_fraction=floor_fraction,
     )
