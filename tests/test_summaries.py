@@ -252,7 +252,7 @@ def test_advertise_keys_handler_reports_the_summary_dimension(tmp_path: Path) ->
         run_config=dict(run_config(tmp_path, path)),
     )
     message = Message(
-        content=encode({Key.CLIENT_ID: 2, Key.SETUP: server.setup_message()}),
+        content=encode({Key.CLIENT_ID: 2, Key.SETUP: server.setup_messages()[2]}),
         dst_node_id=1,
         message_type="query.advertise_keys",
         group_id="advertise_keys",
