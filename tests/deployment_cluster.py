@@ -179,11 +179,14 @@ class DeploymentCluster(FlowerCluster):
         *,
         name: str | None = None,
         auth_private_key: Path | None = None,
+        supervised: bool = False,
     ) -> ManagedProcess:
         """Start a SuperNode connected to this cluster's SuperLink with ``node_config``.
 
+        It connects through the Fleet gateway when one runs (:meth:`start_gateway`).
         ``auth_private_key``: the SuperNode's private key (OpenSSH format) when the SuperLink
-        authenticates SuperNodes.
+        authenticates SuperNodes. ``supervised``: start it as ``fa-hetdp supernode --
+        ARGS``, which ends the SuperNode's processes when it exits.
         """
         if self.superlink_address is None:
             raise ClusterError("start the SuperLink before any SuperNode.")
@@ -203,5 +206,7 @@ class DeploymentCluster(FlowerCluster):
             argv += ["--root-certificates", str(self.tls.ca_certificate)]
         if auth_private_key is not None:
             argv += ["--auth-supernode-private-key", str(auth_private_key)]
+        if supervised:
+            argv = ["fa-hetdp", "supernode", "--grace", "5", "--", *argv[1:]]
         index = sum(1 for p in self.processes if p.name.startswith("supernode"))
         return self.start(name or f"supernode-{index}", argv)

@@ -19,6 +19,8 @@ Each subcommand lives in its own module, which provides ``add_arguments(parser)`
   (:mod:`fa_hetdp.cli.check_data`)
 - ``fa-hetdp fleet-gateway --listen H:P``  the SuperLink's Fleet API only, on a public address
   (:mod:`fa_hetdp.cli.gateway`)
+- ``fa-hetdp supernode -- ARGS``         ``flower-supernode ARGS``, its processes ended with it
+  (:mod:`fa_hetdp.cli.supernode`)
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
         "fa_hetdp.cli.gateway",
         "serve the SuperLink's Fleet API (only) on a public address; the Control API stays "
         "on the coordinator's loopback",
+    ),
+    (
+        "supernode",
+        "fa_hetdp.cli.supernode",
+        "run flower-supernode (arguments after '--') and end every process it started when it "
+        "exits",
     ),
 )
 
