@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from fa_hetdp.dp.accounting import PrivacySpent
-from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.floor import FLOOR_BUDGET_SHARE, FLOOR_RELEASE, FloorChoice
 from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, ProtocolPlan
@@ -119,8 +118,9 @@ def stage1_spent(
     elif mu == 0.0:
         eps, delta_at = 0.0, 0.0
     else:
-        eps = achieved_epsilon(1.0, plan.config.delta, mu)  # Thm 2.10, sigma/Delta = 1/mu
-        delta_at = achieved_delta(1.0, plan.config.epsilon, mu)
+        # Gaussian: Thm 2.10 with sigma/Delta = 1/mu; ddg/skellam: zCDP rho = mu^2/2
+        conf = plan.config
+        eps, delta_at = plan.mechanism.guarantee(mu, delta=conf.delta, epsilon=conf.epsilon)
     return {"mu": _number(mu), "guarantees": _pairs(plan, eps, delta_at)}
 
 
@@ -164,7 +164,7 @@ def privacy_section(
                 "mu": _number(spent.mu),
                 "delta_at_target_epsilon": spent.delta_at_target_epsilon,
                 "degraded": spent.degraded,
-                "composition": "exact (Gaussian DP, Dong-Roth-Su Cor. 3.3)",
+                "composition": spent.accounting,  # how the releases were composed
                 "per_release": [
                     {k: _plain(v) for k, v in dataclasses.asdict(r).items()}
                     for r in spent.per_release

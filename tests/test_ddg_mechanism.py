@@ -21,6 +21,7 @@ from fa_hetdp.dp.mechanisms import (
 )
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
+from server.results import privacy_section, stage1_spent
 
 ALPHA = 0.001  # significance level of the statistical tests below (fixed seeds, no redraws)
 KINDS: list[Mechanism] = ["ddg", "skellam"]
@@ -149,3 +150,15 @@ def test_private_statistics_runs_with_the_discrete_mechanisms(kind: Mechanism) -
     assert batch.mean.shape == (3, 16)
     bounds = plan_protocol(config, n=60, d=16).share_tail_bounds(1)
     assert np.all(np.isfinite(bounds)) and np.all(bounds > 0)
+
+
+def test_flower_result_document_uses_the_mechanisms_conversion() -> None:
+    # The stage-1-only guarantee of the result document converts zCDP, not Gaussian DP.
+    config = ProtocolConfig(1.0, 1e-5, mechanism="ddg")
+    plan = plan_protocol(config, n=40, d=8)
+    part = stage1_spent(plan, 1.0)
+    rho = 0.5 * part["mu"] ** 2
+    assert part["guarantees"][0]["epsilon"] == pytest.approx(zcdp_epsilon(rho, 1e-5), rel=1e-12)
+    spent = privacy_spent(plan.budget)
+    section = privacy_section(plan, spent, released=["stage 2"])
+    assert section["composition"] == get_mechanism("ddg").accounting

@@ -43,11 +43,8 @@ from fa_hetdp.dp.calibration import (
     Mechanism,
     _check_delta,
     _check_positive,
-    achieved_delta,
-    achieved_epsilon,
 )
-from fa_hetdp.dp.discrete_accounting import RDP_ORDERS, rdp_delta, zcdp_epsilon
-from fa_hetdp.dp.mechanisms import DiscreteEvent, PrivacyEvent, get_mechanism
+from fa_hetdp.dp.mechanisms import PrivacyEvent, get_mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 __all__ = [
@@ -532,13 +529,10 @@ def privacy_spent(
     mu_sq_terms: list[float] = []
     degraded = False
     infinite = False
-    zcdp = False  # discrete events compose in zCDP; Gaussian ones in Gaussian DP
     for r in plan.releases:
         frac = fractions.get(r.name, 1.0)
         sigma_eff = r.sigma * math.sqrt(frac)
-        event = mech.event(sigma_eff, r.sensitivity)
-        zcdp = zcdp or isinstance(event, DiscreteEvent)
-        mu_k = _event_mu(event)
+        mu_k = _event_mu(mech.event(sigma_eff, r.sensitivity))
         per_release.append(
             ReleaseSpent(
                 name=r.name,
@@ -561,14 +555,8 @@ def privacy_spent(
         mu = math.sqrt(math.fsum(mu_sq_terms))  # Dong-Roth-Su Cor. 3.3
         if mu == 0.0:
             eps, delta_at_eps = 0.0, 0.0
-        elif zcdp:  # rho = mu^2/2 summed over releases; RDP alpha rho, CKS 2020 Prop. 12
-            rho = 0.5 * mu * mu
-            eps = zcdp_epsilon(rho, plan.delta)
-            orders = [float(a) for a in RDP_ORDERS]
-            delta_at_eps = rdp_delta(orders, [a * rho for a in orders], plan.epsilon)
-        else:
-            eps = achieved_epsilon(1.0, plan.delta, mu)  # Thm 2.10 with sigma/Delta = 1/mu
-            delta_at_eps = achieved_delta(1.0, plan.epsilon, mu)
+        else:  # Gaussian: Thm 2.10 with sigma/Delta = 1/mu; discrete: zCDP rho = mu^2/2
+            eps, delta_at_eps = mech.guarantee(mu, delta=plan.delta, epsilon=plan.epsilon)
     return PrivacySpent(
         epsilon=eps,
         delta=plan.delta,

@@ -66,9 +66,15 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from fa_hetdp._types import COMPOSITIONS, MECHANISMS, Composition, FloatArray
-from fa_hetdp.dp.calibration import _check_positive, calibrate_sigma, cgm_sigma
+from fa_hetdp.dp.calibration import (
+    _check_positive,
+    achieved_delta,
+    achieved_epsilon,
+    calibrate_sigma,
+    cgm_sigma,
+)
 from fa_hetdp.dp.discrete import sample_discrete_gaussian, sample_skellam
-from fa_hetdp.dp.discrete_accounting import zcdp_rho_for
+from fa_hetdp.dp.discrete_accounting import RDP_ORDERS, rdp_delta, zcdp_epsilon, zcdp_rho_for
 from fa_hetdp.dp.discrete_calibration import noise_tail
 from fa_hetdp.errors import PrivacyParameterError
 
@@ -200,6 +206,14 @@ class NoiseMechanism(ABC):
     def total_mu(self, epsilon: float, delta: float) -> float:
         """Total ``mu`` that ``composition="gdp"`` splits: ``1/sigma`` of the AGM (Thm 2.10)."""
         return 1.0 / calibrate_sigma(epsilon, delta, 1.0, "agm")
+
+    def guarantee(self, mu: float, *, delta: float, epsilon: float) -> tuple[float, float]:
+        """``(epsilon at delta, delta at epsilon)`` of composed releases with total ``mu``.
+
+        Gaussian DP (Thm 2.10 with ``sigma/Delta = 1/mu``); the discrete mechanisms override
+        it with the zCDP conversion of ``rho = mu^2/2``.
+        """
+        return achieved_epsilon(1.0, delta, mu), achieved_delta(1.0, epsilon, mu)
 
     def is_baseline(self, epsilon: float) -> bool:
         """Whether a calibration at per-release ``epsilon`` is only a labelled baseline."""
@@ -349,6 +363,12 @@ class DiscreteMechanism(NoiseMechanism):
     def total_mu(self, epsilon: float, delta: float) -> float:
         """``sqrt(2 rho)`` of the largest ``rho`` whose zCDP is ``(epsilon, delta)``-DP."""
         return math.sqrt(2.0 * zcdp_rho_for(epsilon, delta))
+
+    def guarantee(self, mu: float, *, delta: float, epsilon: float) -> tuple[float, float]:
+        """ZCDP ``rho = mu^2/2`` converted by CKS 2020 Prop. 12 (both readings)."""
+        rho = 0.5 * mu * mu
+        orders = np.asarray(RDP_ORDERS, dtype=np.float64)
+        return zcdp_epsilon(rho, delta), rdp_delta(orders, orders * rho, epsilon)
 
     def calibrate(self, epsilon: float, delta: float, sensitivity: float) -> float:
         """Smallest ``sigma`` whose release is ``rho``-zCDP with ``rho`` meeting the target."""
