@@ -226,7 +226,8 @@ def test_shipped_summary_scenarios() -> None:
     assert (pooled.data.summary, client_summary(pooled).dim) == ("pooled", 16)
 
 
-def test_advertise_keys_handler_reports_the_summary_dimension(tmp_path: Path) -> None:
+def _advertise(tmp_path: Path, summary: str, node_config: dict[str, Any]) -> tuple[Any, Any]:
+    """Run the ClientApp's advertise_keys handler for a 4-client digits scenario."""
     from flwr.app import Context, Message, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
     from test_flower_helpers import run_config
@@ -236,10 +237,11 @@ def test_advertise_keys_handler_reports_the_summary_dimension(tmp_path: Path) ->
     from fa_hetdp.flower.wire import decode, encode
     from secagg import SecAggServer
 
-    path = tmp_path / "pooled.toml"
+    path = tmp_path / f"{summary}.toml"
+    block = "pool_block = 2\n" if summary == "pooled" else ""
     path.write_text(
         '[data]\ndataset = "digits"\nnum_clients = 4\nrecords_per_client = 3\n'
-        'summary = "pooled"\npool_block = 2\n[privacy]\nepsilon = 1.0\ndelta = 1e-5\n'
+        f'summary = "{summary}"\n{block}[privacy]\nepsilon = 1.0\ndelta = 1e-5\n'
         "[secagg]\nthreshold = 0.6\n"
     )
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
@@ -247,7 +249,7 @@ def test_advertise_keys_handler_reports_the_summary_dimension(tmp_path: Path) ->
     context = Context(
         run_id=1,
         node_id=1,
-        node_config={"partition-id": 2, "num-partitions": 4},
+        node_config=node_config,
         state=RecordDict(),
         run_config=dict(run_config(tmp_path, path)),
     )
@@ -258,6 +260,34 @@ def test_advertise_keys_handler_reports_the_summary_dimension(tmp_path: Path) ->
         group_id="advertise_keys",
     )
     reply = decode(advertise_keys(message, context).content)
-    assert reply[Key.D] == 16
-    x = context.state[State.LOCAL][State.X].numpy()
-    np.testing.assert_array_equal(x, partition_scenario(load_scenario(path)).vectors[2])
+    return reply[Key.D], context.state[State.LOCAL][State.X].numpy()
+
+
+@pytest.mark.parametrize(("summary", "dim"), [("pooled", 16), ("label-histogram", 10)])
+def test_the_flower_client_reports_its_own_summary(tmp_path: Path, summary: str, dim: int) -> None:
+    d, x = _advertise(tmp_path, summary, {"partition-id": 2, "num-partitions": 4})
+    assert d == dim
+    expected = partition_scenario(load_scenario(tmp_path / f"{summary}.toml")).vectors[2]
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_a_data_owners_file_is_pooled_and_a_histogram_is_refused(tmp_path: Path) -> None:
+    records = np.random.default_rng(5).uniform(size=(3, 64))
+    np.save(tmp_path / "x.npy", records)
+    d, x = _advertise(tmp_path, "pooled", {"data-path": str(tmp_path / "x.npy")})
+    assert d == 16
+    np.testing.assert_allclose(x, pool_blocks(records.mean(axis=0), (1, 8, 8), 2), atol=1e-15)
+    with pytest.raises(InputDataError, match="needs each record's label"):
+        _advertise(tmp_path, "label-histogram", {"data-path": str(tmp_path / "x.npy")})
+
+
+def test_the_python_example_in_docs_summaries_runs() -> None:
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "summaries.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/summaries.md", "exec"), namespace)
+    assert namespace["pooled"].shape == (500, 16) and namespace["hist"].shape == (500, 10)
+    np.testing.assert_allclose(namespace["hist"].sum(axis=1), 1.0)
+    assert namespace["res"].mean.shape == (16,)
