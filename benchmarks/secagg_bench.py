@@ -258,25 +258,41 @@ def _timed_phases() -> dict[str, float]:
     return spent
 
 
-def primitive_floor(n: int, k: int, d: int, summations: int = 1) -> float:
-    """CPU seconds of the primitives alone: per client 1 + ``summations`` key generations,
-    2 k X25519 agreements (channel and mask keys) and k + 1 AES-CTR keystreams of ``d``
-    words; timed on 50 clients with real keys, best of 3, scaled to ``n``."""
-    sk, _ = crypto.generate_keypair()
+def primitive_floor(n: int, k: int, d: int, dropped: int = 0) -> float:
+    """CPU seconds of the X25519 and AES-CTR work of one session (one summation), timed alone.
+
+    Clients: 2 key generations each, k channel agreements each, and for the ``n - dropped``
+    that send an input k mask agreements and k + 1 AES-CTR keystreams of ``d`` words (the
+    session's clients keep the key objects of round 0, so no agreement reloads a key).
+    Server: one keystream per survivor (its self mask) and, per dropped client, its mask key
+    checked against its public key, loaded, k agreements and k keystreams (the pairwise masks
+    it removes). Each unit is timed on 50 repetitions with real keys, best of 3, scaled.
+    """
+    sk, _, loaded = crypto.generate_loaded_keypair()
     pks = [crypto.generate_keypair()[1] for _ in range(k)]
     keys = [os.urandom(32) for _ in range(k + 1)]
-    best = float("inf")
-    for _ in range(3):
-        start = time.process_time()
-        for _ in range(50):
-            for _ in range(1 + summations):
-                crypto.generate_keypair()
-            crypto.agree_many(sk, pks, validated=True)
-            crypto.agree_many(sk, pks, validated=True)
-            for key in keys:
-                crypto.mask_keystream(key, d)
-        best = min(best, time.process_time() - start)
-    return best / 50 * n
+
+    def best(unit: Any) -> float:
+        times = []
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(50):
+                unit()
+            times.append((time.process_time() - start) / 50)
+        return min(times)
+
+    keygens = best(lambda: (crypto.generate_loaded_keypair(), crypto.generate_loaded_keypair()))
+    agreements = best(lambda: crypto.agree_many(loaded, pks, validated=True))
+    streams = best(lambda: [crypto.mask_keystream(key, d) for key in keys])
+    def recover_masks() -> None:  # a dropped client's mask key: check, load, agree
+        crypto.public_from_private(sk)
+        crypto.agree_many(sk, pks)
+
+    recover = best(recover_masks)
+    survivors = n - dropped
+    clients = n * (keygens + agreements) + survivors * (agreements + streams)
+    server = survivors * streams / (k + 1) + dropped * (recover + streams * k / (k + 1))
+    return clients + server
 
 
 def scale_row(n: int, d: int, profile: bool = False) -> dict[str, Any]:
@@ -321,7 +337,7 @@ def scale_row(n: int, d: int, profile: bool = False) -> dict[str, Any]:
         "t": params.threshold,
         "wall": wall,
         "cpu": cpu,
-        "floor": primitive_floor(n, params.degree, d),
+        "floor": primitive_floor(n, params.degree, d, len(dropped)),
         "peak_mib": peak,
         "phases": spent,
         "top": top,
@@ -364,7 +380,7 @@ def print_scale(rows: list[tuple[int, int]], extrapolate: list[tuple[int, int]])
         if base is None:
             continue
         params = choose_parameters(n, gamma=0.05, delta=0.05)
-        floor = primitive_floor(n, params.degree, d)
+        floor = primitive_floor(n, params.degree, d, int(DROP * n))
         cpu = floor * base["cpu"] / base["floor"]
         mib = base["peak_mib"] * n / base["n"]
         print(

@@ -61,34 +61,33 @@ class FixedPointEncoding:
     max_clients: int
 
     def __post_init__(self) -> None:
-        scales = np.array(self.scales, dtype=np.float64).reshape(-1)
-        bounds = np.array(self.bounds, dtype=np.float64).reshape(-1)
+        scales, bounds = _frozen(self.scales), _frozen(self.bounds)
         if scales.shape != bounds.shape or scales.size == 0:
             raise EncodingError(
                 f"scales and bounds must be non-empty and of equal length, got "
                 f"{scales.size} and {bounds.size}."
             )
-        if not (np.all(np.isfinite(scales)) and np.all(scales > 0)):
+        # min/max propagate NaN, which then fails every comparison below
+        if not (float(scales.min()) > 0 and float(scales.max()) < math.inf):
             raise EncodingError("scales must be finite and positive.")
-        if not (np.all(np.isfinite(bounds)) and np.all(bounds >= 0)):
+        if not (float(bounds.min()) >= 0 and float(bounds.max()) < math.inf):
             raise EncodingError("bounds must be finite and non-negative.")
         if isinstance(self.max_clients, bool) or int(self.max_clients) < 1:
             raise EncodingError(f"max_clients must be >= 1, got {self.max_clients}.")
-        peak = float(np.max(bounds * scales))
+        products = bounds * scales
+        peak = float(products.max())
         if peak > _FLOAT_EXACT:
             raise EncodingError(
                 f"bound * scale = {peak:.3g} exceeds 2^52; lower the scale for exact rounding."
             )
-        worst = float(np.max(self.max_clients * (bounds * scales + 1.0)))
+        worst = float(self.max_clients * (peak + 1.0))
         if worst >= _HALF_RING:
-            j = int(np.argmax(bounds * scales))
+            j = int(np.argmax(products))
             raise EncodingError(
                 f"a sum of {self.max_clients} values bounded by {bounds[j]:.6g} at scale "
                 f"{scales[j]:.6g} could reach {worst:.4g} >= 2^63 and wrap in Z_2^64; "
                 "lower the scale, the bound or the number of clients."
             )
-        scales.setflags(write=False)
-        bounds.setflags(write=False)
         object.__setattr__(self, "scales", scales)
         object.__setattr__(self, "bounds", bounds)
         object.__setattr__(self, "max_clients", int(self.max_clients))
@@ -116,11 +115,11 @@ class FixedPointEncoding:
             raise EncodingError(f"values must be a float64 array, got {kind}.")
         if values.shape != (self.length,):
             raise EncodingError(f"values must have shape ({self.length},), got {values.shape}.")
-        if not np.all(np.isfinite(values)):
-            raise EncodingError("values must be finite.")
-        excess = np.abs(values) > self.bounds
-        if np.any(excess):
-            j = int(np.argmax(excess))
+        within = np.abs(values) <= self.bounds  # False for NaN and infinities too
+        if not within.all():
+            j = int(np.argmin(within))
+            if not np.isfinite(values[j]):
+                raise EncodingError("values must be finite.")
             raise EncodingError(
                 f"value {values[j]:.6g} at coordinate {j} exceeds the stated per-client "
                 f"bound {self.bounds[j]:.6g}."
@@ -142,6 +141,25 @@ class FixedPointEncoding:
                 f"{total.dtype} {total.shape}."
             )
         return total.view(np.int64).astype(np.float64) / self.scales
+
+
+def _frozen(values: object) -> FloatArray:
+    """Return a read-only float64 vector, ``values`` itself if it already is one.
+
+    An array that owns its data and is read-only (a parsed message's, another encoding's)
+    is shared; anything else is copied.
+    """
+    if (
+        isinstance(values, np.ndarray)
+        and values.dtype == np.float64
+        and values.ndim == 1
+        and not values.flags.writeable
+        and values.base is None
+    ):
+        return values
+    out = np.array(values, dtype=np.float64).reshape(-1)
+    out.setflags(write=False)
+    return out
 
 
 def choose_encoding(

@@ -106,6 +106,8 @@ def _array(value: object, name: str, dtype: type[np.generic], ndim: int) -> npt.
         raise MessageRejected(f"field {name!r} must be a {np.dtype(dtype)} array, got {kind}.")
     if value.ndim != ndim:
         raise MessageRejected(f"field {name!r} must have {ndim} dimensions, got {value.ndim}.")
+    if not value.flags.writeable and value.base is None:
+        return value  # read-only and owning its data (a parsed or an encoding's array)
     out = np.array(value, copy=True)
     out.setflags(write=False)
     return out

@@ -101,11 +101,16 @@ def _matmul_mod(a: I64Array, b: I64Array) -> I64Array:
 
 @functools.lru_cache(maxsize=256)
 def _vandermonde(xs: tuple[int, ...], degree: int) -> I64Array:
-    points = np.asarray(xs, dtype=np.int64)
-    out = np.empty((len(xs), degree), dtype=np.int64)
-    out[:, 0] = 1
-    for j in range(1, degree):
-        out[:, j] = out[:, j - 1] * points % PRIME
+    points = np.asarray(xs, dtype=np.int64) % PRIME
+    powers = np.empty((degree, len(xs)), dtype=np.int64)  # powers[j] = x^j mod p
+    powers[0] = 1
+    filled, step = 1, points  # step = x^filled: doubling, log2(degree) numpy passes
+    while filled < degree:
+        take = min(filled, degree - filled)
+        powers[filled : filled + take] = powers[:take] * step % PRIME
+        step = step * step % PRIME
+        filled += take
+    out = np.ascontiguousarray(powers.T)
     out.setflags(write=False)
     return out
 
