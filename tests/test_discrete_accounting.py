@@ -37,6 +37,13 @@ def test_conversion_matches_dp_accounting(rho: float, delta: float) -> None:
     assert rdp_delta(ORDERS, ORDERS * rho, got) == pytest.approx(delta, rel=1e-9)
 
 
+@pytest.mark.parametrize("rho", [0.01, 0.5, 3.0])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0])
+def test_delta_matches_dp_accounting(rho: float, epsilon: float) -> None:
+    want, _ = rdp_privacy_accountant.compute_delta(ORDERS, ORDERS * rho, epsilon)
+    assert rdp_delta(ORDERS, ORDERS * rho, epsilon) == pytest.approx(float(want), rel=1e-12)
+
+
 def test_tau_against_mpmath() -> None:
     # Reference: KLS 2021 Thm 1's tau summed with mpmath at 30 digits.
     for sigma, m in ((0.5, 10), (1.0, 1000), (0.3, 50)):

@@ -194,12 +194,14 @@ def rdp_epsilon(orders: npt.ArrayLike, rdp: npt.ArrayLike, delta: float) -> tupl
 
 
 def rdp_delta(orders: npt.ArrayLike, rdp: npt.ArrayLike, epsilon: float) -> float:
-    """Smallest ``delta`` at ``epsilon`` over the orders (the same conversion, solved for delta)."""
+    """Smallest ``delta`` at ``epsilon``: the same conversion solved for delta, or the KL bound."""
     eps_f = _check_nonnegative("epsilon", epsilon)
     a = np.asarray(orders, dtype=np.float64)
     r = np.asarray(rdp, dtype=np.float64)
     log_delta = (a - 1.0) * (r - eps_f + np.log1p(-1.0 / a)) - np.log(a)
-    return float(min(1.0, math.exp(min(0.0, float(np.min(log_delta))))))
+    with np.errstate(divide="ignore"):  # r = 0 gives log 0 = -inf: delta = 0
+        kl = 0.5 * np.log1p(-np.exp(-r))  # delta <= sqrt(1 - exp(-KL)), as dp-accounting
+    return float(math.exp(min(0.0, float(np.min(np.minimum(log_delta, kl))))))
 
 
 def zcdp_epsilon(rho: float, delta: float, orders: npt.ArrayLike = RDP_ORDERS) -> float:
