@@ -11,9 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
-from test_flower_helpers import assert_matches_reference, run_config, scenario_file
+from test_flower_helpers import (
+    APP_CONFIG_KEYS,
+    assert_matches_reference,
+    run_config,
+    scenario_file,
+)
 from test_server_strategy import InMemoryTransport, run
 
+from fa_hetdp.cli.cluster import FlowerCluster
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.flower.steps import STAGE0_INPUT, STAGE0_UNMASK, STAGE1_INPUT
 from fa_hetdp.protocol.floor import FLOOR_RELEASE, floor_edges
@@ -82,3 +88,24 @@ def test_abort_after_stage0_states_the_histograms_cost(tmp_path: Path) -> None:
     eps = section["guarantees"][0]["epsilon"]
     assert 0 < eps < 20.0 / 2  # the histogram's 5 % of mu^2 alone
     assert section["degraded"] is False
+
+
+@pytest.mark.slow
+def test_adaptive_floor_in_a_flower_simulation(tmp_path: Path) -> None:
+    # The real Flower runtime (SuperLink --simulation, flwr run): stage 0 goes through it too.
+    config = _adaptive(tmp_path, 12)
+    keys = {"scenario", "mode", "result-path", "progress-path", "stage-timeout"}
+    run_config = {k: v for k, v in config.items() if k in keys}
+    run_config["node-wait-timeout"] = 120.0
+    run_config["stage-timeout"] = 120.0
+    assert set(run_config) <= APP_CONFIG_KEYS
+    result_path = Path(str(run_config["result-path"]))
+    with FlowerCluster(tmp_path / "flower") as flower:
+        flower.start_superlink()
+        run_id = flower.submit(run_config, num_supernodes=12, name="adaptive-floor")
+        outcome = flower.wait_run(run_id, result_path, timeout=600)
+    assert outcome.result is not None, outcome.output
+    assert outcome.result["status"] == "success"
+    assert outcome.result["adaptive_floor"] is not None
+    assert outcome.result["survivors"][STAGE0_UNMASK] == 12
+    assert_matches_reference(outcome.result, run_config)
