@@ -3,9 +3,9 @@
 * Key agreement: X25519 (RFC 7748). Every client holds two key pairs: one for the channel
   that carries Shamir shares (``channel``), one for the pairwise masks (``mask``), as in
   Bonawitz et al. (CCS 2017), Sec. 4.
-* Key derivation: HKDF-SHA256 (RFC 5869) with ``salt`` = the session id and ``info`` naming
-  the purpose and the ordered pair of client ids, so that no key is ever reused across
-  sessions, purposes, pairs or summations.
+* Key derivation: the one-step KDF of NIST SP 800-56C (SHA-256) with ``FixedInfo`` naming
+  the purpose, the session id and the ordered pair of client ids (and the summation), so
+  that no key is ever reused across sessions, purposes, pairs or summations.
 * Share channel: AES-256-GCM with a random 96-bit nonce; the associated data binds the
   session id, the sender, the recipient and the round.
 * Mask PRG: the AES-256-CTR keystream of a fresh 256-bit key with an all-zero initial
@@ -21,7 +21,6 @@ import hashlib
 import os
 import struct
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +47,7 @@ __all__ = [
     "generate_loaded_keypair",
     "generate_signing_key",
     "id_digest",
+    "kdf_sha256",
     "mask_keystream",
     "normalise_public_key",
     "normalised_public_key",
@@ -186,8 +186,11 @@ def agree_many(
     return out
 
 
-def _pair_info(purpose: bytes, low: int, high: int) -> bytes:
-    return DOMAIN + b"/" + purpose + struct.pack("<QQ", low, high)
+def _fixed_info(purpose: bytes, session_id: bytes, low: int, high: int) -> bytes:
+    # unambiguous: distinct purposes of which none is a prefix of another, then a
+    # length-prefixed session id and the fixed-size ordered pair
+    head = DOMAIN + b"/" + purpose + struct.pack("<Q", len(session_id)) + session_id
+    return head + struct.pack("<QQ", low, high)
 
 
 def derive_channel_keys(
@@ -195,7 +198,7 @@ def derive_channel_keys(
 ) -> tuple[bytes, bytes]:
     """Derive the AES-GCM keys of the share channel between two clients.
 
-    One HKDF-SHA256 call with ``salt = session_id`` and ``info`` = purpose + the ordered pair
+    :func:`kdf_sha256` with ``FixedInfo`` = purpose, session id and the ordered pair
     ``(min id, max id)`` yields 64 bytes: the first half keys the direction low → high, the
     second half high → low.
 
@@ -205,7 +208,8 @@ def derive_channel_keys(
         ``(send_key, receive_key)`` as seen by ``own_id``.
     """
     low, high = (own_id, peer_id) if own_id < peer_id else (peer_id, own_id)
-    okm = hkdf_sha256(shared, session_id, _pair_info(b"share-channel", low, high), 2 * KEY_BYTES)
+    info = _fixed_info(b"share-channel", session_id, low, high)
+    okm = kdf_sha256(shared, info, 2 * KEY_BYTES)
     low_to_high, high_to_low = okm[:KEY_BYTES], okm[KEY_BYTES:]
     if own_id == low:
         return low_to_high, high_to_low
@@ -218,53 +222,30 @@ def derive_mask_key(
     """Derive the AES-256 pairwise-mask key of one pair and one summation.
 
     ``shared`` is the X25519 secret of the two clients' mask keys *of this summation*;
-    ``info`` names the purpose, the summation and the ordered pair ``(min id, max id)``, so
-    both ends obtain the same key and no key serves two purposes.
+    ``FixedInfo`` names the purpose, the session, the ordered pair ``(min id, max id)`` and
+    the summation, so both ends obtain the same key and no key serves two purposes.
     """
     low, high = (id_a, id_b) if id_a < id_b else (id_b, id_a)
-    info = _pair_info(b"pairwise-mask", low, high) + struct.pack("<Q", summation)
-    return hkdf_sha256(shared, session_id, info, KEY_BYTES)
+    info = _fixed_info(b"pairwise-mask", session_id, low, high) + struct.pack("<Q", summation)
+    return kdf_sha256(shared, info, KEY_BYTES)
 
 
-def hkdf_sha256(secret: bytes, salt: bytes, info: bytes, length: int) -> bytes:
-    """HKDF-SHA256 (RFC 5869) of ``secret``, byte for byte, on plain SHA-256 calls.
+def kdf_sha256(secret: bytes, fixed_info: bytes, length: int) -> bytes:
+    """Derive ``length`` bytes from ``secret``: NIST SP 800-56C Rev. 2 one-step KDF, SHA-256.
 
-    Extract ``PRK = HMAC(salt, secret)``, expand ``T(i) = HMAC(PRK, T(i-1) || info || i)``
-    (RFC 2104 HMAC written out; the salt's padded hash states are kept per salt, since one
-    session id salts every pair); the same output as ``cryptography``'s ``HKDF`` at about
-    half its per-call cost.
+    ``K(i) = SHA-256(i as 4-byte big-endian || Z || FixedInfo)`` for ``i = 1, 2, ...``,
+    concatenated and cut to ``length`` bytes (Sec. 4.1; the ANSI X9.63 "Concat" KDF, byte
+    for byte ``cryptography``'s ``ConcatKDFHash``). One hash per 32 bytes, where HKDF
+    (RFC 5869) spends four to six SHA-256 calls on them, and a session derives two keys per
+    pair. The session id enters ``FixedInfo`` (HKDF's salt held it).
     """
     if not 0 < length <= 255 * 32:
-        raise ValueError(f"HKDF-SHA256 length must lie in [1, {255 * 32}], got {length}.")
-    inner, outer = _salt_states(salt)
-    h = inner.copy()
-    h.update(secret)
-    o = outer.copy()
-    o.update(h.digest())
-    prk = o.digest()  # PRK: 32 bytes, zero-padded to one block by the pads below
-    ipad, opad = prk.translate(_IPAD) + _IPAD_TAIL, prk.translate(_OPAD) + _OPAD_TAIL
-    block = hashlib.sha256(opad + hashlib.sha256(ipad + info + b"\x01").digest()).digest()
-    if length <= 32:
-        return block[:length]
-    out = block
+        raise ValueError(f"KDF length must lie in [1, {255 * 32}], got {length}.")
+    tail = secret + fixed_info
+    out = hashlib.sha256(b"\x00\x00\x00\x01" + tail).digest()
     for counter in range(2, -(-length // 32) + 1):
-        inner_digest = hashlib.sha256(ipad + block + info + bytes((counter,))).digest()
-        block = hashlib.sha256(opad + inner_digest).digest()
-        out += block
+        out += hashlib.sha256(counter.to_bytes(4, "big") + tail).digest()
     return out[:length]
-
-
-_IPAD = bytes(x ^ 0x36 for x in range(256))
-_OPAD = bytes(x ^ 0x5C for x in range(256))
-_IPAD_TAIL = bytes(32).translate(_IPAD)  # the pads of the 32 zero bytes after a 32-byte key
-_OPAD_TAIL = bytes(32).translate(_OPAD)
-
-
-@functools.lru_cache(maxsize=16)
-def _salt_states(salt: bytes) -> tuple[Any, Any]:
-    key = hashlib.sha256(salt).digest() if len(salt) > 64 else salt  # RFC 2104
-    padded = key.ljust(64, b"\0")
-    return hashlib.sha256(padded.translate(_IPAD)), hashlib.sha256(padded.translate(_OPAD))
 
 
 def mask_keystream(key: bytes, length: int) -> U64Array:

@@ -127,13 +127,14 @@ def test_session_digest_is_length_prefixed():
 
 
 @pytest.mark.parametrize("length", [1, 32, 64, 65, 100])
-@pytest.mark.parametrize("salt", [b"", b"s" * 32, b"x" * 100])
-def test_hkdf_sha256_equals_the_reference_implementation(length, salt):
+@pytest.mark.parametrize("info", [b"", b"info/" + bytes(17), b"x" * 100])
+def test_kdf_sha256_equals_the_reference_implementation(length, info):
+    # NIST SP 800-56C one-step KDF (SHA-256) = cryptography's ConcatKDFHash
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+    from cryptography.hazmat.primitives.kdf.concatkdf import ConcatKDFHash
 
-    secret, info = bytes(range(32)), b"info/" + bytes(17)
-    reference = HKDF(algorithm=hashes.SHA256(), length=length, salt=salt or None, info=info).derive(
+    secret = bytes(range(32))
+    reference = ConcatKDFHash(algorithm=hashes.SHA256(), length=length, otherinfo=info).derive(
         secret
     )
-    assert crypto.hkdf_sha256(secret, salt, info, length) == reference
+    assert crypto.kdf_sha256(secret, info, length) == reference
