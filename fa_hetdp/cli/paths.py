@@ -10,6 +10,7 @@ written is one line and exit code 2 (a :class:`~fa_hetdp.config.rules.ConfigErro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -26,7 +27,11 @@ OUTPUT_FOLDERS: dict[str, tuple[tuple[str, str, str], ...]] = {
 
 
 def check_writable_folder(flag: str, folder: Path) -> None:
-    """Create ``folder`` if needed and write (then remove) a temporary file in it.
+    """Check that files can be written in ``folder``, and leave no trace.
+
+    The folder (and any missing parent) is created, a temporary file written and removed in
+    it, and the folders created here are removed again: the command creates them when it
+    writes, and a command refused later (a bad scenario) leaves nothing behind.
 
     Raises
     ------
@@ -35,6 +40,11 @@ def check_writable_folder(flag: str, folder: Path) -> None:
     """
     if folder.exists() and not folder.is_dir():
         raise ConfigError("command line", [(flag, f"{folder} exists and is not a folder")])
+    created: list[Path] = []
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        created.append(probe)
+        probe = probe.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".fa-hetdp-check-"):
@@ -42,6 +52,10 @@ def check_writable_folder(flag: str, folder: Path) -> None:
     except OSError as exc:
         reason = f"cannot write in {folder} ({exc.strerror or exc}); choose a writable one"
         raise ConfigError("command line", [(flag, reason)]) from None
+    finally:
+        for path in created:  # deepest first
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 def check_command_paths(args: argparse.Namespace) -> None:

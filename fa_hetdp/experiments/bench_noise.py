@@ -226,7 +226,7 @@ def plot_comparisons(comparisons: Sequence[Comparison], path: Path, *, title: st
             hi.append(c.interval.high)
         if lines:
             panels[paper_label(s)] = lines
-    return plot_ratio_bands(panels, path, title=title, reference=1.0, log_y=True)
+    return plot_ratio_bands(panels, path, title=title, reference=1.0, log_y=False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
