@@ -4,7 +4,8 @@
   ``result-path`` (``pyproject.toml``), with ``{run_id}`` written ``<run id>``;
 - no documented SuperLink listens on a public address (its Control API has no user
   authentication): every ``flower-superlink`` command binds 127.0.0.1 and the public port is
-  ``fa-hetdp fleet-gateway``'s.
+  ``fa-hetdp fleet-gateway``'s;
+- every documented SuperNode runs under ``fa-hetdp supernode --`` (its processes end with it).
 """
 
 from __future__ import annotations
@@ -41,3 +42,11 @@ def test_no_documented_superlink_listens_on_a_public_address() -> None:
             assert "--host 127.0.0.1" in command, (name, command)
         gateways = commands(text, "fa-hetdp fleet-gateway")
         assert gateways and all("--superlink 127.0.0.1:" in g for g in gateways), name
+
+
+def test_documented_supernodes_run_under_the_supervisor() -> None:
+    for name in ("README.md", "docs/deployment.md"):
+        text = (ROOT / name).read_text()
+        assert commands(text, "flower-supernode") == [], name
+        supervised = commands(text, "fa-hetdp supernode -- --superlink")
+        assert supervised, name
