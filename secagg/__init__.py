@@ -28,19 +28,24 @@ Message flow
 ``S`` summations; every request and reply is one plain ``dict``::
 
     round  server -> client(s)                     client -> server
-    0      server.setup_message()       (all)      client.advertise_keys(setup)
-                                                     -> server.receive_advertise_keys
+    0      server.setup_messages()                 client.advertise_keys(setup)
+           -> {client_id: setup} (its                -> server.receive_advertise_keys
+           neighbourhood)
     1      server.key_directory()                  client.share_keys(directory)
            -> {client_id: directory} (closes         -> server.receive_share_keys
            round 0; neighbours' keys only)
     2      server.start_summation(encoding)        client.masked_input(request, values, rng=)
            -> {client_id: request}  (closes          -> server.receive_masked_input
            round 1 / the previous summation)
-    3      server.unmask_request()      (every     client.unmask(request)
-           survivor; closes round 2)                 -> server.receive_unmask
+    3      server.unmask_requests()                client.unmask(request)
+           -> {survivor: request} (closes            -> server.receive_unmask
+           round 2; its neighbourhood)
            server.finish_summation() -> SumResult  (closes round 3)
 
-Rounds 2-3 repeat for every summation ``s = 0 .. S-1``. The first masked-input request
+Rounds 2-3 repeat for every summation ``s = 0 .. S-1``. Every message names the recipient's
+neighbourhood only (O(k); the session's id lists travel as counts and SHA-256 digests bound
+into the session id), and a client takes the session size n from its key directory
+(:attr:`SecAggClient.session_size`). The first masked-input request
 also carries the encrypted Shamir shares addressed to that client. Each client holds one
 X25519 key pair for the share channel and, per summation, one X25519 mask key pair and one
 self-mask seed, all Shamir-shared in round 1 (with one summation that is the two key pairs
@@ -50,8 +55,9 @@ key while it already holds that client's summation-1 self-mask seed, unmasking i
 summation-1 input. A client whose input missed a summation is dropped for the rest of the
 session; a client never reveals both secrets of one peer for one summation.
 
-Crypto (:mod:`secagg.crypto`): X25519, HKDF-SHA256 (salt = session id = SHA-256 of the
-setup and the key directory; info = purpose + ordered pair (+ summation)), AES-256-GCM
+Crypto (:mod:`secagg.crypto`): X25519, the NIST SP 800-56C one-step KDF with SHA-256
+(FixedInfo = purpose + session id + ordered pair (+ summation); session id = SHA-256 of the
+setup's session-wide fields and of who advertised keys), AES-256-GCM
 share channel (associated data: session id, round, sender, recipient), AES-256-CTR mask
 PRG read as little-endian uint64. Shamir (:mod:`secagg.shamir`): t-of-n over GF(2^21 - 9),
 13 limbs per 256-bit secret, vectorised. Graphs (:mod:`secagg.graph`): complete or random
@@ -85,12 +91,13 @@ catches :class:`SecAggError` should reply with an error (the server counts it as
 Server app: keep one :class:`SecAggServer` in memory for the session, in this order::
 
     server = SecAggServer(ids, threshold=t, num_summations=2, rng=rng)
-    broadcast(server.setup_message());           feed replies to receive_advertise_keys
+    send(server.setup_messages())  # dict: client id -> its setup; feed receive_advertise_keys
     send(server.key_directory())   # dict: client id -> its directory; feed receive_share_keys
     for each summation:
         send(server.start_summation(encoding))   # dict: client id -> its own request
         feed replies to receive_masked_input
-        broadcast(server.unmask_request());      feed replies to receive_unmask
+        send(server.unmask_requests())           # dict: survivor -> its request
+        feed replies to receive_unmask
         result = server.finish_summation()       # SumResult: .sum, .survivors, ...
 
 A missing reply, an error reply or a :class:`MessageRejected` from ``receive_*`` means the

@@ -66,7 +66,7 @@ PrivateKey = X25519PrivateKey
 """A loaded X25519 private key (see :func:`generate_loaded_keypair`)."""
 
 DOMAIN = b"fa-hetdp/secagg/v1"
-"""Domain-separation prefix of every hash, HKDF ``info`` and associated data."""
+"""Domain-separation prefix of every hash, KDF ``FixedInfo`` and associated data."""
 
 KEY_BYTES = 32
 SIGNATURE_BYTES = 64

@@ -7,7 +7,7 @@ the threshold it raises :class:`~secagg.errors.ProtocolAborted` naming the reaso
 
 Calling the method that produces a round's request closes the previous round: whoever has
 not answered by then is dropped (``key_directory`` closes advertise-keys,
-``start_summation`` closes share-keys, ``unmask_request`` closes masked-input,
+``start_summation`` closes share-keys, ``unmask_requests`` closes masked-input,
 ``finish_summation`` closes unmask). A late message raises
 :class:`~secagg.errors.MessageRejected`; a transport should log it and carry on.
 """

@@ -14,8 +14,8 @@ and every long list of integers (as int64):
 - ``{"__bl__": [offset, size, count]}``: a list of ``count`` bytes values of equal ``size``;
 - ``{"__t__": ...}``: a tuple; ``{"__d__": [[key, value], ...]}``: a dict with non-string keys.
 
-(Key directories and survivor lists of secure aggregation are O(n) per message: packing them
-keeps a round's cost close to that of a single array.)
+(Secure aggregation's key directories and survivor lists are O(k) per message, O(n) on the
+complete graph: packing them keeps a round's cost close to that of a single array.)
 
 No pickle: decoding only builds the types above, and anything else raises
 :class:`WireFormatError` (the server counts such a reply as a dropout). Decoding is bounded
