@@ -271,3 +271,20 @@ def test_scenario_option_reaches_the_run_settings_and_the_grid(tmp_path: Path) -
     path.write_text(bad)
     with pytest.raises(ConfigError, match=r"privacy\.floor_quantile"):
         load_scenario(path)
+
+
+def test_python_api_result_json_carries_the_floor() -> None:
+    import json
+
+    from fa_hetdp.report.results import result_to_json
+
+    x = _data(500, 8, seed=9)
+    res = private_statistics(x, epsilon=2.0, delta=1e-5, rng=np.random.default_rng(2))
+    doc = json.loads(result_to_json(res))
+    floor = doc["stage0_histogram"]
+    assert floor["floor"] == float(res.plan.variance_floor)  # type: ignore[union-attr]
+    assert len(floor["noisy_histogram"]) == FLOOR_EDGES + 1 and "noisy" in floor["label"]
+    off = private_statistics(
+        x, epsilon=2.0, delta=1e-5, adaptive_floor=False, rng=np.random.default_rng(2)
+    )
+    assert json.loads(result_to_json(off))["stage0_histogram"] is None

@@ -273,6 +273,9 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
         },
         "labels": list(result.labels),
         "noise_shares": [int(k) for k in result.noise_shares],
+        # lever d (adaptive floor): the stage-0 noisy histogram, the floor chosen from it and
+        # its noisy floored count -- private, unlike the exact counts under "not_private"
+        "stage0_histogram": None if result.floor_choice is None else result.floor_choice.as_dict(),
         "not_private": {
             "note": EXACT_COUNTS_NOTE,
             "n_clipped": int(result.n_clipped),
