@@ -279,15 +279,17 @@ class SecAggClient:
         stride = len(body) // len(neighbours)
         agreed = crypto.agree_many(self._private(self.channel_sk), channel_keys, validated=True)
         aad = share_aad(session_id, me, 0)[:-8]  # + the recipient, below
-        ciphertexts: list[bytes] = []
+        send_keys, plaintexts, aads = [], [], []
         receive_keys: dict[int, bytes] = {}
         for h, (holder, secret) in enumerate(zip(neighbours, agreed, strict=True)):
             send_key, receive_keys[holder] = crypto.derive_channel_keys(
                 secret, session_id, me, holder
             )
             pair = struct.pack("<QQ", me, holder)
-            plaintext = pair + body[h * stride : (h + 1) * stride]
-            ciphertexts.append(crypto.seal(send_key, plaintext, aad + pair[8:]))
+            send_keys.append(send_key)
+            plaintexts.append(pair + body[h * stride : (h + 1) * stride])
+            aads.append(aad + pair[8:])
+        ciphertexts = crypto.seal_many(send_keys, plaintexts, aads)
         recipients = neighbours
         self.session_id = session_id
         self.num_advertised, self.advertised_digest = msg.num_advertised, msg.advertised_digest

@@ -55,6 +55,7 @@ __all__ = [
     "public_from_private",
     "random_bytes",
     "seal",
+    "seal_many",
     "session_digest",
     "sign",
     "validate_public_key",
@@ -270,6 +271,18 @@ def seal(key: bytes, plaintext: bytes, associated_data: bytes) -> bytes:
     """Encrypt with AES-256-GCM under a random nonce; return ``nonce || ciphertext || tag``."""
     nonce = os.urandom(NONCE_BYTES)
     return nonce + AESGCM(key).encrypt(nonce, plaintext, associated_data)
+
+
+def seal_many(
+    keys: Sequence[bytes], plaintexts: Sequence[bytes], associated_data: Sequence[bytes]
+) -> list[bytes]:
+    """:func:`seal` each plaintext under its key; the random nonces come from one read."""
+    nonces = os.urandom(NONCE_BYTES * len(keys))
+    out = []
+    for i, (key, plaintext, aad) in enumerate(zip(keys, plaintexts, associated_data, strict=True)):
+        nonce = nonces[NONCE_BYTES * i : NONCE_BYTES * (i + 1)]
+        out.append(nonce + AESGCM(key).encrypt(nonce, plaintext, aad))
+    return out
 
 
 def open_sealed(key: bytes, blob: bytes, associated_data: bytes) -> bytes:

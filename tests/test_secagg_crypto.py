@@ -138,3 +138,12 @@ def test_kdf_sha256_equals_the_reference_implementation(length, info):
         secret
     )
     assert crypto.kdf_sha256(secret, info, length) == reference
+
+
+def test_seal_many_opens_like_seal_with_fresh_nonces():
+    keys = [bytes([i]) * 32 for i in range(3)]
+    blobs = crypto.seal_many(keys, [b"a", b"bb", b"ccc"], [b"x", b"y", b"z"])
+    assert [
+        crypto.open_sealed(k, b, bytes([a])) for k, b, a in zip(keys, blobs, b"xyz", strict=True)
+    ] == [b"a", b"bb", b"ccc"]
+    assert len({b[:12] for b in blobs}) == 3  # distinct random nonces
