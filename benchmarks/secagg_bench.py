@@ -15,10 +15,14 @@ complete graph, this measures
   ``pseudo_rand_gen``) measured per secret and per mask and scaled to the run's counts
   (labelled "extrapolated").
 
-Scale rows (``--scale``): n = 1000 and 5000 (``--scale-n`` for others), d = 64, (k, t) from
-``secagg.choose_parameters(n, gamma=0.05, delta=0.05)``, each session in a fresh subprocess:
-wall and CPU time, peak resident memory (``ru_maxrss``), and the ratio to the floor of its
-primitives (the X25519 agreements and AES-CTR keystreams alone, timed on this machine).
+Scale rows (``--scale``): d = 64 at n = 1000, 3000, 10 000 and 100 000 (``--scale-n``), d =
+3072 at n = 1000 and 10 000 (``--scale-n-wide``), (k, t) from
+``secagg.choose_parameters(n, gamma=0.05, delta=0.05)``, each row run (none extrapolated) in a
+fresh subprocess: wall and CPU time, peak resident memory (``ru_maxrss``), and the ratio of
+the CPU time to the floor of its primitives (every X25519 agreement and AES-CTR keystream of
+the session, timed alone on this machine; :func:`primitive_floor`). Rows with n <= 1000 keep
+the best of ``--scale-repeats`` (3) sessions and floors. Then the phases and a cProfile of the
+largest d = 3072 row with n <= 3000.
 ``--params`` prints the (k, t) table of ``choose_parameters``.
 
 Run: ``python benchmarks/secagg_bench.py [--quick | --scale | --params]``.
@@ -284,6 +288,7 @@ def primitive_floor(n: int, k: int, d: int, dropped: int = 0) -> float:
     keygens = best(lambda: (crypto.generate_loaded_keypair(), crypto.generate_loaded_keypair()))
     agreements = best(lambda: crypto.agree_many(loaded, pks, validated=True))
     streams = best(lambda: [crypto.mask_keystream(key, d) for key in keys])
+
     def recover_masks() -> None:  # a dropped client's mask key: check, load, agree
         crypto.public_from_private(sk)
         crypto.agree_many(sk, pks)
@@ -295,57 +300,75 @@ def primitive_floor(n: int, k: int, d: int, dropped: int = 0) -> float:
     return clients + server
 
 
-def scale_row(n: int, d: int, profile: bool = False) -> dict[str, Any]:
-    """One in-process session (one summation, 5 % dropouts) in this process: time and memory."""
+def scale_row(n: int, d: int, profile: bool = False, repeats: int = 1) -> dict[str, Any]:
+    """In-process sessions (one summation, 5 % dropouts) in this process: time and memory.
+
+    With ``repeats > 1`` the session and the floor are each measured that many times and
+    the best of each is kept (the machine's load only ever adds time); the phases are those
+    of the first session.
+    """
     params = choose_parameters(n, gamma=0.05, delta=0.05)
     rng = np.random.default_rng(0)
     vectors = rng.uniform(-1.0, 1.0, size=(n, d))
     dropped = rng.choice(n, size=int(DROP * n), replace=False).tolist()
-    spent = {} if profile else _timed_phases()  # the wrappers' clock calls would show
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = run_in_process(
-        vectors,
-        threshold=params.threshold,
-        neighbours=params.degree,
-        rng=rng,
-        bounds=1.0,
-        dropouts={"masked_input": dropped},
-    )
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    top: list[str] = []
-    if profiler is not None:
-        import pstats
-
-        profiler.disable()
-        stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-        rows = sorted(stats.items(), key=lambda item: -item[1][2])[:10]
-        total = sum(v[2] for v in stats.values())
-        top = [f"{100 * v[2] / total:5.1f} % {fn[2]} ({os.path.basename(fn[0])})" for fn, v in rows]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     keep = sorted(set(range(n)) - set(dropped))
-    assert np.max(np.abs(result.sum - vectors[keep].sum(axis=0))) <= np.max(result.max_error)
+    spent = {} if profile else _timed_phases()  # the wrappers' clock calls would show
+    phases: dict[str, float] = {}
+    walls, cpus, floors = [], [], []
+    top: list[str] = []
+    for repeat in range(repeats):
+        profiler = None
+        if profile and repeat == 0:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = run_in_process(
+            vectors,
+            threshold=params.threshold,
+            neighbours=params.degree,
+            rng=np.random.default_rng(repeat),
+            bounds=1.0,
+            dropouts={"masked_input": dropped},
+        )
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+            rows = sorted(stats.items(), key=lambda item: -item[1][2])[:10]
+            total = sum(v[2] for v in stats.values())
+            top = [
+                f"{100 * v[2] / total:5.1f} % {fn[2]} ({os.path.basename(fn[0])})" for fn, v in rows
+            ]
+        if repeat == 0:
+            phases = dict(spent)
+        error = np.max(np.abs(result.sum - vectors[keep].sum(axis=0)))
+        if error > np.max(result.max_error):
+            raise RuntimeError(f"wrong sum: error {error}")
+        del result
+        floors.append(primitive_floor(n, params.degree, d, len(dropped)))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     return {
         "n": n,
         "d": d,
         "k": params.degree,
         "t": params.threshold,
-        "wall": wall,
-        "cpu": cpu,
-        "floor": primitive_floor(n, params.degree, d, len(dropped)),
+        "wall": min(walls),
+        "cpu": min(cpus),
+        "floor": min(floors),
+        "repeats": repeats,
         "peak_mib": peak,
-        "phases": spent,
+        "phases": phases,
         "top": top,
     }
 
 
-def _run_row(n: int, d: int, profile: bool) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--scale-row", str(n), str(d)]
+def _run_row(n: int, d: int, profile: bool, repeats: int = 1) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--scale-row", str(n), str(d), str(repeats)]
     out = subprocess.run(
         command + (["--profile"] if profile else []), capture_output=True, text=True, check=True
     )
@@ -354,7 +377,9 @@ def _run_row(n: int, d: int, profile: bool) -> dict[str, Any]:
     return row
 
 
-def print_scale(rows: list[tuple[int, int]], extrapolate: list[tuple[int, int]]) -> None:
+def print_scale(rows: list[tuple[int, int]], repeats: int) -> None:
+    """Print one measured row per ``(n, d)``; rows with ``n <= 1000`` take the best of
+    ``repeats`` sessions and floors (the ratio the speed target is about)."""
     print(
         "# scale: in-process session (run_in_process), 5 % dropouts, (k, t) for gamma = delta "
         f"= 0.05; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
@@ -367,37 +392,26 @@ def print_scale(rows: list[tuple[int, int]], extrapolate: list[tuple[int, int]])
     print("-" * len(header))
     done: list[dict[str, Any]] = []
     for n, d in rows:
-        row = _run_row(n, d, profile=False)
+        row = _run_row(n, d, profile=False, repeats=repeats if n <= 1000 else 1)
         done.append(row)
+        best = f" (best of {row['repeats']})" if row["repeats"] > 1 else ""
         print(
             f"{row['n']:>6} {row['d']:>5} {row['k']:>4} {row['t']:>4} | {row['wall']:>7.2f} "
             f"{row['cpu']:>7.2f} {row['floor']:>7.2f} {row['cpu'] / row['floor']:>8.2f}x | "
-            f"{row['peak_mib']:>8.0f}",
-            flush=True,
-        )
-    for n, d in extrapolate:
-        base = max((r for r in done if r["d"] == d), key=lambda r: r["n"], default=None)
-        if base is None:
-            continue
-        params = choose_parameters(n, gamma=0.05, delta=0.05)
-        floor = primitive_floor(n, params.degree, d, int(DROP * n))
-        cpu = floor * base["cpu"] / base["floor"]
-        mib = base["peak_mib"] * n / base["n"]
-        print(
-            f"{n:>6} {d:>5} {params.degree:>4} {params.threshold:>4} | not run: about "
-            f"{cpu:.0f} s CPU (measured floor {floor:.0f} s x the n = {base['n']} ratio "
-            f"{base['cpu'] / base['floor']:.2f}), about {mib:.0f} MiB (linear in n)",
+            f"{row['peak_mib']:>8.0f}{best}  load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
     print(
-        "floor s: CPU time of the primitives alone, n x (2 key generations + 2k X25519 "
-        "agreements + (k + 1) AES-CTR keystreams of d words), timed on 50 clients (best of 3); "
-        "cpu/floor: the session's CPU time over that floor; peak MiB: the subprocess's maximum "
-        "resident set (numpy and cryptography included)."
+        "floor s: CPU time of every X25519 agreement and AES-CTR keystream the session needs, "
+        "timed alone (primitive_floor: per client 2 key generations, k channel agreements, "
+        "and for the senders k mask agreements and k + 1 keystreams of d words; the server's "
+        "self-mask keystreams and dropped clients' masks), best of 3 x 50; cpu/floor: the "
+        "session's CPU time over that floor; peak MiB: the subprocess's maximum resident set "
+        "(numpy and cryptography included); load: the 1-minute load average after the row."
     )
     if done:
         small = [r for r in done if r["n"] <= 3000] or done
-        base = max(small, key=lambda r: (r["n"], r["d"]))  # a profile at n <= 3000
+        base = max(small, key=lambda r: (r["d"], r["n"]))  # a profile at n <= 3000
         profiled = _run_row(base["n"], base["d"], profile=True)
         print(
             f"# where the time goes, n = {profiled['n']}, d = {profiled['d']}: CPU s per phase "
@@ -428,21 +442,25 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="n = 100 only")
     parser.add_argument("--scale", action="store_true", help="the scale rows only")
     parser.add_argument(
-        "--scale-n", type=int, nargs="*", default=[1000, 3000, 10_000], help="d = 64 rows"
+        "--scale-n",
+        type=int,
+        nargs="*",
+        default=[1000, 3000, 10_000, 100_000],
+        help="d = 64 rows",
     )
     parser.add_argument(
         "--scale-n-wide", type=int, nargs="*", default=[1000, 10_000], help="d = 3072 rows"
     )
     parser.add_argument(
-        "--scale-extrapolate", type=int, nargs="*", default=[100_000], help="d = 64, not run"
+        "--scale-repeats", type=int, default=3, help="best of this many for rows with n <= 1000"
     )
-    parser.add_argument("--scale-row", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--scale-row", type=int, nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--params", action="store_true", help="the (k, t) table only")
     args = parser.parse_args()
     if args.scale_row:
-        n, d = args.scale_row
-        print(json.dumps(scale_row(n, d, profile=args.profile)))
+        n, d, repeats = args.scale_row
+        print(json.dumps(scale_row(n, d, profile=args.profile, repeats=repeats)))
         return
     if args.params:
         print_params()
@@ -450,7 +468,7 @@ def main() -> None:
     if args.scale:
         print_scale(
             [(n, 64) for n in args.scale_n] + [(n, D) for n in args.scale_n_wide],
-            [(n, 64) for n in args.scale_extrapolate],
+            args.scale_repeats,
         )
         return
     configs: list[tuple[int, Any]] = [(100, None), (100, "complete")]
