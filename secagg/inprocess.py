@@ -82,7 +82,8 @@ class InProcessSession:
     dropouts : mapping, optional
         Clients that drop before answering ``"advertise_keys"`` or ``"share_keys"``.
     rng : numpy.random.Generator
-        Draws the graph permutation and, per summation, the clients' rounding streams.
+        Draws the graph permutation and the clients' stochastic rounding (one stream, read
+        by the clients in id order: reproducible, and no per-client generator to build).
     threat_model : {"honest-but-curious", "malicious-server"}
         ``"malicious-server"`` adds the consistency round (signatures on the survivor list)
         and makes every client insist on it, on the complete graph and on a threshold of at
@@ -175,11 +176,10 @@ class InProcessSession:
         self, values: FloatArray, encoding: FixedPointEncoding, dropouts: Dropouts | None
     ) -> SumResult:
         requests = self.server.start_summation(encoding)
-        streams = self.rng.spawn(self.n)
         silent = _dropped(dropouts, "masked_input")
         for i, request in requests.items():
             if i not in silent:
-                reply = self.clients[i].masked_input(request, values[i], rng=streams[i])
+                reply = self.clients[i].masked_input(request, values[i], rng=self.rng)
                 self.server.receive_masked_input(reply)
         if self.server.consistency:
             check = self.server.consistency_request()
