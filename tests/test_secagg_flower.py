@@ -178,3 +178,22 @@ def test_clients_take_n_from_the_key_directory_not_from_what_the_server_states(
     assert any("shows 10 keys" in why for why in share["dropouts"].values())
     assert document["n"] == 10 and document["clients_in_sum"]["stage1"] == 9
     assert_matches_reference(document, config)
+
+
+def test_server_and_clients_plan_with_the_directory_n_after_an_advertise_dropout(
+    tmp_path: Path,
+) -> None:
+    # node 5003 never advertises keys: the directory counts 7, every client's noise share and
+    # the server's plan use n = 7 (not the 8 invited), and the run equals its twin at n = 7
+    from test_server_strategy import InMemoryTransport
+
+    from fa_hetdp.flower.settings import RunSettings
+    from server.strategy import HeterogeneityStrategy
+
+    config = run_config(tmp_path, scenario_file(tmp_path, 8))
+    transport = InMemoryTransport(8, config)
+    transport.silent = {5003}
+    document = HeterogeneityStrategy(RunSettings.from_run_config(config)).run(transport)
+    assert document["status"] == "success"
+    assert document["n"] == 7 and document["clients_in_sum"] == {"stage1": 7, "stage2": 7}
+    assert_matches_reference(document, config)
