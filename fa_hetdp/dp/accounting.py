@@ -27,6 +27,11 @@ privacy actually spent (:func:`privacy_spent`).
 Accounting (:func:`privacy_spent`) composes the counted releases exactly (Dong-Roth-Su
 Cor. 3.3) with the noise that actually arrived (dropouts in the distributed placement leave
 a fraction ``m/t`` of the planned noise variance) and reports the total ``(epsilon, delta)``.
+
+The discrete mechanisms (``"ddg"``, ``"skellam"``) take the same path with zCDP in place of
+Gaussian DP: a release with ``rho_k = mu_k**2/2`` composes by adding ``rho``, ``"gdp"`` splits
+the largest ``rho`` that converts to ``(epsilon, delta)``, and the conversion is the
+mechanism's (:meth:`~fa_hetdp.dp.mechanisms.NoiseMechanism.guarantee`; docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -165,8 +170,8 @@ class BudgetPlan:
     ----------
     epsilon, delta : float
         The total budget.
-    mechanism : {"agm", "cgm"}
-        Calibration rule (paper Thm 2.10 / Alg. 1, or Thm 2.9).
+    mechanism : {"agm", "cgm", "ddg", "skellam"}
+        Calibration rule (paper Thm 2.10 / Alg. 1, Thm 2.9, or the discrete mechanisms' zCDP).
     composition : {"basic", "gdp"}
         How the total was split (see the module docstring).
     releases : tuple of CalibratedRelease
@@ -321,8 +326,9 @@ def plan_budget(
         Total delta in ``(0, 1)``.
     releases : sequence of ReleaseSpec
         At least one, unique names.
-    mechanism : {"agm", "cgm"}, optional
-        Calibration rule (paper Thm 2.10 / Alg. 1, or Thm 2.9). Default ``"agm"``.
+    mechanism : {"agm", "cgm", "ddg", "skellam"}, optional
+        Calibration rule (paper Thm 2.10 / Alg. 1, Thm 2.9, or the discrete mechanisms'
+        zCDP, :class:`~fa_hetdp.dp.mechanisms.DiscreteMechanism`). Default ``"agm"``.
     composition : {"basic", "gdp"}, optional
         Budget split. Default ``"gdp"`` (``"cgm"`` needs ``"basic"``).
 
