@@ -21,6 +21,7 @@ import numpy.typing as npt
 from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
+from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.floor import FloorChoice, choose_floor, histogram_of
 from fa_hetdp.protocol.layout import Stage
 from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _choice, _count, plan_protocol
@@ -46,6 +47,7 @@ from fa_hetdp.stats.exact import (
 __all__ = [
     "BatchResult",
     "NoiseDraw",
+    "as_generator",
     "noiseless_stage1",
     "noiseless_stage2",
     "private_statistics",
@@ -156,6 +158,30 @@ def _run_protocol(
     return replace(result, n_clipped=truth.n_clipped, n_at_floor=truth.n_at_floor)
 
 
+def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
+    """Return the noise generator the Python API was given (see :func:`private_statistics`).
+
+    A Generator as it is; an int ``>= 0`` as ``numpy.random.default_rng(rng)``; None as a
+    fresh CSPRNG-backed generator (:func:`fa_hetdp.dp.rng.csprng_generator`).
+
+    Raises
+    ------
+    PrivacyParameterError
+        Anything else (a negative int, a bool, a float, a legacy ``RandomState``).
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None:
+        from fa_hetdp.dp.rng import csprng_generator
+
+        return csprng_generator()
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0:
+        return np.random.default_rng(int(rng))
+    raise PrivacyParameterError(
+        f"rng must be a numpy.random.Generator, an int seed >= 0, or None (a CSPRNG), got {rng!r}"
+    )
+
+
 def private_statistics(
     x: npt.ArrayLike,
     *,
@@ -172,7 +198,7 @@ def private_statistics(
     broadcast_bounds: bool | None = None,
     adaptive_floor: bool | None = None,
     floor_quantile: float | None = None,
-    rng: np.random.Generator,
+    rng: np.random.Generator | int | None = None,
 ) -> PrivateStatistics:
     """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
 
@@ -199,8 +225,11 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
         part of the recommended settings here (``benchmarks/README.md``: on all 1797 digits
         clients it cuts the error of ``mu_bar'`` and ``Q''`` several-fold), although
         :class:`ProtocolConfig` defaults it to off.
-    rng : numpy.random.Generator
-        Source of all noise.
+    rng : numpy.random.Generator, int or None
+        Source of all noise: a Generator, or an int seed (``numpy.random.default_rng(seed)``,
+        for reproducible simulations); left out, a CSPRNG-backed generator
+        (:func:`fa_hetdp.dp.rng.csprng_generator`: AES-256-CTR keyed from ``os.urandom``), as
+        a real release needs.
 
     Returns
     -------
@@ -224,6 +253,7 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
     }
     settings = {k: v for k, v in given.items() if v is not None}
     config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+    rng = as_generator(rng)
     values, n_clipped = validate_clients(x)
     n, d = values.shape
     plan = plan_protocol(config, n=n, d=d)
@@ -366,7 +396,7 @@ def private_statistics_batch(
     config: ProtocolConfig,
     *,
     repeats: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator | int | None = None,
     noise_draw: NoiseDraw = "summed",
 ) -> BatchResult:
     """Repeat the in-process protocol ``repeats`` times on the same data, vectorised.
@@ -390,8 +420,8 @@ def private_statistics_batch(
         Settings.
     repeats : int
         Number of independent measurements, ``>= 1``.
-    rng : numpy.random.Generator
-        Source of all noise.
+    rng : numpy.random.Generator, int or None
+        Source of all noise, as in :func:`private_statistics` (left out: a CSPRNG).
     noise_draw : {"summed", "per_client"}
         How distributed noise is drawn (same distribution).
 
@@ -402,6 +432,7 @@ def private_statistics_batch(
     """
     repeats = _count("repeats", repeats, 1)
     _choice("noise_draw", noise_draw, ("summed", "per_client"))
+    rng = as_generator(rng)
     values, n_clipped = validate_clients(x)
     n, d = values.shape
     plan = plan_protocol(config, n=n, d=d)
