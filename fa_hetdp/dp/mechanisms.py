@@ -365,13 +365,13 @@ class DiscreteMechanism(NoiseMechanism):
         return math.sqrt(2.0 * zcdp_rho_for(epsilon, delta))
 
     def guarantee(self, mu: float, *, delta: float, epsilon: float) -> tuple[float, float]:
-        """ZCDP ``rho = mu^2/2`` converted by CKS 2020 Prop. 12 (both readings)."""
+        """Convert zCDP ``rho = mu^2/2`` by CKS 2020 Prop. 12 (both readings)."""
         rho = 0.5 * mu * mu
         orders = np.asarray(RDP_ORDERS, dtype=np.float64)
         return zcdp_epsilon(rho, delta), rdp_delta(orders, orders * rho, epsilon)
 
     def calibrate(self, epsilon: float, delta: float, sensitivity: float) -> float:
-        """Smallest ``sigma`` whose release is ``rho``-zCDP with ``rho`` meeting the target."""
+        """``sigma`` whose release alone is ``(epsilon, delta)``-DP through its zCDP ``rho``."""
         return self.calibrate_gdp(self.total_mu(epsilon, delta), sensitivity)
 
     def calibrate_gdp(self, mu: float, sensitivity: float) -> float:
@@ -394,17 +394,21 @@ class DiscreteMechanism(NoiseMechanism):
         for value in np.unique(s[s > 0.0]):
             where = s == value
             step = float(gamma[where][0])
-            units = (float(value) / step) ** 2
+            variance_units = (float(value) / step) ** 2  # >= 256 lattice steps squared
             count = int(np.count_nonzero(where))
             if self.name == "ddg":
-                z = sample_discrete_gaussian(units, count, rng=rng)
+                z = sample_discrete_gaussian(variance_units, count, rng=rng)
             else:
-                z = sample_skellam(units, count, rng=rng)
+                z = sample_skellam(variance_units, count, rng=rng)
             out[where] = step * (dither[where] + z)
         return out
 
     def variance(self, scale: float | npt.ArrayLike) -> FloatArray:
-        """``s^2 + gamma^2/12`` (an upper bound for ``"ddg"``: ``Var N_Z(0, v) <= v``)."""
+        """Return ``s^2 + gamma^2/12``, the noise's variance (an upper bound for ``"ddg"``).
+
+        ``Var N_Z(0, v) <= v``, up to the ``2^-16`` relative rounding up of ``v``
+        (:func:`~fa_hetdp.dp.discrete.as_rational_variance`).
+        """
         s = np.asarray(scale, dtype=np.float64)
         out: FloatArray = s * s + lattice_step(s) ** 2 / 12.0
         return out
@@ -423,12 +427,10 @@ class DiscreteMechanism(NoiseMechanism):
         for i in range(flat_s.size):
             if flat_s[i] <= 0.0:
                 continue
-            units = flat_s[i] / flat_g[i]
-            if self.name == "ddg":  # 2 exp(-h^2/(2 v)) = p
-                h = units * math.sqrt(2.0 * math.log(2.0 / p))
-            else:
-                h = units * math.sqrt(2.0 * math.log(2.0 / p))
-                while noise_tail("skellam", units * units, 1, h) > p:
+            sigma_units = flat_s[i] / flat_g[i]
+            h = sigma_units * math.sqrt(2.0 * math.log(2.0 / p))  # ddg: 2 exp(-h^2/(2 v)) = p
+            if self.name == "skellam":  # its Chernoff tail is heavier: grow h until it holds
+                while noise_tail("skellam", sigma_units**2, 1, h) > p:
                     h *= 1.1
             flat_out[i] = flat_g[i] * (0.5 + h)
         return out
