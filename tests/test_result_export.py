@@ -88,3 +88,18 @@ def test_data_frame_without_pandas_says_how_to_get_it(
     monkeypatch.delitem(__import__("sys").modules, "pandas", raising=False)
     with pytest.raises(ImportError, match="pip install pandas"):
         result_to_frame(result)
+
+
+def test_a_simulation_labels_its_exact_values() -> None:
+    """``results.json`` of the engine (simulation): the truth and the counts are labelled."""
+    from fa_hetdp.experiments.grid import GridSpec
+    from fa_hetdp.experiments.results import NOT_PRIVATE_NOTE, ExperimentResult
+
+    grid = GridSpec(epsilons=(1.0,), delta=1e-5, repeats=2)
+    exported = ExperimentResult("x", grid, 10, 4, {"mean": 0.5}, 1, 2, ()).to_dict()
+    assert exported["not_private"] == {
+        "keys": ["truth", "n_at_floor", "n_clipped"],
+        "note": NOT_PRIVATE_NOTE,
+    }
+    assert all(key in exported for key in exported["not_private"]["keys"])
+    assert "NOT differentially private" in NOT_PRIVATE_NOTE

@@ -21,9 +21,22 @@ from fa_hetdp._types import FloatArray
 from fa_hetdp.experiments.grid import GridSpec
 from fa_hetdp.stats.registry import STATISTICS
 
-__all__ = ["RESULTS_SCHEMA_VERSION", "CellResult", "ExperimentResult", "load_results"]
+__all__ = [
+    "NOT_PRIVATE_NOTE",
+    "RESULTS_SCHEMA_VERSION",
+    "CellResult",
+    "ExperimentResult",
+    "load_results",
+]
 
 RESULTS_SCHEMA_VERSION: Final = 1
+
+#: The label of a simulation's exact values in ``results.json`` (:meth:`ExperimentResult.to_dict`).
+NOT_PRIVATE_NOTE = (
+    "simulation only: exact values computed from the clients' data (the truth, clipped "
+    "values, clients at the variance floor), NOT differentially private; never publish them "
+    "with the private statistics"
+)
 
 
 @dataclass(frozen=True)
@@ -248,6 +261,10 @@ class ExperimentResult:
             "truth": dict(self.truth),
             "n_at_floor": self.n_at_floor,
             "n_clipped": self.n_clipped,
+            "not_private": {
+                "keys": ["truth", "n_at_floor", "n_clipped"],
+                "note": NOT_PRIVATE_NOTE,
+            },
             "metadata": dict(self.metadata),
             "cells": [c.to_dict() for c in self.cells],
         }
