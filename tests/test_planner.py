@@ -19,6 +19,7 @@ import pytest
 from fa_hetdp import ProtocolConfig, plan_accuracy, private_statistics_batch, true_statistics
 from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import DataAssumptions
 from fa_hetdp.stats.exact import within_variance
 from fa_hetdp.stats.planner import accuracy_of_plan, min_clients, min_epsilon
@@ -81,10 +82,10 @@ def test_predicted_rmse_matches_measured_on_synthetic(n: int, d: int, epsilon: f
         assert abs(avg - 1.0) <= TOLERANCE, (key, "coordinate average", avg)
 
 
-def test_defaults_are_recorded_and_follow_protocol_config() -> None:
+def test_defaults_are_recorded_and_follow_the_recommended_settings() -> None:
     acc = plan_accuracy(100, 64, epsilon=1.0, delta=1e-5, within_variance=0.1)
     assert acc.assumptions.assumed == ("coordinate_mean", "dispersion", "i2")
-    assert acc.plan.config == ProtocolConfig(epsilon=1.0, delta=1e-5)
+    assert acc.plan.config == recommended_config(epsilon=1.0, delta=1e-5)
     assert {r.key for r in acc.scalars} == {"total_dispersion", "i2_total"}
     # the quickstart size is noise-dominated for Q'' and I2''
     dominated = {r.key for r in acc.noise_dominated}

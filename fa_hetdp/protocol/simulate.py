@@ -25,6 +25,7 @@ from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.floor import FloorChoice, choose_floor, histogram_of
 from fa_hetdp.protocol.layout import Stage
 from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _choice, _count, plan_protocol
+from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.protocol.server import (
     PrivateStatistics,
     assemble_floor,
@@ -53,9 +54,6 @@ __all__ = [
     "private_statistics",
     "private_statistics_batch",
 ]
-
-RECOMMENDED_ADAPTIVE_FLOOR = True
-"""Whether :func:`private_statistics` uses the adaptive floor when not told (see its docs)."""
 
 NoiseDraw = Literal["summed", "per_client"]
 """How the batch path draws distributed noise: one summed draw or ``n`` shares summed."""
@@ -217,12 +215,13 @@ def private_statistics(
         Client data (one row per client); values outside ``[0, 1]`` are clipped and counted.
     epsilon, delta, mechanism, placement, composition, profile, variance_floor, \
 extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
-        See :class:`ProtocolConfig`; left out (None), :class:`ProtocolConfig`'s default -- the
-        recommended settings -- applies, so ``private_statistics(x, epsilon=..., delta=...,
-        rng=...)`` runs what the project recommends.
+        See :class:`ProtocolConfig`; left out (None), the recommended settings apply
+        (:func:`fa_hetdp.protocol.recommended.recommended_config`), so
+        ``private_statistics(x, epsilon=..., delta=..., rng=...)`` runs what the project
+        recommends, and what :func:`fa_hetdp.plan_accuracy` plans when given nothing else.
     adaptive_floor : bool, optional
         The adaptive variance floor (:mod:`fa_hetdp.protocol.floor`). Left out (None): on --
-        part of the recommended settings here (``benchmarks/README.md``: on all 1797 digits
+        part of the recommended settings (``benchmarks/README.md``: on all 1797 digits
         clients it cuts the error of ``mu_bar'`` and ``Q''`` several-fold), although
         :class:`ProtocolConfig` defaults it to off.
     rng : numpy.random.Generator, int or None
@@ -238,21 +237,21 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
         ``i2_total``, with sigmas, privacy spent, labels and the plan (for
         :meth:`~PrivateStatistics.confidence_intervals`).
     """
-    given: dict[str, Any] = {
-        "mechanism": mechanism,
-        "placement": placement,
-        "composition": composition,
-        "profile": profile,
-        "variance_floor": variance_floor,
-        "extra_i2_noise": extra_i2_noise,
-        "min_honest_clients": min_honest_clients,
-        "statistics": statistics,
-        "broadcast_bounds": broadcast_bounds,
-        "adaptive_floor": RECOMMENDED_ADAPTIVE_FLOOR if adaptive_floor is None else adaptive_floor,
-        "floor_quantile": floor_quantile,
-    }
-    settings = {k: v for k, v in given.items() if v is not None}
-    config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+    config = recommended_config(
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        placement=placement,
+        composition=composition,
+        profile=profile,
+        variance_floor=variance_floor,
+        extra_i2_noise=extra_i2_noise,
+        min_honest_clients=min_honest_clients,
+        statistics=statistics,
+        broadcast_bounds=broadcast_bounds,
+        adaptive_floor=adaptive_floor,
+        floor_quantile=floor_quantile,
+    )
     rng = as_generator(rng)
     values, n_clipped = validate_clients(x)
     n, d = values.shape

@@ -35,9 +35,9 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
 from fa_hetdp.stats.metrics import clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS, statistic
@@ -438,8 +438,9 @@ def plan_accuracy(
         conservative defaults and are listed in ``result.assumptions.assumed``.
     **settings
         Any other :class:`~fa_hetdp.config.protocol.ProtocolConfig` field (``composition``,
-        ``variance_floor``, ...); left out, ProtocolConfig's defaults (the recommended
-        settings) apply.
+        ``variance_floor``, ...); left out (or None), the recommended settings apply
+        (:func:`~fa_hetdp.protocol.recommended.recommended_config`, the adaptive floor
+        included): what :func:`fa_hetdp.private_statistics` runs when given nothing else.
 
     Returns
     -------
@@ -453,7 +454,7 @@ def plan_accuracy(
     >>> acc.error("mean").rmse_coordinate < 0.05
     True
     """
-    config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+    config = recommended_config(epsilon=epsilon, delta=delta, **settings)
     assumptions = DataAssumptions.stated(
         within_variance=within_variance,
         coordinate_mean=coordinate_mean,
@@ -517,7 +518,8 @@ def min_clients(
     assumptions : DataAssumptions, optional
         Public assumptions (default: :meth:`DataAssumptions.stated` with nothing stated).
     **settings
-        Other :class:`~fa_hetdp.config.protocol.ProtocolConfig` fields.
+        Other :class:`~fa_hetdp.config.protocol.ProtocolConfig` fields; left out, the
+        recommended settings (as :func:`plan_accuracy`).
 
     Returns
     -------
@@ -526,7 +528,7 @@ def min_clients(
         ``max_clients`` does not reach the target.
     """
     _check_target(statistic_key, target, relative)
-    config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+    config = recommended_config(epsilon=epsilon, delta=delta, **settings)
     assume = assumptions if assumptions is not None else DataAssumptions.stated()
 
     def ok(n: int) -> bool:
@@ -558,7 +560,7 @@ def min_epsilon(
     assume = assumptions if assumptions is not None else DataAssumptions.stated()
 
     def ok(epsilon: float) -> bool:
-        config = ProtocolConfig(epsilon=epsilon, delta=delta, **settings)
+        config = recommended_config(epsilon=epsilon, delta=delta, **settings)
         acc = accuracy_of_plan(planned_protocol(config, n=n, d=d, assumptions=assume), assume)
         return _target_met(acc, statistic_key, target, relative, scope)
 
