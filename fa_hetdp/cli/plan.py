@@ -1,6 +1,8 @@
 """``fa-hetdp plan``: the expected error of every statistic before any data exist.
 
-Prints :func:`fa_hetdp.stats.planner.plan_accuracy` as a table (or JSON), and with
+Prints :func:`fa_hetdp.stats.planner.plan_accuracy` as a table (or JSON) -- with no settings
+given, for the recommended settings (:mod:`fa_hetdp.protocol.recommended`), what
+:func:`fa_hetdp.private_statistics` runs -- and with
 ``--target`` the smallest number of clients (``--solve n``) or the smallest epsilon
 (``--solve epsilon``) that meets a target error for one statistic.
 """
@@ -75,6 +77,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the paper's I2''' noise stage (buys no privacy)",
     )
+    parser.add_argument(
+        "--adaptive-floor",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="choose the variance floor from a stage-0 noisy histogram of the s_i^2 "
+        "(default: on, the recommended setting; planned at the floor the rule picks for "
+        "--within-variance, at v_min when that is not stated)",
+    )
+    parser.add_argument(
+        "--floor-quantile",
+        type=float,
+        default=None,
+        help="q of the adaptive floor's rule: at most about q n clients floored (default 0.1)",
+    )
     group = parser.add_argument_group("public assumptions (defaults are conservative)")
     group.add_argument("--within-variance", type=float, default=None, help="typical s_i^2")
     group.add_argument("--coordinate-mean", type=float, default=None, help="typical mu_j")
@@ -111,6 +127,10 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         out["variance_floor"] = args.variance_floor
     if args.extra_i2_noise is not None:
         out["extra_i2_noise"] = args.extra_i2_noise
+    if args.adaptive_floor is not None:
+        out["adaptive_floor"] = args.adaptive_floor
+    if args.floor_quantile is not None:
+        out["floor_quantile"] = args.floor_quantile
     return out
 
 

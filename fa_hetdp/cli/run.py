@@ -24,7 +24,13 @@ from fa_hetdp.cli.plan import run_plan_lines
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
-from fa_hetdp.flower.steps import STEP_LABELS, Event
+from fa_hetdp.flower.steps import (
+    CONSISTENCY_STEP,
+    STAGE0_INPUT,
+    STAGE0_UNMASK,
+    STEP_LABELS,
+    Event,
+)
 from fa_hetdp.report.results import format_section, released_truth
 from fa_hetdp.stats.registry import STATISTICS
 
@@ -63,6 +69,7 @@ class RunSetup:
     run_config: dict[str, object]
     truth: dict[str, float]
     dim: int = 0
+    steps: int = len(STEP_LABELS)
 
 
 #: The flags that override a scenario setting, by canonical setting name (None = not given).
@@ -72,6 +79,7 @@ FLAG_SETTINGS: tuple[str, ...] = (
     "mechanism",
     "placement",
     "composition",
+    "adaptive_floor",
     "seed",
     "on_degraded",
 )
@@ -105,7 +113,10 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
         return run_config_key(name)
 
     problems += validate(values, key)
-    overrides: dict[str, object] = {RUN_CONFIG_KEYS[name]: v for name, v in given.items()}
+    overrides: dict[str, object] = {
+        RUN_CONFIG_KEYS[name]: ("true" if v else "false") if isinstance(v, bool) else v
+        for name, v in given.items()
+    }
     max_epsilon = getattr(args, "max_epsilon", None)
     if max_epsilon is not None:  # checked as an epsilon (flower.settings does the same)
         problems += validate({"epsilon": max_epsilon}, lambda _: "--max-epsilon")
@@ -181,13 +192,28 @@ def prepare(args: argparse.Namespace) -> RunSetup:
     run_config.update(check_flags(args, scenario))
     vectors = partition_scenario(scenario).vectors
     truth = true_statistics(vectors, variance_floor=scenario.privacy.variance_floor).summary()
+    adaptive = run_config.get("adaptive-floor", "")
     return RunSetup(
         scenario_name=scenario.name,
         num_clients=scenario.num_clients,
         run_config=run_config,
         truth={k: float(v) for k, v in truth.items()},
         dim=int(vectors.shape[1]),
+        steps=step_count(
+            scenario.privacy.adaptive_floor if adaptive == "" else adaptive == "true",
+            scenario.secagg.threat_model == "malicious-server",
+        ),
     )
+
+
+def step_count(adaptive_floor: bool, malicious_server: bool) -> int:
+    """Return how many protocol steps a run sends (one progress event each).
+
+    The six of :data:`~fa_hetdp.flower.steps.STEP_LABELS`, the stage-0 input and unmask with
+    the adaptive floor, and one consistency round per summation against a malicious server.
+    """
+    sums = 3 if adaptive_floor else 2
+    return len(STEP_LABELS) + (2 if adaptive_floor else 0) + (sums if malicious_server else 0)
 
 
 @contextlib.contextmanager
@@ -206,9 +232,12 @@ def progress_display(
     ) as bar:
         task = bar.add_task(
             f"{setup.scenario_name}: starting Flower ({setup.num_clients} clients)",
-            total=len(STEP_LABELS) + 1,
+            total=setup.steps + 1,
         )
         labels = dict(STEP_LABELS)
+        labels[STAGE0_INPUT] = "stage 0: masked s_i^2 bucket + noise (the floor)"
+        labels[STAGE0_UNMASK] = "stage 0: unmask"
+        labels.update({s: f"stage {k}: consistency check" for k, s in CONSISTENCY_STEP.items()})
 
         def update(events: list[dict[str, Any]]) -> None:
             done = 0
@@ -367,6 +396,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mechanism", help=f"calibration ({allowed('mechanism')})")
     parser.add_argument("--placement", help=f"where the noise is added ({allowed('placement')})")
     parser.add_argument("--composition", help=f"budget split ({allowed('composition')})")
+    parser.add_argument(
+        "--adaptive-floor",
+        dest="adaptive_floor",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="choose the variance floor from a stage-0 noisy histogram of the clients' "
+        "within-vector variances (5 %% of the budget; default: the scenario's)",
+    )
     parser.add_argument("--seed", type=int, help=f"simulation seed ({allowed('seed')})")
     parser.add_argument(
         "--on-degraded",

@@ -49,6 +49,8 @@ UNSET: Final[Mapping[str, object]] = {
     "variance-floor": 0.0,
     "extra-i2-noise": "",
     "min-honest-clients": 0,
+    "adaptive-floor": "",
+    "floor-quantile": 0.0,
     "secagg-threshold": 0.0,
     "secagg-neighbours": -1,
     "dropout-fraction": -1.0,
@@ -88,6 +90,8 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "variance_floor": "variance-floor",
     "extra_i2_noise": "extra-i2-noise",
     "min_honest_clients": "min-honest-clients",
+    "adaptive_floor": "adaptive-floor",
+    "floor_quantile": "floor-quantile",
     "threshold": "secagg-threshold",
     "neighbours": "secagg-neighbours",
     "dropout_fraction": "dropout-fraction",
@@ -116,6 +120,8 @@ _KINDS: Final[Mapping[str, type]] = {
     "variance-floor": float,
     "extra-i2-noise": str,
     "min-honest-clients": int,
+    "adaptive-floor": str,
+    "floor-quantile": float,
     "secagg-threshold": float,
     "secagg-neighbours": int,
     "dropout-fraction": float,
@@ -181,6 +187,8 @@ def resolve_overrides(
         "variance_floor": privacy.variance_floor,
         "extra_i2_noise": privacy.extra_i2_noise,
         "min_honest_clients": privacy.min_honest_clients,
+        "adaptive_floor": privacy.adaptive_floor,
+        "floor_quantile": privacy.floor_quantile,
         "threshold": secagg.threshold,
         "neighbours": secagg.neighbours,
         "dropout_fraction": secagg.dropout_fraction,
@@ -203,7 +211,7 @@ def resolve_overrides(
             else:
                 values[name] = from_scenario[name]
             continue
-        if name == "extra_i2_noise":
+        if name in ("extra_i2_noise", "adaptive_floor"):
             if value not in ("true", "false"):
                 problems.append(
                     (run_config_key(name), f"must be '', 'true' or 'false', got {value!r}")
@@ -355,8 +363,8 @@ class RunSettings:
             split=scenario.privacy.split_mapping(),
             statistics=scenario.privacy.statistics,
             broadcast_bounds=scenario.privacy.broadcast_bounds,
-            adaptive_floor=scenario.privacy.adaptive_floor,
-            floor_quantile=scenario.privacy.floor_quantile,
+            adaptive_floor=values["adaptive_floor"],
+            floor_quantile=float(values["floor_quantile"]),
         )
         progress = raw.get("progress-path", "")
         return cls(
