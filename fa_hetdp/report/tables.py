@@ -507,6 +507,8 @@ def plot_frontier(
     """
     if not curves:
         raise ValueError("plot_frontier needs at least one panel")
+    from matplotlib.ticker import NullFormatter
+
     figure, axes = _new_figure(len(curves), width=3.6, height=3.6)
     colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
     for ax, (panel_title, lines) in zip(axes, curves.items(), strict=True):
@@ -533,6 +535,9 @@ def plot_frontier(
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ticks = sorted({float(e) for eps, _ in lines.values() for e in np.asarray(eps).ravel()})
+        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         handles, labels = ax.get_legend_handles_labels()
         unique = dict(zip(labels, handles, strict=True))
         _finish_panel(ax, title=panel_title, ylabel="clients n", has_lines=bool(lines))
