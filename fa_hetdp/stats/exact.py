@@ -21,6 +21,7 @@ Departures from the paper (each listed in docs/design.md):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -175,10 +176,29 @@ def within_variance(x: FloatArray) -> FloatArray:
     FloatArray, shape (n,)
         ``s_i^2 = (1/d) sum_j (x_ij - xbar_i)^2``, in ``[0, 1/4]``.
     """
-    centred = x - x.mean(axis=1, keepdims=True)
-    np.square(centred, out=centred)
-    # Def. 2.5: s_i^2 = (1/d) sum_j (x_ij - xbar_i)^2 (ddof 0); two-pass for accuracy.
-    return np.asarray(centred.sum(axis=1) / x.shape[1], dtype=np.float64)
+    n, d = x.shape
+    out = np.empty(n)
+    chunks, buffer = _row_chunks(n, d)
+    for sl in chunks:
+        block, work = x[sl], buffer[: sl.stop - sl.start]
+        np.subtract(block, block.mean(axis=1, keepdims=True), out=work)
+        np.square(work, out=work)
+        # Def. 2.5: s_i^2 = (1/d) sum_j (x_ij - xbar_i)^2 (ddof 0); two-pass for accuracy.
+        out[sl] = work.sum(axis=1) / d
+    return out
+
+
+WORK_CHUNK_VALUES: Final = 1 << 20
+"""Values per row chunk of the work buffer of :func:`within_variance` and
+:func:`statistics_of_validated` (8 MiB of float64): the peak memory beyond the data is
+``O(chunk)``, not a second ``(n, d)`` copy."""
+
+
+def _row_chunks(n: int, d: int) -> tuple[list[slice], FloatArray]:
+    """Row slices of at most :data:`WORK_CHUNK_VALUES` values and one work buffer for them."""
+    rows = max(1, WORK_CHUNK_VALUES // max(d, 1))
+    chunks = [slice(start, min(start + rows, n)) for start in range(0, n, rows)]
+    return chunks, np.empty((min(rows, n), d))
 
 
 def client_weights(x: FloatArray, *, variance_floor: float) -> tuple[FloatArray, int]:
@@ -343,23 +363,27 @@ def statistics_of_validated(
     """
     n, d = values.shape
     floor = check_variance_floor(variance_floor)
-    # One (n, d) work buffer for all three centred passes (fresh large arrays page-fault).
-    work = values - values.mean(axis=1, keepdims=True)
-    np.square(work, out=work)
-    s2 = work.sum(axis=1) / d  # Def. 2.5: s_i^2 (ddof 0), as within_variance
+    # Row chunks (WORK_CHUNK_VALUES values) share one work buffer: no (n, d) copy of the data.
+    s2 = within_variance(values)  # Def. 2.5: s_i^2 (ddof 0)
     weights = 1.0 / np.maximum(s2, floor)  # Def. 2.5, floored (v_min)
     n_at_floor = int(np.count_nonzero(s2 <= floor))
     mean = values.sum(axis=0) / n  # Def. 2.4: mu = (1/n) sum x_i
-    np.subtract(values, mean, out=work)
-    np.square(work, out=work)
-    dispersion = work.sum(axis=0) / n  # Def. 2.6-2.7 (p = 2): (1/n) sum (x_i - mu)^2
     b = float(weights.sum())
     # einsum, not BLAS gemv: the threaded gemv is ~20x slower on 2 busy cores (benchmarked).
     weighted_mean = np.einsum("i,ij->j", weights, values) / b  # Def. 2.5 without the 1/n
-    np.subtract(values, weighted_mean, out=work)
-    np.square(work, out=work)
-    q = np.einsum("i,ij->j", weights, work)  # Def. 3.12: Q = sum w_i (x_i - mu_bar)^2
-    del work
+    spread = np.zeros(d)
+    q = np.zeros(d)
+    chunks, buffer = _row_chunks(n, d)
+    for sl in chunks:
+        block, work = values[sl], buffer[: sl.stop - sl.start]
+        np.subtract(block, mean, out=work)
+        np.square(work, out=work)
+        spread += work.sum(axis=0)
+        np.subtract(block, weighted_mean, out=work)
+        np.square(work, out=work)
+        q += np.einsum("i,ij->j", weights[sl], work)  # Def. 3.12: Q = sum w_i (x_i - mu_bar)^2
+    del buffer
+    dispersion = spread / n  # Def. 2.6-2.7 (p = 2): (1/n) sum (x_i - mu)^2
     return TrueStatistics(
         mean=mean,
         dispersion=dispersion,
