@@ -262,10 +262,13 @@ class SecAggClient:
         }
         peer_mask: dict[int, bytes] = {}
         channel_keys: list[bytes] = []
+        size, blob = crypto.KEY_BYTES, crypto.KEY_BYTES * self.num_summations
         for j in neighbours:
             row = index[j]
             ck, mks = msg.channel_keys[row], msg.mask_keys[row]
-            for key in (ck, *self._split_mask_keys(mks)):
+            if len(mks) != blob:
+                self._split_mask_keys(mks)  # raises, naming the length
+            for key in (ck, *(mks[o : o + size] for o in range(0, blob, size))):
                 norm = crypto.normalised_public_key(key)  # validated: large order, 32 bytes
                 if norm in seen:
                     raise MessageRejected(f"client {j} reuses a public key; rejected.")

@@ -85,6 +85,7 @@ _SMALL_ORDER_U = frozenset(
         39382357235489614581723060781553021112529911719440698176882885853963445705823,
     }
 )
+_SMALL_ORDER_RAW = frozenset(u.to_bytes(KEY_BYTES, "little") for u in _SMALL_ORDER_U)
 _ZERO_BLOCK = bytes(16)
 _CTR_ZERO = modes.CTR(_ZERO_BLOCK)  # immutable mode object, shared by every keystream
 
@@ -333,6 +334,10 @@ def normalised_public_key(raw: object) -> bytes:
     """
     if not isinstance(raw, bytes) or len(raw) != KEY_BYTES:
         return validate_public_key(raw)  # raises, naming the size
+    if raw[31] < 0x7F:  # u < 2^255 - 2^248 < p: already canonical (every honest key)
+        if raw in _SMALL_ORDER_RAW:
+            raise MessageRejected(f"public key {raw.hex()} is a small-order point; rejected.")
+        return raw
     u = (int.from_bytes(raw, "little") & ((1 << 255) - 1)) % _P25519
     if u in _SMALL_ORDER_U:
         raise MessageRejected(f"public key {raw.hex()} is a small-order point; rejected.")

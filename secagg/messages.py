@@ -128,6 +128,11 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
+@functools.cache
+def _field_order(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 @dataclass(frozen=True)
 class Message:
     """Base class: conversion to and from a plain dictionary."""
@@ -137,9 +142,8 @@ class Message:
     def to_dict(self) -> dict[str, MessageValue]:
         """Return the message as a dictionary of bytes, ints, lists and numpy arrays."""
         out: dict[str, MessageValue] = {"message": self.TAG}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value
+        for name in _field_order(cast(type, type(self))):
+            out[name] = getattr(self, name)
         return out
 
     @classmethod
