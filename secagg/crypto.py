@@ -191,8 +191,12 @@ def agree_many(
 def _fixed_info(purpose: bytes, session_id: bytes, low: int, high: int) -> bytes:
     # unambiguous: distinct purposes of which none is a prefix of another, then a
     # length-prefixed session id and the fixed-size ordered pair
-    head = DOMAIN + b"/" + purpose + struct.pack("<Q", len(session_id)) + session_id
-    return head + struct.pack("<QQ", low, high)
+    return _info_head(purpose, session_id) + struct.pack("<QQ", low, high)
+
+
+@functools.lru_cache(maxsize=8)
+def _info_head(purpose: bytes, session_id: bytes) -> bytes:
+    return DOMAIN + b"/" + purpose + struct.pack("<Q", len(session_id)) + session_id
 
 
 def derive_channel_keys(
