@@ -14,7 +14,8 @@ reports, per statistic (D'', Q'', I²''):
 each with a 95 % confidence interval: the delta method on the log ratio of two independent
 Monte-Carlo means (:func:`fa_hetdp.report.tables.ratio_confidence_interval`). It prints the table,
 and writes ``bench_noise.csv``, ``bench_noise.md``, ``bench_noise.png`` and the engine's full
-outputs (``results.json``, ``cells.csv``, figures) into ``results/<scenario>/bench-noise/``.
+outputs (``results.json``, ``cells.csv``, figures) into ``results/<scenario>/bench-noise/`` (if a
+write fails, the result goes to a fallback file that it names).
 
 With ``composition = "gdp"`` in the scenario, the CGM (which has no exact composition) runs with
 basic composition and the AGM with both, so AGM / CGM compares like with like (basic).
@@ -34,7 +35,7 @@ import numpy as np
 
 from fa_hetdp.experiments.engine import run_scenario
 from fa_hetdp.experiments.grid import grid_from_scenario
-from fa_hetdp.experiments.outputs import write_outputs
+from fa_hetdp.experiments.outputs import keep_result, table_payload, write_outputs
 from fa_hetdp.experiments.results import CellResult, ExperimentResult
 from fa_hetdp.report.tables import (
     RatioInterval,
@@ -252,7 +253,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run the benchmark; returns 0 on success (errors raise :class:`FaHetdpError`)."""
+    """Run the benchmark; returns 0 on success (errors raise :class:`FaHetdpError`).
+
+    A write that fails after the up-front check of ``--out`` loses nothing: the run's
+    ``results.json`` content and the comparison table go to a fallback file, named on one
+    line, and the exit code is 1 (:func:`fa_hetdp.experiments.outputs.keep_result`).
+    """
     from fa_hetdp.config.scenario import load_scenario
     from fa_hetdp.errors import ScenarioError
 
@@ -288,8 +294,13 @@ def run_command(args: argparse.Namespace) -> int:
         f"δ={result.grid.delta:g}, {result.grid.repeats} repeats)"
     )
     _print_table(comparisons, result)
-    write_outputs(result, out)
-    csv_path, md_path = write_table(comparison_table(comparisons, title=title), out)
-    png = plot_comparisons(comparisons, out / "bench_noise.png", title=title)
+    table = comparison_table(comparisons, title=title)
+    try:
+        write_outputs(result, out)
+        csv_path, md_path = write_table(table, out)
+        png = plot_comparisons(comparisons, out / "bench_noise.png", title=title)
+    except OSError as exc:  # after the up-front check (disk full, permission changed): keep it
+        payload = {"results": result.to_dict(), "bench_noise": table_payload(table)}
+        return keep_result(payload, command="bench-noise", error=exc, target=out)
     print(f"wrote {csv_path}, {md_path}, {png} and the run's results.json in {out}")
     return 0

@@ -4,12 +4,20 @@
 atomically by :func:`fa_hetdp.report.files.write_json_atomic`), ``cells.csv`` (one row per
 cell), ``emse_<placement>.csv/.md`` (EMSE tables) and PNG figures (EMSE against ε,
 EMSE / expected MSE against ε).
+
+When a result file cannot be written after all (the disk filled up, a permission changed during
+the run), :func:`keep_result` saves the computed result elsewhere and says where, so that
+``fa-hetdp reproduce`` and ``fa-hetdp bench-noise`` lose nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
+import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -18,11 +26,18 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.experiments.results import ExperimentResult
-from fa_hetdp.report.files import write_json_atomic, write_text_atomic
+from fa_hetdp.report.files import json_ready, write_json_atomic, write_text_atomic
 from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
 from fa_hetdp.stats.registry import statistic
 
-__all__ = ["CELL_CSV_FIXED_COLUMNS", "cells_csv", "emse_tables", "write_outputs"]
+__all__ = [
+    "CELL_CSV_FIXED_COLUMNS",
+    "cells_csv",
+    "emse_tables",
+    "keep_result",
+    "table_payload",
+    "write_outputs",
+]
 
 
 CELL_CSV_FIXED_COLUMNS: Final[tuple[str, ...]] = (
@@ -204,3 +219,62 @@ def write_outputs(
             )
         )
     return written
+
+
+def table_payload(table: Table) -> dict[str, Any]:
+    """Return a table as a JSON-ready dict: title, row and column labels, values, note."""
+    return {
+        "title": table.title,
+        "rows": list(table.row_labels),
+        "columns": list(table.column_labels),
+        "values": [list(row) for row in table.values],
+        "note": table.note,
+    }
+
+
+def keep_result(
+    payload: Mapping[str, Any], *, command: str, error: OSError, target: str | os.PathLike[str]
+) -> int:
+    """Keep a computed result whose files could not be written; say where on one line.
+
+    ``payload`` goes to a new ``fa-hetdp-<command>-*.json`` in the temporary directory (else in
+    the current directory); if neither can be written, it is printed on stdout as JSON. One
+    line on stderr names the file that failed, the operating system's reason and where the
+    result is.
+
+    Parameters
+    ----------
+    payload
+        The whole result (what the command's JSON file holds).
+    command
+        The subcommand, e.g. ``"reproduce"``.
+    error
+        The failed write.
+    target
+        The folder the command was writing to (named when ``error`` names no file).
+
+    Returns
+    -------
+    int
+        The exit code, 1: the command did not write what it was asked to.
+    """
+    failed = f"cannot write {error.filename or target} ({error.strerror or error})"
+    for folder in (Path(tempfile.gettempdir()), Path.cwd()):
+        name = ""
+        try:
+            handle, name = tempfile.mkstemp(
+                prefix=f"fa-hetdp-{command}-", suffix=".json", dir=folder
+            )
+            os.close(handle)
+            kept = write_json_atomic(name, payload)
+        except OSError:
+            if name:
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
+            continue
+        print(f"fa-hetdp {command}: {failed}; the result is in {kept}", file=sys.stderr)
+        return 1
+    print(f"fa-hetdp {command}: {failed}; no fallback file either, the result is on stdout",
+          file=sys.stderr)  # fmt: skip
+    print(json.dumps(json_ready(payload), ensure_ascii=False, allow_nan=False))
+    return 1

@@ -24,7 +24,8 @@ against central noise. This command runs the same grid with the :mod:`fa_hetdp` 
   for 10 % error against ε at d = 64 and 3072, from the planner with measured checks
   (:mod:`fa_hetdp.experiments.frontier`; ``--no-frontier`` skips it);
 - ``REPORT.md`` (all tables), ``reproduce.json`` (every cell of every skew) and, per skew,
-  ``<slug>/results.json``, ``cells.csv`` and EMSE tables.
+  ``<slug>/results.json``, ``cells.csv`` and EMSE tables. If a write fails after the up-front
+  check of ``--out``, ``reproduce.json``'s content goes to a fallback file that it names.
 
 The six runs of a dataset use the scenarios' seed, so they share their noise draws cell by cell
 (:func:`fa_hetdp.experiments.grid.cell_seed`):
@@ -64,13 +65,14 @@ from fa_hetdp.experiments.paper import (
 )
 from fa_hetdp.experiments.paper_tables import build_tables, figure1_panels
 from fa_hetdp.experiments.results import ExperimentResult
-from fa_hetdp.report.files import write_json_atomic
-from fa_hetdp.report.tables import plot_emse_vs_epsilon, write_table
+from fa_hetdp.report.files import write_json_atomic, write_text_atomic
+from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
 from fa_hetdp.stats.registry import paper_label
 
 __all__ = [
     "add_arguments",
     "find_skew_scenarios",
+    "reproduction_payload",
     "run_command",
     "run_reproduction",
     "write_reproduction",
@@ -311,6 +313,10 @@ def write_reproduction(
         "",
         "![Figure 1](figure1.png)",
         "",
+        "Figure 1: the six runs share their noise draws, so their curves often coincide; each "
+        "skew has its own colour, line style and hollow marker (widest and largest first), so "
+        "coinciding curves show as nested lines and concentric markers.",
+        "",
     ]
     for table in tables:
         lines.append(table.to_markdown())
@@ -329,27 +335,33 @@ def write_reproduction(
             "![Utility frontier](frontier.png)",
             "",
         ]
-    report = folder / "REPORT.md"
-    report.write_text("\n".join(lines), encoding="utf-8")
-    written.append(report)
-    payload = {
+    written.append(write_text_atomic(folder / "REPORT.md", "\n".join(lines)))
+    payload = reproduction_payload(results, dataset=dataset, quick=quick, tables=tables)
+    written.append(write_json_atomic(folder / "reproduce.json", payload))
+    return written
+
+
+def reproduction_payload(
+    results: Mapping[SkewLevel, ExperimentResult],
+    *,
+    dataset: str,
+    quick: bool,
+    tables: Sequence[Table] | None = None,
+) -> dict[str, Any]:
+    """Return the content of ``reproduce.json``: every run of every skew, every table.
+
+    ``tables`` are :func:`~fa_hetdp.experiments.paper_tables.build_tables` of ``results``
+    (built here when not given).
+    """
+    from fa_hetdp.experiments.outputs import table_payload
+
+    return {
         "dataset": dataset,
         "quick": quick,
         "fixed_epsilon": PAPER_FIXED_EPSILON,
         "runs": {skew.slug: r.to_dict() for skew, r in results.items()},
-        "tables": {
-            t.name: {
-                "title": t.title,
-                "rows": list(t.row_labels),
-                "columns": list(t.column_labels),
-                "values": [list(row) for row in t.values],
-                "note": t.note,
-            }
-            for t in tables
-        },
+        "tables": {t.name: table_payload(t) for t in (tables or build_tables(results))},
     }
-    written.append(write_json_atomic(folder / "reproduce.json", payload))
-    return written
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -394,7 +406,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run ``fa-hetdp reproduce``; prints Tables 1–3 and where everything was written."""
+    """Run ``fa-hetdp reproduce``; prints Tables 1–3 and where everything was written.
+
+    A write that fails after the up-front check of ``--out`` loses nothing: the whole result
+    (``reproduce.json``'s content) goes to a fallback file, named on one line, and the exit
+    code is 1 (:func:`fa_hetdp.experiments.outputs.keep_result`).
+    """
     from fa_hetdp.errors import ScenarioError
 
     if args.repeats is not None and args.repeats < 2:
@@ -412,13 +429,19 @@ def run_command(args: argparse.Namespace) -> int:
         "-quick" if args.quick else ""
     )
     out = Path(args.out) if args.out else Path("results") / f"reproduce-{args.dataset}{suffix}"
-    written = write_reproduction(
-        results,
-        out,
-        dataset=args.dataset,
-        quick=args.quick,
-        frontier=not getattr(args, "no_frontier", False),
-    )
+    try:
+        written = write_reproduction(
+            results,
+            out,
+            dataset=args.dataset,
+            quick=args.quick,
+            frontier=not getattr(args, "no_frontier", False),
+        )
+    except OSError as exc:  # after the up-front check (disk full, permission changed): keep it
+        from fa_hetdp.experiments.outputs import keep_result
+
+        payload = reproduction_payload(results, dataset=args.dataset, quick=args.quick)
+        return keep_result(payload, command="reproduce", error=exc, target=out)
     for table in build_tables(results)[:3]:
         print(table.to_markdown())
     print(
