@@ -151,3 +151,16 @@ def test_bench_noise_keeps_the_result_when_a_write_fails(
     assert table["columns"] == ["epsilon", "ratio", "low", "high", "expected"]
     assert len(table["rows"]) == len(table["values"]) == 3 * 3 * len(bench_noise.BENCH_STATISTICS)
     assert not (out / "bench_noise.csv").exists()
+
+
+def test_bench_noise_real_failed_write_names_the_file(
+    tmp_path: Path, temp_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    (out / "bench_noise.csv").mkdir(parents=True)  # passes the folder check; the write fails
+    code = main(["bench-noise", str(_write(tmp_path)), "--out", str(out), "--no-progress"])
+    assert code == 1
+    err = capsys.readouterr().err
+    kept = _kept_file(err, "bench-noise")
+    assert f"cannot write {out / 'bench_noise.csv'} (" in err  # the target, not the temp file
+    assert len(json.loads(kept.read_text())["bench_noise"]["rows"]) == 27

@@ -258,7 +258,8 @@ def keep_result(
     int
         The exit code, 1: the command did not write what it was asked to.
     """
-    failed = f"cannot write {error.filename or target} ({error.strerror or error})"
+    where = error.filename2 or error.filename or target  # filename2: os.replace's target
+    failed = f"cannot write {where} ({error.strerror or error})"
     for folder in (Path(tempfile.gettempdir()), Path.cwd()):
         name = ""
         try:
