@@ -511,8 +511,12 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"fa-hetdp run: Flower failed: {first} ({hint})", file=sys.stderr)
             return 1
         result = outcome.result
+        kept_elsewhere = False
         if args.output is not None and result is not None:
-            save_result(result, Path(args.output))
+            where = save_result(result, Path(args.output))
+            # A result kept in a fallback file (said on stderr) is not what was asked: exit 1,
+            # as reproduce and bench-noise do.
+            kept_elsewhere = where.parent != Path(args.output).parent
         if result is None or result.get("status") != "success":
             reason = "no result file was written"
             if result is not None:
@@ -523,4 +527,4 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"  flwr run output: {_keep_log(outcome.output, args.workdir)}", file=sys.stderr)
             return 1
         print_result(setup, result)
-    return 0
+    return 1 if kept_elsewhere else 0
