@@ -230,7 +230,7 @@ seed = {seed}
 
 def run_protocol(n: int, workdir: Path, timeout: float) -> dict[str, Any]:
     """One fa-hetdp run with ``n`` simulated clients."""
-    from secagg.graph import default_degree
+    from fa_hetdp.secagg.graph import default_degree
 
     result_path = workdir / "result.json"
     config: dict[str, object] = {

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from secagg import (
+from fa_hetdp.secagg import (
     SecAggClient,
     SecAggServer,
     choose_encoding,

@@ -1,11 +1,16 @@
 """The architecture's rules, checked on the source (imports parsed with ``ast``).
 
-- ``server/`` never imports ``clients/`` and vice versa: the two Flower apps meet only through
+The layout's top-level ``server/``, ``clients/`` and ``secagg/`` are links to the packages
+``fa_hetdp/server``, ``fa_hetdp/clients`` and ``fa_hetdp/secagg`` (their install names cannot
+collide with other projects'). The rules are stated per component:
+
+- ``server`` never imports ``clients`` and vice versa: the two Flower apps meet only through
   messages and the shared definitions in ``fa_hetdp.flower``;
-- ``secagg/`` imports nothing from ``fa_hetdp``, ``clients``, ``server`` or ``flwr``;
-- inside ``fa_hetdp``, only the shared codec (``fa_hetdp/flower/wire.py``) and the launcher
-  (``fa_hetdp/cli/``) import ``flwr``;
-- no module of ``fa_hetdp/``, ``clients/``, ``server/``, ``secagg/`` is longer than 600 lines;
+- ``secagg`` imports nothing from the rest of ``fa_hetdp``, ``clients``, ``server`` or ``flwr``;
+- in the core (the rest of ``fa_hetdp``), only the shared codec (``fa_hetdp/flower/wire.py``) and
+  the launcher (``fa_hetdp/cli/``) import ``flwr``;
+- nothing imports the bare names ``server``, ``clients`` or ``secagg`` (only the install names);
+- no module of ``fa_hetdp/`` is longer than 600 lines;
 - no tracked file refers to the design notes that live outside the repository (the
   repository's own is ``docs/design.md``).
 
@@ -23,16 +28,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("fa_hetdp", "clients", "server", "secagg")
+PACKAGES = ("fa_hetdp",)
+#: The components whose boundaries the rules keep, by their package (longest prefix first).
+COMPONENTS: tuple[tuple[str, str], ...] = (
+    ("fa_hetdp.secagg", "secagg"),
+    ("fa_hetdp.server", "server"),
+    ("fa_hetdp.clients", "clients"),
+    ("fa_hetdp", "core"),
+)
+#: The bare top-level names the components had before they moved into fa_hetdp.
+BARE_NAMES = frozenset({"secagg", "server", "clients"})
 MAX_LINES = 600
 # Built from parts so that this file does not mention the name it looks for.
 OUTSIDE_DESIGN_NOTES = "DESIGN" + ".md"
 
-#: top-level package -> top-level packages it must not import.
+#: component -> components (or ``flwr``) it must not import.
 FORBIDDEN: dict[str, frozenset[str]] = {
     "server": frozenset({"clients"}),
     "clients": frozenset({"server"}),
-    "secagg": frozenset({"fa_hetdp", "clients", "server", "flwr"}),
+    "secagg": frozenset({"core", "clients", "server", "flwr"}),
 }
 #: Inside fa_hetdp, the only modules (files, or folders ending in "/") that may import flwr.
 FLWR_ALLOWED_IN_FA_HETDP = ("fa_hetdp/flower/wire.py", "fa_hetdp/cli/")
@@ -79,6 +93,14 @@ def imports_of(path: Path, module: str) -> set[str]:
     return found
 
 
+def component_of(name: str) -> str:
+    """The component of a dotted module name: one of :data:`COMPONENTS`, or its top-level name."""
+    for package, component in COMPONENTS:
+        if name == package or name.startswith(package + "."):
+            return component
+    return name.split(".")[0]
+
+
 def python_files(root: Path, packages: Iterable[str] = PACKAGES) -> Iterator[Path]:
     """The ``.py`` files of ``packages`` under ``root``, sorted."""
     for package in packages:
@@ -90,13 +112,16 @@ def import_violations(root: Path) -> list[str]:
     out: list[str] = []
     for path in python_files(root):
         rel = path.relative_to(root).as_posix()
-        top = rel.split("/")[0]
-        for name in sorted(imports_of(path, module_name(root, path))):
-            target = name.split(".")[0]
-            if target in FORBIDDEN.get(top, frozenset()):
+        module = module_name(root, path)
+        top = component_of(module)
+        for name in sorted(imports_of(path, module)):
+            target = component_of(name)
+            if name.split(".")[0] in BARE_NAMES:
+                out.append(f"{rel}: imports {name} (use its install name fa_hetdp.{name})")
+            elif target in FORBIDDEN.get(top, frozenset()):
                 out.append(f"{rel}: imports {name}")
             elif (
-                top == "fa_hetdp"
+                top == "core"
                 and target == "flwr"
                 and not any(
                     rel == allowed or (allowed.endswith("/") and rel.startswith(allowed))
@@ -150,8 +175,12 @@ def test_no_file_refers_to_design_notes_outside_the_repository() -> None:
 def test_the_scanned_tree_is_the_project() -> None:
     # The rules above pass vacuously if the scan finds nothing.
     files = {p.relative_to(ROOT).as_posix() for p in python_files(ROOT)}
-    assert {"clients/app.py", "server/strategy.py", "fa_hetdp/flower/wire.py"} <= files
-    assert any(f.startswith("secagg/") for f in files)
+    assert {
+        "fa_hetdp/clients/app.py",
+        "fa_hetdp/server/strategy.py",
+        "fa_hetdp/flower/wire.py",
+    } <= files
+    assert any(f.startswith("fa_hetdp/secagg/") for f in files)
     wire = imports_of(ROOT / "fa_hetdp/flower/wire.py", "fa_hetdp.flower.wire")
     assert "flwr.app" in wire
 
@@ -171,12 +200,12 @@ def test_scanner_finds_imports_inside_functions_relative_and_dynamic(tmp_path: P
     root = _plant(
         tmp_path,
         {
-            "server/__init__.py": "",
-            "server/sub/__init__.py": "",
-            "server/sub/mod.py": (
+            "fa_hetdp/server/__init__.py": "",
+            "fa_hetdp/server/sub/__init__.py": "",
+            "fa_hetdp/server/sub/mod.py": (
                 "import json\n"
                 "def f():\n"
-                "    from clients import app\n"
+                "    from fa_hetdp.clients import app\n"
                 "    return app\n"
                 "from ..strategy import X\n"
                 "from . import sibling\n"
@@ -185,19 +214,44 @@ def test_scanner_finds_imports_inside_functions_relative_and_dynamic(tmp_path: P
             ),
         },
     )
-    found = imports_of(root / "server/sub/mod.py", "server.sub.mod")
-    assert {"json", "clients", "clients.app", "server.strategy", "server.sub.sibling"} <= found
+    found = imports_of(root / "fa_hetdp/server/sub/mod.py", "fa_hetdp.server.sub.mod")
+    assert {
+        "json",
+        "fa_hetdp.clients",
+        "fa_hetdp.clients.app",
+        "fa_hetdp.server.strategy",
+        "fa_hetdp.server.sub.sibling",
+    } <= found
     assert "flwr.app" in found
 
 
 @pytest.mark.parametrize(
     ("name", "text", "expected"),
     [
-        ("server/strategy.py", "def f():\n    import clients.app\n", "server/strategy.py"),
-        ("clients/app.py", "from server.strategy import X\n", "clients/app.py"),
-        ("secagg/crypto.py", "from fa_hetdp.errors import E\n", "secagg/crypto.py"),
-        ("secagg/server.py", "import flwr\n", "secagg/server.py"),
-        ("secagg/client.py", "def g():\n    from server import app\n", "secagg/client.py"),
+        (
+            "fa_hetdp/server/strategy.py",
+            "def f():\n    import fa_hetdp.clients.app\n",
+            "fa_hetdp/server/strategy.py",
+        ),
+        (
+            "fa_hetdp/clients/app.py",
+            "from fa_hetdp.server.strategy import X\n",
+            "fa_hetdp/clients/app.py",
+        ),
+        ("fa_hetdp/clients/app.py", "import secagg\n", "fa_hetdp/clients/app.py"),
+        ("fa_hetdp/cli/run.py", "from server.app import app\n", "fa_hetdp/cli/run.py"),
+        (
+            "fa_hetdp/secagg/crypto.py",
+            "from fa_hetdp.errors import E\n",
+            "fa_hetdp/secagg/crypto.py",
+        ),
+        ("fa_hetdp/secagg/crypto.py", "from ..dp import rng\n", "fa_hetdp/secagg/crypto.py"),
+        ("fa_hetdp/secagg/server.py", "import flwr\n", "fa_hetdp/secagg/server.py"),
+        (
+            "fa_hetdp/secagg/client.py",
+            "def g():\n    from fa_hetdp.server import app\n",
+            "fa_hetdp/secagg/client.py",
+        ),
         (
             "fa_hetdp/protocol/plan.py",
             "from flwr.app import Message\n",
@@ -221,9 +275,11 @@ def test_import_rule_allows_the_codec_cli_and_shared_modules(tmp_path: Path) -> 
         {
             "fa_hetdp/flower/wire.py": "from flwr.app import RecordDict\n",
             "fa_hetdp/cli/cluster.py": "def f():\n    import flwr\n",
-            "server/app.py": "from fa_hetdp.flower.wire import decode\nimport flwr\n",
-            "clients/app.py": "from fa_hetdp.flower.steps import Key\nimport secagg\n",
-            "secagg/client.py": (
+            "fa_hetdp/server/app.py": "from fa_hetdp.flower.wire import decode\nimport flwr\n",
+            "fa_hetdp/clients/app.py": (
+                "from fa_hetdp.flower.steps import Key\nimport fa_hetdp.secagg\n"
+            ),
+            "fa_hetdp/secagg/client.py": (
                 "import numpy\nfrom cryptography import x509\nfrom . import shamir\n"
             ),
         },
@@ -234,9 +290,12 @@ def test_import_rule_allows_the_codec_cli_and_shared_modules(tmp_path: Path) -> 
 def test_length_rule_catches_a_long_module(tmp_path: Path) -> None:
     root = _plant(
         tmp_path,
-        {"fa_hetdp/ok.py": "x = 1\n" * MAX_LINES, "secagg/long.py": "x = 1\n" * (MAX_LINES + 1)},
+        {
+            "fa_hetdp/ok.py": "x = 1\n" * MAX_LINES,
+            "fa_hetdp/secagg/long.py": "x = 1\n" * (MAX_LINES + 1),
+        },
     )
-    assert long_modules(root) == [f"secagg/long.py: {MAX_LINES + 1} lines"]
+    assert long_modules(root) == [f"fa_hetdp/secagg/long.py: {MAX_LINES + 1} lines"]
 
 
 def test_mention_rule_catches_a_planted_reference(tmp_path: Path) -> None:
@@ -245,3 +304,11 @@ def test_mention_rule_catches_a_planted_reference(tmp_path: Path) -> None:
     assert files_mentioning(tmp_path, ["a.md", "b.md", "missing.md"], OUTSIDE_DESIGN_NOTES) == [
         "a.md"
     ]
+
+
+def test_the_layout_names_link_to_the_packages() -> None:
+    # The user's top-level names stay browsable; the code lives once, under its install name.
+    for name in sorted(BARE_NAMES):
+        link = ROOT / name
+        assert link.is_symlink(), f"{name} should link to fa_hetdp/{name}"
+        assert link.resolve() == (ROOT / "fa_hetdp" / name).resolve()

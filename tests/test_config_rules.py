@@ -33,9 +33,9 @@ from fa_hetdp.config.secagg import resolve_threshold
 from fa_hetdp.errors import FaHetdpError, PrivacyParameterError, ScenarioError
 from fa_hetdp.experiments.grid import GridSpec
 from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.secagg.params import choose_parameters
+from fa_hetdp.server.strategy import HeterogeneityStrategy
 from fa_hetdp.stats.exact import check_variance_floor
-from secagg.params import choose_parameters
-from server.strategy import HeterogeneityStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

@@ -19,8 +19,8 @@ from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.config.secagg import resolve_graph, secagg_parameters
 from fa_hetdp.flower.settings import RunSettings
-from secagg.params import binomial_tail_at_least, choose_parameters
-from server.results import secagg_section
+from fa_hetdp.secagg.params import binomial_tail_at_least, choose_parameters
+from fa_hetdp.server.results import secagg_section
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

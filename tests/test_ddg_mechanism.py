@@ -21,7 +21,7 @@ from fa_hetdp.dp.mechanisms import (
 )
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
-from server.results import privacy_section, stage1_spent
+from fa_hetdp.server.results import privacy_section, stage1_spent
 
 ALPHA = 0.001  # significance level of the statistical tests below (fixed seeds, no redraws)
 KINDS: list[Mechanism] = ["ddg", "skellam"]

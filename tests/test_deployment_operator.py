@@ -35,7 +35,7 @@ from fa_hetdp.cli.cluster import (
     read_progress,
     toml_value,
 )
-from server.certs import generate_node_keys, generate_tls_files
+from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from fa_hetdp.cli.cluster import CONNECTION_NAME, FlowerCluster, find_program, r
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
-from server.certs import generate_node_keys, generate_tls_files
+from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
 
 pytestmark = pytest.mark.slow
 

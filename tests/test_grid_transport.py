@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import server.app as server_app
+import fa_hetdp.server.app as server_app
 from fa_hetdp.flower.wire import encode
-from server.app import GridTransport
+from fa_hetdp.server.app import GridTransport
 
 
 @dataclass

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secagg import crypto, shamir
-from secagg.client import SecAggClient
-from secagg.encoding import choose_encoding
-from secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
-from secagg.messages import ConsistencyRequest, UnmaskRequest
-from secagg.server import SecAggServer
+from fa_hetdp.secagg import crypto, shamir
+from fa_hetdp.secagg.client import SecAggClient
+from fa_hetdp.secagg.encoding import choose_encoding
+from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
+from fa_hetdp.secagg.messages import ConsistencyRequest, UnmaskRequest
+from fa_hetdp.secagg.server import SecAggServer
 
 D = 8
 
@@ -206,7 +206,7 @@ def _split_view_attack(n, t, colluders, *, consistency, gamma=0.0):
 
 
 def _payload(server, survivors):
-    from secagg.consistency import consistency_payload
+    from fa_hetdp.secagg.consistency import consistency_payload
 
     return consistency_payload(server.session_id, 0, survivors)
 
@@ -261,7 +261,7 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
 
 
 def test_malicious_server_mode_sums_correctly_with_consistent_lists():
-    from secagg import run_in_process
+    from fa_hetdp.secagg import run_in_process
 
     x = _inputs(9, seed=5)
     result = run_in_process(

@@ -3,11 +3,11 @@ import pickle
 import numpy as np
 import pytest
 
-from secagg import crypto
-from secagg.client import SecAggClient
-from secagg.encoding import FixedPointEncoding, choose_encoding
-from secagg.errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
-from secagg.server import SecAggServer
+from fa_hetdp.secagg import crypto
+from fa_hetdp.secagg.client import SecAggClient
+from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
+from fa_hetdp.secagg.errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
+from fa_hetdp.secagg.server import SecAggServer
 
 N, T, D = 6, 3, 5
 
@@ -333,8 +333,8 @@ def test_encoding_values_come_from_request():
 def test_rejects_out_of_range_share_inside_valid_ciphertext():
     import struct
 
-    from secagg.client import share_aad
-    from secagg.shamir import LIMBS, PRIME
+    from fa_hetdp.secagg.client import share_aad
+    from fa_hetdp.secagg.shamir import LIMBS, PRIME
 
     server, clients, _ = session()
     request = server.start_summation(encoding())[0]

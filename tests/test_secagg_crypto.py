@@ -3,8 +3,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from secagg import crypto
-from secagg.errors import MessageRejected
+from fa_hetdp.secagg import crypto
+from fa_hetdp.secagg.errors import MessageRejected
 
 P = 2**255 - 19
 

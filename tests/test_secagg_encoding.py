@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from secagg.encoding import FixedPointEncoding, choose_encoding
-from secagg.errors import EncodingError
+from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
+from fa_hetdp.secagg.errors import EncodingError
 
 
 def test_scale_is_power_of_two_and_cannot_wrap():

@@ -61,10 +61,10 @@ def test_a_refusing_client_keeps_its_excluded_state_across_flower_steps(tmp_path
     from flwr.app import ConfigRecord, Context, Message, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from clients.app import stage1_unmask
+    from fa_hetdp.clients.app import stage1_unmask
     from fa_hetdp.flower.steps import Key, State
     from fa_hetdp.flower.wire import encode
-    from secagg import SecAggClient, SecAggServer, UnmaskRefused, choose_encoding
+    from fa_hetdp.secagg import SecAggClient, SecAggServer, UnmaskRefused, choose_encoding
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
     server = SecAggServer(range(4), threshold=2, num_summations=2, rng=np.random.default_rng(0))
@@ -109,7 +109,7 @@ def test_an_oversized_reply_drops_that_client_not_the_step(monkeypatch: Any) -> 
     import numpy as np
     from flwr.supercore.task_identity import TaskIdentity
 
-    import server.app as server_app
+    import fa_hetdp.server.app as server_app
     from fa_hetdp.flower.wire import encode
 
     monkeypatch.setattr(server_app, "MAX_REPLY_BYTES", 1 << 16)
@@ -153,7 +153,7 @@ def test_clients_take_n_from_the_key_directory_not_from_what_the_server_states(
 
     from fa_hetdp.flower.settings import RunSettings
     from fa_hetdp.flower.steps import ADVERTISE_KEYS, SHARE_KEYS, Key
-    from server.strategy import HeterogeneityStrategy
+    from fa_hetdp.server.strategy import HeterogeneityStrategy
 
     class LyingServer(InMemoryTransport):
         def exchange(
@@ -188,7 +188,7 @@ def test_server_and_clients_plan_with_the_directory_n_after_an_advertise_dropout
     from test_server_strategy import InMemoryTransport
 
     from fa_hetdp.flower.settings import RunSettings
-    from server.strategy import HeterogeneityStrategy
+    from fa_hetdp.server.strategy import HeterogeneityStrategy
 
     config = run_config(tmp_path, scenario_file(tmp_path, 8))
     transport = InMemoryTransport(8, config)

@@ -3,7 +3,12 @@ import math
 import numpy as np
 import pytest
 
-from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
+from fa_hetdp.secagg.graph import (
+    NeighbourGraph,
+    complete_graph,
+    default_degree,
+    random_harary_graph,
+)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from secagg import (
+from fa_hetdp.secagg import (
     EncodingError,
     InProcessSession,
     ProtocolAborted,

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from secagg.errors import MessageRejected
-from secagg.messages import (
+from fa_hetdp.secagg.errors import MessageRejected
+from fa_hetdp.secagg.messages import (
     AdvertiseKeys,
     ConsistencyRequest,
     ConsistencyResponse,
@@ -17,7 +17,7 @@ from secagg.messages import (
     parse_message,
     split_arrays,
 )
-from secagg.shamir import LIMBS
+from fa_hetdp.secagg.shamir import LIMBS
 
 SAMPLES = [
     SetupMessage(

@@ -7,8 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from secagg.graph import default_degree
-from secagg.params import binomial_tail_at_least, choose_parameters, min_signatures
+from fa_hetdp.secagg.graph import default_degree
+from fa_hetdp.secagg.params import binomial_tail_at_least, choose_parameters, min_signatures
 
 
 def test_binomial_tail_is_exact() -> None:

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from secagg import choose_encoding, crypto
-from secagg.client import SecAggClient
-from secagg.errors import MessageRejected, UnmaskRefused
-from secagg.server import SecAggServer
+from fa_hetdp.secagg import choose_encoding, crypto
+from fa_hetdp.secagg.client import SecAggClient
+from fa_hetdp.secagg.errors import MessageRejected, UnmaskRefused
+from fa_hetdp.secagg.server import SecAggServer
 
 K, T, D = 8, 5, 4
 

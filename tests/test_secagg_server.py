@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from secagg import crypto, shamir
-from secagg.client import SecAggClient
-from secagg.encoding import choose_encoding
-from secagg.errors import EncodingError, MessageRejected, ProtocolAborted
-from secagg.server import SecAggServer
+from fa_hetdp.secagg import crypto, shamir
+from fa_hetdp.secagg.client import SecAggClient
+from fa_hetdp.secagg.encoding import choose_encoding
+from fa_hetdp.secagg.errors import EncodingError, MessageRejected, ProtocolAborted
+from fa_hetdp.secagg.server import SecAggServer
 
 D = 4
 

@@ -4,8 +4,8 @@ import os
 import numpy as np
 import pytest
 
-from secagg import shamir
-from secagg.errors import MessageRejected, ProtocolAborted
+from fa_hetdp.secagg import shamir
+from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted
 
 
 def test_prime_is_prime():

@@ -10,7 +10,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from server.certs import generate_tls_files, main
+from fa_hetdp.server.certs import generate_tls_files, main
 
 
 def test_server_certificate_is_signed_by_the_ca_for_the_hosts(tmp_path: Path) -> None:

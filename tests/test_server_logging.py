@@ -16,9 +16,7 @@ import pytest
 from test_flower_helpers import run_config, scenario_file
 from test_server_strategy import run
 
-import server.app
-import server.results
-import server.strategy
+from fa_hetdp.server import app, results, strategy
 
 
 class Collect(logging.Handler):
@@ -43,7 +41,7 @@ def flower_log() -> Iterator[list[str]]:
 
 
 def test_the_server_loggers_are_flowers() -> None:
-    for module in (server.app, server.results, server.strategy):
+    for module in (app, results, strategy):
         assert module.log.name.startswith("flwr."), module.__name__
         assert module.log.getEffectiveLevel() <= logging.INFO  # Flower's level: INFO shows
 

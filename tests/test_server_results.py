@@ -20,7 +20,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
-from server.results import (
+from fa_hetdp.server.results import (
     degraded_refusal,
     not_private_reasons,
     privacy_section,
@@ -28,7 +28,7 @@ from server.results import (
     stage1_spent,
     write_result,
 )
-from server.strategy import HeterogeneityStrategy, ProtocolAbortError
+from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
 
 pytestmark = pytest.mark.filterwarnings("ignore::fa_hetdp.errors.BaselineWarning")
 

@@ -20,14 +20,14 @@ from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 
-from clients.app import app as client_app
+from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.steps import STEPS
 from fa_hetdp.flower.wire import decode, encode
 from fa_hetdp.protocol.plan import plan_protocol
+from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
 from fa_hetdp.stats.registry import STATISTIC_KEYS
-from server.strategy import HeterogeneityStrategy, ProtocolAbortError
 
 
 class InMemoryTransport:
@@ -251,7 +251,7 @@ def test_data_owners_with_their_own_files(tmp_path: Path) -> None:
 
 
 def test_load_vector_averages_records(tmp_path: Path) -> None:
-    from clients.app import load_vector
+    from fa_hetdp.clients.app import load_vector
 
     path = tmp_path / "x.csv"
     path.write_text("0.0,1.0\n0.5,0.0\n")

@@ -232,10 +232,10 @@ def _advertise(tmp_path: Path, summary: str, node_config: dict[str, Any]) -> tup
     from flwr.supercore.task_identity import TaskIdentity
     from test_flower_helpers import run_config
 
-    from clients.app import advertise_keys
+    from fa_hetdp.clients.app import advertise_keys
     from fa_hetdp.flower.steps import Key, State
     from fa_hetdp.flower.wire import decode, encode
-    from secagg import SecAggServer
+    from fa_hetdp.secagg import SecAggServer
 
     path = tmp_path / f"{summary}.toml"
     block = "pool_block = 2\n" if summary == "pooled" else ""

@@ -24,8 +24,8 @@ from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.flower.steps import STAGE0_INPUT, STAGE0_UNMASK, STAGE1_INPUT
 from fa_hetdp.protocol.floor import FLOOR_RELEASE, floor_edges
 from fa_hetdp.protocol.plan import plan_protocol
-from server.results import privacy_section
-from server.strategy import HeterogeneityStrategy, ProtocolAbortError
+from fa_hetdp.server.results import privacy_section
+from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
 
 
 def _adaptive(tmp_path: Path, n: int, epsilon: float = 20.0) -> dict[str, object]:

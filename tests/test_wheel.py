@@ -96,8 +96,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_installed_package_is_not_the_source_tree(venv: Path, tmp_path: Path) -> None:
     code = (
-        "import json, fa_hetdp, server, clients, secagg, fa_hetdp.cli.cluster as c;"
-        "print(json.dumps([m.__file__ for m in (fa_hetdp, server, clients, secagg)]"
+        "import json, importlib.util as u, fa_hetdp, fa_hetdp.cli.cluster as c;"
+        "import fa_hetdp.server as s, fa_hetdp.clients as k, fa_hetdp.secagg as g;"
+        "print(json.dumps([m.__file__ for m in (fa_hetdp, s, k, g)]"
+        " + [[n for n in ('server', 'clients', 'secagg') if u.find_spec(n)]]"
         " + [str(c.flower_app_dir(__import__('pathlib').Path('.')))]))"
     )
     out = subprocess.run(
@@ -108,10 +110,12 @@ def test_installed_package_is_not_the_source_tree(venv: Path, tmp_path: Path) ->
         capture_output=True,
         text=True,
     ).stdout
-    *files, app = json.loads(out)
+    *files, bare, app = json.loads(out)
     for file in files:
         assert Path(file).is_relative_to(venv), file
         assert not Path(file).is_relative_to(ROOT)
+    # The install puts no generic top-level `server`, `clients` or `secagg` into site-packages.
+    assert bare == []
     assert (tmp_path / app).resolve() == (tmp_path / "app").resolve()
     assert (tmp_path / "app" / "pyproject.toml").is_file()
     assert (tmp_path / "app" / "scenarios" / "quickstart.toml").is_file()
@@ -144,4 +148,4 @@ def test_installed_fa_hetdp_run_works(venv: Path, tmp_path: Path) -> None:
     result = json.loads(output.read_text())
     assert result["status"] == "success"
     # The FAB was built from the assembled copy of the installed package.
-    assert (workdir / "app" / "server" / "app.py").is_file()
+    assert (workdir / "app" / "fa_hetdp" / "server" / "app.py").is_file()

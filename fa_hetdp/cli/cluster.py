@@ -57,7 +57,7 @@ APP_DIR = Path(__file__).resolve().parents[2]
 
 #: The packages a Flower app of fa-hetdp is made of (the ServerApp and ClientApp components
 #: and everything they import from this project).
-APP_PACKAGES: tuple[str, ...] = ("fa_hetdp", "clients", "server", "secagg")
+APP_PACKAGES: tuple[str, ...] = ("fa_hetdp",)
 
 
 def is_app_dir(path: Path) -> bool:

@@ -23,7 +23,7 @@ from fa_hetdp.config.secagg import (
 )
 from fa_hetdp.data.dataset import Split
 from fa_hetdp.data.summaries import SummaryKind
-from secagg.params import SecAggParameters, ThreatModel
+from fa_hetdp.secagg.params import SecAggParameters, ThreatModel
 
 __all__ = [
     "DataSpec",

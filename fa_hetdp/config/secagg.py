@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
-from secagg.params import (
+from fa_hetdp.secagg.params import (
     THREAT_MODELS,
     SecAggParameters,
     ThreatModel,

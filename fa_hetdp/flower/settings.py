@@ -27,7 +27,7 @@ from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, secagg_parameters
 from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP
-from secagg.params import SecAggParameters
+from fa_hetdp.secagg.params import SecAggParameters
 
 __all__ = ["SERVER_STREAM", "UNSET", "RunSettings", "dropout_partitions"]
 

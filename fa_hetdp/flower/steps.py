@@ -1,8 +1,9 @@
 """Step names and message keys shared by the ClientApp, the ServerApp and the launcher.
 
-The client (:mod:`clients.app`) and the server (:mod:`server.strategy`, :mod:`server.app`)
-meet only through messages; every name they must agree on is defined here once (as Flower
-does for SecAgg+ in ``flwr.common.secure_aggregation.secaggplus_constants``):
+The client (:mod:`fa_hetdp.clients.app`) and the server (:mod:`fa_hetdp.server.strategy`,
+:mod:`fa_hetdp.server.app`) meet only through messages; every name they must agree on is
+defined here once (as Flower does for SecAgg+ in
+``flwr.common.secure_aggregation.secaggplus_constants``):
 
 - the protocol steps, in order, with the labels the launcher shows (:data:`STEPS`,
   :data:`STEP_LABELS`); each is one ``query.<step>`` message per client and one
@@ -117,7 +118,7 @@ class Key:
     """Keys of the request and reply payloads (the dicts :mod:`fa_hetdp.flower.wire` encodes)."""
 
     SECAGG: Final = "secagg"
-    """A secure-aggregation message (:mod:`secagg.messages`), in every step."""
+    """A secure-aggregation message (:mod:`fa_hetdp.secagg.messages`), in every step."""
     CLIENT_ID: Final = "client-id"
     """``advertise_keys`` request: the client's secagg id (1..n)."""
     SESSION_SIZE: Final = "session-size"

@@ -82,7 +82,7 @@ from fa_hetdp.protocol.client import (
 )
 from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
-from secagg.client import SecAggClient
+from fa_hetdp.secagg.client import SecAggClient
 
 __all__ = ["app"]
 

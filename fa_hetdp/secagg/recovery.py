@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from secagg import crypto
-from secagg.errors import MessageRejected, ProtocolAborted
-from secagg.shamir import LIMBS, reconstruct, reconstruct_each
+from fa_hetdp.secagg import crypto
+from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted
+from fa_hetdp.secagg.shamir import LIMBS, reconstruct, reconstruct_each
 
 if TYPE_CHECKING:
-    from secagg.server import SecAggServer
+    from fa_hetdp.secagg.server import SecAggServer
 
 __all__ = ["ShareRecovery"]
 

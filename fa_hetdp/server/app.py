@@ -21,8 +21,8 @@ import fa_hetdp
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.flower.steps import message_type
 from fa_hetdp.flower.wire import WireFormatError, decode, encode
-from server.results import result_path, write_result
-from server.strategy import HeterogeneityStrategy
+from fa_hetdp.server.results import result_path, write_result
+from fa_hetdp.server.strategy import HeterogeneityStrategy
 
 __all__ = ["MAX_REPLY_BYTES", "PATIENCE", "POLL_SECONDS", "GridTransport", "app"]
 

@@ -17,11 +17,11 @@ neighbours; never itself) learns nothing about that client's secrets. Size ``(k,
 :func:`secagg.params.choose_parameters` (Bell et al.'s two binomial tails). Self-mask seeds are
 committed in round 0, reconstructed secrets are checked, and senders of bad shares are named
 (``SumResult.cheaters``) and excluded. ``"malicious-server"``: a consistency round with
-Ed25519 signatures on the survivor list (:mod:`secagg.consistency`,
+Ed25519 signatures on the survivor list (:mod:`fa_hetdp.secagg.consistency`,
 :meth:`SecAggServer.consistency_request`, :meth:`SecAggClient.sign_survivors`), complete graph,
 ``t >= min_signatures(n, gamma)``. Not covered: Sybil clients without a PKI, traffic analysis.
 With a SecAgg+ graph, "the sum" is the sum over survivors as long as the honest survivors stay
-connected (see :mod:`secagg.graph`).
+connected (see :mod:`fa_hetdp.secagg.graph`).
 
 Message flow
 ------------
@@ -55,12 +55,12 @@ key while it already holds that client's summation-1 self-mask seed, unmasking i
 summation-1 input. A client whose input missed a summation is dropped for the rest of the
 session; a client never reveals both secrets of one peer for one summation.
 
-Crypto (:mod:`secagg.crypto`): X25519, the NIST SP 800-56C one-step KDF with SHA-256
+Crypto (:mod:`fa_hetdp.secagg.crypto`): X25519, the NIST SP 800-56C one-step KDF with SHA-256
 (FixedInfo = purpose + session id + ordered pair (+ summation); session id = SHA-256 of the
 setup's session-wide fields and of who advertised keys), AES-256-GCM
 share channel (associated data: session id, round, sender, recipient), AES-256-CTR mask
-PRG read as little-endian uint64. Shamir (:mod:`secagg.shamir`): t-of-n over GF(2^21 - 9),
-13 limbs per 256-bit secret, vectorised. Graphs (:mod:`secagg.graph`): complete or random
+PRG read as little-endian uint64. Shamir (:mod:`fa_hetdp.secagg.shamir`): t-of-n over GF(2^21 - 9),
+13 limbs per 256-bit secret, vectorised. Graphs (:mod:`fa_hetdp.secagg.graph`): complete or random
 Harary with ``k = 2 ceil((40 + 2 log2 n) / 4)`` (disconnection probability <= 2^-41 when at
 most a quarter of the clients are corrupt or dropped); ``t`` counts shares among a client's
 k holders (its neighbours).
@@ -106,24 +106,29 @@ encoding of each summation comes from :func:`choose_encoding` (or
 :class:`FixedPointEncoding`) with the clients' stated per-coordinate bounds.
 
 Encoding: inputs are fixed-point numbers in Z_{2^64} with stochastic rounding
-(:mod:`secagg.encoding`); :func:`choose_encoding` picks scales from ``n``, the clip bound and
-the noise share's sigma so the sum cannot wrap, and refuses settings that could.
+(:mod:`fa_hetdp.secagg.encoding`); :func:`choose_encoding` picks scales from ``n``, the clip
+bound and the noise share's sigma so the sum cannot wrap, and refuses settings that could.
 """
 
-from secagg.client import SecAggClient
-from secagg.encoding import FixedPointEncoding, choose_encoding
-from secagg.errors import (
+from fa_hetdp.secagg.client import SecAggClient
+from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
+from fa_hetdp.secagg.errors import (
     EncodingError,
     MessageRejected,
     ProtocolAborted,
     SecAggError,
     UnmaskRefused,
 )
-from secagg.graph import NeighbourGraph, complete_graph, default_degree, random_harary_graph
-from secagg.inprocess import InProcessSession, default_threshold, run_in_process
-from secagg.messages import join_arrays, parse_message, split_arrays
-from secagg.params import SecAggParameters, choose_parameters, min_signatures
-from secagg.server import SecAggServer, SumResult
+from fa_hetdp.secagg.graph import (
+    NeighbourGraph,
+    complete_graph,
+    default_degree,
+    random_harary_graph,
+)
+from fa_hetdp.secagg.inprocess import InProcessSession, default_threshold, run_in_process
+from fa_hetdp.secagg.messages import join_arrays, parse_message, split_arrays
+from fa_hetdp.secagg.params import SecAggParameters, choose_parameters, min_signatures
+from fa_hetdp.secagg.server import SecAggServer, SumResult
 
 __all__ = [
     "EncodingError",

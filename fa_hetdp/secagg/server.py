@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from secagg import crypto
-from secagg.consistency import consistency_payload
-from secagg.crypto import U64Array
-from secagg.encoding import FixedPointEncoding, FloatArray
-from secagg.errors import EncodingError, MessageRejected, ProtocolAborted
-from secagg.graph import Neighbours, choose_graph
-from secagg.messages import (
+from fa_hetdp.secagg import crypto
+from fa_hetdp.secagg.consistency import consistency_payload
+from fa_hetdp.secagg.crypto import U64Array
+from fa_hetdp.secagg.encoding import FixedPointEncoding, FloatArray
+from fa_hetdp.secagg.errors import EncodingError, MessageRejected, ProtocolAborted
+from fa_hetdp.secagg.graph import Neighbours, choose_graph
+from fa_hetdp.secagg.messages import (
     AdvertiseKeys,
     ConsistencyRequest,
     ConsistencyResponse,
@@ -40,8 +40,8 @@ from secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from secagg.recovery import ShareRecovery
-from secagg.shamir import PRIME
+from fa_hetdp.secagg.recovery import ShareRecovery
+from fa_hetdp.secagg.shamir import PRIME
 
 __all__ = ["SecAggServer", "SumResult"]
 

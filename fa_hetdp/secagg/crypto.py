@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from secagg.errors import MessageRejected
+from fa_hetdp.secagg.errors import MessageRejected
 
 __all__ = [
     "DOMAIN",
@@ -99,7 +99,7 @@ def generate_keypair() -> tuple[bytes, bytes]:
     """Return a fresh X25519 key pair as ``(private_raw, public_raw)``, 32 bytes each.
 
     The private key is clamped (RFC 7748, Sec. 5) before it is returned, so its integer value
-    lies in ``[2^254, 2^255)`` and fits the Shamir secret encoding of :mod:`secagg.shamir`.
+    lies in ``[2^254, 2^255)`` and fits the Shamir secret encoding of :mod:`fa_hetdp.secagg.shamir`.
     """
     private_raw, public_raw, _ = generate_loaded_keypair()
     return private_raw, public_raw

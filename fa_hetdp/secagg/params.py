@@ -3,7 +3,7 @@
 A client's Shamir shares go to its ``k`` neighbours only (never to itself), and ``t`` of
 those ``k`` shares reconstruct a secret. With a fraction ``gamma`` of corrupt clients and a
 fraction ``delta`` of clients that drop out, fixed before the random ring permutation of
-:mod:`secagg.graph` is drawn, the number of corrupt neighbours of a client is (close to,
+:mod:`fa_hetdp.secagg.graph` is drawn, the number of corrupt neighbours of a client is (close to,
 and dominated by) ``Bin(k, gamma)`` and the number of surviving neighbours ``Bin(k, 1 -
 delta)``. Bell et al. (CCS 2020, Sec. 3.2, Thm 3.6) choose ``(k, t)`` so that, over all ``n``
 clients (a union bound),
@@ -21,7 +21,7 @@ binary fractions of ``gamma`` and ``delta``). ``k >= n - 1`` means the complete 
 (``k = n - 1`` share holders per client).
 
 Malicious server (``threat_model = "malicious-server"``): the consistency round
-(:mod:`secagg.consistency`) needs more than half of the session, plus the corrupt clients,
+(:mod:`fa_hetdp.secagg.consistency`) needs more than half of the session, plus the corrupt clients,
 to sign one survivor list; :func:`min_signatures` gives that count.
 """
 

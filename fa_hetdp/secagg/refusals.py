@@ -1,6 +1,6 @@
 """What a client checks before it answers a key directory or an unmask request (O(k)).
 
-Messages carry the recipient's neighbourhood only (:mod:`secagg.messages`), and every check
+Messages carry the recipient's neighbourhood only (:mod:`fa_hetdp.secagg.messages`), and every check
 is made against what the client itself holds: its neighbours from the setup, the keys its
 directory showed, the shares that reached it. A client can only reveal shares it holds (its
 neighbours' secrets), so a request naming clients beyond its neighbourhood never protected
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
+from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
 
 if TYPE_CHECKING:
-    from secagg.client import SecAggClient
-    from secagg.messages import KeyDirectory, UnmaskRequest
+    from fa_hetdp.secagg.client import SecAggClient
+    from fa_hetdp.secagg.messages import KeyDirectory, UnmaskRequest
 
 __all__ = ["check_directory", "check_unmask_request"]
 

@@ -13,7 +13,7 @@ carries its size and SHA-256 digest (:func:`secagg.crypto.id_digest`), both boun
 session id, so two clients that disagree about them cannot open each other's shares.
 
 Semantic checks (session, round, sender, replay) are the state machines' job
-(:mod:`secagg.client`, :mod:`secagg.server`).
+(:mod:`fa_hetdp.secagg.client`, :mod:`fa_hetdp.secagg.server`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any, ClassVar, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from secagg.errors import MessageRejected
-from secagg.shamir import LIMBS, PRIME
+from fa_hetdp.secagg.errors import MessageRejected
+from fa_hetdp.secagg.shamir import LIMBS, PRIME
 
 __all__ = [
     "AdvertiseKeys",

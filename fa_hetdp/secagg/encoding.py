@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from secagg.errors import EncodingError
+from fa_hetdp.secagg.errors import EncodingError
 
 __all__ = ["FixedPointEncoding", "FloatArray", "choose_encoding"]
 

@@ -1,4 +1,4 @@
-"""Exceptions raised by :mod:`secagg`.
+"""Exceptions raised by :mod:`fa_hetdp.secagg`.
 
 Every error that the secure-aggregation library raises on purpose derives from
 :class:`SecAggError`, so a transport (the Flower apps, the in-process driver) can catch the
@@ -19,7 +19,7 @@ __all__ = [
 
 
 class SecAggError(Exception):
-    """Base class of every error that :mod:`secagg` raises on purpose."""
+    """Base class of every error that :mod:`fa_hetdp.secagg` raises on purpose."""
 
 
 class MessageRejected(SecAggError, ValueError):  # noqa: N818 (name fixed by the API)

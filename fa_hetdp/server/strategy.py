@@ -72,11 +72,10 @@ from fa_hetdp.protocol.server import (
     privacy_spent_of,
 )
 from fa_hetdp.report.results import statistics_section
-from fa_hetdp.stats.registry import STATISTICS
-from secagg.encoding import FixedPointEncoding, choose_encoding
-from secagg.errors import SecAggError
-from secagg.server import SecAggServer, SumResult
-from server.results import (
+from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
+from fa_hetdp.secagg.errors import SecAggError
+from fa_hetdp.secagg.server import SecAggServer, SumResult
+from fa_hetdp.server.results import (
     degraded_refusal,
     floor_section,
     privacy_section,
@@ -84,6 +83,7 @@ from server.results import (
     secagg_section,
     write_result,
 )
+from fa_hetdp.stats.registry import STATISTICS
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
 log = logging.getLogger("flwr.fa_hetdp.server")

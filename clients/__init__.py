@@ -1,7 +1,0 @@
-"""The Flower ``ClientApp`` of fa-hetdp: local statistics, noise share, encode, mask.
-
-``clients.app:app`` is the ClientApp (one ``@app.query`` handler per protocol step);
-``fa_hetdp.flower.wire`` is the message format shared with ``server/``;
-``fa_hetdp.dp.rng`` the noise
-generators (seeded in simulation, CSPRNG-backed in deployment).
-"""
