@@ -40,10 +40,13 @@ class ProtocolConfig:
     ----------
     epsilon, delta : float
         Total privacy budget of the run, ``epsilon > 0``, ``0 < delta < 1``.
-    mechanism : {"agm", "cgm"}
-        Calibration (Thm 2.10 / Alg. 1, or Thm 2.9).
+    mechanism : {"agm", "cgm", "ddg", "skellam"}
+        Gaussian noise with the analytic (Thm 2.10 / Alg. 1) or classical (Thm 2.9)
+        calibration, or the distributed discrete Gaussian / Skellam on a lattice
+        (:class:`~fa_hetdp.dp.mechanisms.DiscreteMechanism`, zCDP accounting).
     placement : {"distributed", "central"}
-        Clients add noise shares ``N(0, sigma^2/t)``, or the server adds ``N(0, sigma^2)``.
+        Clients add noise shares of variance ``sigma^2/t`` (``N(0, sigma^2/t)`` for the
+        Gaussian mechanisms), or the server adds noise of variance ``sigma^2``.
     composition : {"basic", "gdp"}
         How the budget is split over the releases (see :mod:`fa_hetdp.dp.accounting`).
         Default ``"gdp"`` (exact composition: about 2x smaller sigma than ``"basic"``, the

@@ -133,8 +133,8 @@ class PrivacySpec:
         The epsilon grid (one value or several); each run spends one of them in total.
     delta : float
         Total delta, in (0, 1).
-    mechanisms : tuple of {"agm", "cgm"}
-        Calibration(s) to run.
+    mechanisms : tuple of {"agm", "cgm", "ddg", "skellam"}
+        Mechanism(s) to run (:data:`fa_hetdp._types.MECHANISMS`).
     composition : {"basic", "gdp"}
         Budget split by basic composition (the paper) or exact Gaussian-DP composition
         (the default: about 2x smaller sigma at the same total).
@@ -148,7 +148,7 @@ class PrivacySpec:
     extra_i2_noise : bool
         Add the paper's third noise stage I^2''' (Thm 3.13).
     min_honest_clients : int or None
-        t: each client adds N(0, sigma^2 / t); None = n.
+        t: each client adds a noise share of variance sigma^2 / t; None = n.
     statistics : tuple of str or None
         The statistics the user needs (registry keys); None = all. Releases nobody needs are
         not made (``docs/privacy.md``).

@@ -182,6 +182,10 @@ class NoiseMechanism(ABC):
     accounting: str = "Gaussian DP (Dong-Roth-Su Cor. 3.3), exact for Gaussian noise"
     """How :func:`~fa_hetdp.dp.accounting.privacy_spent` composes and converts the releases."""
 
+    @abstractmethod
+    def noise_label(self, variance: str) -> str:
+        """Words for the noise of the given ``variance`` expression, e.g. ``"sigma^2/t"``."""
+
     def supports(self, composition: Composition | str) -> bool:
         """Whether the budget can be split with ``composition`` under this mechanism."""
         return composition in self.compositions
@@ -269,6 +273,10 @@ class GaussianMechanism(NoiseMechanism):
                 "basic-composition baseline, not an exact Gaussian calibration"
             )
             self.compositions = ("basic",)
+
+    def noise_label(self, variance: str) -> str:
+        """``N(0, <variance>)``."""
+        return f"N(0, {variance})"
 
     def calibrate(self, epsilon: float, delta: float, sensitivity: float) -> float:
         """``sigma`` of Thm 2.10 (AGM) or Thm 2.9 (CGM, without the baseline warning)."""
@@ -359,6 +367,15 @@ class DiscreteMechanism(NoiseMechanism):
                 "zCDP of the Skellam mechanism (AKL 2021 Thm 3.5), composed and converted "
                 "by CKS 2020 Prop. 12"
             )
+
+    def noise_label(self, variance: str) -> str:
+        """``gamma (U - 1/2 + Z)`` with ``Z`` the exact integer noise of ``<variance>/gamma^2``."""
+        law = "N_Z(0, v)" if self.name == "ddg" else "Sk(v)"
+        kind = "discrete Gaussian" if self.name == "ddg" else "Skellam"
+        return (
+            f"gamma (U - 1/2 + {law}), v = ({variance})/gamma^2 ({kind} integers on the "
+            "lattice gamma Z, dithered)"
+        )
 
     def total_mu(self, epsilon: float, delta: float) -> float:
         """``sqrt(2 rho)`` of the largest ``rho`` whose zCDP is ``(epsilon, delta)``-DP."""

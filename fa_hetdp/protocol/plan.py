@@ -540,12 +540,17 @@ def plan_protocol(
         composition=config.composition,
     )
     labels.extend(budget.labels)
+    noise = get_mechanism(config.mechanism)
     if config.placement == "distributed":
         labels.append(
-            f"distributed noise: each client adds N(0, sigma^2/t) before masking, t={t} of n={n}"
+            f"distributed noise: each client adds {noise.noise_label('sigma^2/t')} before "
+            f"masking, t={t} of n={n}"
         )
     else:
-        labels.append("central noise: the server adds N(0, sigma^2) after unmasking (trusted)")
+        labels.append(
+            f"central noise: the server adds {noise.noise_label('sigma^2')} after unmasking "
+            "(trusted)"
+        )
     if config.extra_i2_noise and "i2_extra" in budget_names(budget):
         labels.append(LABEL_I2_EXTRA)
     absent = [k for k in STATISTIC_KEYS if k != "i2_extra" or config.extra_i2_noise]
