@@ -73,7 +73,11 @@ from fa_hetdp.dp.calibration import (
     calibrate_sigma,
     cgm_sigma,
 )
-from fa_hetdp.dp.discrete import sample_discrete_gaussian, sample_skellam
+from fa_hetdp.dp.discrete import (
+    as_rational_variance,
+    sample_discrete_gaussian,
+    sample_skellam,
+)
 from fa_hetdp.dp.discrete_accounting import RDP_ORDERS, rdp_delta, zcdp_epsilon, zcdp_rho_for
 from fa_hetdp.dp.discrete_calibration import noise_tail
 from fa_hetdp.errors import PrivacyParameterError
@@ -411,7 +415,10 @@ class DiscreteMechanism(NoiseMechanism):
         for value in np.unique(s[s > 0.0]):
             where = s == value
             step = float(gamma[where][0])
-            variance_units = (float(value) / step) ** 2  # >= 256 lattice steps squared
+            # >= 256 lattice steps squared, rounded up to a short rational (both kinds): a
+            # scale computed from a broadcast that differs in its last bits draws the same
+            # integers (Skellam's Poisson sampler is continuous in its mean).
+            variance_units = float(as_rational_variance((float(value) / step) ** 2))
             count = int(np.count_nonzero(where))
             if self.name == "ddg":
                 z = sample_discrete_gaussian(variance_units, count, rng=rng)
@@ -423,8 +430,8 @@ class DiscreteMechanism(NoiseMechanism):
     def variance(self, scale: float | npt.ArrayLike) -> FloatArray:
         """Return ``s^2 + gamma^2/12``, the noise's variance (an upper bound for ``"ddg"``).
 
-        ``Var N_Z(0, v) <= v``, up to the ``2^-16`` relative rounding up of ``v``
-        (:func:`~fa_hetdp.dp.discrete.as_rational_variance`).
+        ``Var N_Z(0, v) <= v``; both kinds draw at ``v`` rounded up within a relative
+        ``2^-16`` (:func:`~fa_hetdp.dp.discrete.as_rational_variance`), not counted here.
         """
         s = np.asarray(scale, dtype=np.float64)
         out: FloatArray = s * s + lattice_step(s) ** 2 / 12.0

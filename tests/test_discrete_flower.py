@@ -1,0 +1,64 @@
+"""``ddg`` and ``skellam`` through the Flower apps' handlers (in-memory transport, fast).
+
+The strategy and the real ClientApp handlers (secagg, wire format, the clients' own noise
+shares drawn through the discrete mechanism) run over the in-memory transport of
+``test_server_strategy``; the seeded run must equal its in-process twin and carry the
+mechanism and its accounting. The Flower runtime runs the same settings in
+``test_flower_discrete.py`` (slow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_flower_helpers import assert_matches_reference, run_config, scenario_file
+from test_server_strategy import run
+
+from fa_hetdp.dp.accounting import privacy_spent
+from fa_hetdp.dp.mechanisms import get_mechanism
+from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.plan import plan_protocol
+
+
+@pytest.mark.parametrize("mechanism", ["ddg", "skellam"])
+def test_discrete_run_matches_in_process_twin(tmp_path: Path, mechanism: str) -> None:
+    config = run_config(tmp_path, scenario_file(tmp_path, 6, seed=4), mechanism=mechanism)
+    document = run(config, 6)
+    assert document["status"] == "success", document.get("reason")
+    assert document["config"]["mechanism"] == mechanism
+    accounting = document["privacy"]["composition"]
+    assert accounting == get_mechanism(mechanism).accounting
+    assert ("KLS 2021" if mechanism == "ddg" else "AKL 2021") in accounting
+    assert any(get_mechanism(mechanism).description in label for label in document["labels"])
+    assert_matches_reference(document, config)
+
+
+def test_discrete_dropout_is_accounted_with_fewer_shares(tmp_path: Path) -> None:
+    config = run_config(
+        tmp_path,
+        scenario_file(tmp_path, 6, seed=4),
+        mechanism="ddg",
+        **{"dropout-fraction": 0.2, "dropout-stage": "stage1-unmask", "on-degraded": "release"},
+    )
+    document = run(config, 6)
+    assert document["status"] == "success", document.get("reason")
+    assert document["clients_in_sum"]["stage2"] == 5
+    assert document["privacy"]["degraded"] is True
+    assert_matches_reference(document, config)
+
+
+def test_deployment_mode_draws_discrete_shares_from_the_csprng(tmp_path: Path) -> None:
+    config = run_config(
+        tmp_path, scenario_file(tmp_path, 4, seed=4), mechanism="ddg", mode="deployment"
+    )
+    settings = RunSettings.from_run_config(config)
+    assert settings.seed is None
+    document = run(config, 4)
+    assert document["status"] == "success", document.get("reason")
+    assert document["seed"] is None
+    plan = plan_protocol(settings.protocol, n=4, d=64)
+    spent = privacy_spent(plan.budget, dict.fromkeys(("mean", "weighted", "dispersion", "q"), 1.0))
+    assert document["privacy"]["epsilon_spent"] == pytest.approx(spent.epsilon, rel=1e-12)
+    assert spent.epsilon <= settings.protocol.epsilon * (1 + 1e-9)
+    assert document["privacy"]["composition"] == get_mechanism("ddg").accounting
