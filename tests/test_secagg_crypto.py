@@ -42,6 +42,30 @@ def test_prg_rejects_short_key():
         crypto.mask_keystream(bytes(16), 4)
 
 
+@pytest.mark.parametrize("buffer_bytes", [1 << 22, 8 * 37 * 2, 1])
+def test_mask_sum_equals_keystreams_added_one_by_one(monkeypatch, buffer_bytes):
+    # the buffered signed sum (any chunking) is the sequential sum mod 2^64, bit for bit
+    monkeypatch.setattr(crypto, "_MASK_BUFFER", buffer_bytes)
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 2**64, size=37, dtype=np.uint64)
+    add = [bytes([i]) * 32 for i in range(5)]
+    subtract = [bytes([100 + i]) * 32 for i in range(4)]
+    expected = base.copy()
+    for key in add:
+        expected += crypto.mask_keystream(key, 37)
+    for key in subtract:
+        expected -= crypto.mask_keystream(key, 37)
+    out = crypto.mask_sum(base, add, subtract)
+    assert out.dtype == np.uint64 and out.tobytes() == expected.tobytes()
+    assert np.array_equal(crypto.mask_sum(base, [], []), base)
+    assert crypto.mask_sum(base, [], []) is not base
+
+
+def test_mask_sum_rejects_short_key():
+    with pytest.raises(ValueError, match="32 bytes, got 16"):
+        crypto.mask_sum(np.zeros(4, dtype=np.uint64), [bytes(32)], [bytes(16)])
+
+
 def test_keypair_is_clamped_and_consistent():
     private, public = crypto.generate_keypair()
     value = int.from_bytes(private, "little")

@@ -386,13 +386,9 @@ class SecAggClient:
         encoded = encoding.encode(values, rng=rng)
         pair_keys = self.pair_keys or self._derive_pair_keys(alive)
         s = msg.summation
-        total = encoded + crypto.mask_keystream(self.seeds[s], encoding.length)
-        for j in alive:
-            stream = crypto.mask_keystream(pair_keys[j][s], encoding.length)
-            if j > self.client_id:
-                total += stream
-            else:
-                total -= stream
+        me = self.client_id  # + PRG(b_s) + PRG(m_ijs) for j > i, - PRG(m_ijs) for j < i
+        add = [self.seeds[s], *(pair_keys[j][s] for j in alive if j > me)]
+        total = crypto.mask_sum(encoded, add, [pair_keys[j][s] for j in alive if j < me])
         self.held_shares, self.alive, self.pair_keys = held, alive, pair_keys
         self.next_summation = s + 1
         self.pending_unmask = s

@@ -49,6 +49,7 @@ __all__ = [
     "id_digest",
     "kdf_sha256",
     "mask_keystream",
+    "mask_sum",
     "normalise_public_key",
     "normalised_public_key",
     "open_sealed",
@@ -88,6 +89,8 @@ _SMALL_ORDER_U = frozenset(
 _SMALL_ORDER_RAW = frozenset(u.to_bytes(KEY_BYTES, "little") for u in _SMALL_ORDER_U)
 _ZERO_BLOCK = bytes(16)
 _CTR_ZERO = modes.CTR(_ZERO_BLOCK)  # immutable mode object, shared by every keystream
+_MASK_BUFFER = 1 << 22
+"""Bytes of keystream :func:`mask_sum` holds at once (then sums and reuses the buffer)."""
 
 
 def random_bytes(size: int) -> bytes:
@@ -265,6 +268,42 @@ def mask_keystream(key: bytes, length: int) -> U64Array:
     encryptor = Cipher(algorithms.AES(key), _CTR_ZERO).encryptor()
     stream = encryptor.update(_zeros(8 * length))
     return np.frombuffer(stream, dtype="<u8").astype(np.uint64, copy=False)
+
+
+def mask_sum(base: U64Array, add: Sequence[bytes], subtract: Sequence[bytes]) -> U64Array:
+    """Return ``base + sum_a PRG(a) - sum_s PRG(s)`` in Z_{2^64} (a new array).
+
+    ``PRG`` is :func:`mask_keystream` of ``len(base)`` words; the result equals adding and
+    subtracting those keystreams one by one. The keystreams are written with ``update_into``
+    into one reused buffer of at most :data:`_MASK_BUFFER` bytes (or one keystream) and
+    summed per sign, without a bytes object per keystream.
+
+    Raises
+    ------
+    ValueError
+        If a key is not 32 bytes.
+    """
+    length = base.shape[0]
+    size = 8 * length
+    rows = max(1, min(len(add) + len(subtract), _MASK_BUFFER // max(size, 1)))
+    buffer = np.empty(size * rows + 16, dtype=np.uint8)  # update_into needs 15 spare bytes
+    view, zeros = buffer.data, _zeros(size)
+    streams = buffer[: size * rows].view("<u8").reshape(rows, length)
+    total = base.astype(np.uint64, copy=True)
+    for keys, add_sign in ((add, True), (subtract, False)):
+        for first in range(0, len(keys), rows):
+            chunk = keys[first : first + rows]
+            for row, key in enumerate(chunk):
+                if len(key) != KEY_BYTES:
+                    raise ValueError(f"mask key must be {KEY_BYTES} bytes, got {len(key)}.")
+                encryptor = Cipher(algorithms.AES(key), _CTR_ZERO).encryptor()
+                encryptor.update_into(zeros, view[size * row : size * (row + 1) + 15])
+            part = streams[: len(chunk)].sum(axis=0, dtype=np.uint64)
+            if add_sign:
+                total += part
+            else:
+                total -= part
+    return total
 
 
 @functools.lru_cache(maxsize=8)

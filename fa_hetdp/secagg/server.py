@@ -547,7 +547,7 @@ class SecAggServer:
         total = np.zeros(length, dtype=np.uint64)
         for client in self.survivors:
             total += self.inputs[client]
-            total -= crypto.mask_keystream(seeds[client], length)
+        total = crypto.mask_sum(total, [], [seeds[c] for c in self.survivors])
         size = crypto.KEY_BYTES
         for j, private in keys.items():
             peers = [
@@ -556,13 +556,14 @@ class SecAggServer:
                 if j in self.incoming.get(i, frozenset())
             ]
             publics = [self.keys[i].mask_keys[size * s : size * (s + 1)] for i in peers]
-            for i, shared in zip(peers, crypto.agree_many(private, publics), strict=True):
-                key = crypto.derive_mask_key(shared, self.session_id, i, j, s)
-                stream = crypto.mask_keystream(key, length)
-                if j > i:  # client i added +PRG(m_ij) for j > i
-                    total -= stream
-                else:
-                    total += stream
+            agreed = crypto.agree_many(private, publics)
+            keys_ij = [
+                crypto.derive_mask_key(shared, self.session_id, i, j, s)
+                for i, shared in zip(peers, agreed, strict=True)
+            ]  # client i added +PRG(m_ij) for j > i: remove it
+            pairs = list(zip(peers, keys_ij, strict=True))
+            add, sub = [k for i, k in pairs if j < i], [k for i, k in pairs if j > i]
+            total = crypto.mask_sum(total, add, sub)
         result = SumResult(
             summation=s,
             sum=self.encoding.decode(total, len(self.survivors)),
