@@ -171,3 +171,17 @@ def test_seal_many_opens_like_seal_with_fresh_nonces():
         crypto.open_sealed(k, b, bytes([a])) for k, b, a in zip(keys, blobs, b"xyz", strict=True)
     ] == [b"a", b"bb", b"ccc"]
     assert len({b[:12] for b in blobs}) == 3  # distinct random nonces
+
+
+def test_batch_key_derivations_equal_the_single_ones():
+    secrets = [bytes([i]) * 32 for i in range(4)]
+    peers = [0, 5, 9, 2**64 - 1]
+    sid = b"S" * 32
+    assert crypto.derive_channel_keys_many(secrets, sid, 7, peers) == [
+        crypto.derive_channel_keys(z, sid, 7, j) for z, j in zip(secrets, peers, strict=True)
+    ]
+    assert crypto.derive_mask_keys(secrets, sid, 7, peers, 3) == [
+        crypto.derive_mask_key(z, sid, 7, j, 3) for z, j in zip(secrets, peers, strict=True)
+    ]
+    with pytest.raises(ValueError):
+        crypto.derive_mask_keys(secrets, sid, 7, peers[:2], 0)

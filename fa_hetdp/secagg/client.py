@@ -282,14 +282,12 @@ class SecAggClient:
         stride = len(body) // len(neighbours)
         agreed = crypto.agree_many(self._private(self.channel_sk), channel_keys, validated=True)
         aad = share_aad(session_id, me, 0)[:-8]  # + the recipient, below
-        send_keys, plaintexts, aads = [], [], []
-        receive_keys: dict[int, bytes] = {}
-        for h, (holder, secret) in enumerate(zip(neighbours, agreed, strict=True)):
-            send_key, receive_keys[holder] = crypto.derive_channel_keys(
-                secret, session_id, me, holder
-            )
+        channel = crypto.derive_channel_keys_many(agreed, session_id, me, neighbours)
+        send_keys = [send for send, _ in channel]
+        receive_keys = {j: receive for j, (_, receive) in zip(neighbours, channel, strict=True)}
+        plaintexts, aads = [], []
+        for h, holder in enumerate(neighbours):
             pair = struct.pack("<QQ", me, holder)
-            send_keys.append(send_key)
             plaintexts.append(pair + body[h * stride : (h + 1) * stride])
             aads.append(aad + pair[8:])
         ciphertexts = crypto.seal_many(send_keys, plaintexts, aads)
@@ -439,10 +437,9 @@ class SecAggClient:
         for s in range(self.num_summations):
             publics = [self.peer_mask_pks[j][size * s : size * (s + 1)] for j in alive]
             agreed = crypto.agree_many(self._private(self.mask_sks[s]), publics, validated=True)
-            for j, shared in zip(alive, agreed, strict=True):
-                keys[j].append(
-                    crypto.derive_mask_key(shared, self.session_id, self.client_id, j, s)
-                )
+            derived = crypto.derive_mask_keys(agreed, self.session_id, self.client_id, alive, s)
+            for j, key in zip(alive, derived, strict=True):
+                keys[j].append(key)
         return keys
 
     # ------------------------------------------------------------------ consistency
@@ -519,11 +516,12 @@ class SecAggClient:
         key_owners = sorted(j for j in self.held_shares if j in dropped_set)
 
         def rows(owners: list[int], index: int) -> npt.NDArray[np.uint32]:
-            table = np.empty((len(owners), 1, LIMBS), dtype=np.uint32)
-            for h, owner in enumerate(owners):
-                limbs = np.frombuffer(self.held_shares[owner], dtype="<u4")
-                table[h, 0] = limbs[index * LIMBS : (index + 1) * LIMBS]
-            return table
+            if not owners:
+                return np.empty((0, 1, LIMBS), dtype=np.uint32)
+            held = b"".join(self.held_shares[owner] for owner in owners)
+            limbs = np.frombuffer(held, dtype="<u4").reshape(len(owners), -1)
+            table = limbs[:, index * LIMBS : (index + 1) * LIMBS].astype(np.uint32)
+            return table.reshape(len(owners), 1, LIMBS)
 
         seed_shares = rows(seed_owners, self.num_summations + s)
         key_shares = rows(key_owners, s)

@@ -42,7 +42,9 @@ __all__ = [
     "agree_many",
     "commit_seed",
     "derive_channel_keys",
+    "derive_channel_keys_many",
     "derive_mask_key",
+    "derive_mask_keys",
     "generate_keypair",
     "generate_loaded_keypair",
     "generate_signing_key",
@@ -89,6 +91,7 @@ _SMALL_ORDER_U = frozenset(
 _SMALL_ORDER_RAW = frozenset(u.to_bytes(KEY_BYTES, "little") for u in _SMALL_ORDER_U)
 _ZERO_BLOCK = bytes(16)
 _CTR_ZERO = modes.CTR(_ZERO_BLOCK)  # immutable mode object, shared by every keystream
+_PAIR = struct.Struct("<QQ")
 _MASK_BUFFER = 1 << 22
 """Bytes of keystream :func:`mask_sum` holds at once (then sums and reuses the buffer)."""
 
@@ -223,6 +226,38 @@ def derive_channel_keys(
     if own_id == low:
         return low_to_high, high_to_low
     return high_to_low, low_to_high
+
+
+def derive_channel_keys_many(
+    secrets: Sequence[bytes], session_id: bytes, own_id: int, peer_ids: Sequence[int]
+) -> list[tuple[bytes, bytes]]:
+    """:func:`derive_channel_keys` for each ``(secret, peer id)``: the same keys, one call."""
+    head, sha = _info_head(b"share-channel", session_id), hashlib.sha256
+    out = []
+    for shared, peer_id in zip(secrets, peer_ids, strict=True):
+        low = own_id < peer_id
+        tail = shared + head + (_PAIR.pack(own_id, peer_id) if low else _PAIR.pack(peer_id, own_id))
+        low_to_high = sha(b"\x00\x00\x00\x01" + tail).digest()  # kdf_sha256, 64 bytes
+        high_to_low = sha(b"\x00\x00\x00\x02" + tail).digest()
+        out.append((low_to_high, high_to_low) if low else (high_to_low, low_to_high))
+    return out
+
+
+def derive_mask_keys(
+    secrets: Sequence[bytes],
+    session_id: bytes,
+    own_id: int,
+    peer_ids: Sequence[int],
+    summation: int,
+) -> list[bytes]:
+    """:func:`derive_mask_key` for each ``(secret, peer id)``: the same keys, one call."""
+    head, sha = _info_head(b"pairwise-mask", session_id), hashlib.sha256
+    tail = struct.pack("<Q", summation)
+    out = []
+    for shared, peer_id in zip(secrets, peer_ids, strict=True):
+        pair = _PAIR.pack(own_id, peer_id) if own_id < peer_id else _PAIR.pack(peer_id, own_id)
+        out.append(sha(b"\x00\x00\x00\x01" + shared + head + pair + tail).digest())
+    return out
 
 
 def derive_mask_key(
