@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fa_hetdp.dp import discrete
 from fa_hetdp.dp.discrete import (
     as_rational_variance,
     discrete_gaussian_pmf,
@@ -62,9 +63,47 @@ def test_discrete_gaussian_detects_a_wrong_variance() -> None:
 
 
 @pytest.mark.statistical
-def test_discrete_gaussian_large_sigma_python_integer_path() -> None:
-    # sigma = 10^6: the acceptance integers exceed 2^62 and run as Python integers. At this
-    # sigma N_Z(0, s^2) and N(0, s^2) differ by far less than the test can see (CKS 2020).
+@pytest.mark.parametrize(
+    ("sigma_squared", "limit_bits"),
+    [(100.0, 12), (Fraction(401, 4), 12), (30.0**2, 16), (30.0**2, 12)],
+)
+def test_discrete_gaussian_split_and_two_limb_paths_match_its_pmf(
+    monkeypatch: pytest.MonkeyPatch, sigma_squared: float | Fraction, limit_bits: int
+) -> None:
+    # Lowering the int64 limit sends sigma = 10 or 30 through the paths that large sigma
+    # takes: the split acceptance exp(-T_1) exp(-T_23), two-limb uniforms, and the
+    # Python-integer form for draws whose w exceeds the limit (sigma = 30 at 2^12). Dropping
+    # the T_23 coin gives p < 1e-20 at sigma = 10 (checked when this test was written).
+    calls: list[int] = []
+    product = discrete._bernoulli_exp_product
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(len(args[0]))  # type: ignore[arg-type]
+        return product(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(discrete, "_INT64_SAFE", 1 << limit_bits)
+    monkeypatch.setattr(discrete, "_bernoulli_exp_product", counted)
+    draws = sample_discrete_gaussian(sigma_squared, 200_000, rng=np.random.default_rng(77))
+    assert sum(calls) > 10_000  # the split path ran on many proposals
+    s2 = float(as_rational_variance(sigma_squared))
+    support = np.arange(-400, 401)
+    assert _chi_square_pvalue(draws, discrete_gaussian_pmf(support, s2), support) > ALPHA
+
+
+@pytest.mark.statistical
+def test_discrete_gaussian_split_path_detects_a_wrong_variance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(discrete, "_INT64_SAFE", 1 << 16)
+    draws = sample_discrete_gaussian(30.0**2 * 1.1, 200_000, rng=np.random.default_rng(77))
+    support = np.arange(-400, 401)
+    assert _chi_square_pvalue(draws, discrete_gaussian_pmf(support, 900.0), support) < ALPHA
+
+
+@pytest.mark.statistical
+def test_discrete_gaussian_large_sigma() -> None:
+    # sigma = 10^6: Alg. 3's integers exceed 2^62; the split acceptance keeps them in int64.
+    # At this sigma N_Z(0, s^2) and N(0, s^2) differ by far less than the test can see.
     sigma = 1.0e6
     draws = sample_discrete_gaussian(sigma**2, 50_000, rng=np.random.default_rng(5))
     assert draws.dtype == np.int64

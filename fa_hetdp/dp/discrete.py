@@ -7,9 +7,12 @@ Alg. 1-3): a discrete Laplace proposal of scale ``t = floor(sigma) + 1`` (Alg. 2
 with probability ``exp(-(|Y| - sigma^2/t)^2/(2 sigma^2))`` (Alg. 3). Every coin is an exact
 Bernoulli of a *rational* probability, ``P(U < r)`` for ``U`` uniform on ``{0, ..., q - 1}``,
 so the output distribution is exactly ``N_Z(0, sigma^2)`` for a rational ``sigma^2`` whenever
-the generator's words are uniform (no floating point touches the decisions). Integers that
-could exceed 62 bits are handled as Python integers (numpy object arrays), so any ``sigma``
-is exact; the vectorised loops draw all coordinates at once.
+the generator's words are uniform (no floating point touches the decisions). For large
+``sigma`` the acceptance exponent is split into two non-negative parts, each an exact coin
+whose integers stay in int64, and uniforms above ``2^62`` are drawn in two int64 limbs
+(:func:`_gaussian_acceptance`); only draws too far in the tail for that use Python integers
+(numpy object arrays), so any ``sigma`` is exact. The vectorised loops draw all coordinates
+at once (``benchmarks/sampler_bench.py``: draws per second).
 
 The symmetric Skellam distribution ``Sk(mu)`` with variance ``mu`` is the difference of two
 independent ``Poisson(mu/2)`` draws (Agarwal, Kairouz & Liu, NeurIPS 2021, Def. 2.1); sums of
@@ -98,10 +101,27 @@ def _uniform_below(bound: int, size: int, rng: np.random.Generator) -> _Ints:
     return result
 
 
-def _bernoulli_ratio(numerator: _Ints, denominator: int, rng: np.random.Generator) -> BoolArray:
-    """Exact ``Bernoulli(r_i / q)`` coins for ``0 <= r_i <= q``."""
-    u = _uniform_below(denominator, len(numerator), rng)
-    return np.asarray(u < numerator, dtype=bool)
+def _bernoulli_ratio(
+    numerator: _Ints, denominator: int, rng: np.random.Generator, factor: int = 1
+) -> BoolArray:
+    """Exact ``Bernoulli(r_i / (q f))`` coins for ``0 <= r_i <= q f`` (``f`` = ``factor``).
+
+    When ``q f`` exceeds int64 but ``q``, ``f`` and the ``r_i`` do not, the uniform ``U`` on
+    ``{0, ..., q f - 1}`` is drawn in two limbs, ``U = U_1 f + U_2`` (``U_1`` uniform below
+    ``q``, ``U_2`` below ``f``), and ``U < r = h f + l`` iff ``U_1 < h`` or (``U_1 = h``
+    and ``U_2 < l``): ``U_2`` is drawn only on that tie (probability ``1/q``).
+    """
+    total = denominator * factor
+    if total <= _INT64_SAFE or numerator.dtype == object or denominator > _INT64_SAFE:
+        u = _uniform_below(total, len(numerator), rng)
+        return np.asarray(u < numerator, dtype=bool)
+    high, low = np.divmod(numerator, factor)
+    u1 = _uniform_below(denominator, len(numerator), rng)
+    out = np.asarray(u1 < high, dtype=bool)
+    tie = np.flatnonzero(u1 == high)
+    if tie.size:
+        out[tie] = _uniform_below(factor, tie.size, rng) < low[tie]
+    return out
 
 
 def _bernoulli_exp_fraction(
@@ -116,9 +136,32 @@ def _bernoulli_exp_fraction(
     active = np.arange(size)
     step = 1
     while active.size:
-        coin = _bernoulli_ratio(numerator[active], denominator * step, rng)
+        coin = _bernoulli_ratio(numerator[active], denominator, rng, step)
         k[active[coin]] += 1
         active = active[coin]
+        step += 1
+    return np.asarray(k % 2 == 1, dtype=bool)
+
+
+def _bernoulli_exp_product(
+    first: IntArray, first_den: int, second: IntArray, second_den: int, rng: np.random.Generator
+) -> BoolArray:
+    """Exact ``Bernoulli(exp(-p_i r_i))``, ``p_i = a_i/A`` and ``r_i = b_i/B`` both in ``[0, 1]``.
+
+    CKS 2020 Alg. 1 for ``gamma = p r <= 1``: its coin ``Bernoulli(gamma/K)`` is the AND of
+    independent ``Bernoulli(p)`` and ``Bernoulli(r/K)`` coins, so no integer exceeds ``A``,
+    ``B`` or the ``a_i``, ``b_i`` (``B K`` is split in two limbs by :func:`_bernoulli_ratio`).
+    """
+    size = len(first)
+    k = np.ones(size, dtype=np.int64)
+    active = np.arange(size)
+    step = 1
+    while active.size:
+        coin = _bernoulli_ratio(first[active], first_den, rng)
+        go = active[coin]
+        coin2 = _bernoulli_ratio(second[go], second_den, rng, step)
+        k[go[coin2]] += 1
+        active = go[coin2]
         step += 1
     return np.asarray(k % 2 == 1, dtype=bool)
 
@@ -176,6 +219,52 @@ def _discrete_laplace(t: int, size: int, rng: np.random.Generator) -> IntArray:
     return out
 
 
+def _gaussian_acceptance(
+    abs_y: IntArray, num: int, den: int, t: int, rng: np.random.Generator
+) -> BoolArray:
+    """Exact ``Bernoulli(exp(-gamma_i))``, ``gamma = (|Y| - sigma^2/t)^2/(2 sigma^2)`` (Alg. 3).
+
+    With ``sigma^2 = num/den``, ``gamma = (|Y| t den - num)^2 / (2 num den t^2)``; while those
+    integers fit int64 the coins use them directly. Beyond (``sigma`` above about ``4 10^4``)
+    ``|Y| - sigma^2/t = +-(w + e/c)`` with ``c = den t``, integers ``w >= 0`` and
+    ``0 <= e <= c`` (``num = A c + b``, ``z = |Y| - A``; ``w, e = -z, b`` if ``z <= 0``,
+    else ``z - 1, c - b``), so ``gamma = T_1 + T_23`` with non-negative parts
+    ``T_1 = w^2 den/(2 num)`` and ``T_23 = (e/c) (2 w t den + e)/(2 num t)``, and
+    ``exp(-gamma) = exp(-T_1) exp(-T_23)``: two independent exact coins, the second a
+    product of two probabilities when ``w <= sigma^2 - 1`` (:func:`_bernoulli_exp_product`).
+    Every integer then stays in int64; draws whose ``w`` is too large for that (far tails)
+    take the first form with Python integers. The law is exactly the same.
+    """
+    q = 2 * num * den * t * t
+    lin_max = (int(abs_y.max()) if abs_y.size else 0) * t * den + num
+    if lin_max * lin_max < _INT64_SAFE and q < _INT64_SAFE:
+        lin = abs_y * (t * den) - num
+        return _bernoulli_exp(lin * lin, q, rng)  # Eq. in Alg. 3, in int64
+    c = den * t
+    whole, b = divmod(num, c)
+    limit = _INT64_SAFE - 1
+    w_max = min(math.isqrt(limit // den), (limit - c) // (2 * t * den), (num - den) // den)
+    accept = np.zeros(abs_y.size, dtype=bool)
+    z = abs_y - whole  # whole <= sigma^2/t < sigma <= 2^52
+    w = np.where(z <= 0, -z, z - 1)
+    in_int64 = w <= w_max  # all False when sigma^2 < 1 (w_max < 0)
+    fast = np.flatnonzero(in_int64)
+    if fast.size:
+        wf, zf = w[fast], z[fast]
+        ef = np.where(zf <= 0, b, c - b)
+        first = _bernoulli_exp(wf * wf * den, 2 * num, rng)  # T_1
+        go = np.flatnonzero(first)
+        second = _bernoulli_exp_product(  # T_23; the factors are <= 1 as w <= sigma^2 - 1
+            ef[go], c, 2 * wf[go] * (t * den) + ef[go], 2 * num * t, rng
+        )
+        accept[fast[go[second]]] = True
+    slow = np.flatnonzero(~in_int64)
+    if slow.size:
+        lin_o = abs_y[slow].astype(object) * (t * den) - num
+        accept[slow] = _bernoulli_exp(lin_o * lin_o, q, rng)  # Eq. in Alg. 3, exact integers
+    return accept
+
+
 def sample_discrete_gaussian(
     sigma_squared: float | Fraction, size: int | tuple[int, ...], *, rng: np.random.Generator
 ) -> IntArray:
@@ -209,22 +298,12 @@ def sample_discrete_gaussian(
     total = math.prod(shape)
     num, den = s2.numerator, s2.denominator
     t = math.isqrt(num // den) + 1  # floor(sigma) + 1
-    # Acceptance exponent (|Y| - sigma^2/t)^2/(2 sigma^2) = (|Y| t den - num)^2 / (2 num den t^2).
-    q = 2 * num * den * t * t
     out = np.empty(total, dtype=np.int64)
     filled = 0
     while filled < total:
         m = 2 * (total - filled) + 16  # acceptance is at least ~0.5 (CKS 2020, Sec. 5.3)
         y = _discrete_laplace(t, m, rng)
-        lin_max = int(np.abs(y).max()) * t * den + num
-        a: _Ints
-        if lin_max * lin_max < _INT64_SAFE and q < _INT64_SAFE:
-            lin = np.abs(y) * (t * den) - num
-            a = lin * lin
-        else:
-            lin_o = np.abs(y).astype(object) * (t * den) - num
-            a = lin_o * lin_o
-        accept = _bernoulli_exp(a, q, rng)  # Eq. in Alg. 3: exp(-(|Y| - s^2/t)^2/(2 s^2))
+        accept = _gaussian_acceptance(np.abs(y), num, den, t, rng)
         z = y[accept]
         take = min(z.size, total - filled)
         out[filled : filled + take] = z[:take]
