@@ -78,3 +78,55 @@ def test_decode_refuses_more_clients_than_planned():
     enc = choose_encoding(5, 1.0)
     with pytest.raises(EncodingError, match="max_clients"):
         enc.decode(np.zeros(1, dtype=np.uint64), 6)
+
+
+def test_modulus_32_scale_cannot_wrap_in_z_2_32():
+    enc = choose_encoding(100, np.array([1.0, 100.0]), noise_std=0.5, modulus_bits=32)
+    assert enc.modulus_bits == 32 and enc.word_bytes == 4
+    assert np.all(100 * (enc.bounds * enc.scales + 1) < 2.0**31)
+    wide = choose_encoding(100, np.array([1.0, 100.0]), noise_std=0.5)
+    assert wide.modulus_bits == 64 and wide.word_bytes == 8
+    want = np.exp2(np.floor(np.log2((2.0**31 / 100 - 2.0) / enc.bounds)))
+    np.testing.assert_array_equal(enc.scales, want)  # the largest power of two that fits
+    assert np.all(wide.scales >= 2.0**20 * enc.scales)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_modulus_32_worst_case_sum_with_masks_decodes(sign):
+    # Clients add masks that cancel in Z_2^64 and send the low 32 bits (reduce); the
+    # server sums those in Z_2^64 (or in uint32): the low 32 bits read as signed decode.
+    n, d = 300, 4
+    enc = choose_encoding(n, np.ones(d), modulus_bits=32)
+    rng = np.random.default_rng(3)
+    masks = rng.integers(0, 2**63, size=(n, d), dtype=np.uint64) * np.uint64(2)
+    masks[-1] = -masks[:-1].sum(axis=0, dtype=np.uint64)  # all masks cancel mod 2^64
+    sent = []
+    for i in range(n):
+        code = enc.encode(np.full(d, sign), rng=rng)
+        assert code.max() < 2**32
+        sent.append(enc.reduce(code + masks[i]))
+    sent_arr = np.array(sent)
+    assert sent_arr.max() < 2**32
+    total64 = sent_arr.sum(axis=0, dtype=np.uint64)
+    total32 = sent_arr.astype(np.uint32).sum(axis=0, dtype=np.uint32).astype(np.uint64)
+    for total in (total64, total32):
+        decoded = enc.decode(total, n)
+        assert np.all(np.abs(decoded - sign * n) <= enc.max_decoding_error(n))
+
+
+def test_modulus_32_refuses_settings_that_could_wrap():
+    fits_64 = {"scales": np.array([2.0**20]), "bounds": np.array([10.0]), "max_clients": 10**4}
+    FixedPointEncoding(**fits_64)
+    with pytest.raises(EncodingError, match=r"2\^31 and wrap in Z_2\^32"):
+        FixedPointEncoding(**fits_64, modulus_bits=32)
+    with pytest.raises(EncodingError, match=r"min_scale.*Z_2\^32"):
+        choose_encoding(10**4, 1e3, min_scale=2.0**10, modulus_bits=32)
+    choose_encoding(10**4, 1e3, min_scale=2.0**10)  # the 64-bit ring has room
+
+
+@pytest.mark.parametrize("bits", [16, 128, True, "32", 32.5])
+def test_modulus_bits_other_than_32_or_64_refused(bits):
+    with pytest.raises(EncodingError, match="modulus_bits must be one of"):
+        choose_encoding(10, 1.0, modulus_bits=bits)
+    with pytest.raises(EncodingError, match="modulus_bits must be one of"):
+        FixedPointEncoding(np.ones(1), np.ones(1), 1, modulus_bits=bits)

@@ -1,16 +1,22 @@
-"""Fixed-point encoding of real vectors in the ring Z_{2^64}, with stochastic rounding.
+"""Fixed-point encoding of real vectors in the ring Z_{2^m} (m = 64 or 32), stochastic rounding.
 
-A client encodes ``v`` (float64) coordinate-wise as ``round_s(v_j * scale_j) mod 2^64``,
+A client encodes ``v`` (float64) coordinate-wise as ``round_s(v_j * scale_j) mod 2^m``,
 where ``round_s`` rounds down or up at random with ``P(up) = frac(v_j * scale_j)``, drawn
 from an explicit :class:`numpy.random.Generator` (unbiased: ``E[round_s(y)] = y``). The
-server decodes the ring sum by reading it as a signed 64-bit integer and dividing by the
-scale.
+server decodes the ring sum by reading its low ``m`` bits as a signed ``m``-bit integer and
+dividing by the scale.
+
+Words are held in ``uint64`` arrays either way: with ``m = 32`` an encoded value is below
+``2^32`` and sums (with masks, in ``Z_2^64``) are reduced mod ``2^32`` only where it matters,
+when a vector is sent (:meth:`FixedPointEncoding.reduce`, half the bytes) and when the sum is
+decoded: ``2^32`` divides ``2^64``, so reducing at the end equals summing in ``Z_2^32``.
 
 No wraparound. Each client states an absolute bound ``B_j`` on its values (clip bound plus
-a tail of its noise share); :meth:`FixedPointEncoding.encode` refuses a value beyond it. With
-``n <= max_clients`` summands, the encoded sum satisfies
-``|sum| <= max_clients * (B_j * scale_j + 1) < 2^63``, which is checked at construction, so
-the sum read as a signed integer is exact.
+a tail of its noise share, exceeded with a stated probability); :meth:`FixedPointEncoding.encode`
+refuses a value beyond it. With ``n <= max_clients`` summands, the encoded sum satisfies
+``|sum| <= max_clients * (B_j * scale_j + 1) < 2^(m-1)``, which is checked at construction,
+so the sum read as a signed integer is exact: a setting that could wrap is refused, and the
+only failure left is a refused value, at the probability the bound was stated with.
 
 Decoding error. Each client's rounding error is below ``1 / scale_j`` in coordinate ``j``, so
 the decoded sum of ``n`` inputs differs from the real sum by less than ``n / scale_j``
@@ -21,24 +27,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp.secagg.errors import EncodingError
 
-__all__ = ["FixedPointEncoding", "FloatArray", "choose_encoding"]
+__all__ = ["MODULUS_BITS", "FixedPointEncoding", "FloatArray", "choose_encoding"]
 
 FloatArray = npt.NDArray[np.float64]
 U64Array = npt.NDArray[np.uint64]
 
-_HALF_RING = 2.0**63
+MODULUS_BITS: Final = (64, 32)
+"""The ring sizes ``m`` of ``Z_2^m`` the encoding supports (64, the default, or 32)."""
 _FLOAT_EXACT = 2.0**52  # |v * scale| below this keeps floor() and the fraction exact
+
+
+def _check_modulus_bits(modulus_bits: object) -> int:
+    if isinstance(modulus_bits, bool) or modulus_bits not in MODULUS_BITS:
+        raise EncodingError(f"modulus_bits must be one of {MODULUS_BITS}, got {modulus_bits!r}.")
+    return int(modulus_bits)
 
 
 @dataclass(frozen=True, eq=False)
 class FixedPointEncoding:
-    """Per-coordinate fixed-point encoding into Z_{2^64} for a sum of ``max_clients`` inputs.
+    """Per-coordinate fixed-point encoding into Z_{2^m} for a sum of ``max_clients`` inputs.
 
     Parameters
     ----------
@@ -48,17 +62,21 @@ class FixedPointEncoding:
         Per-client absolute bound ``B_j`` on the values each client encodes.
     max_clients : int
         Largest number of inputs that may be summed.
+    modulus_bits : {64, 32}
+        ``m``: the sum lives in ``Z_2^m`` (32 halves the bytes of every masked vector).
 
     Raises
     ------
     EncodingError
-        If the settings could wrap: ``max_clients * (B_j * scale_j + 1) >= 2^63`` for some
-        ``j``, or ``B_j * scale_j > 2^52`` (float64 rounding would no longer be exact).
+        If the settings could wrap: ``max_clients * (B_j * scale_j + 1) >= 2^(m-1)`` for
+        some ``j``, or ``B_j * scale_j > 2^52`` (float64 rounding would no longer be exact),
+        or ``modulus_bits`` is not 64 or 32.
     """
 
     scales: FloatArray
     bounds: FloatArray
     max_clients: int
+    modulus_bits: int = 64
 
     def __post_init__(self) -> None:
         scales, bounds = _frozen(self.scales), _frozen(self.bounds)
@@ -74,6 +92,7 @@ class FixedPointEncoding:
             raise EncodingError("bounds must be finite and non-negative.")
         if isinstance(self.max_clients, bool) or int(self.max_clients) < 1:
             raise EncodingError(f"max_clients must be >= 1, got {self.max_clients}.")
+        bits = _check_modulus_bits(self.modulus_bits)
         products = bounds * scales
         peak = float(products.max())
         if peak > _FLOAT_EXACT:
@@ -81,28 +100,41 @@ class FixedPointEncoding:
                 f"bound * scale = {peak:.3g} exceeds 2^52; lower the scale for exact rounding."
             )
         worst = float(self.max_clients * (peak + 1.0))
-        if worst >= _HALF_RING:
+        if worst >= 2.0 ** (bits - 1):
             j = int(np.argmax(products))
             raise EncodingError(
                 f"a sum of {self.max_clients} values bounded by {bounds[j]:.6g} at scale "
-                f"{scales[j]:.6g} could reach {worst:.4g} >= 2^63 and wrap in Z_2^64; "
-                "lower the scale, the bound or the number of clients."
+                f"{scales[j]:.6g} could reach {worst:.4g} >= 2^{bits - 1} and wrap in "
+                f"Z_2^{bits}; lower the scale, the bound or the number of clients."
             )
         object.__setattr__(self, "scales", scales)
         object.__setattr__(self, "bounds", bounds)
         object.__setattr__(self, "max_clients", int(self.max_clients))
+        object.__setattr__(self, "modulus_bits", bits)
 
     @property
     def length(self) -> int:
         """The vector length ``d``."""
         return int(self.scales.size)
 
+    @property
+    def word_bytes(self) -> int:
+        """Bytes per coordinate of a vector on the wire (``m / 8``)."""
+        return self.modulus_bits // 8
+
+    def reduce(self, words: U64Array) -> U64Array:
+        """Return ``words mod 2^m`` (a new array; ``words`` itself when ``m = 64``)."""
+        if self.modulus_bits == 64:
+            return words
+        out: U64Array = words & np.uint64((1 << self.modulus_bits) - 1)
+        return out
+
     def max_decoding_error(self, count: int) -> FloatArray:
         """Return the per-coordinate bound ``count / scale_j`` on the decoding error."""
         return count / self.scales
 
     def encode(self, values: FloatArray, *, rng: np.random.Generator) -> U64Array:
-        """Encode one client's vector, rounding stochastically with ``rng``.
+        """Encode one client's vector, rounding stochastically with ``rng`` (words ``< 2^m``).
 
         Raises
         ------
@@ -127,10 +159,13 @@ class FixedPointEncoding:
         scaled = values * self.scales
         floor = np.floor(scaled)
         rounded = floor + (rng.random(self.length) < (scaled - floor))
-        return rounded.astype(np.int64).view(np.uint64)
+        return self.reduce(rounded.astype(np.int64).view(np.uint64))
 
     def decode(self, total: U64Array, count: int) -> FloatArray:
-        """Decode the ring sum of ``count`` encoded vectors (read as signed 64-bit)."""
+        """Decode the ring sum of ``count`` encoded vectors (low ``m`` bits read as signed).
+
+        ``total`` may be the sum in ``Z_2^64`` or already reduced mod ``2^m``.
+        """
         if count > self.max_clients:
             raise EncodingError(
                 f"sum of {count} inputs exceeds max_clients={self.max_clients} of the encoding."
@@ -140,6 +175,9 @@ class FixedPointEncoding:
                 f"encoded sum must be uint64 of shape ({self.length},), got "
                 f"{total.dtype} {total.shape}."
             )
+        if self.modulus_bits == 32:
+            signed = self.reduce(total).astype(np.uint32).view(np.int32)
+            return signed.astype(np.float64) / self.scales
         return total.view(np.int64).astype(np.float64) / self.scales
 
 
@@ -169,6 +207,7 @@ def choose_encoding(
     noise_std: float | FloatArray = 0.0,
     noise_tail: float = 12.0,
     min_scale: float = 1.0,
+    modulus_bits: int = 64,
 ) -> FixedPointEncoding:
     """Choose the largest power-of-two scales so that a sum of ``n`` inputs cannot wrap.
 
@@ -188,11 +227,13 @@ def choose_encoding(
         coordinate at the default).
     min_scale : float
         Smallest acceptable scale; a setting that would need a smaller one is refused.
+    modulus_bits : {64, 32}
+        ``m`` of the ring ``Z_2^m``.
 
     Returns
     -------
     FixedPointEncoding
-        With ``scale_j = 2^floor(log2(min((2^63 / n - 1) / B_j, 2^52 / B_j)))``; decoding
+        With ``scale_j = 2^floor(log2(min((2^(m-1) / n - 2) / B_j, 2^52 / B_j)))``; decoding
         error below ``n / scale_j``.
 
     Raises
@@ -202,6 +243,7 @@ def choose_encoding(
     """
     if isinstance(n, bool) or n < 1:
         raise EncodingError(f"n must be >= 1, got {n}.")
+    bits = _check_modulus_bits(modulus_bits)
     clip = np.atleast_1d(np.asarray(bound, dtype=np.float64))
     sigma = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), clip.shape)
     if not (np.all(np.isfinite(clip)) and np.all(clip >= 0)):
@@ -212,12 +254,12 @@ def choose_encoding(
         raise EncodingError(f"noise_tail must be finite and >= 0, got {noise_tail}.")
     stated = clip + noise_tail * sigma
     safe = np.maximum(stated, 2.0**-30)  # an all-zero coordinate still gets a finite scale
-    limit = np.minimum((_HALF_RING / n - 2.0) / safe, _FLOAT_EXACT / safe)
+    limit = np.minimum((2.0 ** (bits - 1) / n - 2.0) / safe, _FLOAT_EXACT / safe)
     if np.any(limit < min_scale):
         j = int(np.argmin(limit))
         raise EncodingError(
             f"n={n} clients with per-client bound {stated[j]:.6g} admit scale at most "
-            f"{limit[j]:.4g} < min_scale={min_scale:.4g}: the sum could wrap in Z_2^64."
+            f"{limit[j]:.4g} < min_scale={min_scale:.4g}: the sum could wrap in Z_2^{bits}."
         )
     scales = np.exp2(np.floor(np.log2(limit)))
-    return FixedPointEncoding(scales=scales, bounds=stated, max_clients=n)
+    return FixedPointEncoding(scales=scales, bounds=stated, max_clients=n, modulus_bits=bits)
