@@ -268,7 +268,7 @@ class SecAggClient:
             ck, mks = msg.channel_keys[row], msg.mask_keys[row]
             if len(mks) != blob:
                 self._split_mask_keys(mks)  # raises, naming the length
-            for key in (ck, *(mks[o : o + size] for o in range(0, blob, size))):
+            for key in (ck, mks) if blob == size else (ck, *self._split_mask_keys(mks)):
                 norm = crypto.normalised_public_key(key)  # validated: large order, 32 bytes
                 if norm in seen:
                     raise MessageRejected(f"client {j} reuses a public key; rejected.")
