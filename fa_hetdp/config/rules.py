@@ -37,6 +37,7 @@ from fa_hetdp.config.secagg import (
     AUTO,
     THREAT_MODELS,
     auto_together,
+    modulus_supported,
     neighbours_even,
     parameters_exist,
     threshold_within_holders,
@@ -301,6 +302,7 @@ FIELDS: Final[Mapping[str, Field]] = {
     "dropout_tolerance": Field((Real(low=0.0, high=1.0, high_open=True),)),  # secagg delta
     "security_bits": Field((Real(low=0.0, high=256.0, low_open=True),)),  # sigma
     "correctness_bits": Field((Real(low=0.0, high=256.0, low_open=True),)),  # eta
+    "modulus_bits": Field((Integer(),)),  # m of Z_2^m: 64 or 32 (rule modulus-bits)
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),
@@ -426,6 +428,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
         "threshold",
     ),
     CrossRule("auto-together", ("neighbours", "threshold"), auto_together, "threshold"),
+    CrossRule("modulus-bits", ("modulus_bits",), modulus_supported, "modulus_bits"),
     CrossRule(
         "secagg-parameters-exist",
         (

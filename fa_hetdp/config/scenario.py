@@ -161,6 +161,7 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "dropout_tolerance": ("secagg.dropout_tolerance", 0.0),
     "security_bits": ("secagg.security_bits", _SA.security_bits),
     "correctness_bits": ("secagg.correctness_bits", _SA.correctness_bits),
+    "modulus_bits": ("secagg.modulus_bits", _SA.modulus_bits),
     "repeats": ("experiment.repeats", 100),
     "seed": ("experiment.seed", 0),
 }
@@ -236,6 +237,7 @@ def _settings(
             dropout_tolerance=float(values["dropout_tolerance"]),
             security_bits=float(values["security_bits"]),
             correctness_bits=float(values["correctness_bits"]),
+            modulus_bits=int(values["modulus_bits"]),
         )
     experiment: Any = MISSING
     if ok("repeats") and ok("seed"):

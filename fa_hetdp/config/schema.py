@@ -224,6 +224,10 @@ class SecAggSpec:
     security_bits, correctness_bits : float
         sigma and eta: failure bounds ``2^-sigma`` (an input exposed) and ``2^-eta`` (a sum
         that cannot complete), over all ``n`` clients.
+    modulus_bits : {64, 32}
+        The ring ``Z_2^m`` of the masked sums: 32 halves the bytes of every masked vector
+        and is refused (before anything is sent) where a sum could wrap
+        (:mod:`fa_hetdp.secagg.encoding`).
     """
 
     threshold: float | int | Literal["auto"] = DEFAULT_SECAGG_THRESHOLD
@@ -235,6 +239,7 @@ class SecAggSpec:
     dropout_tolerance: float = 0.0
     security_bits: float = DEFAULT_SECURITY_BITS
     correctness_bits: float = DEFAULT_CORRECTNESS_BITS
+    modulus_bits: int = 64
 
     def parameters(self, num_clients: int) -> SecAggParameters:
         """Return the degree ``k``, threshold ``t`` and guarantee for ``num_clients`` clients.
@@ -416,6 +421,7 @@ class Scenario:
                 "dropout_tolerance": self.secagg.dropout_tolerance,
                 "security_bits": self.secagg.security_bits,
                 "correctness_bits": self.secagg.correctness_bits,
+                "modulus_bits": self.secagg.modulus_bits,
             },
             "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
             "derived": {

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
+from fa_hetdp.secagg.encoding import MODULUS_BITS
 from fa_hetdp.secagg.params import (
     THREAT_MODELS,
     SecAggParameters,
@@ -46,9 +47,11 @@ __all__ = [
     "DEFAULT_SECAGG_THRESHOLD",
     "DEFAULT_SECURITY_BITS",
     "MIN_SPARSE_DEGREE",
+    "MODULUS_BITS",
     "THREAT_MODELS",
     "auto_parameters",
     "graph_degree",
+    "modulus_supported",
     "resolve_graph",
     "resolve_threshold",
     "secagg_parameters",
@@ -195,6 +198,15 @@ def secagg_parameters(
 # --------------------------------------------------------------------------------------------
 # Rules between settings (declared in fa_hetdp.config.rules.CROSS_RULES)
 # --------------------------------------------------------------------------------------------
+
+
+def modulus_supported(v: Mapping[str, Any]) -> str | None:
+    """Rule ``modulus-bits``: the ring is ``Z_2^64`` or ``Z_2^32`` (:data:`MODULUS_BITS`)."""
+    if v["modulus_bits"] not in MODULUS_BITS:
+        return (
+            f"must be one of {MODULUS_BITS} (the ring Z_2^m of the sums), got {v['modulus_bits']}"
+        )
+    return None
 
 
 def neighbours_even(v: Mapping[str, Any]) -> str | None:

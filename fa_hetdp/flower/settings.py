@@ -271,6 +271,8 @@ class RunSettings:
         The stated adversary: gamma, secure aggregation's delta, sigma and eta (see
         :mod:`fa_hetdp.config.secagg`); they choose ``(k, t)`` when the scenario says
         ``"auto"`` and state the guarantee of :meth:`secagg_parameters`.
+    modulus_bits : {64, 32}
+        The ring ``Z_2^m`` of the masked sums (the scenario's ``[secagg] modulus_bits``).
     """
 
     scenario: Scenario
@@ -293,6 +295,7 @@ class RunSettings:
     dropout_tolerance: float = 0.0
     security_bits: float = 40.0
     correctness_bits: float = 20.0
+    modulus_bits: int = 64
 
     def secagg_parameters(self) -> SecAggParameters:
         """Return this run's ``(k, t)`` with its guarantee (``.guarantee()``: in words).
@@ -388,6 +391,7 @@ class RunSettings:
             dropout_tolerance=float(values["dropout_tolerance"]),
             security_bits=float(values["security_bits"]),
             correctness_bits=float(values["correctness_bits"]),
+            modulus_bits=scenario.secagg.modulus_bits,
         )
 
 
