@@ -105,9 +105,10 @@ client dropped; :class:`ProtocolAborted` ends the session (never a wrong sum). T
 encoding of each summation comes from :func:`choose_encoding` (or
 :class:`FixedPointEncoding`) with the clients' stated per-coordinate bounds.
 
-Encoding: inputs are fixed-point numbers in Z_{2^64} with stochastic rounding
-(:mod:`fa_hetdp.secagg.encoding`); :func:`choose_encoding` picks scales from ``n``, the clip
-bound and the noise share's sigma so the sum cannot wrap, and refuses settings that could.
+Encoding: inputs are fixed-point numbers in Z_{2^64}, or Z_{2^32} (``modulus_bits=32``: half
+the bytes per masked vector), with stochastic rounding (:mod:`fa_hetdp.secagg.encoding`);
+:func:`choose_encoding` picks scales from ``n``, the clip bound and the noise share's sigma so
+the sum cannot wrap, and refuses settings that could.
 """
 
 from fa_hetdp.secagg.client import SecAggClient

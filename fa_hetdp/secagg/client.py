@@ -371,7 +371,10 @@ class SecAggClient:
             )
         try:
             encoding = FixedPointEncoding(
-                scales=msg.scales, bounds=msg.bounds, max_clients=msg.max_clients
+                scales=msg.scales,
+                bounds=msg.bounds,
+                max_clients=msg.max_clients,
+                modulus_bits=msg.modulus_bits,
             )
         except EncodingError as exc:
             raise MessageRejected(f"request carries an unusable encoding: {exc}") from None
@@ -387,11 +390,12 @@ class SecAggClient:
         me = self.client_id  # + PRG(b_s) + PRG(m_ijs) for j > i, - PRG(m_ijs) for j < i
         add = [self.seeds[s], *(pair_keys[j][s] for j in alive if j > me)]
         total = crypto.mask_sum(encoded, add, [pair_keys[j][s] for j in alive if j < me])
+        vector = total if encoding.modulus_bits == 64 else total.astype(np.uint32)  # mod 2^32
         self.held_shares, self.alive, self.pair_keys = held, alive, pair_keys
         self.next_summation = s + 1
         self.pending_unmask = s
         return MaskedInput(
-            session=self.session, sender=self.client_id, summation=s, vector=total
+            session=self.session, sender=self.client_id, summation=s, vector=vector
         ).to_dict()
 
     def _open_shares(self, msg: MaskedInputRequest) -> tuple[dict[int, bytes], tuple[int, ...]]:

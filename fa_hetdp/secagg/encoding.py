@@ -34,10 +34,11 @@ import numpy.typing as npt
 
 from fa_hetdp.secagg.errors import EncodingError
 
-__all__ = ["MODULUS_BITS", "FixedPointEncoding", "FloatArray", "choose_encoding"]
+__all__ = ["MODULUS_BITS", "FixedPointEncoding", "FloatArray", "U32Array", "choose_encoding"]
 
 FloatArray = npt.NDArray[np.float64]
 U64Array = npt.NDArray[np.uint64]
+U32Array = npt.NDArray[np.uint32]
 
 MODULUS_BITS: Final = (64, 32)
 """The ring sizes ``m`` of ``Z_2^m`` the encoding supports (64, the default, or 32)."""

@@ -48,4 +48,4 @@ class ProtocolAborted(SecAggError, RuntimeError):  # noqa: N818 (name fixed by t
 
 
 class EncodingError(SecAggError, ValueError):
-    """Fixed-point settings that could wrap in Z_{2^64}, or a value outside its stated bound."""
+    """Fixed-point settings that could wrap in Z_{2^m}, or a value outside its stated bound."""

@@ -139,6 +139,7 @@ class InProcessSession:
         bounds: float | FloatArray | None = None,
         noise_std: float | FloatArray = 0.0,
         dropouts: Dropouts | None = None,
+        modulus_bits: int = 64,
     ) -> SumResult:
         """Run one summation over the rows of ``vectors`` (rows of dropped clients ignored).
 
@@ -155,6 +156,8 @@ class InProcessSession:
             (widens the stated bound, see :func:`~secagg.encoding.choose_encoding`).
         dropouts : mapping, optional
             Clients that drop before ``"masked_input"`` or before ``"unmask"``.
+        modulus_bits : {64, 32}
+            The ring ``Z_2^m`` of the sum (:class:`~secagg.encoding.FixedPointEncoding`).
         """
         values = np.asarray(vectors)
         if values.dtype != np.float64 or values.ndim != 2 or values.shape[0] != self.n:
@@ -168,7 +171,9 @@ class InProcessSession:
         else:
             clip, tail = np.broadcast_to(np.asarray(bounds, dtype=np.float64), (d,)), 12.0
         sigma = np.broadcast_to(np.asarray(noise_std, dtype=np.float64), (d,))
-        encoding = choose_encoding(self.n, clip, noise_std=sigma, noise_tail=tail)
+        encoding = choose_encoding(
+            self.n, clip, noise_std=sigma, noise_tail=tail, modulus_bits=modulus_bits
+        )
         with _gc_paused():
             return self._summation(values, encoding, dropouts)
 
@@ -210,6 +215,7 @@ def run_in_process(
     noise_std: float | FloatArray = ...,
     threat_model: ThreatModel = ...,
     gamma: float = ...,
+    modulus_bits: int = ...,
 ) -> SumResult: ...
 
 
@@ -225,6 +231,7 @@ def run_in_process(
     noise_std: float | FloatArray = ...,
     threat_model: ThreatModel = ...,
     gamma: float = ...,
+    modulus_bits: int = ...,
 ) -> list[SumResult]: ...
 
 
@@ -239,6 +246,7 @@ def run_in_process(
     noise_std: float | FloatArray = 0.0,
     threat_model: ThreatModel = "honest-but-curious",
     gamma: float = 0.0,
+    modulus_bits: int = 64,
 ) -> SumResult | list[SumResult]:
     """Run a whole secure-aggregation session over ``n`` in-process clients.
 
@@ -260,6 +268,8 @@ def run_in_process(
         See :meth:`InProcessSession.sum`.
     threat_model, gamma
         See :class:`InProcessSession`.
+    modulus_bits : {64, 32}
+        The ring ``Z_2^m`` of every sum.
 
     Returns
     -------
@@ -285,7 +295,9 @@ def run_in_process(
         gamma=gamma,
     )
     results = [
-        session.sum(batch, bounds=bounds, noise_std=noise_std, dropouts=dropouts)
+        session.sum(
+            batch, bounds=bounds, noise_std=noise_std, dropouts=dropouts, modulus_bits=modulus_bits
+        )
         for batch in batches
     ]
     return results[0] if single else results

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from fa_hetdp.secagg.encoding import U32Array
 from fa_hetdp.secagg.errors import MessageRejected
 from fa_hetdp.secagg.shamir import LIMBS, PRIME
 
@@ -359,8 +360,9 @@ class ShareKeys(Message):
 class MaskedInputRequest(Message):
     """Server -> one client: start summation ``summation`` (round 2 request).
 
-    Carries the fixed-point encoding (``scales``, ``bounds``, ``max_clients``) and, in the
-    first summation only, the ciphertexts addressed to ``recipient`` with their senders.
+    Carries the fixed-point encoding (``scales``, ``bounds``, ``max_clients``, the ring
+    ``Z_2^m`` as ``modulus_bits``) and, in the first summation only, the ciphertexts
+    addressed to ``recipient`` with their senders.
     """
 
     TAG: ClassVar[bytes] = b"secagg/masked-input-request"
@@ -372,6 +374,7 @@ class MaskedInputRequest(Message):
     max_clients: int
     senders: tuple[int, ...]
     ciphertexts: tuple[bytes, ...]
+    modulus_bits: int = 64
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> MaskedInputRequest:
@@ -391,6 +394,7 @@ class MaskedInputRequest(Message):
             scales=scales,
             bounds=bounds,
             max_clients=_int(data["max_clients"], "max_clients", 1),
+            modulus_bits=_int(data["modulus_bits"], "modulus_bits", 32, 64),  # 32 or 64: encoding
             senders=senders,
             ciphertexts=ciphertexts,
         )
@@ -398,21 +402,23 @@ class MaskedInputRequest(Message):
 
 @dataclass(frozen=True, eq=False)
 class MaskedInput(Message):
-    """Client -> server: the masked, encoded vector in Z_{2^64} (round 2 reply)."""
+    """Client -> server: the masked, encoded vector in Z_{2^m}, uint64 or uint32 (round 2 reply)."""
 
     TAG: ClassVar[bytes] = b"secagg/masked-input"
     session: bytes
     sender: int
     summation: int
-    vector: npt.NDArray[np.uint64]
+    vector: npt.NDArray[np.uint64] | U32Array
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> MaskedInput:
+        vector = data["vector"]  # uint32: Z_2^32 (the server checks the summation's width)
+        word = np.uint32 if getattr(vector, "dtype", None) == np.uint32 else np.uint64
         return cls(
             session=_bytes(data["session"], "session"),
             sender=_int(data["sender"], "sender"),
             summation=_int(data["summation"], "summation", 0, 63),
-            vector=_array(data["vector"], "vector", np.uint64, 1),
+            vector=_array(vector, "vector", word, 1),
         )
 
 

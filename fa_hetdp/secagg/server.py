@@ -24,7 +24,7 @@ import numpy as np
 from fa_hetdp.secagg import crypto
 from fa_hetdp.secagg.consistency import consistency_payload
 from fa_hetdp.secagg.crypto import U64Array
-from fa_hetdp.secagg.encoding import FixedPointEncoding, FloatArray
+from fa_hetdp.secagg.encoding import FixedPointEncoding, FloatArray, U32Array
 from fa_hetdp.secagg.errors import EncodingError, MessageRejected, ProtocolAborted
 from fa_hetdp.secagg.graph import Neighbours, choose_graph
 from fa_hetdp.secagg.messages import (
@@ -57,7 +57,7 @@ class SumResult:
     sum : FloatArray
         The decoded sum of the survivors' inputs.
     raw : numpy.ndarray of uint64
-        The exact sum of the encoded inputs in Z_{2^64}.
+        The exact sum of the encoded inputs in Z_{2^m} (``m = encoding.modulus_bits``).
     survivors : tuple of int
         Clients whose inputs are in the sum.
     dropped : tuple of int
@@ -156,7 +156,7 @@ class SecAggServer:
         self.eligible: tuple[int, ...] = ()
         self._eligible_set: frozenset[int] = frozenset()
         self.encoding: FixedPointEncoding | None = None
-        self.inputs: dict[int, U64Array] = {}
+        self.inputs: dict[int, U64Array | U32Array] = {}
         self.survivors: tuple[int, ...] = ()
         self.dropped: tuple[int, ...] = ()
         self._survivor_set: frozenset[int] = frozenset()
@@ -364,6 +364,7 @@ class SecAggServer:
                 scales=encoding.scales,
                 bounds=encoding.bounds,
                 max_clients=encoding.max_clients,
+                modulus_bits=encoding.modulus_bits,
                 senders=tuple(s for s, _ in inbox) if first else empty,
                 ciphertexts=tuple(b for _, b in inbox) if first else empty,
             ).to_dict()
@@ -393,6 +394,12 @@ class SecAggServer:
             raise MessageRejected(
                 f"masked input of client {msg.sender} has shape {msg.vector.shape}, expected "
                 f"({self.encoding.length if self.encoding else '?'},)."
+            )
+        word = np.uint64 if self.encoding.modulus_bits == 64 else np.uint32
+        if msg.vector.dtype != word:
+            raise MessageRejected(
+                f"masked input of client {msg.sender} has {msg.vector.dtype} words, expected "
+                f"{np.dtype(word)} (Z_2^{self.encoding.modulus_bits})."
             )
         self.inputs[msg.sender] = msg.vector
 
@@ -564,6 +571,7 @@ class SecAggServer:
             pairs = list(zip(peers, keys_ij, strict=True))
             add, sub = [k for i, k in pairs if j < i], [k for i, k in pairs if j > i]
             total = crypto.mask_sum(total, add, sub)
+        total = self.encoding.reduce(total)  # Z_2^64 -> Z_2^m (m divides: the same sum)
         result = SumResult(
             summation=s,
             sum=self.encoding.decode(total, len(self.survivors)),

@@ -307,6 +307,7 @@ class HeterogeneityStrategy:
             plan.contribution_bounds(stage),
             noise_std=plan.share_tail_bounds(stage),
             noise_tail=1.0,
+            modulus_bits=self.settings.modulus_bits,
         )
 
     def run(self, transport: Transport) -> dict[str, Any]:
