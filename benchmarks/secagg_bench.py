@@ -23,9 +23,11 @@ the CPU time to the floor of its primitives (every X25519 agreement and AES-CTR 
 the session, timed alone on this machine; :func:`primitive_floor`). Rows with n <= 1000 keep
 the best of ``--scale-repeats`` (3) sessions and floors. Then the phases and a cProfile of the
 largest d = 3072 row with n <= 3000.
-``--params`` prints the (k, t) table of ``choose_parameters``.
+``--params`` prints the (k, t) table of ``choose_parameters``. ``--ring`` compares the
+Z_2^32 option with the Z_2^64 default on the same sessions (n = 100, 500, 1000; ``--quick``:
+100): bytes per client (masked input, whole session) and times, best of 3.
 
-Run: ``python benchmarks/secagg_bench.py [--quick | --scale | --params]``.
+Run: ``python benchmarks/secagg_bench.py [--quick | --scale | --params | --ring]``.
 """
 
 from __future__ import annotations
@@ -73,13 +75,14 @@ def payload_bytes(message: dict[str, Any]) -> int:
     return total
 
 
-def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
+def run_ours(n: int, neighbours: Any, seed: int = 0, modulus_bits: int = 64) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     vectors = rng.uniform(-1.0, 1.0, size=(n, D))
     dropped = set(rng.choice(n, size=int(DROP * n), replace=False).tolist())
     threshold = default_threshold(n, neighbours)
     client_time = np.zeros(n)
     sent = np.zeros(n)
+    sent_masked = np.zeros(n)  # the masked-input replies alone (m/8 bytes per coordinate)
     server_time = 0.0
     wall = time.perf_counter()
     cpu = time.process_time()
@@ -89,6 +92,8 @@ def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
         reply = method(*args, **kwargs)
         client_time[i] += time.perf_counter() - start
         sent[i] += payload_bytes(reply)
+        if method.__name__ == "masked_input":
+            sent_masked[i] += payload_bytes(reply)
         return reply
 
     def timed_server(method: Any, *args: Any) -> Any:
@@ -108,7 +113,7 @@ def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
     directories = timed_server(server.key_directory)
     for i, c in enumerate(clients):
         timed_server(server.receive_share_keys, timed_client(i, c.share_keys, directories[i]))
-    encoding = choose_encoding(n, np.ones(D))
+    encoding = choose_encoding(n, np.ones(D), modulus_bits=modulus_bits)
     requests = timed_server(server.start_summation, encoding)
     streams = rng.spawn(n)
     for i, request in requests.items():
@@ -129,6 +134,7 @@ def run_ours(n: int, neighbours: Any, seed: int = 0) -> dict[str, float]:
         "client_s": float(client_time[keep].mean()),
         "server_s": server_time,
         "bytes": float(sent[keep].mean()),
+        "masked_bytes": float(sent_masked[keep].mean()),
         "wall_s": wall,
         "cpu_s": cpu,
         "k": float(server.graph.degree),
@@ -437,6 +443,34 @@ def print_params() -> None:
     print(choose_parameters(1000, gamma=0.125, delta=0.125).guarantee())
 
 
+def print_ring(sizes: list[int], repeats: int = 3) -> None:
+    """Z_2^32 against Z_2^64 (issue 12): the same sessions, k-regular graph, best of ``repeats``.
+
+    Bytes per client: the masked-input reply alone and the whole session (keys and shares
+    included); times: a client's four methods (mean), the server's, the session's wall.
+    """
+    print(
+        f"# secagg in Z_2^32 vs Z_2^64, d = {D}, {DROP:.0%} dropouts, k-regular, best of "
+        f"{repeats}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "| n | ring | masked input KiB/client | session KiB/client | client ms | server s "
+        "| wall s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for n in sizes:
+        for bits in (64, 32):
+            runs = [run_ours(n, None, seed=r, modulus_bits=bits) for r in range(repeats)]
+            best = {key: min(r[key] for r in runs) for key in ("client_s", "server_s", "wall_s")}
+            print(
+                f"| {n} | Z_2^{bits} | {runs[0]['masked_bytes'] / 1024:.1f} | "
+                f"{runs[0]['bytes'] / 1024:.1f} | {1e3 * best['client_s']:.2f} | "
+                f"{best['server_s']:.2f} | {best['wall_s']:.2f} |",
+                flush=True,
+            )
+    print(f"load average now {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n = 100 only")
@@ -457,7 +491,13 @@ def main() -> None:
     parser.add_argument("--scale-row", type=int, nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--params", action="store_true", help="the (k, t) table only")
+    parser.add_argument(
+        "--ring", action="store_true", help="Z_2^32 against Z_2^64: bytes and time per client"
+    )
     args = parser.parse_args()
+    if args.ring:
+        print_ring([100] if args.quick else [100, 500, 1000])
+        return
     if args.scale_row:
         n, d, repeats = args.scale_row
         print(json.dumps(scale_row(n, d, profile=args.profile, repeats=repeats)))
