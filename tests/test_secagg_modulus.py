@@ -144,3 +144,5 @@ def test_flower_run_in_z_2_32_matches_the_64_bit_run(tmp_path: Path) -> None:
     # The same seeded noise; the means differ only by the two encodings' errors (Eq.: n/scale).
     np.testing.assert_array_less(np.abs(got - want), (err32[:d] + err64[:d]) / 6 + 1e-12)
     assert narrow["privacy"]["epsilon_spent"] == wide["privacy"]["epsilon_spent"]
+    # The result document says which ring the masked words lived in.
+    assert (wide["secagg"]["modulus_bits"], narrow["secagg"]["modulus_bits"]) == (64, 32)

@@ -184,7 +184,7 @@ def privacy_section(
 
 
 def secagg_section(settings: RunSettings) -> dict[str, Any]:
-    """Return the secure-aggregation section: gamma, delta, sigma, eta, (k, t), the guarantee.
+    """Return the secure-aggregation section: gamma, delta, sigma, eta, (k, t), guarantee, ring.
 
     ``degree`` and ``threshold`` are the run's (``settings.neighbours``, ``.threshold``);
     ``guarantee`` is :meth:`secagg.params.SecAggParameters.guarantee` in words.
@@ -201,6 +201,7 @@ def secagg_section(settings: RunSettings) -> dict[str, Any]:
         "privacy_failure_log2": _number(p.privacy_failure),
         "correctness_failure_log2": _number(p.correctness_failure),
         "guarantee": p.guarantee(),
+        "modulus_bits": settings.modulus_bits,  # the ring Z_2^m the masked words live in
     }
 
 
