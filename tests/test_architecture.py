@@ -132,6 +132,28 @@ def import_violations(root: Path) -> list[str]:
     return out
 
 
+def absolute_imports_in_secagg(root: Path) -> list[str]:
+    """Absolute imports of ``fa_hetdp`` inside secagg, as ``"file: module"``.
+
+    secagg refers to its own modules relatively, so it names nothing of the project: it is the
+    same transport-agnostic package under any install name.
+    """
+    out: list[str] = []
+    for path in sorted((root / "fa_hetdp" / "secagg").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            out.extend(
+                f"{path.relative_to(root).as_posix()}: {name}"
+                for name in names
+                if name.split(".")[0] == "fa_hetdp"
+            )
+    return out
+
+
 def long_modules(root: Path, limit: int = MAX_LINES) -> list[str]:
     """Modules of the packages longer than ``limit`` lines, as ``"file: N lines"``."""
     out = []
@@ -285,6 +307,21 @@ def test_import_rule_allows_the_codec_cli_and_shared_modules(tmp_path: Path) -> 
         },
     )
     assert import_violations(root) == []
+
+
+def test_secagg_imports_itself_relatively() -> None:
+    assert absolute_imports_in_secagg(ROOT) == []
+
+
+def test_secagg_rule_catches_an_absolute_self_import(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "fa_hetdp/secagg/ok.py": "from . import crypto\nfrom .errors import E\n",
+            "fa_hetdp/secagg/bad.py": "def f():\n    from fa_hetdp.secagg.crypto import kdf\n",
+        },
+    )
+    assert absolute_imports_in_secagg(root) == ["fa_hetdp/secagg/bad.py: fa_hetdp.secagg.crypto"]
 
 
 def test_length_rule_catches_a_long_module(tmp_path: Path) -> None:

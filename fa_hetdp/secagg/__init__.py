@@ -111,25 +111,25 @@ the bytes per masked vector), with stochastic rounding (:mod:`fa_hetdp.secagg.en
 the sum cannot wrap, and refuses settings that could.
 """
 
-from fa_hetdp.secagg.client import SecAggClient
-from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
-from fa_hetdp.secagg.errors import (
+from .client import SecAggClient
+from .encoding import FixedPointEncoding, choose_encoding
+from .errors import (
     EncodingError,
     MessageRejected,
     ProtocolAborted,
     SecAggError,
     UnmaskRefused,
 )
-from fa_hetdp.secagg.graph import (
+from .graph import (
     NeighbourGraph,
     complete_graph,
     default_degree,
     random_harary_graph,
 )
-from fa_hetdp.secagg.inprocess import InProcessSession, default_threshold, run_in_process
-from fa_hetdp.secagg.messages import join_arrays, parse_message, split_arrays
-from fa_hetdp.secagg.params import SecAggParameters, choose_parameters, min_signatures
-from fa_hetdp.secagg.server import SecAggServer, SumResult
+from .inprocess import InProcessSession, default_threshold, run_in_process
+from .messages import join_arrays, parse_message, split_arrays
+from .params import SecAggParameters, choose_parameters, min_signatures
+from .server import SecAggServer, SumResult
 
 __all__ = [
     "EncodingError",

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp.secagg import crypto
-from fa_hetdp.secagg.consistency import check_safe, check_signatures, consistency_payload
-from fa_hetdp.secagg.encoding import FixedPointEncoding, FloatArray
-from fa_hetdp.secagg.errors import EncodingError, MessageRejected, ProtocolAborted
-from fa_hetdp.secagg.messages import (
+from . import crypto
+from .consistency import check_safe, check_signatures, consistency_payload
+from .encoding import FixedPointEncoding, FloatArray
+from .errors import EncodingError, MessageRejected, ProtocolAborted
+from .messages import (
     AdvertiseKeys,
     ConsistencyRequest,
     ConsistencyResponse,
@@ -37,10 +37,10 @@ from fa_hetdp.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fa_hetdp.secagg.params import THREAT_MODELS, ThreatModel
-from fa_hetdp.secagg.refusals import check_directory, check_unmask_request
-from fa_hetdp.secagg.shamir import LIMBS, share, validate_shares
-from fa_hetdp.secagg.state import dump_client, load_client
+from .params import THREAT_MODELS, ThreatModel
+from .refusals import check_directory, check_unmask_request
+from .shamir import LIMBS, share, validate_shares
+from .state import dump_client, load_client
 
 __all__ = ["SecAggClient", "share_aad"]
 

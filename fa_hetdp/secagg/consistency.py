@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fa_hetdp.secagg import crypto
-from fa_hetdp.secagg.errors import MessageRejected, UnmaskRefused
-from fa_hetdp.secagg.params import min_signatures
+from . import crypto
+from .errors import MessageRejected, UnmaskRefused
+from .params import min_signatures
 
 if TYPE_CHECKING:
-    from fa_hetdp.secagg.client import SecAggClient
-    from fa_hetdp.secagg.messages import UnmaskRequest
+    from .client import SecAggClient
+    from .messages import UnmaskRequest
 
 __all__ = ["check_safe", "check_signatures", "consistency_payload"]
 

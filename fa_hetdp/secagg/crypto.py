@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from fa_hetdp.secagg.errors import MessageRejected
+from .errors import MessageRejected
 
 __all__ = [
     "DOMAIN",

@@ -32,7 +32,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp.secagg.errors import EncodingError
+from .errors import EncodingError
 
 __all__ = ["MODULUS_BITS", "FixedPointEncoding", "FloatArray", "U32Array", "choose_encoding"]
 

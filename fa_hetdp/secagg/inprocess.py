@@ -17,12 +17,12 @@ from typing import Literal, overload
 
 import numpy as np
 
-from fa_hetdp.secagg.client import SecAggClient
-from fa_hetdp.secagg.encoding import FixedPointEncoding, FloatArray, choose_encoding
-from fa_hetdp.secagg.errors import EncodingError, MessageRejected
-from fa_hetdp.secagg.graph import Neighbours, default_degree
-from fa_hetdp.secagg.params import ThreatModel
-from fa_hetdp.secagg.server import SecAggServer, SumResult
+from .client import SecAggClient
+from .encoding import FixedPointEncoding, FloatArray, choose_encoding
+from .errors import EncodingError, MessageRejected
+from .graph import Neighbours, default_degree
+from .params import ThreatModel
+from .server import SecAggServer, SumResult
 
 __all__ = ["InProcessSession", "Phase", "default_threshold", "run_in_process"]
 

@@ -27,9 +27,9 @@ from typing import Any, ClassVar, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp.secagg.encoding import U32Array
-from fa_hetdp.secagg.errors import MessageRejected
-from fa_hetdp.secagg.shamir import LIMBS, PRIME
+from .encoding import U32Array
+from .errors import MessageRejected
+from .shamir import LIMBS, PRIME
 
 __all__ = [
     "AdvertiseKeys",

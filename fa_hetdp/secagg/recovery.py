@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from fa_hetdp.secagg import crypto
-from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted
-from fa_hetdp.secagg.shamir import LIMBS, reconstruct, reconstruct_each
+from . import crypto
+from .errors import MessageRejected, ProtocolAborted
+from .shamir import LIMBS, reconstruct, reconstruct_each
 
 if TYPE_CHECKING:
-    from fa_hetdp.secagg.server import SecAggServer
+    from .server import SecAggServer
 
 __all__ = ["ShareRecovery"]
 

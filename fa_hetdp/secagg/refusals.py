@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
+from .errors import MessageRejected, ProtocolAborted, UnmaskRefused
 
 if TYPE_CHECKING:
-    from fa_hetdp.secagg.client import SecAggClient
-    from fa_hetdp.secagg.messages import KeyDirectory, UnmaskRequest
+    from .client import SecAggClient
+    from .messages import KeyDirectory, UnmaskRequest
 
 __all__ = ["check_directory", "check_unmask_request"]
 

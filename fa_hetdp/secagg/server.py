@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from fa_hetdp.secagg import crypto
-from fa_hetdp.secagg.consistency import consistency_payload
-from fa_hetdp.secagg.crypto import U64Array
-from fa_hetdp.secagg.encoding import FixedPointEncoding, FloatArray, U32Array
-from fa_hetdp.secagg.errors import EncodingError, MessageRejected, ProtocolAborted
-from fa_hetdp.secagg.graph import Neighbours, choose_graph
-from fa_hetdp.secagg.messages import (
+from . import crypto
+from .consistency import consistency_payload
+from .crypto import U64Array
+from .encoding import FixedPointEncoding, FloatArray, U32Array
+from .errors import EncodingError, MessageRejected, ProtocolAborted
+from .graph import Neighbours, choose_graph
+from .messages import (
     AdvertiseKeys,
     ConsistencyRequest,
     ConsistencyResponse,
@@ -40,8 +40,8 @@ from fa_hetdp.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fa_hetdp.secagg.recovery import ShareRecovery
-from fa_hetdp.secagg.shamir import PRIME
+from .recovery import ShareRecovery
+from .shamir import PRIME
 
 __all__ = ["SecAggServer", "SumResult"]
 

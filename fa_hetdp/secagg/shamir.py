@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted
+from .errors import MessageRejected, ProtocolAborted
 
 __all__ = [
     "LIMBS",

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from fa_hetdp.secagg.errors import MessageRejected
+from .errors import MessageRejected
 
 if TYPE_CHECKING:
-    from fa_hetdp.secagg.client import SecAggClient
+    from .client import SecAggClient
 
 __all__ = ["PHASES", "dump_client", "load_client"]
 
