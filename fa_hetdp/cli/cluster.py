@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +46,7 @@ __all__ = [
     "flower_app_dir",
     "free_port",
     "is_app_dir",
+    "process_stats",
     "read_progress",
     "run_simulation",
     "toml_value",
@@ -198,11 +199,16 @@ def toml_value(value: object) -> str:
     )
 
 
-def _children_by_parent() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(pid, fields)`` of every process: ``/proc/<pid>/stat`` after the command name.
+
+    ``fields`` starts with the state, the parent's pid and the process group (``stat``'s fields
+    3, 4, 5; the parenthesised command name before them may contain spaces). Nothing where
+    there is no ``/proc`` (not Linux); a process gone while it is read is skipped.
+    """
     proc = Path("/proc")
     if not proc.is_dir():
-        return children
+        return
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -210,10 +216,14 @@ def _children_by_parent() -> dict[int, list[int]]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        # Field 4 (ppid) follows the parenthesised command name, which may contain spaces.
-        fields = stat[stat.rfind(")") + 2 :].split()
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid, fields in process_stats():
         if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            children.setdefault(int(fields[1]), []).append(pid)
     return children
 
 

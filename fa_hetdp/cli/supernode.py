@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from fa_hetdp.cli.cluster import process_stats
+
 __all__ = ["add_arguments", "group_alive", "run_command", "supervise"]
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -38,8 +40,7 @@ def group_alive(pgid: int) -> bool:
     Reads ``/proc`` on Linux (a zombie waiting for a non-reaping init does not count);
     elsewhere asks the kernel (``killpg(pgid, 0)``).
     """
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -47,18 +48,10 @@ def group_alive(pgid: int) -> bool:
         except PermissionError:
             return True
         return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # After the parenthesised name: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-            return True
-    return False
+    return any(
+        len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
+        for _, fields in process_stats()
+    )
 
 
 def _end_group(pgid: int, grace: float) -> None:
