@@ -385,13 +385,7 @@ class HeterogeneityStrategy:
 
         # 2. share keys ---------------------------------------------------------------------
         directories = self._secagg(server.key_directory)  # each client: its neighbours' keys
-        payloads = {
-            nodes_of[c]: {Key.SECAGG: message}
-            for c, message in directories.items()
-            if nodes_of[c] in active
-        }
-        replies = self._step(transport, SHARE_KEYS, payloads, active)
-        self._accept(server.receive_share_keys, SHARE_KEYS, replies, ids, active)
+        self._round(transport, SHARE_KEYS, directories, server.receive_share_keys, *route)
 
         # 2b. stage 0 (adaptive_floor): a noisy histogram of the s_i^2 picks the floor ------
         floor: dict[str, float] = {}
@@ -526,32 +520,39 @@ class HeterogeneityStrategy:
         extra: Mapping[str, Any] | None = None,
     ) -> SumResult:
         requests = self._secagg(lambda: server.start_summation(encoding))
-        payloads: dict[int, dict[str, Any]] = {}
-        for cid, request in requests.items():
-            node = nodes_of[cid]
-            if node in active:
-                payloads[node] = {Key.SECAGG: request, **(extra or {})}
-        input_step, unmask_step = INPUT_STEP[stage], UNMASK_STEP[stage]
-        replies = self._step(transport, input_step, payloads, active)
-        self._accept(server.receive_masked_input, input_step, replies, ids, active)
+        route = (nodes_of, ids, active)
+        self._round(
+            transport, INPUT_STEP[stage], requests, server.receive_masked_input, *route, extra
+        )
         if server.consistency:  # malicious server: every survivor signs the list it is shown
-            check = self._secagg(server.consistency_request)
-            payloads = {
-                node: {Key.SECAGG: check}
-                for node in (nodes_of[c] for c in server.survivors)
-                if node in active
-            }
-            replies = self._step(transport, CONSISTENCY_STEP[stage], payloads, active)
-            self._accept(server.receive_consistency, CONSISTENCY_STEP[stage], replies, ids, active)
+            check = self._secagg(server.consistency_request)  # fixes the survivor list
+            checks = dict.fromkeys(server.survivors, check)
+            self._round(
+                transport, CONSISTENCY_STEP[stage], checks, server.receive_consistency, *route
+            )
         unmask = self._secagg(server.unmask_requests)  # each survivor: its neighbourhood
+        self._round(transport, UNMASK_STEP[stage], unmask, server.receive_unmask, *route)
+        return self._secagg(server.finish_summation)
+
+    def _round(
+        self,
+        transport: Transport,
+        step: str,
+        messages: Mapping[int, Any],
+        receive: Callable[[Mapping[str, Any]], None],
+        nodes_of: Mapping[int, int],
+        ids: Mapping[int, int],
+        active: set[int],
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """One secagg round: each active client's own message (and ``extra``) out, replies in."""
         payloads = {
-            nodes_of[c]: {Key.SECAGG: request}
-            for c, request in unmask.items()
+            nodes_of[c]: {Key.SECAGG: message, **(extra or {})}
+            for c, message in messages.items()
             if nodes_of[c] in active
         }
-        replies = self._step(transport, unmask_step, payloads, active)
-        self._accept(server.receive_unmask, unmask_step, replies, ids, active)
-        return self._secagg(server.finish_summation)
+        replies = self._step(transport, step, payloads, active)
+        self._accept(receive, step, replies, ids, active)
 
     def _success_document(
         self,
