@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from fa_hetdp.cli.cluster import (
     CONNECTION_NAME,
     ClusterError,
@@ -23,6 +25,7 @@ from fa_hetdp.cli.cluster import (
     ManagedProcess,
     find_program,
     free_port,
+    read_progress,
     toml_value,
 )
 
@@ -210,3 +213,16 @@ class DeploymentCluster(FlowerCluster):
             argv = ["fa-hetdp", "supernode", "--grace", "5", "--", *argv[1:]]
         index = sum(1 for p in self.processes if p.name.startswith("supernode"))
         return self.start(name or f"supernode-{index}", argv)
+
+
+def wait_for_step(cluster: FlowerCluster, progress: Path, step: str, timeout: float) -> None:
+    """Wait until the run's progress file shows ``step``; fail with flwr run's log if not."""
+    deadline = time.monotonic() + timeout
+    run = next(p for p in cluster.processes if p.name == "flwr-run")
+    while time.monotonic() < deadline:
+        if any(e.get("step") == step for e in read_progress(progress)):
+            return
+        if not run.alive():
+            pytest.fail("flwr run exited before step " + step + ":\n" + run.log_tail())
+        time.sleep(0.05)
+    pytest.fail(f"step {step} not reached within {timeout} s:\n" + run.log_tail())

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deployment_cluster import DeploymentCluster, TlsSettings
+from deployment_cluster import DeploymentCluster, TlsSettings, wait_for_step
 from test_flower_helpers import APP_CONFIG_KEYS, scenario_file
 
 from fa_hetdp.cli.cluster import (
@@ -32,7 +32,6 @@ from fa_hetdp.cli.cluster import (
     _descendants,
     _pid_alive,
     find_program,
-    read_progress,
     toml_value,
 )
 from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
@@ -71,18 +70,6 @@ def flwr(
         [program, *args], env=env, cwd=cluster.workdir, capture_output=True, text=True,
         timeout=120, check=False,
     )  # fmt: skip
-
-
-def wait_for_step(cluster: FlowerCluster, progress: Path, step: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    run = next(p for p in cluster.processes if p.name == "flwr-run")
-    while time.monotonic() < deadline:
-        if any(e.get("step") == step for e in read_progress(progress)):
-            return
-        if not run.alive():
-            pytest.fail("flwr run exited before step " + step + ":\n" + run.log_tail())
-        time.sleep(0.05)
-    pytest.fail(f"step {step} not reached within {timeout} s:\n" + run.log_tail())
 
 
 def base_config(tmp_path: Path, nodes: int) -> dict[str, object]:

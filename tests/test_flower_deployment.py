@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-from deployment_cluster import DeploymentCluster, TlsSettings
+from deployment_cluster import DeploymentCluster, TlsSettings, wait_for_step
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from fa_hetdp.cli.cluster import CONNECTION_NAME, FlowerCluster, find_program, read_progress
+from fa_hetdp.cli.cluster import CONNECTION_NAME, find_program, read_progress
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
@@ -32,18 +32,6 @@ pytestmark = pytest.mark.slow
 
 NUM_NODES = 5
 KILLED = 4  # partition id of the SuperNode that dies
-
-
-def wait_for_step(cluster: FlowerCluster, progress: Path, step: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    run = next(p for p in cluster.processes if p.name == "flwr-run")
-    while time.monotonic() < deadline:
-        if any(e.get("step") == step for e in read_progress(progress)):
-            return
-        if not run.alive():
-            pytest.fail("flwr run exited before step " + step + ":\n" + run.log_tail())
-        time.sleep(0.05)
-    pytest.fail(f"step {step} not reached within {timeout} s:\n" + run.log_tail())
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["insecure", "tls"])
