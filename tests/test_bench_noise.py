@@ -55,7 +55,8 @@ def _cell(mechanism: str, placement: str, emse: float, sd: float, expected: floa
     )
 
 
-def test_compare_on_hand_made_cells() -> None:
+def hand_made_result() -> ExperimentResult:
+    """Four hand-made cells: agm and cgm, distributed and central, at one epsilon."""
     cells = (
         _cell("agm", "distributed", 2.0, 1.0, 2.0),
         _cell("agm", "central", 1.0, 0.5, 2.0),
@@ -69,7 +70,11 @@ def test_compare_on_hand_made_cells() -> None:
         placements=("distributed", "central"),
         repeats=50,
     )
-    result = ExperimentResult("hand", grid, 10, 4, {}, 0, 0, cells)
+    return ExperimentResult("hand", grid, 10, 4, {}, 0, 0, cells)
+
+
+def test_compare_on_hand_made_cells() -> None:
+    result = hand_made_result()
     comparisons = compare(result)
     assert len(comparisons) == 3 * len(BENCH_STATISTICS)
     by_name = {c.name: c for c in comparisons if c.statistic == "q"}

@@ -11,11 +11,9 @@ from typing import Any
 
 import matplotlib.axes
 import pytest
-from test_bench_noise import _cell
+from test_bench_noise import hand_made_result
 
 from fa_hetdp.experiments.bench_noise import compare, plot_comparisons
-from fa_hetdp.experiments.grid import GridSpec
-from fa_hetdp.experiments.results import ExperimentResult
 
 
 def test_ratios_are_drawn_on_linear_axes_with_1_marked(
@@ -36,20 +34,7 @@ def test_ratios_are_drawn_on_linear_axes_with_1_marked(
 
     monkeypatch.setattr(matplotlib.axes.Axes, "set_yscale", record_scale)
     monkeypatch.setattr(matplotlib.axes.Axes, "axhline", record_line)
-    cells = (
-        _cell("agm", "distributed", 2.0, 1.0, 2.0),
-        _cell("agm", "central", 1.0, 0.5, 2.0),
-        _cell("cgm", "distributed", 8.0, 4.0, 10.0),
-        _cell("cgm", "central", 8.0, 4.0, 10.0),
-    )
-    grid = GridSpec(
-        epsilons=(1.0,),
-        delta=1e-5,
-        mechanisms=("agm", "cgm"),
-        placements=("distributed", "central"),
-        repeats=50,
-    )
-    result = ExperimentResult("hand", grid, 10, 4, {}, 0, 0, cells)
+    result = hand_made_result()
     png = plot_comparisons(compare(result), tmp_path / "bench_noise.png", title="t")
     assert png.is_file()
     assert "log" not in scales
