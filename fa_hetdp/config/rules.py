@@ -302,7 +302,8 @@ FIELDS: Final[Mapping[str, Field]] = {
     "dropout_tolerance": Field((Real(low=0.0, high=1.0, high_open=True),)),  # secagg delta
     "security_bits": Field((Real(low=0.0, high=256.0, low_open=True),)),  # sigma
     "correctness_bits": Field((Real(low=0.0, high=256.0, low_open=True),)),  # eta
-    "modulus_bits": Field((Integer(),)),  # m of Z_2^m: 64 or 32 (rule modulus-bits)
+    # m of Z_2^m: 64 or 32 (rule modulus-bits); None: the mechanism's (config.secagg)
+    "modulus_bits": Field((Integer(),), optional=True),
     # data
     "dataset": Field((Options(DATASET_NAMES),)),
     "data_split": Field((Options(SPLITS),)),

@@ -237,7 +237,7 @@ def _settings(
             dropout_tolerance=float(values["dropout_tolerance"]),
             security_bits=float(values["security_bits"]),
             correctness_bits=float(values["correctness_bits"]),
-            modulus_bits=int(values["modulus_bits"]),
+            modulus_bits=values["modulus_bits"],  # None: the mechanism's (SecAggSpec.ring_bits)
         )
     experiment: Any = MISSING
     if ok("repeats") and ok("seed"):

@@ -19,6 +19,7 @@ from fa_hetdp.config.secagg import (
     DEFAULT_SECAGG_THRESHOLD,
     DEFAULT_SECURITY_BITS,
     resolve_graph,
+    resolve_modulus_bits,
     secagg_parameters,
 )
 from fa_hetdp.data.dataset import Split
@@ -224,10 +225,12 @@ class SecAggSpec:
     security_bits, correctness_bits : float
         sigma and eta: failure bounds ``2^-sigma`` (an input exposed) and ``2^-eta`` (a sum
         that cannot complete), over all ``n`` clients.
-    modulus_bits : {64, 32}
+    modulus_bits : {64, 32} or None
         The ring ``Z_2^m`` of the masked sums: 32 halves the bytes of every masked vector
         and is refused (before anything is sent) where a sum could wrap
-        (:mod:`fa_hetdp.secagg.encoding`).
+        (:mod:`fa_hetdp.secagg.encoding`). None (left out): the mechanism's default,
+        32 for ``"ddg"`` and ``"skellam"``, 64 for the Gaussian mechanisms
+        (:meth:`ring_bits`).
     """
 
     threshold: float | int | Literal["auto"] = DEFAULT_SECAGG_THRESHOLD
@@ -239,7 +242,15 @@ class SecAggSpec:
     dropout_tolerance: float = 0.0
     security_bits: float = DEFAULT_SECURITY_BITS
     correctness_bits: float = DEFAULT_CORRECTNESS_BITS
-    modulus_bits: int = 64
+    modulus_bits: int | None = None
+
+    def ring_bits(self, mechanism: str) -> int:
+        """Return the ring's bits ``m`` for a run with ``mechanism``.
+
+        :func:`fa_hetdp.config.secagg.resolve_modulus_bits`, the function the Flower run
+        settings call too: the stated value, else 32 for ddg/skellam and 64 otherwise.
+        """
+        return resolve_modulus_bits(self.modulus_bits, mechanism)
 
     def parameters(self, num_clients: int) -> SecAggParameters:
         """Return the degree ``k``, threshold ``t`` and guarantee for ``num_clients`` clients.
@@ -406,23 +417,25 @@ class Scenario:
         privacy["broadcast_bounds"] = p.broadcast_bounds
         privacy["adaptive_floor"] = p.adaptive_floor
         privacy["floor_quantile"] = p.floor_quantile
+        secagg: dict[str, Any] = {
+            "threshold": self.secagg.threshold,
+            "neighbours": self.secagg.neighbours,
+            "dropout_fraction": self.secagg.dropout_fraction,
+            "dropout_stage": self.secagg.dropout_stage,
+            "threat_model": self.secagg.threat_model,
+            "corrupt_fraction": self.secagg.corrupt_fraction,
+            "dropout_tolerance": self.secagg.dropout_tolerance,
+            "security_bits": self.secagg.security_bits,
+            "correctness_bits": self.secagg.correctness_bits,
+        }
+        if self.secagg.modulus_bits is not None:  # left out: the mechanism's default
+            secagg["modulus_bits"] = self.secagg.modulus_bits
         return {
             "scenario": {"name": self.name, "description": self.description},
             "data": data,
             "privacy": privacy,
             "protocol": {"placement": list(self.protocol.placements)},
-            "secagg": {
-                "threshold": self.secagg.threshold,
-                "neighbours": self.secagg.neighbours,
-                "dropout_fraction": self.secagg.dropout_fraction,
-                "dropout_stage": self.secagg.dropout_stage,
-                "threat_model": self.secagg.threat_model,
-                "corrupt_fraction": self.secagg.corrupt_fraction,
-                "dropout_tolerance": self.secagg.dropout_tolerance,
-                "security_bits": self.secagg.security_bits,
-                "correctness_bits": self.secagg.correctness_bits,
-                "modulus_bits": self.secagg.modulus_bits,
-            },
+            "secagg": secagg,
             "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
             "derived": {
                 "num_clients": self.num_clients,
@@ -430,6 +443,7 @@ class Scenario:
                 "secagg_threshold_count": self.secagg.threshold_count(self.num_clients),
                 "secagg_degree": self.secagg.parameters(self.num_clients).degree,
                 "secagg_guarantee": self.secagg.guarantee(self.num_clients),
+                "secagg_modulus_bits": {m: self.secagg.ring_bits(m) for m in p.mechanisms},
                 "path": self.path,
             },
         }

@@ -19,8 +19,15 @@ adversary (Bell et al., CCS 2020, Thm 3.6), namely
 settings both call it), and :func:`secagg_parameters` returns the
 :class:`~secagg.params.SecAggParameters` of any ``(k, t)``, explicit or ``"auto"``, with the
 exact failure probabilities under the stated gamma and delta, so
-``SecAggParameters.guarantee()`` says in words what a configuration protects. The check
-functions here are declared as rules in :data:`fa_hetdp.config.rules.CROSS_RULES`.
+``SecAggParameters.guarantee()`` says in words what a configuration protects.
+
+:func:`resolve_modulus_bits` is THE resolution of the ring ``Z_2^m`` of the masked sums: an
+explicit ``modulus_bits`` (64 or 32) wins; left out, it follows the mechanism
+(:data:`DEFAULT_MODULUS_BITS`): 32 for the discrete mechanisms ``"ddg"`` and ``"skellam"``
+(they aggregate in ``Z_m``, ``m = 2^32``, as Kairouz, Liu & Steinke 2021 and Agarwal, Kairouz
+& Liu 2021 do), 64 for the Gaussian ones. The Flower run settings call it, so the result
+document records the ring actually used. The check functions here are declared as rules in
+:data:`fa_hetdp.config.rules.CROSS_RULES`.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final
 
+from fa_hetdp.dp.mechanisms import DiscreteMechanism, get_mechanism
 from fa_hetdp.secagg.encoding import MODULUS_BITS
 from fa_hetdp.secagg.params import (
     THREAT_MODELS,
@@ -44,6 +52,7 @@ from fa_hetdp.secagg.params import (
 __all__ = [
     "AUTO",
     "DEFAULT_CORRECTNESS_BITS",
+    "DEFAULT_MODULUS_BITS",
     "DEFAULT_SECAGG_THRESHOLD",
     "DEFAULT_SECURITY_BITS",
     "MIN_SPARSE_DEGREE",
@@ -53,6 +62,7 @@ __all__ = [
     "graph_degree",
     "modulus_supported",
     "resolve_graph",
+    "resolve_modulus_bits",
     "resolve_threshold",
     "secagg_parameters",
     "share_holders",
@@ -63,6 +73,8 @@ DEFAULT_SECAGG_THRESHOLD: Final[float] = 2.0 / 3.0
 DEFAULT_SECURITY_BITS: Final[float] = 40.0
 DEFAULT_CORRECTNESS_BITS: Final[float] = 20.0
 MIN_SPARSE_DEGREE: Final[int] = 4
+#: The ring's bits when ``modulus_bits`` is left out: by the mechanism's kind.
+DEFAULT_MODULUS_BITS: Final[Mapping[str, int]] = {"discrete": 32, "gaussian": 64}
 
 
 def _is_count(value: object) -> bool:
@@ -154,6 +166,32 @@ def resolve_graph(
     )
 
 
+def resolve_modulus_bits(modulus_bits: int | None, mechanism: str) -> int:
+    """Return the bits ``m`` of the ring ``Z_2^m`` a run with ``mechanism`` aggregates in.
+
+    THE resolution: an explicit ``modulus_bits`` (64 or 32) wins; None (left out) is
+    :data:`DEFAULT_MODULUS_BITS` of the mechanism's kind: 32 for the discrete mechanisms
+    (``"ddg"``, ``"skellam"``: the papers' ``m = 2^32``), 64 for the Gaussian ones.
+
+    Parameters
+    ----------
+    modulus_bits : int or None
+        The stated ring (``[secagg] modulus_bits``, run config ``secagg-modulus-bits``), or
+        None for the mechanism's default.
+    mechanism : str
+        A registered mechanism name (:func:`fa_hetdp.dp.mechanisms.mechanism_names`).
+
+    Raises
+    ------
+    PrivacyParameterError
+        ``mechanism`` is not registered (with the allowed names).
+    """
+    if modulus_bits is not None:
+        return int(modulus_bits)
+    discrete = isinstance(get_mechanism(mechanism), DiscreteMechanism)
+    return DEFAULT_MODULUS_BITS["discrete" if discrete else "gaussian"]
+
+
 def _log2(x: Fraction) -> float:
     return -math.inf if x == 0 else math.log2(x.numerator) - math.log2(x.denominator)
 
@@ -201,10 +239,16 @@ def secagg_parameters(
 
 
 def modulus_supported(v: Mapping[str, Any]) -> str | None:
-    """Rule ``modulus-bits``: the ring is ``Z_2^64`` or ``Z_2^32`` (:data:`MODULUS_BITS`)."""
-    if v["modulus_bits"] not in MODULUS_BITS:
+    """Rule ``modulus-bits``: the ring is ``Z_2^64`` or ``Z_2^32`` (:data:`MODULUS_BITS`).
+
+    None (left out) is allowed: the mechanism's default (:func:`resolve_modulus_bits`).
+    """
+    bits = v["modulus_bits"]
+    if bits is not None and bits not in MODULUS_BITS:
         return (
-            f"must be one of {MODULUS_BITS} (the ring Z_2^m of the sums), got {v['modulus_bits']}"
+            f"must be one of {MODULUS_BITS} (the ring Z_2^m of the sums), or left out (run "
+            "config: 0) for the mechanism's default, 32 for ddg and skellam and 64 for the "
+            f"Gaussian mechanisms; got {bits}"
         )
     return None
 

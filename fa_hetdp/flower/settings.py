@@ -25,7 +25,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import Problem, raise_problems, validate
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.config.secagg import resolve_graph, secagg_parameters
+from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP
 from fa_hetdp.secagg.params import SecAggParameters
 
@@ -62,6 +62,7 @@ UNSET: Final[Mapping[str, object]] = {
     "secagg-dropout-tolerance": -1.0,
     "secagg-security-bits": 0.0,
     "secagg-correctness-bits": 0.0,
+    "secagg-modulus-bits": 0,
 }
 
 Mode = Literal["simulation", "deployment"]
@@ -104,6 +105,7 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "dropout_tolerance": "secagg-dropout-tolerance",
     "security_bits": "secagg-security-bits",
     "correctness_bits": "secagg-correctness-bits",
+    "modulus_bits": "secagg-modulus-bits",
 }
 
 _KINDS: Final[Mapping[str, type]] = {
@@ -135,11 +137,16 @@ _KINDS: Final[Mapping[str, type]] = {
     "secagg-dropout-tolerance": float,
     "secagg-security-bits": float,
     "secagg-correctness-bits": float,
+    "secagg-modulus-bits": int,
     "result-path": str,
     "progress-path": str,
 }
 _OPTIONAL: Final = frozenset({"progress-path"})
 _KIND_NAMES: Final = {str: "a string", int: "an integer", float: "a number"}
+#: What a key allows, where its type alone does not say it (added to a type problem).
+_ALLOWED: Final[Mapping[str, str]] = {
+    "secagg-modulus-bits": "0 (the scenario's, else 32 for ddg/skellam and 64 otherwise), 32 or 64",
+}
 
 
 def run_config_key(name: str) -> str:
@@ -158,7 +165,9 @@ def _read(config: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            problems.append((f"run-config.{key}", f"must be {_KIND_NAMES[kind]}, got {value!r}"))
+            allowed = f": {_ALLOWED[key]}" if key in _ALLOWED else ""
+            message = f"must be {_KIND_NAMES[kind]}{allowed}, got {value!r}"
+            problems.append((f"run-config.{key}", message))
             continue
         raw[key] = value
     return raw
@@ -199,6 +208,7 @@ def resolve_overrides(
         "dropout_tolerance": secagg.dropout_tolerance,
         "security_bits": secagg.security_bits,
         "correctness_bits": secagg.correctness_bits,
+        "modulus_bits": secagg.modulus_bits,  # None: the mechanism's (resolve_modulus_bits)
     }
     values: dict[str, Any] = {}
     for name, key in RUN_CONFIG_KEYS.items():
@@ -272,7 +282,10 @@ class RunSettings:
         :mod:`fa_hetdp.config.secagg`); they choose ``(k, t)`` when the scenario says
         ``"auto"`` and state the guarantee of :meth:`secagg_parameters`.
     modulus_bits : {64, 32}
-        The ring ``Z_2^m`` of the masked sums (the scenario's ``[secagg] modulus_bits``).
+        The ring ``Z_2^m`` of the masked sums, resolved by
+        :func:`fa_hetdp.config.secagg.resolve_modulus_bits`: run config
+        ``secagg-modulus-bits``, else the scenario's ``[secagg] modulus_bits``, else the
+        mechanism's default (32 for ddg and skellam, 64 for the Gaussian mechanisms).
     """
 
     scenario: Scenario
@@ -391,7 +404,7 @@ class RunSettings:
             dropout_tolerance=float(values["dropout_tolerance"]),
             security_bits=float(values["security_bits"]),
             correctness_bits=float(values["correctness_bits"]),
-            modulus_bits=scenario.secagg.modulus_bits,
+            modulus_bits=resolve_modulus_bits(values["modulus_bits"], values["mechanism"]),
         )
 
 
