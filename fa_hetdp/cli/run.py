@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fa_hetdp.cli.checks import check_ring
 from fa_hetdp.cli.cluster import ClusterError, run_simulation
 from fa_hetdp.cli.paths import check_writable_folder
 from fa_hetdp.cli.plan import run_plan_lines
@@ -481,12 +482,13 @@ def _keep_log(output: str, workdir: Path | None) -> Path:
 def run_command(args: argparse.Namespace) -> int:
     """Run ``fa-hetdp run``; return the process exit code.
 
-    Everything is checked before Flower starts (flags, grid, paths). A start-up failure of
-    Flower is one line with a hint; a run that did not succeed exits 1 with its reason,
-    whatever ``flwr run`` returned.
+    Everything is checked before Flower starts (flags, grid, paths, the secagg ring). A
+    start-up failure of Flower is one line with a hint; a run that did not succeed exits 1
+    with its reason, whatever ``flwr run`` returned.
     """
     check_paths(args)
     setup = prepare(args)
+    check_ring(setup.run_config, setup.dim)  # the masked sums fit the ring, before Flower
     notice = not_private_notice(setup.run_config, setup.dim)
     if notice is not None:
         print(notice)  # before any number, the plan's included
