@@ -15,6 +15,7 @@ from fa_hetdp.config.scenario import scenario_from_dict
 from fa_hetdp.config.secagg import DEFAULT_MODULUS_BITS, resolve_modulus_bits
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.flower.settings import UNSET, RunSettings
+from fa_hetdp.server.results import secagg_section
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][
@@ -146,3 +147,14 @@ def test_run_config_refuses_a_bad_ring_naming_the_key(value: object, message: st
     with pytest.raises(ConfigError, match=message) as info:
         RunSettings.from_run_config(run_config(**{"secagg-modulus-bits": value}))
     assert [key for key, _ in info.value.problems] == ["run-config.secagg-modulus-bits"]
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "stated", "recorded"),
+    [("ddg", 0, 32), ("skellam", 0, 32), ("agm", 0, 64), ("ddg", 64, 64), ("agm", 32, 32)],
+)
+def test_the_result_document_records_the_ring_used(
+    mechanism: str, stated: int, recorded: int
+) -> None:
+    config = run_config(mechanism=mechanism, **{"secagg-modulus-bits": stated})
+    assert secagg_section(RunSettings.from_run_config(config))["modulus_bits"] == recorded
