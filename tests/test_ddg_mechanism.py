@@ -13,12 +13,8 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import ReleaseSpec, plan_budget, privacy_spent
 from fa_hetdp.dp.discrete import discrete_gaussian_pmf, skellam_pmf
 from fa_hetdp.dp.discrete_accounting import zcdp_epsilon
-from fa_hetdp.dp.mechanisms import (
-    MAX_LATTICE,
-    DiscreteMechanism,
-    get_mechanism,
-    lattice_step,
-)
+from fa_hetdp.dp.lattice import MAX_LATTICE, lattice_step
+from fa_hetdp.dp.mechanisms import DiscreteMechanism, get_mechanism
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.server.results import privacy_section, stage1_spent

@@ -290,7 +290,8 @@ def stage1_input(msg: Message, context: Context) -> Message:
         record[State.FLOOR] = float(request[Key.FLOOR])  # plan_protocol checks [v_min, 1/4]
     plan = _plan(settings, record)
     rng = _generator(settings, record, pid)
-    values = stage1_contribution(_local(context, plan), plan, rng=rng)
+    bits = settings.modulus_bits  # a ddg/skellam contribution's lattice depends on the ring
+    values = stage1_contribution(_local(context, plan), plan, rng=rng, modulus_bits=bits)
     return _masked_input(msg, request, values, settings, record, rng)
 
 
@@ -313,6 +314,7 @@ def stage2_input(msg: Message, context: Context) -> Message:
         np.asarray(request[Key.MU_PRIME], dtype=np.float64),
         np.asarray(request[Key.WEIGHTED_MU_PRIME], dtype=np.float64),
         rng=rng,
+        modulus_bits=settings.modulus_bits,
     )
     return _masked_input(msg, request, values, settings, record, rng)
 

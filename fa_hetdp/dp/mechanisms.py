@@ -25,26 +25,32 @@ ICML 2021) and ``"skellam"`` (Skellam shares, Agarwal, Kairouz & Liu, NeurIPS 20
 line in :data:`_REGISTRY` below (and its name in :data:`fa_hetdp._types.Mechanism`, which
 the tests check against :func:`mechanism_names`).
 
-Discrete mechanisms on the real-valued protocol (:class:`DiscreteMechanism`). A share of
-scale ``s`` lives on the lattice ``gamma Z``, ``gamma = 2^floor(log2 min(s/16, 2^-12))``
-(public, from the public scale): it is ``gamma (U - 1/2 + Z)`` with ``Z`` the exact integer
-noise (``N_Z(0, (s/gamma)^2)`` or Skellam of variance ``(s/gamma)^2``) and ``U`` uniform on
-``[0, 1)``. Added to a real value ``v`` it has the law of the discrete pipeline with
-*subtractive dither*: ``gamma (round(v/gamma + u) - u + Z)`` with a public uniform ``u`` has
-rounding error ``round(w) - w`` uniform on ``[-1/2, 1/2)`` and independent of ``v``
-(Schuchman's condition), so for each data set both releases have the same distribution. The
-dithered release is the discrete mechanism on integers given ``u`` (post-processed by
-``- u``), whose replace-one sensitivity per changed coordinate is ``ceil(|v - v'|/gamma)``:
-``Delta_int <= Delta/gamma + sqrt(k) <= (Delta/gamma)(1 + 4 gamma) <= (Delta/gamma)(1 +
-2^-10)`` when every changed coordinate may move by ``>= 1/4`` (so ``Delta >= sqrt(k)/4``; true
-of every release of the protocol: box bounds ``1``, ``W``, ``max(c, 1 - c)^2 >= 1/4``, the
-histogram's ``{0, 1}``). With ``s/gamma >= 16`` per share, the DDG sum's ``tau`` (KLS 2021
-Thm 1) is below ``10 m exp(-pi^2 256) < 1e-1090`` for any ``m < 2^63`` shares: the sum's RDP
-is ``alpha rho`` with ``rho = (1 + 2^-10)^2 (Delta/sigma)^2/2`` (Prop. 14, Eq. (17)), ``sigma``
-the summed noise in data units. Skellam's RDP (AKL 2021 Thm 3.5, with ``Delta_1 <= Delta_2^2``
-for integer vectors and ``gamma <= sigma/16``) is at most ``(1 + 7/512)`` times that.
-Releases compose in zCDP (add the ``rho``) and convert to ``(epsilon, delta)`` with
-Canonne-Kamath-Steinke 2020 Prop. 12 (:mod:`fa_hetdp.dp.discrete_accounting`).
+Discrete mechanisms in the protocol (:class:`DiscreteMechanism`). A client's contribution is
+carried on a public lattice ``gamma Z`` per coordinate (:mod:`fa_hetdp.dp.lattice`):
+:meth:`~NoiseMechanism.choose_lattice` picks the power-of-two steps for the stage's share
+scales and the ring, and :meth:`~NoiseMechanism.add_share` returns
+``gamma (R(v/gamma) + Z)`` -- randomized rounding plus the exact integer share ``Z``
+(``N_Z(0, (s/gamma)^2)`` or Skellam of that variance) -- so the encoding at scale
+``1/gamma`` puts the integers ``R + Z`` themselves in the ring. Randomized rounding of
+box-bounded values moves a changed coordinate by at most ``ceil(|v - v'|/gamma)``, so the
+integer sensitivity exceeds ``Delta/gamma`` by at most the factor
+:data:`~fa_hetdp.dp.lattice.SENSITIVITY_INFLATION` (``1 + 2^-10``, for the steps
+:func:`~fa_hetdp.dp.lattice.choose_lattice` allows). With ``s/gamma >= 16`` per share, the
+DDG sum's ``tau`` (KLS 2021 Thm 1) is below ``10 m exp(-pi^2 256) < 1e-1090`` for any
+``m < 2^63`` shares: the sum's RDP is ``alpha rho`` with
+``rho = (1 + 2^-10)^2 (Delta/sigma)^2/2`` (Prop. 14, Eq. (17)), ``sigma`` the summed noise in
+data units. Skellam's RDP (AKL 2021 Thm 3.5, with ``Delta_1 <= Delta_2^2`` for integer vectors
+and ``gamma <= sigma/16``) is at most ``(1 + 7/512)`` times that. Releases compose in zCDP
+(add the ``rho``) and convert to ``(epsilon, delta)`` with Canonne-Kamath-Steinke 2020 Prop. 12
+(:mod:`fa_hetdp.dp.discrete_accounting`).
+
+:meth:`~NoiseMechanism.sample` (the in-process summed paths, no per-client values) draws the
+same mechanism with *subtractive dither*: ``gamma (U - 1/2 + Z)``, ``gamma`` from
+:func:`~fa_hetdp.dp.lattice.lattice_step` and ``U`` uniform on ``[0, 1)``. Added to ``v`` it
+has the law of ``gamma (round(v/gamma + u) - u + Z)`` with a public uniform ``u`` (rounding
+error uniform on ``[-1/2, 1/2)`` and independent of ``v``, Schuchman's condition): the
+discrete mechanism on integers given ``u``, post-processed by ``- u``, with the same
+sensitivity bound, so the same accounting covers it.
 
 In process the summed noise of ``n`` shares is drawn in one call at the total scale (the
 protocol's summed path): one dither instead of ``n`` (the rounding noise's variance
@@ -79,7 +85,14 @@ from fa_hetdp.dp.discrete import (
     sample_skellam,
 )
 from fa_hetdp.dp.discrete_accounting import RDP_ORDERS, rdp_delta, zcdp_epsilon, zcdp_rho_for
-from fa_hetdp.dp.discrete_calibration import noise_tail
+from fa_hetdp.dp.lattice import (
+    SENSITIVITY_INFLATION,
+    Lattice,
+    choose_lattice,
+    discretise,
+    integer_tail,
+    lattice_step,
+)
 from fa_hetdp.errors import PrivacyParameterError
 
 __all__ = [
@@ -93,12 +106,6 @@ __all__ = [
     "mechanism_names",
 ]
 
-MAX_LATTICE: Final = 2.0**-12
-"""Coarsest lattice step of a discrete share (bounds the rounding's sensitivity inflation)."""
-MIN_SHARE_UNITS: Final = 16.0
-"""A discrete share's scale is at least this many lattice steps (makes the DDG ``tau`` vanish)."""
-SENSITIVITY_INFLATION: Final = 1.0 + 2.0**-10
-"""``Delta_int gamma / Delta`` at most: ``1 + 4 MAX_LATTICE`` (module docstring)."""
 SKELLAM_EXTRA: Final = 1.0 + 7.0 / 512.0
 """Skellam's RDP over the Gaussian's at most (``(2 alpha + 5)/(4 * 256) <= alpha 7/1024``)."""
 
@@ -246,6 +253,38 @@ class NoiseMechanism(ABC):
     def tail_bound(self, scale: float | npt.ArrayLike, failure_probability: float) -> FloatArray:
         """Per-coordinate ``b`` with ``P(|noise| > b) <= failure_probability``."""
 
+    def choose_lattice(
+        self,
+        scale: npt.ArrayLike,
+        bound: npt.ArrayLike,
+        *,
+        n: int,
+        modulus_bits: int,
+        failure_probability: float,
+        move_bound: npt.ArrayLike | None = None,
+    ) -> Lattice | None:
+        """Return the lattice a client's contribution is carried on; ``None``: real values.
+
+        Only the discrete mechanisms have one (:class:`DiscreteMechanism`); the others'
+        noisy contributions are rounded by the fixed-point encoding.
+        """
+        del scale, bound, n, modulus_bits, failure_probability, move_bound
+        return None
+
+    def add_share(
+        self,
+        values: npt.ArrayLike,
+        scale: float | npt.ArrayLike,
+        *,
+        rng: np.random.Generator,
+        lattice: Lattice | None = None,
+    ) -> FloatArray:
+        """One client's contribution plus its noise share of ``scale``: ``values + sample``."""
+        del lattice
+        v = np.asarray(values, dtype=np.float64)
+        out: FloatArray = v + self.sample(scale, v.shape, rng=rng)
+        return out
+
     @abstractmethod
     def event(self, scale: float, sensitivity: float) -> PrivacyEvent:
         """Return the privacy event of a release of L2 ``sensitivity`` with noise ``scale``."""
@@ -329,27 +368,15 @@ class GaussianMechanism(NoiseMechanism):
         return GaussianEvent(sigma=float(scale), sensitivity=float(sensitivity))
 
 
-def lattice_step(scale: npt.ArrayLike) -> FloatArray:
-    """``gamma = 2^floor(log2 min(s/16, 2^-12))`` per coordinate (0 where ``s = 0``)."""
-    s = np.asarray(scale, dtype=np.float64)
-    if np.any(~np.isfinite(s)) or np.any(s < 0.0):
-        raise PrivacyParameterError(f"scale must be finite and >= 0, got {s!r}.")
-    target = np.minimum(s / MIN_SHARE_UNITS, MAX_LATTICE)
-    with np.errstate(divide="ignore"):
-        out: FloatArray = np.where(
-            s > 0.0, np.exp2(np.floor(np.log2(np.where(s > 0, target, 1.0)))), 0.0
-        )
-    return out
-
-
 class DiscreteMechanism(NoiseMechanism):
     """Distributed discrete noise: ``"ddg"`` (discrete Gaussian) or ``"skellam"`` shares.
 
-    The scale is the noise standard deviation in data units, as for the Gaussian; a share of
-    scale ``s`` is ``gamma (U - 1/2 + Z)`` on the lattice of :func:`lattice_step` (the law of
-    the dithered integer pipeline; module docstring). ``composition="gdp"`` composes the
-    releases' zCDP (not Gaussian DP) and ``"basic"`` gives each release its own
-    ``(epsilon_k, delta_k)`` through the same zCDP conversion.
+    The scale is the noise standard deviation in data units, as for the Gaussian. A client's
+    share goes onto its contribution's lattice (:meth:`add_share`, the integer pipeline);
+    :meth:`sample` draws ``gamma (U - 1/2 + Z)`` on the lattice of
+    :func:`~fa_hetdp.dp.lattice.lattice_step` (the dithered law; module docstring).
+    ``composition="gdp"`` composes the releases' zCDP (not Gaussian DP) and ``"basic"`` gives
+    each release its own ``(epsilon_k, delta_k)`` through the same zCDP conversion.
     """
 
     def __init__(self, kind: str) -> None:
@@ -449,15 +476,56 @@ class DiscreteMechanism(NoiseMechanism):
         out = np.zeros(s.shape, dtype=np.float64)
         flat_s, flat_g, flat_out = s.reshape(-1), gamma.reshape(-1), out.reshape(-1)
         for i in range(flat_s.size):
-            if flat_s[i] <= 0.0:
-                continue
-            sigma_units = flat_s[i] / flat_g[i]
-            h = sigma_units * math.sqrt(2.0 * math.log(2.0 / p))  # ddg: 2 exp(-h^2/(2 v)) = p
-            if self.name == "skellam":  # its Chernoff tail is heavier: grow h until it holds
-                while noise_tail("skellam", sigma_units**2, 1, h) > p:
-                    h *= 1.1
-            flat_out[i] = flat_g[i] * (0.5 + h)
+            if flat_s[i] > 0.0:
+                h = integer_tail(self.name, flat_s[i] / flat_g[i], p)
+                flat_out[i] = flat_g[i] * (0.5 + h)
         return out
+
+    def choose_lattice(
+        self,
+        scale: npt.ArrayLike,
+        bound: npt.ArrayLike,
+        *,
+        n: int,
+        modulus_bits: int,
+        failure_probability: float,
+        move_bound: npt.ArrayLike | None = None,
+    ) -> Lattice:
+        """Return the clients' lattice for shares of ``scale`` (:func:`.lattice.choose_lattice`)."""
+        return choose_lattice(
+            self.name,
+            scale,
+            bound,
+            n=n,
+            modulus_bits=modulus_bits,
+            failure_probability=failure_probability,
+            move_bound=move_bound,
+        )
+
+    def add_share(
+        self,
+        values: npt.ArrayLike,
+        scale: float | npt.ArrayLike,
+        *,
+        rng: np.random.Generator,
+        lattice: Lattice | None = None,
+    ) -> FloatArray:
+        """On ``lattice``: ``gamma (R(v/gamma) + Z)`` (the integer pipeline); else the dithered law.
+
+        Raises
+        ------
+        PrivacyParameterError
+            If ``scale`` is not the lattice's share scale.
+        """
+        if lattice is None:
+            return super().add_share(values, scale, rng=rng)
+        v = np.asarray(values, dtype=np.float64)
+        if not np.array_equal(np.broadcast_to(scale, v.shape), lattice.units * lattice.gamma):
+            raise PrivacyParameterError(
+                "the noise share's scale differs from the lattice's: choose the lattice for "
+                "this stage's share scale (protocol.client.stage_lattice)."
+            )
+        return discretise(self.name, v, lattice, rng=rng)
 
     def event(self, scale: float, sensitivity: float) -> DiscreteEvent:
         """:class:`DiscreteEvent`: ``rho = factor (Delta/sigma)^2/2`` for the summed ``sigma``."""

@@ -4,6 +4,13 @@ Stage 1: ``[x_i, w_i x_i, w_i]`` (Thm 3.3, Lemma 3.7); stage 2:
 ``[(x_i - mu')^2, w_i (x_i - mu_bar')^2]`` (Thm 3.3, Thm 3.8), each plus the client's noise
 share (distributed placement) drawn through the plan's mechanism. The block layout is
 :mod:`fa_hetdp.protocol.layout`.
+
+Discrete mechanisms (``"ddg"``, ``"skellam"``): :func:`stage_lattice` chooses the public
+lattice of a stage's contributions from the plan, the ring and (stage 2) the broadcast, the
+same at both ends; a client's contribution is ``gamma (R(v/gamma) + Z)``
+(:meth:`~fa_hetdp.dp.mechanisms.NoiseMechanism.add_share`) and
+:func:`contribution_encoding` encodes it at scale ``1/gamma``, so the masked words are the
+integers ``R + Z mod 2^m`` (:mod:`fa_hetdp.dp.lattice`).
 """
 
 from __future__ import annotations
@@ -14,11 +21,25 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.dp.lattice import Lattice
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.protocol.plan import (
+    ENCODING_FAILURE_PROBABILITY,
+    Broadcast,
+    ProtocolPlan,
+    SumStage,
+)
+from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
 from fa_hetdp.stats.exact import client_weights, validate_client_vector
 
-__all__ = ["LocalValues", "local_values", "stage1_contribution", "stage2_contribution"]
+__all__ = [
+    "LocalValues",
+    "contribution_encoding",
+    "local_values",
+    "stage1_contribution",
+    "stage2_contribution",
+    "stage_lattice",
+]
 
 
 @dataclass(frozen=True)
@@ -75,8 +96,85 @@ def _check_local(local: LocalValues, plan: ProtocolPlan) -> None:
         )
 
 
+def stage_lattice(
+    plan: ProtocolPlan,
+    stage: SumStage,
+    *,
+    modulus_bits: int = 64,
+    broadcast: Broadcast | None = None,
+) -> Lattice | None:
+    """Return the stage's lattice (``None``: not a distributed discrete run).
+
+    From public values only: the share scales (stage 2 at the ``broadcast``), the
+    contributions' bounds, the session size ``plan.n`` and the ring ``Z_2^modulus_bits``;
+    stage 0 (the floor histogram) keeps the real-valued path. The accounting's move bound
+    ``beta`` is the contribution bound (1 for the ``"paper"`` profile, whose sensitivities
+    drop ``W``).
+
+    Raises
+    ------
+    PrivacyParameterError
+        If the ring cannot hold the sum at an admissible step
+        (:func:`~fa_hetdp.dp.lattice.choose_lattice`).
+    """
+    if plan.config.placement != "distributed" or stage == 0:
+        return None
+    bounds = plan.contribution_bounds(stage)
+    move = np.minimum(bounds, 1.0) if plan.config.profile == "paper" else bounds
+    return plan.mechanism.choose_lattice(
+        plan.share_std_vector(stage, broadcast),
+        bounds,
+        n=plan.n,
+        modulus_bits=modulus_bits,
+        failure_probability=ENCODING_FAILURE_PROBABILITY,
+        move_bound=move,
+    )
+
+
+def contribution_encoding(
+    plan: ProtocolPlan,
+    stage: SumStage,
+    n: int,
+    *,
+    modulus_bits: int = 64,
+    broadcast: Broadcast | None = None,
+) -> FixedPointEncoding:
+    """Return the fixed-point encoding of the stage's contributions in ``Z_2^modulus_bits``.
+
+    On a :func:`stage_lattice`: scales ``1/gamma`` and the lattice's stated bounds
+    (``lattice=True``: exact); stage 1 also checks stage 2's lattice at the broadcast
+    ``c = 1/2`` (the smallest share scales), so a ring too small refuses before any value
+    is sent. Otherwise the stated bound is the contribution's bound plus the
+    share's tail bound of the plan's mechanism, at the largest safe power-of-two scales
+    (:func:`~fa_hetdp.secagg.encoding.choose_encoding`).
+    """
+    lattice = stage_lattice(plan, stage, modulus_bits=modulus_bits, broadcast=broadcast)
+    if lattice is not None and stage == 1:  # refuse before anything is sent: stage 2 at the
+        half = np.full(plan.d, 0.5)  # broadcast c = 1/2, its smallest share scales
+        stage_lattice(plan, 2, modulus_bits=modulus_bits, broadcast=(half, half))
+    if lattice is None:
+        return choose_encoding(
+            n,
+            plan.contribution_bounds(stage),
+            noise_std=plan.share_tail_bounds(stage),
+            noise_tail=1.0,  # the tail is already in the bound
+            modulus_bits=modulus_bits,
+        )
+    return FixedPointEncoding(
+        scales=1.0 / lattice.gamma,
+        bounds=lattice.bounds,
+        max_clients=n,
+        modulus_bits=modulus_bits,
+        lattice=True,
+    )
+
+
 def stage1_contribution(
-    local: LocalValues, plan: ProtocolPlan, *, rng: np.random.Generator
+    local: LocalValues,
+    plan: ProtocolPlan,
+    *,
+    rng: np.random.Generator,
+    modulus_bits: int = 64,
 ) -> FloatArray:
     """Build a client's stage-1 vector ``[x, w x, w]`` plus its noise share (client side).
 
@@ -88,6 +186,8 @@ def stage1_contribution(
         The broadcast plan (public).
     rng : numpy.random.Generator
         Source of the noise share (a CSPRNG-backed generator in deployments).
+    modulus_bits : int
+        The ring of the sum (sets a discrete mechanism's lattice, :func:`stage_lattice`).
 
     Returns
     -------
@@ -99,7 +199,8 @@ def stage1_contribution(
     _check_local(local, plan)
     out = plan.zero_unmade(1, np.concatenate([local.x, local.weight * local.x, [local.weight]]))
     if plan.config.placement == "distributed":
-        out += plan.mechanism.sample(plan.share_std_vector(1), plan.stage1_length, rng=rng)
+        lattice = stage_lattice(plan, 1, modulus_bits=modulus_bits)
+        out = plan.mechanism.add_share(out, plan.share_std_vector(1), rng=rng, lattice=lattice)
     return out
 
 
@@ -122,6 +223,7 @@ def stage2_contribution(
     weighted_mu_prime: npt.ArrayLike,
     *,
     rng: np.random.Generator,
+    modulus_bits: int = 64,
 ) -> FloatArray:
     """Build a client's stage-2 vector ``[(x - mu')^2, w (x - mu_bar')^2]`` plus noise share.
 
@@ -136,6 +238,8 @@ def stage2_contribution(
         (:attr:`Stage1Release.mu_prime_broadcast`, :attr:`Stage1Release.weighted_mu_prime`).
     rng : numpy.random.Generator
         Source of the noise share.
+    modulus_bits : int
+        The ring of the sum (sets a discrete mechanism's lattice, :func:`stage_lattice`).
 
     Returns
     -------
@@ -158,5 +262,6 @@ def stage2_contribution(
     if plan.config.placement == "distributed":
         # The share's scale follows the public broadcast (ProtocolPlan.stage2_factors).
         share = plan.share_std_vector(2, (m, mb))
-        out += plan.mechanism.sample(share, plan.stage2_length, rng=rng)
+        lattice = stage_lattice(plan, 2, modulus_bits=modulus_bits, broadcast=(m, mb))
+        out = plan.mechanism.add_share(out, share, rng=rng, lattice=lattice)
     return out

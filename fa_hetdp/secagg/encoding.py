@@ -21,6 +21,12 @@ only failure left is a refused value, at the probability the bound was stated wi
 Decoding error. Each client's rounding error is below ``1 / scale_j`` in coordinate ``j``, so
 the decoded sum of ``n`` inputs differs from the real sum by less than ``n / scale_j``
 (and has zero mean).
+
+Lattice values. A value on the lattice ``(1/scale_j) Z`` (an integer times ``1/scale_j``, the
+scale a power of two) is encoded exactly: the fraction is 0, the rounding draw never rounds
+up, and the word is the integer itself mod ``2^m``. An encoding made with ``lattice=True``
+(the distributed discrete mechanisms' contributions, ``fa_hetdp.dp.lattice``) refuses any
+other value and decodes the sum exactly (decoding error 0).
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ class FixedPointEncoding:
         Largest number of inputs that may be summed.
     modulus_bits : {64, 32}
         ``m``: the sum lives in ``Z_2^m`` (32 halves the bytes of every masked vector).
+    lattice : bool
+        Values lie on the lattice ``(1/scale_j) Z``: :meth:`encode` refuses any other value
+        and the decoding is exact (module docstring). Not sent to the clients: their
+        encoding of a lattice value is exact either way.
 
     Raises
     ------
@@ -78,6 +88,7 @@ class FixedPointEncoding:
     bounds: FloatArray
     max_clients: int
     modulus_bits: int = 64
+    lattice: bool = False
 
     def __post_init__(self) -> None:
         scales, bounds = _frozen(self.scales), _frozen(self.bounds)
@@ -131,7 +142,9 @@ class FixedPointEncoding:
         return out
 
     def max_decoding_error(self, count: int) -> FloatArray:
-        """Return the per-coordinate bound ``count / scale_j`` on the decoding error."""
+        """Return the bound ``count / scale_j`` on the decoding error (0 with ``lattice``)."""
+        if self.lattice:
+            return np.zeros(self.length)
         return count / self.scales
 
     def encode(self, values: FloatArray, *, rng: np.random.Generator) -> U64Array:
@@ -141,7 +154,9 @@ class FixedPointEncoding:
         ------
         EncodingError
             If ``values`` is not a finite float64 vector of length ``d``, or some
-            ``|values_j| > B_j`` (the value is refused, never clipped).
+            ``|values_j| > B_j`` (the value is refused, never clipped), or, with ``lattice``,
+            a value is off the lattice. (The rounding draw is made either way, so a
+            generator's use does not depend on the values.)
         """
         if not isinstance(values, np.ndarray) or values.dtype != np.float64:
             kind = values.dtype if isinstance(values, np.ndarray) else type(values).__name__
@@ -159,6 +174,12 @@ class FixedPointEncoding:
             )
         scaled = values * self.scales
         floor = np.floor(scaled)
+        if self.lattice and not np.array_equal(floor, scaled):
+            j = int(np.argmax(floor != scaled))
+            raise EncodingError(
+                f"value {values[j]!r} at coordinate {j} is not on the lattice of step "
+                f"{1.0 / self.scales[j]!r} that this encoding carries exactly."
+            )
         rounded = floor + (rng.random(self.length) < (scaled - floor))
         return self.reduce(rounded.astype(np.int64).view(np.uint64))
 

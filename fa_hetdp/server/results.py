@@ -32,10 +32,12 @@ from typing import Any
 import numpy as np
 
 from fa_hetdp.dp.accounting import PrivacySpent
+from fa_hetdp.dp.lattice import SENSITIVITY_INFLATION
 from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.client import stage_lattice
 from fa_hetdp.protocol.floor import FLOOR_BUDGET_SHARE, FLOOR_RELEASE, FloorChoice
 from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, ProtocolPlan
-from fa_hetdp.protocol.server import privacy_spent_of
+from fa_hetdp.protocol.server import Stage1Release, privacy_spent_of
 from fa_hetdp.report.files import write_json_atomic
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "result_path",
     "secagg_section",
     "stage1_spent",
+    "words_section",
     "write_result",
 ]
 
@@ -183,13 +186,18 @@ def privacy_section(
     return section
 
 
-def secagg_section(settings: RunSettings) -> dict[str, Any]:
+def secagg_section(
+    settings: RunSettings, plan: ProtocolPlan | None = None, stage1: Stage1Release | None = None
+) -> dict[str, Any]:
     """Return the secure-aggregation section: gamma, delta, sigma, eta, (k, t), guarantee, ring.
 
     ``degree`` and ``threshold`` are the run's (``settings.neighbours``, ``.threshold``);
-    ``guarantee`` is :meth:`secagg.params.SecAggParameters.guarantee` in words.
+    ``guarantee`` is :meth:`secagg.params.SecAggParameters.guarantee` in words. With the
+    ``plan`` and the ``stage1`` release, ``words`` says what the masked words carry: for a
+    distributed ``ddg``/``skellam`` run the lattice integers (:func:`words_section`).
     """
     p = settings.secagg_parameters()
+    words = {} if plan is None else {"words": words_section(settings, plan, stage1)}
     return {
         "threat_model": p.threat_model,
         "corrupt_fraction": p.gamma,
@@ -202,7 +210,41 @@ def secagg_section(settings: RunSettings) -> dict[str, Any]:
         "correctness_failure_log2": _number(p.correctness_failure),
         "guarantee": p.guarantee(),
         "modulus_bits": settings.modulus_bits,  # the ring Z_2^m the masked words live in
+        **words,
     }
+
+
+def words_section(
+    settings: RunSettings, plan: ProtocolPlan, stage1: Stage1Release | None
+) -> dict[str, Any]:
+    """Return what the stage-1/2 masked words carry; for ``ddg``/``skellam``, the lattice.
+
+    ``gamma``: ``[min, max]`` of the lattice steps per stage (stage 2 at the broadcast);
+    ``refusal_probability``: bound on some client's value being refused for exceeding its
+    stated bound (:attr:`~fa_hetdp.dp.lattice.Lattice.refusal_probability`); the sum itself
+    cannot wrap (``n`` stated bounds stay below ``2^(m-1)``).
+    """
+    bits = settings.modulus_bits
+    lattices = {"stage1": stage_lattice(plan, 1, modulus_bits=bits)}
+    if stage1 is not None:
+        broadcast = (stage1.mu_prime_broadcast, stage1.weighted_mu_prime)
+        lattices["stage2"] = stage_lattice(plan, 2, modulus_bits=bits, broadcast=broadcast)
+    if lattices["stage1"] is None:
+        return {"carry": "fixed-point encoding of the real-valued noisy contributions"}
+    out: dict[str, Any] = {
+        "carry": "lattice integers R + Z mod 2^m: randomized rounding of the contribution "
+        "at step gamma plus the exact integer noise share (decoded exactly)",
+        "gamma": {},
+        "refusal_probability": {},
+        "wrap_probability": 0.0,
+        "sensitivity_inflation": SENSITIVITY_INFLATION,
+    }
+    for stage, lattice in lattices.items():
+        if lattice is not None:
+            noisy = lattice.gamma[lattice.units > 0.0]
+            out["gamma"][stage] = [float(noisy.min()), float(noisy.max())] if noisy.size else []
+            out["refusal_probability"][stage] = lattice.refusal_probability
+    return out
 
 
 def degraded_refusal(settings: RunSettings, epsilon: float, what: str) -> str | None:

@@ -61,8 +61,9 @@ from fa_hetdp.flower.steps import (
     Event,
     Key,
 )
+from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.floor import FloorChoice, uses_adaptive_floor
-from fa_hetdp.protocol.plan import ProtocolPlan, SumStage, plan_protocol
+from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, SumStage, plan_protocol
 from fa_hetdp.protocol.server import (
     PrivateStatistics,
     Stage1Release,
@@ -72,7 +73,7 @@ from fa_hetdp.protocol.server import (
     privacy_spent_of,
 )
 from fa_hetdp.report.results import statistics_section
-from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
+from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
 from fa_hetdp.secagg.server import SecAggServer, SumResult
 from fa_hetdp.server.results import (
@@ -299,16 +300,12 @@ class HeterogeneityStrategy:
             )
 
     # ---------------------------------------------------------------- the protocol
-    def _encoding(self, plan: ProtocolPlan, stage: SumStage, n: int) -> FixedPointEncoding:
-        # Stated bound per coordinate: the contribution's bound plus the noise share's tail
-        # bound of the plan's mechanism (noise_tail=1: the tail is already in the bound).
-        return choose_encoding(
-            n,
-            plan.contribution_bounds(stage),
-            noise_std=plan.share_tail_bounds(stage),
-            noise_tail=1.0,
-            modulus_bits=self.settings.modulus_bits,
-        )
+    def _encoding(
+        self, plan: ProtocolPlan, stage: SumStage, n: int, broadcast: Broadcast | None = None
+    ) -> FixedPointEncoding:
+        # The contributions in Z_2^m: a ddg/skellam run's lattice integers (protocol.client).
+        bits = self.settings.modulus_bits
+        return contribution_encoding(plan, stage, n, modulus_bits=bits, broadcast=broadcast)
 
     def run(self, transport: Transport) -> dict[str, Any]:
         """Run the whole protocol; write and return the result document.
@@ -419,7 +416,8 @@ class HeterogeneityStrategy:
         self.progress(Event.STAGE1, clients=n1)
 
         # 5-6. stage 2 ------------------------------------------------------------------
-        encoding2 = self._encoding(plan, 2, n)
+        broadcast = (stage1.mu_prime_broadcast, stage1.weighted_mu_prime)
+        encoding2 = self._encoding(plan, 2, n, broadcast)
         extra = {
             Key.MU_PRIME: stage1.mu_prime_broadcast,
             Key.WEIGHTED_MU_PRIME: stage1.weighted_mu_prime,
@@ -571,6 +569,7 @@ class HeterogeneityStrategy:
             "status": "success",
             "differentially_private": privacy["differentially_private"],
             **self._base_document(),
+            "secagg": secagg_section(self.settings, plan, stage1),  # with the ring's words
             "n": plan.n,
             "d": plan.d,
             "min_honest_clients": plan.t,

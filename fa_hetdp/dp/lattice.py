@@ -1,0 +1,253 @@
+"""The lattice of a discrete noise share: its step ``gamma`` and the integer pipeline.
+
+A distributed ``"ddg"`` or ``"skellam"`` client sends, per coordinate ``j``,
+``gamma_j (R(v_j/gamma_j) + Z_j)``: ``R`` the unbiased randomized rounding
+(``floor(y) + Bernoulli(y - floor(y))``) of its contribution ``v_j`` in lattice units and
+``Z_j`` its exact integer noise share of scale ``s_j/gamma_j`` (:mod:`fa_hetdp.dp.discrete`).
+The secure-aggregation encoding at scale ``1/gamma_j`` then carries exactly the integers
+``R + Z mod 2^m`` (:func:`discretise`; the encoding's own rounding is the identity on the
+lattice), so what is summed and released is the modular sum of the discrete mechanism's
+integers.
+
+The step (:func:`choose_lattice`), a power of two per coordinate, is the finest of
+
+- the rule of the real-valued summed path, :func:`lattice_step`:
+  ``2^floor(log2 min(s_j/16, 2^-12))``;
+- the finest step at which a sum of ``n`` stated bounds fits the ring,
+  ``n (ceil(b_j/gamma_j) + ceil(h_j) + 1) < 2^(m-1)``, ``h_j`` the integer share's tail at
+  the stated failure probability ``p`` (a share beyond it is refused, never wrapped; the
+  ``+ 1`` is the encoding's rounding slack);
+
+and it is refused (:class:`~fa_hetdp.errors.PrivacyParameterError` naming ``n``, the bound and
+the ring) when that needs ``gamma_j > s_j/16`` (too few lattice steps of noise: the DDG sum's
+``tau`` and Skellam's extra term assume ``>= 16``) or ``gamma_j > 2^-12 beta_j``.
+
+Accounting (:data:`SENSITIVITY_INFLATION`). ``beta_j`` is the largest move of coordinate ``j``
+between neighbours (the contribution's box bound), and every release's sensitivity satisfies
+``Delta >= ||beta_S||_2/4`` over the coordinates ``S`` it changes (box bounds ``1`` and ``W``;
+the stage-2 broadcast bounds ``max(c, 1 - c)^2 >= 1/4`` of the worst case; the histogram's
+0/1). Randomized rounding moves a changed coordinate by at most ``ceil(|v_j - v'_j|/gamma_j)``
+lattice steps, so in data units the change grows by at most ``gamma_j`` per changed coordinate
+and ``||Delta_int gamma|| <= Delta + ||gamma_S|| <= Delta (1 + 4 max_j gamma_j/beta_j) <=
+Delta (1 + 2^-10)`` (with any per-coordinate noise scale, coordinate by coordinate). With
+``beta_j >= 1/4`` this is the bound ``1 + 4 gamma_max`` at ``gamma_max <= 2^-12``; weighted
+coordinates (``beta_j = W``) may take steps up to ``2^-12 W`` at the same accounting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.dp.discrete import as_rational_variance, sample_discrete_gaussian, sample_skellam
+from fa_hetdp.dp.discrete_calibration import noise_tail
+from fa_hetdp.errors import PrivacyParameterError
+
+__all__ = [
+    "MAX_LATTICE",
+    "MIN_SHARE_UNITS",
+    "SENSITIVITY_INFLATION",
+    "Lattice",
+    "choose_lattice",
+    "discretise",
+    "integer_tail",
+    "lattice_step",
+]
+
+MAX_LATTICE: Final = 2.0**-12
+"""Coarsest step per unit of coordinate bound (bounds the rounding's sensitivity inflation)."""
+MIN_SHARE_UNITS: Final = 16.0
+"""A discrete share's scale is at least this many lattice steps (makes the DDG ``tau`` vanish)."""
+SENSITIVITY_INFLATION: Final = 1.0 + 4.0 * MAX_LATTICE
+"""``Delta_int gamma / Delta`` at most: ``1 + 4 max_j gamma_j/beta_j <= 1 + 2^-10``."""
+_FLOAT_EXACT: Final = 2.0**52  # lattice integers below this are exact in float64
+
+
+def lattice_step(scale: npt.ArrayLike) -> FloatArray:
+    """``gamma = 2^floor(log2 min(s/16, 2^-12))`` per coordinate (0 where ``s = 0``)."""
+    s = np.asarray(scale, dtype=np.float64)
+    if np.any(~np.isfinite(s)) or np.any(s < 0.0):
+        raise PrivacyParameterError(f"scale must be finite and >= 0, got {s!r}.")
+    target = np.minimum(s / MIN_SHARE_UNITS, MAX_LATTICE)
+    with np.errstate(divide="ignore"):
+        out: FloatArray = np.where(
+            s > 0.0, np.exp2(np.floor(np.log2(np.where(s > 0, target, 1.0)))), 0.0
+        )
+    return out
+
+
+def integer_tail(kind: str, units: float, failure_probability: float) -> float:
+    """``h`` with ``P(|Z| > h) <= p`` for one integer share of scale ``units`` (lattice steps).
+
+    ``"ddg"``: ``units sqrt(2 ln(2/p))`` (a discrete Gaussian is ``units^2``-subgaussian, CKS
+    2020); ``"skellam"``: grown until its Chernoff bound holds
+    (:func:`~fa_hetdp.dp.discrete_calibration.noise_tail`).
+    """
+    if units <= 0.0:
+        return 0.0
+    p = float(failure_probability)
+    h = units * math.sqrt(2.0 * math.log(2.0 / p))
+    if kind == "skellam":  # its Chernoff tail is heavier: grow h until it holds
+        while noise_tail("skellam", units * units, 1, h) > p:
+            h *= 1.1
+    return h
+
+
+@dataclass(frozen=True)
+class Lattice:
+    """The lattice of one stage's contributions (public: both ends compute it).
+
+    Attributes
+    ----------
+    kind : {"ddg", "skellam"}
+        The integer noise.
+    gamma : FloatArray, shape (k,)
+        Step per coordinate, a power of two: the encoding's scale is ``1/gamma``.
+    units : FloatArray, shape (k,)
+        The share's scale in lattice steps, ``s/gamma`` (0 where the stage adds no noise).
+    bounds : FloatArray, shape (k,)
+        The stated per-client bound, ``gamma (ceil(b/gamma) + ceil(h))`` (data units).
+    n : int
+        Clients summed.
+    modulus_bits : int
+        ``m`` of the ring ``Z_2^m``.
+    failure_probability : float
+        ``P(|Z_j| > h_j)`` per share and coordinate: such a value is refused, never wrapped.
+    """
+
+    kind: str
+    gamma: FloatArray
+    units: FloatArray
+    bounds: FloatArray
+    n: int
+    modulus_bits: int
+    failure_probability: float
+
+    @property
+    def refusal_probability(self) -> float:
+        """Bound on the probability that some client's value is refused (the sum never wraps).
+
+        Union bound: ``n k p`` over the ``n`` clients and ``k`` noisy coordinates.
+        """
+        noisy = int(np.count_nonzero(self.units > 0.0))
+        return min(1.0, self.n * noisy * self.failure_probability)
+
+
+def choose_lattice(
+    kind: str,
+    share_scale: npt.ArrayLike,
+    bound: npt.ArrayLike,
+    *,
+    n: int,
+    modulus_bits: int,
+    failure_probability: float,
+    move_bound: npt.ArrayLike | None = None,
+) -> Lattice:
+    """Choose each coordinate's power-of-two step (module docstring) and state its bounds.
+
+    Parameters
+    ----------
+    kind : {"ddg", "skellam"}
+        The integer noise (its tail bound).
+    share_scale : array_like, shape (k,)
+        One client's noise-share scale per coordinate (data units; 0: no noise).
+    bound : array_like, shape (k,)
+        ``b_j``: ``|contribution_j| <= b_j``.
+    n : int
+        Clients summed.
+    modulus_bits : int
+        ``m``: the sum lives in ``Z_2^m``.
+    failure_probability : float
+        ``p`` of the stated share bound, per coordinate.
+    move_bound : array_like, optional
+        ``beta_j`` of the accounting (default ``bound``).
+
+    Raises
+    ------
+    PrivacyParameterError
+        If some coordinate needs a step above ``s_j/16`` or ``2^-12 beta_j`` to fit the ring.
+    """
+    s = np.atleast_1d(np.asarray(share_scale, dtype=np.float64))
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), s.shape)
+    beta = b if move_bound is None else np.broadcast_to(np.asarray(move_bound, float), s.shape)
+    if kind not in ("ddg", "skellam") or int(n) < 1 or not 0.0 < failure_probability < 1.0:
+        raise PrivacyParameterError(
+            f"choose_lattice needs kind 'ddg' or 'skellam', n >= 1 and 0 < p < 1; got "
+            f"kind={kind!r}, n={n!r}, p={failure_probability!r}."
+        )
+    room = 2.0 ** (int(modulus_bits) - 1)
+    gamma, units, stated = (np.zeros(s.shape) for _ in range(3))
+    cache: dict[tuple[float, float, float], tuple[float, float, float]] = {}
+    for j in range(s.size):
+        key = (float(s[j]), float(b[j]), float(beta[j]))
+        if key not in cache:
+            cache[key] = _coordinate(kind, *key, n=int(n), room=room, p=failure_probability)
+        gamma[j], units[j], stated[j] = cache[key]
+    return Lattice(kind, gamma, units, stated, int(n), int(modulus_bits), failure_probability)
+
+
+def _coordinate(
+    kind: str, s: float, b: float, beta: float, *, n: int, room: float, p: float
+) -> tuple[float, float, float]:
+    """``(gamma, s/gamma, stated bound)`` of one coordinate (refusing as documented)."""
+    if s > 0.0:
+        gamma = float(lattice_step(s))
+        cap = min(s / MIN_SHARE_UNITS, MAX_LATTICE * beta)
+    else:  # no noise (a release the plan does not make: the value is exactly 0)
+        gamma, cap = MAX_LATTICE, math.inf
+    while True:
+        units = s / gamma
+        words = math.ceil(b / gamma) + math.ceil(integer_tail(kind, units, p))
+        if n * (words + 1.0) < room and words <= _FLOAT_EXACT:
+            return gamma, units, gamma * words
+        gamma *= 2.0
+        if gamma > cap:
+            binding = (
+                f"s/{MIN_SHARE_UNITS:g} = {s / MIN_SHARE_UNITS:.4g} (noise of at least "
+                f"{MIN_SHARE_UNITS:g} lattice steps)"
+                if s / MIN_SHARE_UNITS <= MAX_LATTICE * beta
+                else f"2^-12 beta = {MAX_LATTICE * beta:.4g} (the accounting's sensitivity "
+                f"inflation 1 + 2^-10)"
+            )
+            raise PrivacyParameterError(
+                f"the ring Z_2^{round(math.log2(room)) + 1} cannot hold the sum of n={n} "
+                f"lattice contributions bounded by {b:.6g} plus a noise share of scale "
+                f"{s:.6g}: it needs a lattice step above {binding}. Use a larger "
+                "secagg modulus (64 bits) or fewer clients."
+            )
+
+
+def discretise(
+    kind: str, values: npt.ArrayLike, lattice: Lattice, *, rng: np.random.Generator
+) -> FloatArray:
+    """Return ``gamma (R(v/gamma) + Z)``: the contribution rounded onto the lattice plus its share.
+
+    ``R`` rounds at random (unbiased; one ``rng.random`` draw per coordinate, first) and ``Z``
+    is the exact integer share of variance ``(s/gamma)^2`` (rounded up to a short rational,
+    :func:`~fa_hetdp.dp.discrete.as_rational_variance`), drawn per distinct scale. Exact in
+    float64: the result times ``1/gamma`` is the integer ``R + Z``.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != lattice.gamma.shape or not np.all(np.isfinite(v)):
+        raise PrivacyParameterError(
+            f"values must be finite of shape {lattice.gamma.shape}, got shape {v.shape}."
+        )
+    scaled = v / lattice.gamma
+    low = np.floor(scaled)
+    integers = low + (rng.random(v.shape) < (scaled - low))
+    for units in np.unique(lattice.units[lattice.units > 0.0]):
+        where = lattice.units == units
+        variance = float(as_rational_variance(float(units) ** 2))
+        count = int(np.count_nonzero(where))
+        if kind == "ddg":
+            z = sample_discrete_gaussian(variance, count, rng=rng)
+        else:
+            z = sample_skellam(variance, count, rng=rng)
+        integers[where] += z
+    out: FloatArray = lattice.gamma * integers
+    return out
