@@ -105,9 +105,15 @@ def test_expected_mse_dispersion_unclipped_formula() -> None:
     tau = plan.sigma_mean / 400
     assert ex.mean == pytest.approx(tau**2, rel=1e-12)
     # The stage-2 sigma follows the broadcast (plug-in at clip(mu), ProtocolPlan.stage2_sigmas).
-    s3 = float(plan.stage2_sigmas(np.clip(truth.mean, 0, 1), truth.weighted_mean)["dispersion"])
-    assert s3 < plan.sigma_dispersion
-    assert ex.dispersion == pytest.approx(3 * tau**4 + (s3 / 400) ** 2, rel=1e-9)
+    s3 = plan.stage2_sigmas(np.clip(truth.mean, 0, 1), truth.weighted_mean)["dispersion"]
+    assert np.all(s3 < plan.sigma_dispersion)
+    assert ex.dispersion == pytest.approx(3 * tau**4 + np.mean((s3 / 400) ** 2), rel=1e-9)
+    # per-coordinate noise: each coordinate's own sigma_j, and less noise in total
+    shaped = plan_protocol(ProtocolConfig(50.0, 1e-5, noise_shape="per_coordinate"), n=400, d=5)
+    s3_j = shaped.stage2_sigmas(np.clip(truth.mean, 0, 1), truth.weighted_mean)["dispersion"]
+    per_j = expected_mse(truth, shaped).per_coordinate["dispersion"]
+    np.testing.assert_allclose(per_j, 3 * tau**4 + (s3_j / 400) ** 2, rtol=1e-6)
+    assert np.mean(s3_j**2) <= np.mean(s3**2) * (1 + 1e-12)
     central = expected_mse(
         truth, plan_protocol(ProtocolConfig(50.0, 1e-5, placement="central"), n=400, d=5)
     )

@@ -22,7 +22,8 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import DataAssumptions
 from fa_hetdp.stats.exact import within_variance
-from fa_hetdp.stats.planner import accuracy_of_plan, min_clients, min_epsilon
+from fa_hetdp.stats.inverses import min_clients, min_epsilon
+from fa_hetdp.stats.planner import accuracy_of_plan
 
 REPEATS = 2000
 TOLERANCE = 0.10

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from fa_hetdp._types import Placement
+from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import (
     BaselineWarning,
@@ -195,7 +196,8 @@ def test_central_client_path_equals_private_statistics(small_data: np.ndarray) -
         epsilon=3.0,
         delta=1e-6,
         placement="central",
-        adaptive_floor=False,  # as ProtocolConfig's default
+        adaptive_floor=False,  # as ProtocolConfig's defaults
+        noise_shape="uniform",
         rng=np.random.default_rng(42),
     )
     for name in STATS:
@@ -204,19 +206,22 @@ def test_central_client_path_equals_private_statistics(small_data: np.ndarray) -
         )
 
 
+@pytest.mark.parametrize("shape", ["uniform", "per_coordinate"])
 @pytest.mark.parametrize("placement", ["distributed", "central"])
 def test_batch_with_one_repeat_equals_in_process(
-    small_data: np.ndarray, placement: Placement
+    small_data: np.ndarray, placement: Placement, shape: NoiseShape
 ) -> None:
     # Both paths draw the same standard normals in the same order; the batch path uses the
-    # identities sum (x - m)^2 = sum (x - mu)^2 + n (mu - m)^2 (and the weighted analogue).
-    cfg = ProtocolConfig(0.5, 1e-5, placement=placement)
+    # identities sum (x - m)^2 = sum (x - mu)^2 + n (mu - m)^2 (and the weighted analogue),
+    # and each repeat's own broadcast for the stage-2 scale (per coordinate or not).
+    cfg = ProtocolConfig(0.5, 1e-5, placement=placement, noise_shape=shape)
     direct = private_statistics(
         small_data,
         epsilon=0.5,
         delta=1e-5,
         placement=placement,
-        adaptive_floor=False,  # as ProtocolConfig's default
+        adaptive_floor=False,  # as ProtocolConfig's defaults
+        noise_shape=shape,
         rng=np.random.default_rng(5),
     )
     batch = private_statistics_batch(small_data, cfg, repeats=1, rng=np.random.default_rng(5))
@@ -385,7 +390,10 @@ def test_private_statistics_defaults_follow_protocol_config() -> None:
     r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(1))
     assert r.plan is not None
     # ... and the adaptive variance floor, which private_statistics recommends (issue 9, d)
-    assert r.plan.config == ProtocolConfig(epsilon=1.0, delta=1e-5, adaptive_floor=True)
+    # and per-coordinate stage-2 noise (lever c)
+    assert r.plan.config == ProtocolConfig(
+        epsilon=1.0, delta=1e-5, adaptive_floor=True, noise_shape="per_coordinate"
+    )
     basic = private_statistics(
         x, epsilon=1.0, delta=1e-5, composition="basic", rng=np.random.default_rng(1)
     )

@@ -15,7 +15,7 @@ import pytest
 import fa_hetdp
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.recommended import RECOMMENDED_SETTINGS, recommended_config
-from fa_hetdp.stats.planner import min_clients, min_epsilon
+from fa_hetdp.stats.inverses import min_clients, min_epsilon
 
 EPS, DELTA = 1.0, 1e-5
 

@@ -216,7 +216,12 @@ def test_batch_groups_repeats_by_floor_and_keeps_the_truth_at_v_min() -> None:
     # one repeat equals the in-process run with the same seed
     one = private_statistics_batch(x, config, repeats=1, rng=np.random.default_rng(8))
     direct = private_statistics(
-        x, epsilon=1.0, delta=1e-5, adaptive_floor=True, rng=np.random.default_rng(8)
+        x,
+        epsilon=1.0,
+        delta=1e-5,
+        adaptive_floor=True,
+        noise_shape="uniform",  # as the config above
+        rng=np.random.default_rng(8),
     )
     for key in ("mean", "dispersion", "weighted_mean", "q"):
         np.testing.assert_allclose(getattr(one, key)[0], getattr(direct, key), rtol=1e-9)

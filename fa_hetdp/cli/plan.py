@@ -17,13 +17,8 @@ from typing import Any
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.report.results import format_accuracy_plan
 from fa_hetdp.stats.assumptions import DataAssumptions
-from fa_hetdp.stats.planner import (
-    SCALARS,
-    accuracy_of_plan,
-    min_clients,
-    min_epsilon,
-    plan_accuracy,
-)
+from fa_hetdp.stats.inverses import min_clients, min_epsilon
+from fa_hetdp.stats.planner import SCALARS, accuracy_of_plan, plan_accuracy
 from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 __all__ = ["add_arguments", "run_command", "run_plan_lines"]

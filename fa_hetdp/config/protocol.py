@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import check
 
 __all__ = ["ProtocolConfig"]
@@ -25,6 +26,7 @@ _FIELDS = (
     "broadcast_bounds",
     "adaptive_floor",
     "floor_quantile",
+    "noise_shape",
 )
 
 
@@ -85,6 +87,14 @@ class ProtocolConfig:
     floor_quantile : float
         ``q`` in ``(0, 1/2]`` of the floor rule: at most about ``q n`` clients are floored
         (default 0.1; the rule's margin keeps the count well below, 3 % on digits).
+    noise_shape : {"uniform", "per_coordinate"}
+        With ``broadcast_bounds``: ``"uniform"`` (default) gives every coordinate of a stage-2
+        release the same sigma, ``sigma_wc ||b||_2/sqrt(d)``; ``"per_coordinate"`` gives
+        coordinate ``j`` the sigma ``sigma_wc sqrt(b_j sum_i b_i / d)``,
+        ``b = max(c, 1 - c)^2``: the same privacy, the least summed per-coordinate noise
+        variance (:meth:`fa_hetdp.protocol.plan.ProtocolPlan.stage2_factors`;
+        ``docs/privacy.md``, lever c). Needs ``broadcast_bounds`` and a Gaussian mechanism
+        (``"agm"``/``"cgm"``); :func:`fa_hetdp.private_statistics` turns it on.
     """
 
     epsilon: float
@@ -101,6 +111,7 @@ class ProtocolConfig:
     broadcast_bounds: bool = True
     adaptive_floor: bool = False
     floor_quantile: float = 0.1
+    noise_shape: NoiseShape = "uniform"
 
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES, RELEASE_NAMES
+from fa_hetdp.config.noise import NOISE_SHAPE_FIELDS, NOISE_SHAPES, noise_shape_supported
 from fa_hetdp.config.secagg import (
     AUTO,
     THREAT_MODELS,
@@ -276,6 +277,7 @@ FIELDS: Final[Mapping[str, Field]] = {
     "broadcast_bounds": Field((Boolean(),)),
     "adaptive_floor": Field((Boolean(),)),  # issue 9 lever d (fa_hetdp.protocol.floor)
     "floor_quantile": Field((Real(low=0.0, high=0.5, low_open=True),)),
+    "noise_shape": Field((Options(NOISE_SHAPES),)),  # issue 9, lever c (config.noise)
     # clients and secure aggregation
     "num_clients": Field((Integer(minimum=2),)),
     "threshold": Field(
@@ -458,6 +460,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
         _pool_block_fits,
         "pool_block",
     ),
+    CrossRule("noise-shape", NOISE_SHAPE_FIELDS, noise_shape_supported, "noise_shape"),
     CrossRule(
         "dropouts-simulation-only",
         ("mode", "dropout_fraction"),

@@ -19,8 +19,10 @@ Utility levers (their privacy argument: ``docs/privacy.md``):
   plans stages 1 and 2 with ``W = 1/floor`` (the floor release keeps the same sigma).
 - ``broadcast_bounds``: the stage-2 sensitivities follow from the public broadcast ``c``
   (``||max(c, 1 - c)^2||_2``, ``W`` times that for ``Q''``); the planned sigma is the worst
-  case ``c`` and :meth:`ProtocolPlan.stage2_factors` scales it down once ``c`` is known. The
-  encoding keeps the worst case (an upper bound on every share).
+  case ``c`` and :meth:`ProtocolPlan.stage2_factors` scales it down once ``c`` is known
+  (:mod:`fa_hetdp.protocol.bounds`; with ``noise_shape = "per_coordinate"`` per coordinate,
+  ``sigma_j`` proportional to ``sqrt(b_j)``). The encoding keeps the worst case (an upper
+  bound on every share).
 
 Noise placement: ``"distributed"`` -- each client adds noise of scale ``sigma/sqrt(t)`` to its
 contribution before masking, ``t = min_honest_clients`` (default ``n``); ``"central"`` -- the
@@ -46,6 +48,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, optimal_weights, plan_budget
 from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
 from fa_hetdp.errors import BaselineWarning, InputDataError, PrivacyParameterError
+from fa_hetdp.protocol.bounds import stage2_factor
 from fa_hetdp.protocol.floor import (
     FLOOR_BUDGET_SHARE,
     FLOOR_RELEASE,
@@ -64,7 +67,6 @@ __all__ = [
     "TYPICAL_WITHIN_VARIANCE",
     "Broadcast",
     "ProtocolPlan",
-    "broadcast_bound_norm",
     "plan_protocol",
     "release_weights",
 ]
@@ -88,20 +90,6 @@ SumStage = Literal[0, 1, 2]
 
 Broadcast = tuple[npt.ArrayLike, npt.ArrayLike]
 """The stage-2 broadcast ``(clip(mu', 0, 1), mu_bar')``, shape ``(..., d)`` each."""
-
-
-def broadcast_bound_norm(center: npt.ArrayLike) -> FloatArray:
-    """Return ``||max(c, 1 - c)^2||_2`` over the last axis (a stage-2 L2 sensitivity).
-
-    It is the replace-one L2 sensitivity of ``sum_i (x_i - c)^2`` for ``x_i in [0, 1]^d`` and
-    a public ``c in [0, 1]^d``. Each summand lies in ``[0, b_j]``,
-    ``b_j = max(c_j, 1 - c_j)^2``, so replacing one client moves coordinate ``j`` of the sum
-    by at most ``b_j`` (``docs/privacy.md``).
-    """
-    c = np.asarray(center, dtype=np.float64)
-    bound = np.maximum(c, 1.0 - c) ** 2
-    out: FloatArray = np.sqrt(np.sum(bound * bound, axis=-1))
-    return out
 
 
 def release_weights(sensitivities: Mapping[str, float], *, max_weight: float) -> dict[str, float]:
@@ -267,37 +255,46 @@ class ProtocolPlan:
         return float(self.budget.sigma(name))
 
     def stage2_factors(self, broadcast: Broadcast) -> dict[str, FloatArray]:
-        """Ratio of the broadcast-based stage-2 sensitivity to the planned worst case.
+        """Per-coordinate ratio of the stage-2 sigmas to the planned worst case.
 
-        ``||max(c, 1 - c)^2||_2 / sqrt(d)`` with ``c = mu'`` for ``"dispersion"`` and
-        ``c = mu_bar'`` for ``"q"`` (shape ``(...)``, in ``[1/4, 1]``); 1 when
-        ``broadcast_bounds`` is off. A Gaussian release's privacy depends on ``Delta/sigma``
-        only, so scaling sigma by this ratio keeps every release's ``mu_k`` as planned.
+        :func:`~fa_hetdp.protocol.bounds.stage2_factor` of ``c = mu'`` for ``"dispersion"``
+        and ``c = mu_bar'`` for ``"q"`` (shape ``(..., d)``, in ``[1/4, 1]``): the same
+        ``||max(c, 1 - c)^2||_2 / sqrt(d)`` on every coordinate (``noise_shape="uniform"``)
+        or ``sqrt(b_j sum_i b_i / d)`` (``"per_coordinate"``); 1 when ``broadcast_bounds`` is
+        off. Either keeps every release's ``mu_k`` as planned (``docs/privacy.md``, lever c).
         """
         mu_b, weighted_b = (np.asarray(b, dtype=np.float64) for b in broadcast)
         if not self.config.broadcast_bounds:
-            one = np.ones(mu_b.shape[:-1])
+            one = np.ones(mu_b.shape)
             return {"dispersion": one, "q": one.copy()}
-        root_d = math.sqrt(self.d)
+        shape = self.config.noise_shape
         return {
-            "dispersion": broadcast_bound_norm(mu_b) / root_d,
-            "q": broadcast_bound_norm(weighted_b) / root_d,
+            "dispersion": stage2_factor(mu_b, shape=shape),
+            "q": stage2_factor(weighted_b, shape=shape),
         }
 
     def stage2_sigmas(
         self, mu_prime_broadcast: npt.ArrayLike, weighted_broadcast: npt.ArrayLike
     ) -> dict[str, FloatArray]:
-        """Sigma of ``"dispersion"`` and ``"q"`` given the public broadcast (shape ``(...)``)."""
+        """Per-coordinate sigma of ``"dispersion"`` and ``"q"`` at the public broadcast.
+
+        Shape ``(..., d)`` each (the broadcast's shape).
+        """
         f = self.stage2_factors((mu_prime_broadcast, weighted_broadcast))
         return {k: self.sigma(k) * v for k, v in f.items()}
 
     def sigmas_at(self, broadcast: Broadcast | None = None) -> dict[str, float]:
-        """Sigma of every release made; the stage-2 ones at one ``broadcast`` when given."""
+        """Sigma of every release made; the stage-2 ones at one ``broadcast`` when given.
+
+        A stage-2 sigma at a broadcast is summarised by its root mean square over the
+        coordinates (the sigma itself for ``noise_shape="uniform"``); the per-coordinate values
+        are :meth:`stage2_sigmas`.
+        """
         out = self.sigmas
         if broadcast is not None:
             for k, v in self.stage2_sigmas(*broadcast).items():
                 if k in out:
-                    out[k] = float(v)
+                    out[k] = float(np.sqrt(np.mean(np.square(v))))
         return out
 
     def _scaled(self, stage: Stage, base: FloatArray, broadcast: Broadcast | None) -> FloatArray:
@@ -305,10 +302,10 @@ class ProtocolPlan:
             return base
         factors = self.stage2_factors(broadcast)
         layout = self.layout(2)
-        shape = next(iter(factors.values())).shape
+        shape = next(iter(factors.values())).shape[:-1]
         scale = np.ones((*shape, layout.length))
         for b in layout.blocks:
-            scale[..., b.slice] = factors[b.release][..., None]
+            scale[..., b.slice] = factors[b.release]  # both stage-2 blocks have length d
         out: FloatArray = base * scale
         return out
 

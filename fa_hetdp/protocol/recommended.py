@@ -1,15 +1,16 @@
 """The recommended settings: what the Python API and the planner use when told nothing else.
 
 One place defines them. :func:`fa_hetdp.private_statistics` runs, and
-:func:`fa_hetdp.plan_accuracy`, :func:`~fa_hetdp.stats.planner.min_clients` and
-:func:`~fa_hetdp.stats.planner.min_epsilon` plan, :func:`recommended_config` of the settings
+:func:`fa_hetdp.plan_accuracy`, :func:`~fa_hetdp.stats.inverses.min_clients` and
+:func:`~fa_hetdp.stats.inverses.min_epsilon` plan, :func:`recommended_config` of the settings
 they were given, so a plan made with nothing but ``n, d`` and the budget is the plan of the run
 made with nothing but the data and the budget.
 
 The recommended settings are :class:`~fa_hetdp.config.protocol.ProtocolConfig`'s defaults
 (gdp composition, the default optimal split, broadcast-based stage-2 bounds) with the
-:data:`RECOMMENDED_SETTINGS` on top (today: the adaptive variance floor). ProtocolConfig's own
-defaults stay as they are: scenarios and the paper's settings keep ``W = 1/v_min``.
+:data:`RECOMMENDED_SETTINGS` on top (today: the adaptive variance floor and per-coordinate
+stage-2 noise). ProtocolConfig's own defaults stay as they are: scenarios and the paper's
+settings keep ``W = 1/v_min`` and the same stage-2 sigma on every coordinate.
 """
 
 from __future__ import annotations
@@ -22,11 +23,19 @@ from fa_hetdp.config.protocol import ProtocolConfig
 
 __all__ = ["RECOMMENDED_SETTINGS", "recommended_config"]
 
-RECOMMENDED_SETTINGS: Final[Mapping[str, Any]] = MappingProxyType({"adaptive_floor": True})
+RECOMMENDED_SETTINGS: Final[Mapping[str, Any]] = MappingProxyType(
+    {"adaptive_floor": True, "noise_shape": "per_coordinate"}
+)
 """The fields where the recommended settings differ from ProtocolConfig's defaults.
 
 ``adaptive_floor``: on all 1797 digits clients it cuts the error of ``mu_bar'`` and ``Q''``
 several-fold (``benchmarks/README.md``, "Goal figures").
+
+``noise_shape = "per_coordinate"``: the stage-2 sigma of coordinate ``j`` follows its own
+broadcast bound (the least summed per-coordinate noise variance at the same privacy; lever c
+in ``docs/privacy.md``). It needs ``broadcast_bounds`` and a Gaussian mechanism: when the given
+settings turn either off and do not name a ``noise_shape``, :func:`recommended_config` keeps
+``"uniform"``.
 
 The split stays ProtocolConfig's closed form: the split that minimises the planner's full error
 model (:func:`fa_hetdp.stats.split.planned_split`) was measured on the goal figures and did not
@@ -56,6 +65,14 @@ def recommended_config(*, epsilon: float, delta: float, **settings: Any) -> Prot
     True
     >>> recommended_config(epsilon=1.0, delta=1e-5, adaptive_floor=False).adaptive_floor
     False
+    >>> recommended_config(epsilon=1.0, delta=1e-5).noise_shape
+    'per_coordinate'
+    >>> recommended_config(epsilon=1.0, delta=1e-5, mechanism="ddg").noise_shape
+    'uniform'
     """
     given = {k: v for k, v in settings.items() if v is not None}
-    return ProtocolConfig(epsilon=epsilon, delta=delta, **{**RECOMMENDED_SETTINGS, **given})
+    recommended = dict(RECOMMENDED_SETTINGS)
+    gaussian = given.get("mechanism", "agm") in ("agm", "cgm")
+    if given.get("broadcast_bounds", True) is not True or not gaussian:
+        recommended.pop("noise_shape")  # it needs both (rule noise-shape-supported)
+    return ProtocolConfig(epsilon=epsilon, delta=delta, **{**recommended, **given})

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
+from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.errors import PrivacyParameterError
@@ -196,6 +197,7 @@ def private_statistics(
     broadcast_bounds: bool | None = None,
     adaptive_floor: bool | None = None,
     floor_quantile: float | None = None,
+    noise_shape: NoiseShape | None = None,
     rng: np.random.Generator | int | None = None,
 ) -> PrivateStatistics:
     """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
@@ -214,7 +216,7 @@ def private_statistics(
     x : array_like, shape (n, d)
         Client data (one row per client); values outside ``[0, 1]`` are clipped and counted.
     epsilon, delta, mechanism, placement, composition, profile, variance_floor, \
-extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
+extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile, noise_shape
         See :class:`ProtocolConfig`; left out (None), the recommended settings apply
         (:func:`fa_hetdp.protocol.recommended.recommended_config`), so
         ``private_statistics(x, epsilon=..., delta=..., rng=...)`` runs what the project
@@ -223,7 +225,9 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
         The adaptive variance floor (:mod:`fa_hetdp.protocol.floor`). Left out (None): on --
         part of the recommended settings (``benchmarks/README.md``: on all 1797 digits
         clients it cuts the error of ``mu_bar'`` and ``Q''`` several-fold), although
-        :class:`ProtocolConfig` defaults it to off.
+        :class:`ProtocolConfig` defaults it to off. The same holds for
+        ``noise_shape = "per_coordinate"`` (on unless ``broadcast_bounds`` is off or the
+        mechanism is discrete).
     rng : numpy.random.Generator, int or None
         Source of all noise: a Generator, or an int seed (``numpy.random.default_rng(seed)``,
         for reproducible simulations); left out, a CSPRNG-backed generator
@@ -251,6 +255,7 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
         broadcast_bounds=broadcast_bounds,
         adaptive_floor=adaptive_floor,
         floor_quantile=floor_quantile,
+        noise_shape=noise_shape,
     )
     rng = as_generator(rng)
     values, n_clipped = validate_clients(x)

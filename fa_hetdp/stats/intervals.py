@@ -176,14 +176,22 @@ def _quantile_chi2_plus_normal(
     """``p``-quantile of ``scale_chi2 * Y^2 + sd_normal * Z`` (``Y, Z`` iid standard normal).
 
     The CDF ``E_Y[Phi((u - scale Y^2)/sd)]`` is evaluated by Gauss-Hermite quadrature over
-    ``Y`` (a smooth integrand) and inverted by bisection, vectorised over ``scale_chi2``.
+    ``Y`` (a smooth integrand) and inverted by bisection, vectorised over the distinct
+    ``(scale_chi2, sd_normal)`` pairs (one per repeat unless the noise is per coordinate).
     """
     nodes, weights = np.polynomial.hermite_e.hermegauss(96)
     weights = weights / weights.sum()
     y2 = nodes**2
     shape = np.broadcast_shapes(np.shape(scale_chi2), np.shape(sd_normal))
-    scale = np.broadcast_to(np.asarray(scale_chi2, dtype=np.float64), shape).reshape(-1)
-    sd = np.broadcast_to(np.asarray(sd_normal, dtype=np.float64), shape).reshape(-1)
+    pairs = np.stack(
+        [
+            np.broadcast_to(np.asarray(scale_chi2, dtype=np.float64), shape).reshape(-1),
+            np.broadcast_to(np.asarray(sd_normal, dtype=np.float64), shape).reshape(-1),
+        ],
+        axis=1,
+    )
+    distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    scale, sd = distinct[:, 0], distinct[:, 1]
     lo = -10.0 * sd
     hi = 40.0 * scale + 10.0 * sd
     for _ in range(100):
@@ -192,7 +200,7 @@ def _quantile_chi2_plus_normal(
         below = cdf < p
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
-    out: FloatArray = hi.reshape(shape)
+    out: FloatArray = hi[inverse.reshape(-1)].reshape(shape)
     return out
 
 
@@ -200,7 +208,8 @@ def stage2_noise_stds(result: Result, plan: ProtocolPlan) -> tuple[FloatArray, F
     """Return the total noise std of ``"dispersion"`` and ``"q"`` at the result's broadcast.
 
     The plan scales the stage-2 sigmas by :meth:`ProtocolPlan.stage2_factors` of the public
-    broadcast ``(clip(mu', 0, 1), mu_bar')``; shape ``()`` or ``(repeats,)``.
+    broadcast ``(clip(mu', 0, 1), mu_bar')``, per coordinate: shape ``(d,)`` or
+    ``(repeats, d)``.
     """
     factors = plan.stage2_factors((result.mu_prime_broadcast, result.weighted_mean))
     s3 = np.asarray(plan.noise_std("dispersion") * factors["dispersion"], dtype=np.float64)
@@ -239,14 +248,16 @@ def noise_confidence_intervals(
       ``Q -> max(0, 1 - (n-1)/Q)`` (built on ``I2''``; ``I2'''`` only adds noise, so it
       gets the same interval).
     - ``total_dispersion = sum_j D''_j``: as ``dispersion``, with
-      ``sum_j (mu_j - clip(mu'_j))^2 <= tau^2 chi^2_d`` and noise std ``sqrt(d) s_3/n``.
+      ``sum_j (mu_j - clip(mu'_j))^2 <= tau^2 chi^2_d`` and noise std
+      ``sqrt(sum_j s_3j^2)/n`` (``sqrt(d) s_3/n`` for a uniform ``s_3``).
     - ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``: the image of the interval of
       ``sum_j Q_j``, whose lower side bounds ``B sum_j delta_j^2`` by
-      ``(2 s_2^2/B_lo) chi^2_d`` (delta method) and the noise by ``sqrt(d) s_4``.
+      ``(2 s_2^2/B_lo) chi^2_d`` (delta method) and the noise by ``sqrt(sum_j s_4j^2)``.
 
     The scalars split each lower side's ``alpha/2`` between its two terms (union bound). The
-    stage-2 scales ``s_3``, ``s_4`` are those at the result's public broadcast
-    (:func:`stage2_noise_stds`).
+    stage-2 scales ``s_3``, ``s_4`` are those at the result's public broadcast, per coordinate
+    (:func:`stage2_noise_stds`; they differ between coordinates with
+    ``noise_shape = "per_coordinate"``).
 
     Parameters
     ----------
@@ -276,8 +287,8 @@ def noise_confidence_intervals(
     upper["mean"] = result.mean + z * tau
 
     u_d = _quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0)
-    lower["dispersion"] = result.dispersion - _leading(result, u_d)
-    upper["dispersion"] = result.dispersion + z * _leading(result, s3) / n
+    lower["dispersion"] = result.dispersion - u_d
+    upper["dispersion"] = result.dispersion + z * s3 / n
 
     b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
     b_lo = np.maximum(b_rel - z * s2, n * plan.min_weight)
@@ -287,9 +298,9 @@ def noise_confidence_intervals(
     lower["weighted_mean"] = np.clip(result.weighted_mean - half, 0.0, 1.0)
     upper["weighted_mean"] = np.clip(result.weighted_mean + half, 0.0, 1.0)
 
-    u_q = _leading(result, _quantile_chi2_plus_normal(2.0 * s2**2 / b_lo, s4, 1.0 - alpha / 2.0))
+    u_q = _quantile_chi2_plus_normal(2.0 * s2**2 / b_lo_c, s4, 1.0 - alpha / 2.0)
     q_lo = np.maximum(result.q - u_q, 0.0)
-    q_hi = np.maximum(result.q + z * _leading(result, s4), 0.0)  # Q >= 0 is public
+    q_hi = np.maximum(result.q + z * s4, 0.0)  # Q >= 0 is public
     lower["q"] = q_lo
     upper["q"] = q_hi
 
@@ -305,13 +316,14 @@ def noise_confidence_intervals(
     # Scalars: each lower side's alpha/2 is split between its two error terms (union bound).
     z4 = float(ndtri(1.0 - alpha / 4.0))
     chi2_d = float(chi2.ppf(1.0 - alpha / 4.0, d))
-    sd_total = math.sqrt(d) * s3 / n
+    sd_total = np.sqrt(np.sum(s3**2, axis=-1)) / n  # sqrt(d) s_3/n for a uniform s_3
     total = np.sum(result.dispersion, axis=-1)
     lower["total_dispersion"] = total - (tau**2 * chi2_d + z4 * sd_total)
     upper["total_dispersion"] = total + z * sd_total
     q_sum = np.sum(result.q, axis=-1)
     bias = 2.0 * s2**2 / b_lo * chi2_d  # B sum_j delta_j^2 (delta method, mu_bar <= 1)
-    q_sum_lo = np.maximum(q_sum - bias - z4 * math.sqrt(d) * s4, 0.0)
+    sd_q_sum = np.sqrt(np.sum(s4**2, axis=-1))
+    q_sum_lo = np.maximum(q_sum - bias - z4 * sd_q_sum, 0.0)
     lower["i2_total"] = summed_i_squared(q_sum_lo, n, d)
-    upper["i2_total"] = summed_i_squared(q_sum + z * math.sqrt(d) * s4, n, d)
+    upper["i2_total"] = summed_i_squared(q_sum + z * sd_q_sum, n, d)
     return Intervals(lower=lower, upper=upper, level=level, label=NOISE_CI_LABEL)

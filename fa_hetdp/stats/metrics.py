@@ -261,15 +261,16 @@ def _noise_scale(plan: ProtocolPlan, name: str, noise_shares: int | None) -> flo
 
 
 def _i2_quadrature(
-    truth: TrueStatistics, plan: ProtocolPlan, sigma_weighted: float, sigma_q: float
+    truth: TrueStatistics, plan: ProtocolPlan, sigma_weighted: float, sigma_q: FloatArray
 ) -> FloatArray:
     """``E[(I2'' - I^2)^2]`` per coordinate by 3-D Gauss-Hermite quadrature.
 
     ``Q'' = Q + B (mu_bar' - mu_bar)^2 + sigma_4 Z`` with ``mu_bar'`` modelled as in
     :func:`_ratio_nodes` (noise of ``B'``, then Gaussian ``A'/B~``, clipped) and
-    ``Z ~ N(0, 1)``; ``I2'' = max(0, 1 - (n-1)/Q'')``.
+    ``Z ~ N(0, 1)``; ``I2'' = max(0, 1 - (n-1)/Q'')``; ``sigma_4`` per coordinate.
     """
     n = truth.n
+    s4 = np.broadcast_to(np.asarray(sigma_q, dtype=np.float64), (truth.d,))
     bw, locations, scales = _ratio_nodes(truth, plan, sigma_weighted)
     y_nodes, y_w = np.polynomial.hermite_e.hermegauss(_GH_Y)
     z_nodes, z_w = np.polynomial.hermite_e.hermegauss(_GH_Z)
@@ -285,7 +286,7 @@ def _i2_quadrature(
         for j in range(bw.shape[0]):
             est = np.clip(locations[j, sl, None] + scales[j] * y_nodes, 0.0, 1.0)  # (c, Y)
             q_y = truth.q[sl, None] + b * (est - mb[:, None]) ** 2
-            q_all = q_y[:, :, None] + sigma_q * z_nodes  # (c, Y, Z)
+            q_all = q_y[:, :, None] + s4[sl, None, None] * z_nodes  # (c, Y, Z)
             above = q_all > (n - 1)
             i2 = np.where(above, 1.0 - (n - 1) / np.where(above, q_all, 1.0), 0.0)
             err = (i2 - truth.i2[sl, None, None]) ** 2
@@ -344,20 +345,20 @@ def expected_mse(
     # The stage-2 noise follows the public broadcast (ProtocolPlan.stage2_factors); plug-in
     # at the broadcast's noiseless value (clip(mu), mu_bar).
     f = plan.stage2_factors((np.clip(truth.mean, 0.0, 1.0), truth.weighted_mean))
-    s3, s4 = s3 * float(f["dispersion"]), s4 * float(f["q"])
+    s3_j, s4_j = s3 * f["dispersion"], s4 * f["q"]  # per coordinate, shape (d,)
     variance = plan.mechanism.variance  # noise variance per coordinate of a given scale
     tau = s1 / n
     per: dict[str, FloatArray] = {}
     # Cor. 3.4 corrected: Var(Y_1) = Var(noise_1)/n^2.
     per["mean"] = np.full(truth.d, variance(s1) / n**2)
     # Cor. 3.5 corrected: D'' - D = (mu - clip(mu'))^2 + noise_3/n.
-    per["dispersion"] = clipped_gaussian_moment(truth.mean, tau, 4) + variance(s3) / n**2
+    per["dispersion"] = clipped_gaussian_moment(truth.mean, tau, 4) + variance(s3_j) / n**2
     # Lemma 3.7: mu_bar' = clip(A'/max(B', n w_min)); quadrature over the noise of B'.
     per["weighted_mean"] = _ratio_moment(truth, plan, s2, 2)
     # Cor. 3.11 corrected: Q'' - Q = B (mu_bar' - mu_bar)^2 + N(0, s_4^2).
     b = truth.weight_sum
-    per["q"] = b**2 * _ratio_moment(truth, plan, s2, 4) + variance(s4)
-    per["i2"] = _i2_quadrature(truth, plan, s2, s4)
+    per["q"] = b**2 * _ratio_moment(truth, plan, s2, 4) + variance(s4_j)
+    per["i2"] = _i2_quadrature(truth, plan, s2, s4_j)
     method = {
         "mean": "exact",
         "dispersion": "exact (incl. clipping of the broadcast mu')",

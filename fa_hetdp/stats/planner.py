@@ -22,34 +22,34 @@ With ``adaptive_floor``, stages 1-2 are planned at the floor predicted for the m
 
 The scalars ``total_dispersion = sum_j D''_j`` and ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``
 are planned too (``i2_total`` with a normal approximation of ``sum_j Q''_j`` given ``B'``).
-:func:`min_clients` and :func:`min_epsilon` invert the planner for a target error.
+:func:`~fa_hetdp.stats.inverses.min_clients` and :func:`~fa_hetdp.stats.inverses.min_epsilon`
+invert the planner for a target error.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.bounds import coordinate_bounds, mean_square_factor
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
 from fa_hetdp.stats.metrics import clipped_gaussian_moment
-from fa_hetdp.stats.registry import STATISTICS, statistic
+from fa_hetdp.stats.registry import STATISTICS
 from fa_hetdp.stats.releases import SCALAR_DISPLAY
 
 __all__ = [
     "SCALARS",
     "AccuracyPlan",
     "PlannedError",
+    "Scope",
     "accuracy_of_plan",
-    "min_clients",
-    "min_epsilon",
     "plan_accuracy",
 ]
 
@@ -229,22 +229,25 @@ def _model(plan: ProtocolPlan, assumptions: DataAssumptions) -> _Model:
 def _stage2_factor_sq(
     plan: ProtocolPlan, mod: _Model, loc: FloatArray, scale: FloatArray
 ) -> tuple[float, FloatArray]:
-    """``E[f^2]`` of the stage-2 noise factors (``"dispersion"``; ``"q"`` per node of ``B'``).
+    """``E[mean_j f_j^2]`` of the stage-2 factors (``"dispersion"``; ``"q"`` per node of ``B'``).
 
     The plan scales the stage-2 sigmas by :meth:`ProtocolPlan.stage2_factors` of the public
-    broadcast (``f^2 = mean_j max(c_j, 1 - c_j)^4`` with broadcast-based bounds, 1 without),
-    and ``c`` is noisy: ``clip(m + tau Y)`` resp. ``clip(A'/B~)``. ``f^2`` is a mean over
-    coordinates of one function of each ``c_j``, so evaluating every coordinate at the same
-    Gauss-Hermite node and averaging over the nodes gives ``E[f^2]`` exactly (up to quadrature).
+    broadcast ``c``, which is noisy: ``clip(m + tau Y)`` resp. ``clip(A'/B~)``, independent
+    across coordinates (given ``B'``). ``mean_j f_j^2`` is ``mean_j b_j^2`` (uniform) or
+    ``(mean_j b_j)^2`` (per coordinate), ``b_j = max(c_j, 1 - c_j)^2``: its expectation follows
+    from each coordinate's ``E[b_j]``, ``E[b_j^2]`` by Gauss-Hermite quadrature
+    (:func:`~fa_hetdp.protocol.bounds.mean_square_factor`; 1 without broadcast bounds).
     """
+    if not plan.config.broadcast_bounds:
+        return 1.0, np.ones(loc.shape[0])
     y, py = _hermite(_GH_Y)
-    tau = mod.s1 / mod.n
-    c1 = np.clip(mod.m[None, None, :] + tau * y[None, :, None], 0.0, 1.0)  # (1, Y, d)
-    c2 = np.clip(loc[:, None, :] + scale[:, None, None] * y[None, :, None], 0.0, 1.0)
-    factors = plan.stage2_factors((np.broadcast_to(c1, c2.shape), c2))
-    f_disp = float(np.mean(np.asarray(factors["dispersion"]) ** 2 @ py))
-    f_q = np.asarray(np.asarray(factors["q"]) ** 2 @ py, dtype=np.float64)  # (K,)
-    return f_disp, f_q
+    c1 = np.clip(mod.m[None, :] + mod.s1 / mod.n * y[:, None], 0.0, 1.0)  # (Y, d)
+    c2 = np.clip(loc[:, None, :] + scale[:, None, None] * y[None, :, None], 0.0, 1.0)  # (K, Y, d)
+    out = []
+    for c in (c1, c2):
+        b = np.moveaxis(coordinate_bounds(c), -2, -1)  # (..., d, Y)
+        out.append(mean_square_factor(b @ py, (b * b) @ py, shape=plan.config.noise_shape))
+    return float(out[0]), np.asarray(out[1], dtype=np.float64)
 
 
 def _ratio_moments(mod: _Model) -> tuple[FloatArray, list[FloatArray], FloatArray, FloatArray]:
@@ -464,137 +467,3 @@ def plan_accuracy(
     return accuracy_of_plan(
         planned_protocol(config, n=n, d=d, assumptions=assumptions), assumptions
     )
-
-
-# --------------------------------------------------------------------------- inverses
-
-
-def _target_met(acc: AccuracyPlan, key: str, target: float, relative: bool, scope: Scope) -> bool:
-    row = acc.error(key)
-    if relative:
-        return row.relative(scope) <= target
-    return (row.rmse_average if scope == "average" else row.rmse_coordinate) <= target
-
-
-def _check_target(key: str, target: float, relative: bool) -> None:
-    if key not in SCALARS:
-        statistic(key)  # raises KeyError with the allowed keys
-    if not (math.isfinite(target) and target > 0.0):
-        raise InputDataError(f"target must be a positive number, got target={target!r}.")
-    del relative
-
-
-def min_clients(
-    d: int,
-    *,
-    statistic_key: str,
-    target: float,
-    epsilon: float,
-    delta: float,
-    relative: bool = True,
-    scope: Scope = "average",
-    max_clients: int = 10**8,
-    assumptions: DataAssumptions | None = None,
-    **settings: Any,
-) -> int | None:
-    """Smallest number of clients whose expected error of ``statistic_key`` is ``<= target``.
-
-    Parameters
-    ----------
-    d : int
-        Number of coordinates.
-    statistic_key : str
-        A statistic key (``"dispersion"``) or a scalar (``"i2_total"``).
-    target : float
-        Target RMSE: a fraction of the typical value (``relative=True``) or absolute.
-    epsilon, delta : float
-        Privacy budget.
-    relative : bool, default True
-        Whether ``target`` is relative to the statistic's typical value.
-    scope : {"average", "coordinate"}
-        Error of the coordinate average, or per coordinate.
-    max_clients : int
-        Largest ``n`` searched.
-    assumptions : DataAssumptions, optional
-        Public assumptions (default: :meth:`DataAssumptions.stated` with nothing stated).
-    **settings
-        Other :class:`~fa_hetdp.config.protocol.ProtocolConfig` fields; left out, the
-        recommended settings (as :func:`plan_accuracy`).
-
-    Returns
-    -------
-    int or None
-        The smallest ``n`` (the error falls with ``n``; bisection), or None when even
-        ``max_clients`` does not reach the target.
-    """
-    _check_target(statistic_key, target, relative)
-    config = recommended_config(epsilon=epsilon, delta=delta, **settings)
-    assume = assumptions if assumptions is not None else DataAssumptions.stated()
-
-    def ok(n: int) -> bool:
-        acc = accuracy_of_plan(planned_protocol(config, n=n, d=d, assumptions=assume), assume)
-        return _target_met(acc, statistic_key, target, relative, scope)
-
-    return _bisect_int(ok, 2, max_clients)
-
-
-def min_epsilon(
-    n: int,
-    d: int,
-    *,
-    statistic_key: str,
-    target: float,
-    delta: float,
-    relative: bool = True,
-    scope: Scope = "average",
-    max_epsilon: float = 100.0,
-    assumptions: DataAssumptions | None = None,
-    **settings: Any,
-) -> float | None:
-    """Smallest ``epsilon`` (to 0.5 % relative) whose expected error is ``<= target``.
-
-    Parameters are those of :func:`min_clients`, with ``n`` fixed and ``epsilon`` searched in
-    ``[1e-3, max_epsilon]``. Returns None when ``max_epsilon`` does not reach the target.
-    """
-    _check_target(statistic_key, target, relative)
-    assume = assumptions if assumptions is not None else DataAssumptions.stated()
-
-    def ok(epsilon: float) -> bool:
-        config = recommended_config(epsilon=epsilon, delta=delta, **settings)
-        acc = accuracy_of_plan(planned_protocol(config, n=n, d=d, assumptions=assume), assume)
-        return _target_met(acc, statistic_key, target, relative, scope)
-
-    low, high = 1e-3, float(max_epsilon)
-    if not ok(high):
-        return None
-    if ok(low):
-        return low
-    while high / low > 1.005:
-        mid = math.sqrt(low * high)
-        if ok(mid):
-            high = mid
-        else:
-            low = mid
-    return high
-
-
-def _bisect_int(ok: Callable[[int], bool], low: int, high: int) -> int | None:
-    """Smallest integer in ``[low, high]`` with ``ok`` (assumed monotone), or None."""
-    if ok(low):
-        return low
-    probe = low
-    while True:  # exponential search first: most targets need far fewer than ``high``
-        nxt = min(high, probe * 2)
-        if ok(nxt):
-            break
-        if nxt == high:
-            return None
-        probe = nxt
-    lo, hi = probe, nxt  # ok(hi), not ok(lo)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi

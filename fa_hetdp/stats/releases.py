@@ -14,7 +14,6 @@ statistic and scalar summary:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -98,7 +97,7 @@ def _own_scale(
 
     ``I2''``, ``I2'''`` and ``i2_total`` get the std of a normal with their interval's width.
     """
-    n, d = plan.n, plan.d
+    n = plan.n
     s3, s4 = stage2_noise_stds(result, plan)
     batch = isinstance(result, BatchResult)
 
@@ -109,13 +108,13 @@ def _own_scale(
     ones = np.ones_like(result.mean)
     out = {
         "mean": ones * plan.noise_std("mean") / n,  # Thm 3.3: the sum's noise over n
-        "dispersion": ones * lead(s3) / n,
+        "dispersion": ones * s3 / n,  # per coordinate, at the public broadcast
         "weighted_mean": plan.noise_std("weighted")
         * np.sqrt(1.0 + result.weighted_mean**2)
         / lead(b_used),  # A'/B': both noisy (delta method)
-        "q": ones * lead(s4),  # Q'' is a sum
+        "q": ones * s4,  # Q'' is a sum
     }
-    out["total_dispersion"] = math.sqrt(d) * s3 / n
+    out["total_dispersion"] = np.sqrt(np.sum(s3**2, axis=-1)) / n
     # I^2 is a kinked, saturating map of Q'': no delta method; the std of a normal with the
     # same interval width instead (the interval is the image of Q'''s).
     z = float(ndtri(0.5 + level / 2.0))
