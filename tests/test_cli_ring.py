@@ -54,7 +54,7 @@ def test_default_ring_of_ddg_is_refused_with_ring_reason_and_fix(tmp_path: Path)
     key, message = problems[0]
     assert key == "secagg.modulus_bits"
     assert "Z_2^32 (the default for mechanism 'ddg')" in message
-    assert "n=4000 clients" in message and "could wrap" in message  # why
+    assert "n=4000 clients" in message and "cannot hold the sum of n=4000" in message  # why
     assert "modulus_bits = 64" in message and "secagg-modulus-bits=64" in message  # the fix
     assert "stage 1, 2" in message
 
@@ -73,6 +73,16 @@ def test_a_stated_32_bit_ring_is_refused_for_agm_too(tmp_path: Path) -> None:
     assert ring_problems(config(path), dim=8) == []  # agm's default: 64 bits
     problems = ring_problems(config(path, **{"secagg-modulus-bits": 32}), dim=8)
     assert len(problems) == 1 and "Z_2^32 (as stated: 32 bits)" in problems[0][1]
+    assert "could wrap in Z_2^32" in problems[0][1]  # agm: the fixed-point scales' reason
+
+
+def test_the_shipped_10k_scenario_needs_64_bits_for_ddg() -> None:
+    # n = 10 000, d = 3072: ddg's lattice cannot fit Z_2^32 at epsilon = 1 (agm's scales can).
+    point = {"epsilon": 1.0, "placement": "distributed"}
+    assert ring_problems(config("synthetic-10k", mechanism="ddg", **point), dim=3072)
+    wide = config("synthetic-10k", mechanism="ddg", **point, **{"secagg-modulus-bits": 64})
+    assert ring_problems(wide, dim=3072) == []
+    assert ring_problems(config("synthetic-10k", mechanism="agm", **point), dim=3072) == []
 
 
 def test_small_settings_fit_32_bits(tmp_path: Path) -> None:

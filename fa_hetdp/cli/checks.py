@@ -3,11 +3,12 @@
 :func:`ring_problems` asks whether the masked sums of every summation fit the run's ring
 ``Z_2^m`` (:func:`fa_hetdp.config.secagg.resolve_modulus_bits`: 32 bits for ddg and skellam
 unless stated, 64 otherwise). It makes the ServerApp's own encoding choice
-(``server.strategy``: :func:`~fa_hetdp.secagg.encoding.choose_encoding` of the plan's
-contribution bounds and noise-share tail bounds) for the largest ``n`` a run can have (every
-sampled client) and the plan at ``v_min`` (the largest ``W``, the adaptive floor's stage-0
-plan), so a setting that would be refused at the first masked input is refused here, with
-the ring, the reason and what to change.
+(:func:`fa_hetdp.protocol.client.contribution_encoding`, the function ``server.strategy``
+calls: ddg/skellam's lattice in the ring, else the fixed-point scales of the contribution
+bounds plus the noise-share tail bounds) for the largest ``n`` a run can have (every sampled
+client) and the plan at ``v_min`` (the largest ``W``, the adaptive floor's stage-0 plan), so
+a setting that would be refused at the first masked input is refused here, with the ring, the
+reason and what to change.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import warnings
 from collections.abc import Mapping
 
 from fa_hetdp.config.rules import Problem, raise_problems
-from fa_hetdp.errors import BaselineWarning
+from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.plan import SumStage, plan_protocol
-from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import EncodingError
 
 __all__ = ["check_ring", "ring_problems"]
@@ -57,17 +58,11 @@ def ring_problems(run_config: Mapping[str, object], dim: int) -> list[Problem]:
         run_config.get("secagg-modulus-bits", 0) != 0
     )
     where = f"as stated: {bits} bits" if stated else f"the default for mechanism {mechanism!r}"
-    refused: list[tuple[SumStage, EncodingError]] = []
+    refused: list[tuple[SumStage, Exception]] = []
     for stage in stages:
-        try:
-            choose_encoding(
-                n,
-                plan.contribution_bounds(stage),
-                noise_std=plan.share_tail_bounds(stage),
-                noise_tail=1.0,
-                modulus_bits=bits,
-            )
-        except EncodingError as exc:
+        try:  # the ServerApp's own choice (server.strategy), stage 1 checking stage 2 too
+            contribution_encoding(plan, stage, n, modulus_bits=bits)
+        except (EncodingError, PrivacyParameterError) as exc:
             refused.append((stage, exc))
     if not refused:
         return []
