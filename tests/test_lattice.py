@@ -1,0 +1,197 @@
+"""The ddg/skellam integer pipeline in the protocol (fa_hetdp.dp.lattice, protocol.client).
+
+A distributed discrete client sends ``gamma (R(v/gamma) + Z)``; the encoding at scale
+``1/gamma`` must put exactly the integers ``R + Z mod 2^m`` in the ring; the step is a power of
+two fitted to the ring within the accounting's limits; and the release keeps its privacy
+(Clopper-Pearson audit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.dp.accounting import ReleaseSpec, plan_budget, privacy_spent
+from fa_hetdp.dp.lattice import (
+    MAX_LATTICE,
+    Lattice,
+    choose_lattice,
+    discretise,
+    integer_tail,
+    lattice_step,
+)
+from fa_hetdp.dp.mechanisms import get_mechanism
+from fa_hetdp.errors import PrivacyParameterError
+from fa_hetdp.protocol.client import (
+    contribution_encoding,
+    local_values,
+    stage1_contribution,
+    stage2_contribution,
+    stage_lattice,
+)
+from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY, plan_protocol
+from fa_hetdp.secagg.errors import EncodingError
+
+ALPHA = 0.01  # significance level of the statistical tests below (fixed seeds, no redraws)
+KINDS = ["ddg", "skellam"]
+
+
+def _plan(kind: str, n: int = 8, d: int = 6) -> object:
+    return plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism=kind), n=n, d=d)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bits", [64, 32])
+def test_ring_words_are_the_lattice_integers(kind: str, bits: int) -> None:
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism=kind), n=8, d=6)
+    x = np.random.default_rng(0).random(6)
+    local = local_values(x, variance_floor=plan.config.variance_floor)
+    values = stage1_contribution(local, plan, rng=np.random.default_rng(1), modulus_bits=bits)
+    lattice = stage_lattice(plan, 1, modulus_bits=bits)
+    assert lattice is not None
+    integers = values / lattice.gamma
+    np.testing.assert_array_equal(integers, np.round(integers))  # on the lattice, exactly
+    encoding = contribution_encoding(plan, 1, plan.n, modulus_bits=bits)
+    np.testing.assert_array_equal(encoding.scales, 1.0 / lattice.gamma)
+    words = encoding.encode(values, rng=np.random.default_rng(2))
+    want = integers.astype(np.int64).view(np.uint64) & np.uint64((1 << bits) - 1)
+    assert words.tobytes() == want.tobytes()  # byte for byte: R + Z mod 2^m
+    np.testing.assert_array_equal(encoding.decode(words, 1), values)  # decoded exactly
+    assert not np.any(encoding.max_decoding_error(plan.n))
+
+
+def test_stage2_lattice_follows_the_broadcast_and_is_exact() -> None:
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="ddg"), n=8, d=6)
+    local = local_values(np.full(6, 0.3), variance_floor=plan.config.variance_floor)
+    m = np.full(6, 0.5)
+    values = stage2_contribution(local, plan, m, m, rng=np.random.default_rng(3))
+    lattice = stage_lattice(plan, 2, broadcast=(m, m))
+    assert lattice is not None
+    np.testing.assert_array_equal(lattice.units * lattice.gamma, plan.share_std_vector(2, (m, m)))
+    assert np.all(lattice.units >= 16.0)
+    encoding = contribution_encoding(plan, 2, plan.n, broadcast=(m, m))
+    words = encoding.encode(values, rng=np.random.default_rng(4))
+    signed = words.view(np.int64).astype(np.float64)
+    np.testing.assert_array_equal(signed * lattice.gamma, values)
+
+
+def test_rounding_is_unbiased_and_adjacent() -> None:
+    # No noise: R(v/gamma) is floor or floor + 1 with the right frequency (binomial, ALPHA).
+    gamma = np.full(20_000, 0.25)
+    lattice = Lattice("ddg", gamma, np.zeros(gamma.size), gamma, 1, 64, 1e-9)
+    out = discretise("ddg", np.full(gamma.size, 0.3), lattice, rng=np.random.default_rng(5))
+    assert set(np.unique(out)) <= {0.25, 0.5}
+    ups = int(np.count_nonzero(out == 0.5))
+    assert stats.binomtest(ups, gamma.size, 0.2).pvalue > ALPHA
+
+
+def test_step_is_the_fine_rule_when_the_ring_is_roomy() -> None:
+    s = np.array([1e-3, 0.5, 40.0])
+    lat = choose_lattice(
+        "ddg", s, np.array([1.0, 1.0, 100.0]), n=1000, modulus_bits=64, failure_probability=1e-30
+    )
+    np.testing.assert_array_equal(lat.gamma, lattice_step(s))
+    assert lat.refusal_probability == pytest.approx(3 * 1000 * 1e-30)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_step_coarsens_to_fit_a_small_ring_within_the_accounting(kind: str) -> None:
+    # n = 20000 weighted coordinates (bound W = 100) do not fit Z_2^32 at 2^-12.
+    n, s, b = 20_000, np.array([0.01, 0.5]), np.array([1.0, 100.0])
+    lat = choose_lattice(kind, s, b, n=n, modulus_bits=32, failure_probability=1e-30)
+    assert lat.gamma[1] > MAX_LATTICE
+    assert np.all(lat.gamma <= MAX_LATTICE * b) and np.all(lat.gamma <= s / 16.0)
+    np.testing.assert_array_equal(np.exp2(np.round(np.log2(lat.gamma))), lat.gamma)
+    words = np.ceil(b / lat.gamma) + np.ceil([integer_tail(kind, u, 1e-30) for u in lat.units])
+    assert np.all(n * (words + 1) < 2.0**31)
+    half = lat.gamma / 2  # the next finer step would not fit
+    finer = np.ceil(b / half) + np.ceil([integer_tail(kind, u, 1e-30) for u in s / half])
+    assert np.all((n * (finer + 1) >= 2.0**31) | (lat.gamma == lattice_step(s)))
+
+
+def test_step_refusal_names_n_the_bound_and_the_ring() -> None:
+    with pytest.raises(PrivacyParameterError, match=r"Z_2\^32.*n=1000000.*bounded by 1 plus"):
+        choose_lattice("ddg", [0.01], [1.0], n=10**6, modulus_bits=32, failure_probability=1e-30)
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="ddg"), n=400_000, d=4)
+    with pytest.raises(PrivacyParameterError, match="n=400000"):
+        contribution_encoding(plan, 1, plan.n, modulus_bits=32)  # refused before stage 1
+
+
+def test_lattice_encoding_refuses_off_lattice_values() -> None:
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="skellam"), n=8, d=3)
+    encoding = contribution_encoding(plan, 1, plan.n)
+    assert encoding.lattice
+    with pytest.raises(EncodingError, match="not on the lattice"):
+        encoding.encode(np.full(7, 1e-9), rng=np.random.default_rng(0))
+    gaussian = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="agm"), n=8, d=3)
+    assert stage_lattice(gaussian, 1) is None
+    assert not contribution_encoding(gaussian, 1, 8).lattice
+
+
+def _audit(kind: str, noise_factor: float, trials: int = 200_000) -> tuple[float, float]:
+    """Empirical lower bound on epsilon of the integer pipeline (n = 3, d = 1, Delta = 1).
+
+    Client 0 holds 0 or 1, the others 0.5; each sends ``gamma (R + Z)``. Clopper-Pearson at
+    ALPHA (Bonferroni over the thresholds) bounds P(y >= k); returns (lower bound, claimed).
+    """
+    n = 3
+    budget = plan_budget(1.0, 1e-5, [ReleaseSpec("mean", 1.0)], mechanism=kind)
+    claimed = privacy_spent(budget).epsilon
+    share = budget.sigma("mean") * noise_factor / math.sqrt(n)
+    one = choose_lattice(
+        kind, [share], [1.0], n=n, modulus_bits=64, failure_probability=ENCODING_FAILURE_PROBABILITY
+    )
+    size = trials * n
+    lattice = Lattice(
+        kind,
+        np.full(size, one.gamma[0]),
+        np.full(size, one.units[0]),
+        np.full(size, one.bounds[0]),
+        n,
+        64,
+        one.failure_probability,
+    )
+    rng = np.random.default_rng(32)
+    others = np.full((trials, n), 0.5)
+    y = []
+    for first in (0.0, 1.0):
+        others[:, 0] = first
+        y.append(discretise(kind, others.reshape(-1), lattice, rng=rng).reshape(trials, n).sum(1))
+    y0, y1 = y
+    thresholds = np.quantile(y1, np.linspace(0.5, 0.9999, 60))
+    level = ALPHA / (2 * thresholds.size)
+    best = 0.0
+    for k in thresholds:
+        c1, c0 = int(np.sum(y1 >= k)), int(np.sum(y0 >= k))
+        p1 = stats.beta.ppf(level, c1, trials - c1 + 1) if c1 else 0.0
+        p0 = stats.beta.ppf(1 - level, c0 + 1, trials - c0) if c0 < trials else 1.0
+        if p1 > 1e-5:
+            best = max(best, math.log((p1 - 1e-5) / p0))
+    return best, claimed
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("kind", KINDS)
+def test_privacy_audit_of_the_integer_pipeline(kind: str) -> None:
+    lower, claimed = _audit(kind, 1.0)
+    assert lower <= claimed
+    lower_weak, _ = _audit(kind, 0.2)  # a fifth of the noise: caught
+    assert lower_weak > claimed
+
+
+def test_mechanism_seam_checks_the_share_scale() -> None:
+    mech = get_mechanism("ddg")
+    lat = mech.choose_lattice([0.5], [1.0], n=4, modulus_bits=64, failure_probability=1e-20)
+    assert lat is not None
+    with pytest.raises(PrivacyParameterError, match="scale differs"):
+        mech.add_share(np.array([0.2]), 0.25, rng=np.random.default_rng(0), lattice=lat)
+    assert (
+        get_mechanism("agm").choose_lattice(
+            [0.5], [1.0], n=4, modulus_bits=64, failure_probability=1e-20
+        )
+        is None
+    )
