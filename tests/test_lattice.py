@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fa_hetdp._types import Mechanism
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import ReleaseSpec, plan_budget, privacy_spent
 from fa_hetdp.dp.lattice import (
@@ -37,16 +38,12 @@ from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY, plan_protocol
 from fa_hetdp.secagg.errors import EncodingError
 
 ALPHA = 0.01  # significance level of the statistical tests below (fixed seeds, no redraws)
-KINDS = ["ddg", "skellam"]
-
-
-def _plan(kind: str, n: int = 8, d: int = 6) -> object:
-    return plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism=kind), n=n, d=d)
+KINDS: list[Mechanism] = ["ddg", "skellam"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("bits", [64, 32])
-def test_ring_words_are_the_lattice_integers(kind: str, bits: int) -> None:
+def test_ring_words_are_the_lattice_integers(kind: Mechanism, bits: int) -> None:
     plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism=kind), n=8, d=6)
     x = np.random.default_rng(0).random(6)
     local = local_values(x, variance_floor=plan.config.variance_floor)
@@ -99,7 +96,7 @@ def test_step_is_the_fine_rule_when_the_ring_is_roomy() -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_step_coarsens_to_fit_a_small_ring_within_the_accounting(kind: str) -> None:
+def test_step_coarsens_to_fit_a_small_ring_within_the_accounting(kind: Mechanism) -> None:
     # n = 20000 weighted coordinates (bound W = 100) do not fit Z_2^32 at 2^-12.
     n, s, b = 20_000, np.array([0.01, 0.5]), np.array([1.0, 100.0])
     lat = choose_lattice(kind, s, b, n=n, modulus_bits=32, failure_probability=1e-30)
@@ -132,7 +129,7 @@ def test_lattice_encoding_refuses_off_lattice_values() -> None:
     assert not contribution_encoding(gaussian, 1, 8).lattice
 
 
-def _audit(kind: str, noise_factor: float, trials: int = 200_000) -> tuple[float, float]:
+def _audit(kind: Mechanism, noise_factor: float, trials: int = 200_000) -> tuple[float, float]:
     """Empirical lower bound on epsilon of the integer pipeline (n = 3, d = 1, Delta = 1).
 
     Client 0 holds 0 or 1, the others 0.5; each sends ``gamma (R + Z)``. Clopper-Pearson at
@@ -176,7 +173,7 @@ def _audit(kind: str, noise_factor: float, trials: int = 200_000) -> tuple[float
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("kind", KINDS)
-def test_privacy_audit_of_the_integer_pipeline(kind: str) -> None:
+def test_privacy_audit_of_the_integer_pipeline(kind: Mechanism) -> None:
     lower, claimed = _audit(kind, 1.0)
     assert lower <= claimed
     lower_weak, _ = _audit(kind, 0.2)  # a fifth of the noise: caught
