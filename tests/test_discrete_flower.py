@@ -9,6 +9,7 @@ mechanism and its accounting. The Flower runtime runs the same settings in
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,14 @@ def test_discrete_run_matches_in_process_twin(tmp_path: Path, mechanism: str) ->
     assert accounting == get_mechanism(mechanism).accounting
     assert ("KLS 2021" if mechanism == "ddg" else "AKL 2021") in accounting
     assert any(get_mechanism(mechanism).description in label for label in document["labels"])
+    # The ring carried the lattice integers R + Z: decoded exactly, steps and refusal bound stated.
+    words = document["secagg"]["words"]
+    assert words["carry"].startswith("lattice integers") and words["wrap_probability"] == 0.0
+    for stage in ("stage1", "stage2"):
+        low, high = words["gamma"][stage]
+        assert 0.0 < low <= high <= 2.0**-12 * 100 and math.log2(low).is_integer()
+        assert 0.0 < words["refusal_probability"][stage] < 1e-25
+        assert not any(document["encoding_error_bound"][stage])
     assert_matches_reference(document, config)
 
 
