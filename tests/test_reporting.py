@@ -33,15 +33,24 @@ def _digits(n: int) -> np.ndarray:
 
 @pytest.mark.statistical
 @pytest.mark.parametrize(
-    ("name", "epsilon"),
-    [("digits100", 1.0), ("digits1797", 1.0), ("digits1797", 4.0), ("beta500x8", 1.0)],
+    ("name", "epsilon", "shape"),
+    [
+        ("digits100", 1.0, "uniform"),
+        ("digits1797", 1.0, "uniform"),
+        ("digits1797", 4.0, "uniform"),
+        ("beta500x8", 1.0, "uniform"),
+        # per-coordinate stage-2 noise (lever c): each coordinate's interval uses its own sigma
+        ("digits100", 1.0, "per_coordinate"),
+        ("digits1797", 1.0, "per_coordinate"),
+        ("beta500x8", 1.0, "per_coordinate"),
+    ],
 )
-def test_intervals_cover_at_least_the_level(name: str, epsilon: float) -> None:
+def test_intervals_cover_at_least_the_level(name: str, epsilon: float, shape: str) -> None:
     if name.startswith("digits"):
         x = _digits(int(name.removeprefix("digits")))
     else:
         x = np.random.default_rng(0).beta(2.0, 3.0, size=(500, 8))
-    config = ProtocolConfig(epsilon=epsilon, delta=1e-5)
+    config = ProtocolConfig(epsilon=epsilon, delta=1e-5, noise_shape=shape)  # type: ignore[arg-type]
     res = private_statistics_batch(x, config, repeats=REPEATS, rng=np.random.default_rng(2))
     cov = coverage(noise_confidence_intervals(res, res.plan, level=LEVEL), res.truth)
     assert set(cov) >= {"mean", "dispersion", "weighted_mean", "q", "i2"}
@@ -145,3 +154,35 @@ def test_run_plan_lines_warn_for_the_quickstart() -> None:
     assert lines[0].startswith("accuracy plan: n=100 clients, d=64")
     warned = [line for line in lines if line.startswith("warning:")]
     assert any("dispersion" in line for line in warned)
+
+
+def test_quantile_on_the_ratio_grid_is_never_below_the_exact_one() -> None:
+    # many distinct (scale, sd) pairs (per-coordinate noise over repeats) take the ratio grid
+    from fa_hetdp.stats.intervals import _bisect_quantile, _quantile_chi2_plus_normal
+
+    rng = np.random.default_rng(0)
+    scale, sd = rng.random(3000) * 2.0 + 0.01, rng.random(3000) + 0.1
+    grid = _quantile_chi2_plus_normal(scale, sd, 0.975)
+    exact = _bisect_quantile(scale, sd, 0.975)
+    assert np.all(grid >= exact * (1.0 - 1e-12))
+    assert np.max(grid / exact - 1.0) <= 1.1e-3
+
+
+def test_result_json_stores_the_per_coordinate_stage2_sigmas() -> None:
+    from fa_hetdp.report.results import result_to_dict
+
+    x = _digits(300)
+    r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))
+    assert r.plan is not None and r.plan.config.noise_shape == "per_coordinate"
+    doc = json.loads(json.dumps(result_to_dict(r)))
+    for key in ("dispersion", "q"):
+        per = np.asarray(doc["stage2_sigmas"][key])
+        assert per.shape == (r.d,) and np.ptp(per) > 0.0  # they differ between coordinates
+        assert doc["sigmas"][key] == pytest.approx(float(np.sqrt(np.mean(per**2))))
+        assert np.all(per <= r.plan.sigma(key) * (1 + 1e-12))  # never above the worst case
+    # the interval of D''_j uses sigma_j: wider where the broadcast bound is larger
+    by_key = {v.key: v for v in released_values(r, r.plan)}
+    np.testing.assert_allclose(
+        by_key["dispersion"].noise_std,
+        r.plan.noise_std_vector(2, (r.mu_prime_broadcast, r.weighted_mean))[: r.d] / r.n,
+    )

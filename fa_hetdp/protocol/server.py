@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,7 +117,8 @@ class PrivateStatistics:
     i2_extra : FloatArray or None
         ``I2''' = I2'' + noise of scale sigma_5``, or None when disabled.
     sigmas : Mapping[str, float]
-        Calibrated sigma of every release.
+        Calibrated sigma of every release; a stage-2 one at the broadcast, as the root mean
+        square over coordinates of ``stage2_sigmas``.
     spent : PrivacySpent
         Privacy actually spent under exact composition (counts missing noise shares).
     labels : tuple[str, ...]
@@ -145,6 +146,10 @@ class PrivateStatistics:
         The plan the result was computed under (the source of its intervals).
     floor_choice : FloorChoice or None
         The adaptive floor and the noisy histogram it came from (``adaptive_floor``).
+    stage2_sigmas : Mapping[str, FloatArray]
+        Per-coordinate sigma (shape ``(d,)``) of each stage-2 release made (``"dispersion"``,
+        ``"q"``) at the public broadcast (:meth:`ProtocolPlan.stage2_sigmas`; they differ
+        between coordinates with ``noise_shape = "per_coordinate"``).
 
     Every value says what it is worth: :meth:`confidence_intervals` gives the intervals from
     the known noise, and :func:`fa_hetdp.report.results.statistics_section` the noise on each
@@ -173,6 +178,7 @@ class PrivateStatistics:
     i2_total: float = math.nan
     plan: ProtocolPlan | None = None
     floor_choice: FloorChoice | None = None
+    stage2_sigmas: Mapping[str, FloatArray] = field(default_factory=dict)
 
     def confidence_intervals(self, level: float = 0.95) -> Intervals:
         """Intervals of every statistic and scalar from the known noise (coverage ``>= level``).
@@ -555,6 +561,9 @@ def assemble_stage2(
         i2=plan.released("i2", est.i2),
         i2_extra=i2_extra,
         sigmas=plan.sigmas_at(broadcast),
+        stage2_sigmas={
+            k: v for k, v in plan.stage2_sigmas(*broadcast).items() if k in plan.releases
+        },
         spent=spent,
         labels=result_labels(plan, spent, stage1.b_clamped),
         n=n,

@@ -235,8 +235,10 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
     """Return a JSON-ready dictionary of a Python-API result (``private_statistics``).
 
     Per-coordinate statistics as lists (``None`` for an absent ``i2_extra``), the scalars,
-    the σ of every release, the privacy spent (``epsilon`` at the target ``delta``, and the
-    ``delta`` at the target ε: two readings of one exact composition), the caveat labels,
+    the σ of every release (a stage-2 one as the root mean square over coordinates; its
+    per-coordinate values under ``"stage2_sigmas"``), the privacy spent (``epsilon`` at the
+    target ``delta``, and the ``delta`` at the target ε: two readings of one exact
+    composition), the caveat labels,
     and the exact counts ``n_clipped`` / ``n_at_floor`` kept apart under
     ``"not_private"`` with :data:`EXACT_COUNTS_NOTE`. NaN becomes ``None``.
     """
@@ -258,6 +260,11 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
             "weighted_denominator": _number(result.weighted_denominator),
         },
         "sigmas": {k: float(v) for k, v in result.sigmas.items()},
+        # the stage-2 sigmas per coordinate ("sigmas" holds their root mean square)
+        "stage2_sigmas": {
+            k: [float(x) for x in np.asarray(v, np.float64)]
+            for k, v in result.stage2_sigmas.items()
+        },
         "privacy": {
             "guarantees": [
                 {"epsilon": float(spent.epsilon), "delta": float(spent.delta)},
