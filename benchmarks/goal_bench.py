@@ -15,9 +15,11 @@ the I^2 of the summed Q'') <= 0.05; per-coordinate RMSE of ``D''`` <= 25 % of it
 
 Rows: ``today`` (basic composition, equal split, stage-2 bounds sqrt(d), W sqrt(d));
 ``a-c`` (the defaults of ProtocolConfig: gdp, optimal split, broadcast bounds);
-``recommended`` (a-c plus the adaptive floor, lever d: what ``private_statistics`` runs with
-nothing given); ``recommended, D''-heavy split`` (the same with ``split = {mean: 1, weighted: 2,
-dispersion: 4, q: 2}``, the allocation that also meets the per-coordinate D'' goal);
+``recommended, uniform stage-2 noise`` (a-c plus the adaptive floor, lever d: the recommended
+settings before per-coordinate noise); ``recommended`` (that plus ``noise_shape =
+"per_coordinate"``, stage-2 sigma_j proportional to max(c_j, 1 - c_j): what
+``private_statistics`` runs with nothing given); ``recommended, D''-heavy split`` (the same
+with ``split = {mean: 1, weighted: 2, dispersion: 4, q: 2}``, an allocation picked by hand);
 ``a-c, planned split`` and ``recommended, planned split``: the same settings with the split of
 :func:`fa_hetdp.stats.split.planned_split` (the planner's full error model minimised over the
 budget shares, public assumptions only: n, d, the settings, typical within-vector variance 1/12;
@@ -44,11 +46,13 @@ from fa_hetdp.stats.split import planned_split
 
 N = 1797
 HEAVY = {"mean": 1.0, "weighted": 2.0, "dispersion": 4.0, "q": 2.0}
+RECOMMENDED: dict[str, Any] = {"adaptive_floor": True, "noise_shape": "per_coordinate"}
 ROWS: dict[str, dict[str, Any]] = {
     "today": {"composition": "basic", "broadcast_bounds": False},
     "a-c": {},
-    "recommended": {"adaptive_floor": True},
-    "recommended, D''-heavy split": {"adaptive_floor": True, "split": HEAVY},
+    "recommended, uniform stage-2 noise": {"adaptive_floor": True},
+    "recommended": RECOMMENDED,
+    "recommended, D''-heavy split": {**RECOMMENDED, "split": HEAVY},
 }
 GOALS = {
     "mean": 0.05,
@@ -93,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     x = digits_clients(N)
     rows = dict(ROWS)
-    bases: tuple[dict[str, Any], ...] = ({}, {"adaptive_floor": True})
+    bases: tuple[dict[str, Any], ...] = ({}, RECOMMENDED)
     for name, base in zip(PLANNED, bases, strict=True):
         split = planned_split(ProtocolConfig(EPSILON, DELTA, **base), n=N, d=x.shape[1])
         rows[name] = {**base, "split": dict(split)}

@@ -19,13 +19,17 @@ The settings (issue 9, item 3; ``docs/privacy.md``):
   statistic needed (``statistics = (key,)``), equal split over the releases it needs.
 - ``a+b``: gdp, only that statistic needed, optimal split over its releases.
 - ``c``: stage-2 bounds from the public broadcast, otherwise today's settings.
+- ``c/coord``: ``c`` with per-coordinate stage-2 noise (``noise_shape = "per_coordinate"``:
+  the stage-2 sigma of coordinate ``j`` follows its own bound ``max(c_j, 1 - c_j)^2``).
 - ``all``: a + b + c (gdp, only that statistic, optimal split, broadcast bounds).
 - ``defaults``: the new defaults with every statistic needed (gdp, optimal split,
   broadcast bounds).
 - ``d``: the adaptive variance floor (``adaptive_floor``; a stage-0 noisy histogram of the
   within-vector variances, 5 % of the budget, picks ``W``), otherwise today's settings.
-- ``recommended``: the defaults plus ``d`` -- what ``fa_hetdp.private_statistics`` runs
-  when given nothing but the budget.
+- ``rec., uniform``: the defaults plus ``d`` (the recommended settings before per-coordinate
+  noise).
+- ``recommended``: the defaults plus ``d`` plus per-coordinate stage-2 noise -- what
+  ``fa_hetdp.private_statistics`` runs when given nothing but the budget.
 
 ``--discrete`` prints instead the distributed discrete mechanisms (issue 12) against the
 continuous Gaussian at the same ``(epsilon, delta)``, ``n`` and ``d``, across bits per
@@ -77,10 +81,15 @@ SETTINGS: Mapping[str, tuple[dict[str, Any], bool]] = {
     "b": ({"composition": "basic", "broadcast_bounds": False}, True),
     "a+b": ({"composition": "gdp", "broadcast_bounds": False}, True),
     "c": ({"composition": "basic", "broadcast_bounds": True}, False),
+    "c/coord": (
+        {"composition": "basic", "broadcast_bounds": True, "noise_shape": "per_coordinate"},
+        False,
+    ),
     "all": ({"composition": "gdp", "broadcast_bounds": True}, True),
     "defaults": ({}, False),
     "d": ({"composition": "basic", "broadcast_bounds": False, "adaptive_floor": True}, False),
-    "recommended": ({"adaptive_floor": True}, False),
+    "rec., uniform": ({"adaptive_floor": True}, False),
+    "recommended": ({"adaptive_floor": True, "noise_shape": "per_coordinate"}, False),
 }
 
 
