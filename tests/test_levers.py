@@ -18,7 +18,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.dp.accounting import ReleaseSpec, optimal_weights, plan_budget, privacy_spent
 from fa_hetdp.dp.calibration import calibrate_sigma
-from fa_hetdp.protocol.bounds import broadcast_bound_norm
+from fa_hetdp.protocol.bounds import broadcast_bound_norm, coordinate_bounds
 from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
 from fa_hetdp.protocol.plan import RELEASE_DEPENDENCIES, plan_protocol, release_weights
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
@@ -257,3 +257,47 @@ def test_scenario_settings_reach_the_protocol() -> None:
         scenario_from_dict(_scenario(statistics=["i2", "variance"]))
     with pytest.raises(ConfigError, match=r"privacy\.statistics: has repeated"):
         scenario_from_dict(_scenario(statistics=["q", "q"]))
+
+
+# --------------------------------------------------------------------------- (c') per coordinate
+
+
+def test_per_coordinate_sigmas_keep_mu_and_minimise_the_summed_variance() -> None:
+    rng = np.random.default_rng(13)
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, noise_shape="per_coordinate"), n=100, d=16)
+    uniform = plan_protocol(ProtocolConfig(1.0, 1e-5), n=100, d=16)
+    for _ in range(20):
+        c, cb = rng.random(16) ** 3, rng.random(16)  # uneven: many near 0, some near 1/2
+        per, uni = plan.stage2_sigmas(c, cb), uniform.stage2_sigmas(c, cb)
+        for key, centre, w in (("dispersion", c, 1.0), ("q", cb, plan.max_weight)):
+            b = w * coordinate_bounds(centre)  # the box of replace-one moves
+            mu_planned = w * math.sqrt(16) / plan.sigma(key)
+            # sum_j b_j^2 / sigma_j^2: the mu of the box's worst corner, exactly as planned
+            assert math.sqrt(np.sum(b**2 / per[key] ** 2)) == pytest.approx(mu_planned, rel=1e-9)
+            assert np.all(per[key] <= plan.sigma(key) * (1 + 1e-12))  # encoding bound holds
+            # the least summed variance at that mu: never more than one sigma for all
+            assert np.sum(per[key] ** 2) <= np.sum(uni[key] ** 2) * (1 + 1e-12)
+            # and the optimum: sigma_j^2 proportional to b_j (Lagrange)
+            ratio = per[key] ** 2 / b
+            np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)
+        # the shares and the server's noise follow the same sigma_j
+        np.testing.assert_allclose(plan.sigma_vector(2, (c, cb))[:16], per["dispersion"])
+        np.testing.assert_allclose(plan.share_std_vector(2, (c, cb))[16:], per["q"] / 10.0)
+
+
+def test_per_coordinate_noise_needs_broadcast_bounds_and_gaussian_noise() -> None:
+    with pytest.raises(ConfigError, match="needs broadcast_bounds"):
+        ProtocolConfig(1.0, 1e-5, noise_shape="per_coordinate", broadcast_bounds=False)
+    with pytest.raises(ConfigError, match="Gaussian noise only"):
+        ProtocolConfig(1.0, 1e-5, noise_shape="per_coordinate", mechanism="ddg")
+    with pytest.raises(ConfigError, match="noise_shape"):
+        ProtocolConfig(1.0, 1e-5, noise_shape="diagonal")  # type: ignore[arg-type]
+    assert ProtocolConfig(1.0, 1e-5).noise_shape == "uniform"  # scenarios keep it off
+    # private_statistics recommends it, but not where it is refused
+    x = np.random.default_rng(0).random((40, 4))
+    r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))
+    assert r.plan is not None and r.plan.config.noise_shape == "per_coordinate"
+    off = private_statistics(
+        x, epsilon=1.0, delta=1e-5, broadcast_bounds=False, rng=np.random.default_rng(0)
+    )
+    assert off.plan is not None and off.plan.config.noise_shape == "uniform"

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from fa_hetdp import ProtocolConfig, plan_accuracy, private_statistics_batch, true_statistics
+from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.recommended import recommended_config
@@ -34,8 +35,10 @@ def _typical_within_variance(x: np.ndarray, floor: float) -> float:
     return float(min(0.25, 1.0 / np.mean(1.0 / np.maximum(within_variance(x), floor))))
 
 
-def _ratios(x: np.ndarray, epsilon: float, per_coordinate: bool) -> dict[str, tuple[float, float]]:
-    config = ProtocolConfig(epsilon=epsilon, delta=1e-5)
+def _ratios(
+    x: np.ndarray, epsilon: float, per_coordinate: bool, shape: NoiseShape = "uniform"
+) -> dict[str, tuple[float, float]]:
+    config = ProtocolConfig(epsilon=epsilon, delta=1e-5, noise_shape=shape)
     truth = true_statistics(x, variance_floor=config.variance_floor)
     v = _typical_within_variance(x, config.variance_floor)
     if per_coordinate:
@@ -69,6 +72,17 @@ def _ratios(x: np.ndarray, epsilon: float, per_coordinate: bool) -> dict[str, tu
 def test_predicted_rmse_matches_measured_on_digits(n: int, epsilon: float) -> None:
     x = np.asarray(load_dataset("digits").features, dtype=np.float64)[:n]
     for key, (per, avg) in _ratios(x, epsilon, per_coordinate=True).items():
+        assert abs(per - 1.0) <= TOLERANCE, (key, "per coordinate", per)
+        assert abs(avg - 1.0) <= TOLERANCE, (key, "coordinate average", avg)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize(("n", "epsilon"), [(200, 1.0), (1797, 1.0), (1797, 4.0)])
+def test_predicted_rmse_matches_measured_with_per_coordinate_noise(n: int, epsilon: float) -> None:
+    # noise_shape = "per_coordinate": the planner's E[mean_j f_j^2] over the noisy broadcast
+    x = np.asarray(load_dataset("digits").features, dtype=np.float64)[:n]
+    ratios = _ratios(x, epsilon, per_coordinate=True, shape="per_coordinate")
+    for key, (per, avg) in ratios.items():
         assert abs(per - 1.0) <= TOLERANCE, (key, "per coordinate", per)
         assert abs(avg - 1.0) <= TOLERANCE, (key, "coordinate average", avg)
 

@@ -27,7 +27,7 @@ from fa_hetdp._types import FloatArray
 __all__ = [
     "broadcast_bound_norm",
     "coordinate_bounds",
-    "mean_square_factor",
+    "expected_square_factor",
     "stage2_factor",
 ]
 
@@ -77,8 +77,10 @@ def stage2_factor(center: npt.ArrayLike, *, shape: str) -> FloatArray:
     return uniform
 
 
-def mean_square_factor(first: npt.ArrayLike, second: npt.ArrayLike, *, shape: str) -> FloatArray:
-    """``E[mean_j f_j^2]`` from the moments of independent per-coordinate bounds.
+def expected_square_factor(
+    first: npt.ArrayLike, second: npt.ArrayLike, *, shape: str
+) -> FloatArray:
+    """``E[f_j^2]`` per coordinate from the moments of independent per-coordinate bounds.
 
     Parameters
     ----------
@@ -86,20 +88,20 @@ def mean_square_factor(first: npt.ArrayLike, second: npt.ArrayLike, *, shape: st
         ``E[b_j]`` and ``E[b_j^2]`` of each coordinate's bound (over the broadcast's noise,
         independent across coordinates).
     shape : {"uniform", "per_coordinate"}
-        As in :func:`stage2_factor`: ``mean_j f_j^2 = mean_j b_j^2`` (uniform) or
-        ``(sum_j b_j / d)^2``, whose mean is ``((sum_j E b_j)^2 + sum_j Var b_j) / d^2``.
+        As in :func:`stage2_factor`: ``f_j^2 = mean_i b_i^2`` on every coordinate (uniform),
+        or ``f_j^2 = b_j sum_i b_i / d``, whose mean is ``(E[b_j] sum_i E[b_i] + Var b_j)/d``
+        (``b_j`` is one of the summands; the others are independent of it).
 
     Returns
     -------
-    FloatArray, shape (...)
+    FloatArray, shape (..., d)
     """
     m1 = np.asarray(first, dtype=np.float64)
     m2 = np.asarray(second, dtype=np.float64)
+    d = m1.shape[-1]
     if shape == "per_coordinate":
-        d = m1.shape[-1]
-        total = np.sum(m1, axis=-1)
-        spread = np.sum(np.maximum(m2 - m1 * m1, 0.0), axis=-1)
-        out: FloatArray = (total * total + spread) / d**2
+        total = np.sum(m1, axis=-1, keepdims=True)
+        out: FloatArray = (m1 * total + np.maximum(m2 - m1 * m1, 0.0)) / d
         return out
-    uniform: FloatArray = np.mean(m2, axis=-1)
+    uniform: FloatArray = np.broadcast_to(np.mean(m2, axis=-1, keepdims=True), m2.shape).copy()
     return uniform

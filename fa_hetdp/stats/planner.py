@@ -36,7 +36,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.protocol.bounds import coordinate_bounds, mean_square_factor
+from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
@@ -228,26 +228,26 @@ def _model(plan: ProtocolPlan, assumptions: DataAssumptions) -> _Model:
 
 def _stage2_factor_sq(
     plan: ProtocolPlan, mod: _Model, loc: FloatArray, scale: FloatArray
-) -> tuple[float, FloatArray]:
-    """``E[mean_j f_j^2]`` of the stage-2 factors (``"dispersion"``; ``"q"`` per node of ``B'``).
+) -> tuple[FloatArray, FloatArray]:
+    """``E[f_j^2]`` of the stage-2 factors: ``"dispersion"`` (d,), ``"q"`` (K, d) per ``B'`` node.
 
     The plan scales the stage-2 sigmas by :meth:`ProtocolPlan.stage2_factors` of the public
     broadcast ``c``, which is noisy: ``clip(m + tau Y)`` resp. ``clip(A'/B~)``, independent
-    across coordinates (given ``B'``). ``mean_j f_j^2`` is ``mean_j b_j^2`` (uniform) or
-    ``(mean_j b_j)^2`` (per coordinate), ``b_j = max(c_j, 1 - c_j)^2``: its expectation follows
-    from each coordinate's ``E[b_j]``, ``E[b_j^2]`` by Gauss-Hermite quadrature
-    (:func:`~fa_hetdp.protocol.bounds.mean_square_factor`; 1 without broadcast bounds).
+    across coordinates (given ``B'``). ``f_j^2`` is ``mean_i b_i^2`` (uniform) or
+    ``b_j sum_i b_i / d`` (per coordinate), ``b_i = max(c_i, 1 - c_i)^2``: its expectation
+    follows from each coordinate's ``E[b_i]``, ``E[b_i^2]`` by Gauss-Hermite quadrature
+    (:func:`~fa_hetdp.protocol.bounds.expected_square_factor`; 1 without broadcast bounds).
     """
     if not plan.config.broadcast_bounds:
-        return 1.0, np.ones(loc.shape[0])
+        return np.ones(mod.d), np.ones(loc.shape)
     y, py = _hermite(_GH_Y)
     c1 = np.clip(mod.m[None, :] + mod.s1 / mod.n * y[:, None], 0.0, 1.0)  # (Y, d)
     c2 = np.clip(loc[:, None, :] + scale[:, None, None] * y[None, :, None], 0.0, 1.0)  # (K, Y, d)
     out = []
     for c in (c1, c2):
         b = np.moveaxis(coordinate_bounds(c), -2, -1)  # (..., d, Y)
-        out.append(mean_square_factor(b @ py, (b * b) @ py, shape=plan.config.noise_shape))
-    return float(out[0]), np.asarray(out[1], dtype=np.float64)
+        out.append(expected_square_factor(b @ py, (b * b) @ py, shape=plan.config.noise_shape))
+    return out[0], out[1]
 
 
 def _ratio_moments(mod: _Model) -> tuple[FloatArray, list[FloatArray], FloatArray, FloatArray]:
@@ -273,9 +273,9 @@ def _i2_moments(
 ) -> tuple[FloatArray, FloatArray]:
     """``E[e | b]`` and ``E[e^2 | b]``, shape (K, d), of ``e = I2'' - I^2`` per coordinate.
 
-    ``Q'' = Q + B delta^2 + s_4 Z`` (Thm 3.8; ``s_4`` per node of ``B'``), by Gauss-Hermite
-    quadrature over the noise of ``A'`` (``Y``) and of ``Q''`` (``Z``), in chunks of
-    coordinates.
+    ``Q'' = Q + B delta^2 + s_4 Z`` (Thm 3.8; ``s_4`` per node of ``B'`` and coordinate), by
+    Gauss-Hermite quadrature over the noise of ``A'`` (``Y``) and of ``Q''`` (``Z``), in chunks
+    of coordinates.
     """
     y, py = _hermite(_GH_Y)
     zq, pz = _hermite(_GH_Z)
@@ -287,7 +287,7 @@ def _i2_moments(
         sl = slice(start, start + 16)
         est = np.clip(loc[:, sl, None] + scale[:, None, None] * y, 0.0, 1.0)  # (K, c, Y)
         q_y = mod.q[sl, None] + mod.b * (est - mod.m[sl, None]) ** 2
-        q_all = q_y[..., None] + s4[:, None, None, None] * zq  # (K, c, Y, Z)
+        q_all = q_y[..., None] + s4[:, sl, None, None] * zq  # (K, c, Y, Z)
         err = _i2(q_all, mod.n) - truth[sl, None, None]
         e1[:, sl] = np.einsum("kcyz,yz->kc", err, w)
         e2[:, sl] = np.einsum("kcyz,yz->kc", err**2, w)
@@ -301,13 +301,13 @@ def _i2_total_mse(
 
     Given ``b``, ``sum_j Q''_j - sum_j Q_j = B sum_j delta_j^2 + sum_j e_j`` is a sum of ``d``
     independent terms: mean ``B sum_j E[delta_j^2]``, variance
-    ``sum_j B^2 Var(delta_j^2) + d s_4^2`` (a normal approximation: the CLT over coordinates).
+    ``sum_j B^2 Var(delta_j^2) + sum_j s_4j^2`` (a normal approximation: the CLT over coordinates).
     """
     d, n = mod.d, mod.n
     z, pz = _hermite(_GH_S)
     total = float(np.sum(mod.q))
     mean = total + mod.b * m2.sum(axis=1)
-    var = mod.b**2 * np.maximum(m4 - m2**2, 0.0).sum(axis=1) + d * s4**2
+    var = mod.b**2 * np.maximum(m4 - m2**2, 0.0).sum(axis=1) + np.sum(s4**2, axis=1)
     err = _i2(mean[:, None] + np.sqrt(var)[:, None] * z, n, d) - float(_i2(total, n, d))
     return float(p @ ((err**2) @ pz))
 
@@ -360,15 +360,16 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     d4 = clipped_gaussian_moment(mod.m, tau, 4)[None, :]
     p, (m1, m2, _m3, m4), loc, scale = _ratio_moments(mod)
     f_disp, f_q = _stage2_factor_sq(plan, mod, loc, scale)
-    noise3 = f_disp * (mod.s3 / n) ** 2  # the noise is independent of the broadcast's error
+    # the noise is independent of the broadcast's error
+    noise3 = float(np.mean(f_disp)) * (mod.s3 / n) ** 2
     per["dispersion"] = float(np.mean(d4)) + noise3
     avg["dispersion"] = _average_mse(one, d2, d4 + noise3, d)
     per["weighted_mean"] = float(np.mean(p @ m2))
     avg["weighted_mean"] = _average_mse(p, m1, m2, d)
-    noise4 = float(p @ f_q) * mod.s4**2
+    noise4 = float(p @ np.mean(f_q, axis=1)) * mod.s4**2
     per["q"] = mod.b**2 * float(np.mean(p @ m4)) + noise4
     avg["q"] = mod.b**2 * _average_mse(p, m2, m4, d) + noise4 / d
-    s4 = mod.s4 * np.sqrt(f_q)
+    s4 = mod.s4 * np.sqrt(f_q)  # (K, d): per node of B' and coordinate
     e1, e2 = _i2_moments(mod, loc, scale, s4)
     per["i2"] = float(np.mean(p @ e2))
     avg["i2"] = _average_mse(p, e1, e2, d)
