@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -399,3 +400,23 @@ def test_private_statistics_defaults_follow_protocol_config() -> None:
     )
     assert basic.plan is not None and basic.plan.config.composition == "basic"
     assert r.total_dispersion == pytest.approx(float(np.sum(r.dispersion)))
+
+
+@pytest.mark.statistical
+def test_client_stage2_share_is_per_coordinate_with_per_coordinate_noise() -> None:
+    # The Flower client's stage-2 share (stage2_contribution) follows sigma_j / sqrt(t) per
+    # coordinate: 4000 shares of one client, per-coordinate std within 5 % (chi-square s.e.
+    # 1.1 %; fixed seed) of share_std_vector, and the coordinates' scales differ.
+    cfg = ProtocolConfig(1.0, 1e-5, noise_shape="per_coordinate")
+    plan = plan_protocol(cfg, n=50, d=4)
+    local = local_values(np.array([0.1, 0.2, 0.5, 0.9]), variance_floor=cfg.variance_floor)
+    m, mb = np.array([0.02, 0.1, 0.5, 0.45]), np.array([0.3, 0.5, 0.05, 0.9])
+    rng = np.random.default_rng(17)
+    noiseless = stage2_contribution(
+        local, dataclasses.replace(plan, config=dataclasses.replace(cfg, placement="central")),
+        m, mb, rng=rng,
+    )  # fmt: skip
+    draws = np.stack([stage2_contribution(local, plan, m, mb, rng=rng) for _ in range(4000)])
+    expected = plan.share_std_vector(2, (m, mb))
+    np.testing.assert_allclose((draws - noiseless).std(axis=0) / expected, 1.0, atol=0.05)
+    assert np.ptp(expected[:4]) > 0.2 * expected[:4].max()
