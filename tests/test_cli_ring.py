@@ -11,17 +11,21 @@ import fa_hetdp.cli.run as run_module
 from fa_hetdp.cli.checks import check_ring, ring_problems
 from fa_hetdp.cli.main import main
 from fa_hetdp.config.rules import ConfigError
+from fa_hetdp.dp.lattice import choose_lattice
+from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.secagg.encoding import choose_encoding
 
-# n = 4000 clients and W = 1/v_min = 10^6: a stage-1 sum reaches n W = 4e9 > 2^31 (the
-# largest magnitude Z_2^32 holds), so the fixed-point encoding cannot fit it in 32 bits.
+# The ring holds the SUM of n lattice contributions (fa_hetdp.dp.lattice): n ceil(b/gamma) words
+# of data plus the summed noise's tail. n = 600 000 clients cannot fit Z_2^32 at any admissible
+# step: the unweighted coordinates (b = 1) may not coarsen beyond 2^-12, and n 2^12 > 2^31.
+# W = 1/v_min = 10^6 also overflows the fixed-point encoding of agm: n W = 6e11 > 2^31.
 LARGE = """
 [data]
 dataset = "synthetic"
-num_clients = 4000
+num_clients = {n}
 records_per_client = 2
 [data.synthetic]
-size = 8000
+size = {size}
 dim = 8
 [privacy]
 epsilon = 1.0
@@ -29,11 +33,14 @@ delta = 1e-5
 mechanism = "{mechanism}"
 variance_floor = {floor}
 """
+HUGE = 600_000
 
 
-def write(tmp_path: Path, mechanism: str = "ddg", floor: float = 1e-6, extra: str = "") -> str:
-    path = tmp_path / f"large-{mechanism}-{floor:g}.toml"
-    path.write_text(LARGE.format(mechanism=mechanism, floor=floor) + extra)
+def write(
+    tmp_path: Path, mechanism: str = "ddg", floor: float = 1e-6, extra: str = "", n: int = HUGE
+) -> str:
+    path = tmp_path / f"large-{mechanism}-{floor:g}-{n}.toml"
+    path.write_text(LARGE.format(mechanism=mechanism, floor=floor, n=n, size=2 * n) + extra)
     return str(path)
 
 
@@ -42,10 +49,14 @@ def config(path: str, **overrides: object) -> dict[str, object]:
 
 
 def test_the_numbers_really_overflow_32_bits() -> None:
-    # The premise of this file: a bound of W = 1e6 for n = 4000 clients needs > 2^31.
+    # The premise of this file: n = 600 000 unit-bounded values at step 2^-12 need > 2^31
+    # words, and a bound of W = 1e6 for n clients needs > 2^31 at any scale >= 1.
+    assert HUGE * 2**12 > 2**31
+    with pytest.raises(PrivacyParameterError, match=r"cannot hold the sum of n=600000"):
+        choose_lattice("ddg", [0.01], [1.0], n=HUGE, modulus_bits=32, failure_probability=1e-30)
     with pytest.raises(ValueError, match="could wrap in Z_2\\^32"):
-        choose_encoding(4000, 1e6, modulus_bits=32)
-    choose_encoding(4000, 1e6, modulus_bits=64)
+        choose_encoding(HUGE, 1e6, modulus_bits=32)
+    choose_encoding(HUGE, 1e6, modulus_bits=64)
 
 
 def test_default_ring_of_ddg_is_refused_with_ring_reason_and_fix(tmp_path: Path) -> None:
@@ -54,7 +65,7 @@ def test_default_ring_of_ddg_is_refused_with_ring_reason_and_fix(tmp_path: Path)
     key, message = problems[0]
     assert key == "secagg.modulus_bits"
     assert "Z_2^32 (the default for mechanism 'ddg')" in message
-    assert "n=4000 clients" in message and "cannot hold the sum of n=4000" in message  # why
+    assert "n=600000 clients" in message and "cannot hold the sum of n=600000" in message  # why
     assert "modulus_bits = 64" in message and "secagg-modulus-bits=64" in message  # the fix
     assert "stage 1, 2" in message
 
@@ -68,6 +79,14 @@ def test_64_bits_fit_where_32_do_not(tmp_path: Path, mechanism: str) -> None:
     assert ring_problems(config(stated), dim=8) == []
 
 
+@pytest.mark.parametrize("mechanism", ["ddg", "skellam"])
+def test_the_ring_is_sized_by_the_sum_not_by_n_share_tails(tmp_path: Path, mechanism: str) -> None:
+    # n = 4000, W = 1e6: n times one share's 12-sd tail overflows 2^31, the sum's tail does not.
+    assert ring_problems(config(write(tmp_path, mechanism, n=4000)), dim=8) == []
+    path = write(tmp_path, "agm", n=4000)  # agm's fixed-point sum bound still needs 64 bits
+    assert ring_problems(config(path, **{"secagg-modulus-bits": 32}), dim=8)
+
+
 def test_a_stated_32_bit_ring_is_refused_for_agm_too(tmp_path: Path) -> None:
     path = write(tmp_path, "agm")
     assert ring_problems(config(path), dim=8) == []  # agm's default: 64 bits
@@ -76,17 +95,16 @@ def test_a_stated_32_bit_ring_is_refused_for_agm_too(tmp_path: Path) -> None:
     assert "could wrap in Z_2^32" in problems[0][1]  # agm: the fixed-point scales' reason
 
 
-def test_the_shipped_10k_scenario_needs_64_bits_for_ddg() -> None:
-    # n = 10 000, d = 3072: ddg's lattice cannot fit Z_2^32 at epsilon = 1 (agm's scales can).
+@pytest.mark.parametrize("mechanism", ["ddg", "skellam"])
+def test_the_shipped_10k_scenario_fits_32_bits(mechanism: str) -> None:
+    # n = 10 000, d = 3072 at epsilon = 1: the ring holds the sum (noise ~ sqrt(n)), not n tails.
     point = {"epsilon": 1.0, "placement": "distributed"}
-    assert ring_problems(config("synthetic-10k", mechanism="ddg", **point), dim=3072)
-    wide = config("synthetic-10k", mechanism="ddg", **point, **{"secagg-modulus-bits": 64})
-    assert ring_problems(wide, dim=3072) == []
+    assert ring_problems(config("synthetic-10k", mechanism=mechanism, **point), dim=3072) == []
     assert ring_problems(config("synthetic-10k", mechanism="agm", **point), dim=3072) == []
 
 
 def test_small_settings_fit_32_bits(tmp_path: Path) -> None:
-    assert ring_problems(config(write(tmp_path, floor=0.01)), dim=8) == []
+    assert ring_problems(config(write(tmp_path, floor=0.01, n=4000)), dim=8) == []
     assert ring_problems(config("quickstart", mechanism="ddg"), dim=64) == []
     check_ring(config("quickstart", mechanism="skellam"), dim=64)  # raises nothing
 

@@ -88,6 +88,7 @@ def assert_matches_reference(document: dict[str, Any], config: Mapping[str, Any]
         session_size=int(document["n"]),
         stage1=document["partitions_in_sum"]["stage1"],
         stage2=document["partitions_in_sum"]["stage2"],
+        modulus_bits=settings.modulus_bits,  # a ddg/skellam lattice depends on the ring
     )
     n1 = document["clients_in_sum"]["stage1"]
     n2 = document["clients_in_sum"]["stage2"]

@@ -22,8 +22,8 @@ from fa_hetdp.dp.lattice import (
     Lattice,
     choose_lattice,
     discretise,
-    integer_tail,
     lattice_step,
+    sum_tail,
 )
 from fa_hetdp.dp.mechanisms import get_mechanism
 from fa_hetdp.errors import PrivacyParameterError
@@ -79,7 +79,7 @@ def test_stage2_lattice_follows_the_broadcast_and_is_exact() -> None:
 def test_rounding_is_unbiased_and_adjacent() -> None:
     # No noise: R(v/gamma) is floor or floor + 1 with the right frequency (binomial, ALPHA).
     gamma = np.full(20_000, 0.25)
-    lattice = Lattice("ddg", gamma, np.zeros(gamma.size), gamma, 1, 64, 1e-9)
+    lattice = Lattice("ddg", gamma, np.zeros(gamma.size), gamma, 1, 64, 1e-9, gamma, gamma, 1e-9)
     out = discretise("ddg", np.full(gamma.size, 0.3), lattice, rng=np.random.default_rng(5))
     assert set(np.unique(out)) <= {0.25, 0.5}
     ups = int(np.count_nonzero(out == 0.5))
@@ -103,18 +103,21 @@ def test_step_coarsens_to_fit_a_small_ring_within_the_accounting(kind: Mechanism
     assert lat.gamma[1] > MAX_LATTICE
     assert np.all(lat.gamma <= MAX_LATTICE * b) and np.all(lat.gamma <= s / 16.0)
     np.testing.assert_array_equal(np.exp2(np.round(np.log2(lat.gamma))), lat.gamma)
-    words = np.ceil(b / lat.gamma) + np.ceil([integer_tail(kind, u, 1e-30) for u in lat.units])
-    assert np.all(n * (words + 1) < 2.0**31)
+    # the SUM fits: n ceil(b/gamma) + ceil(H) < 2^31, H the n shares' tail at q/k (q = 1e-9)
+    total = n * np.ceil(b / lat.gamma) + np.ceil([sum_tail(kind, u, n, 0.5e-9) for u in lat.units])
+    assert np.all(total < 2.0**31)
+    np.testing.assert_array_equal(lat.sum_bounds, lat.gamma * total)
     half = lat.gamma / 2  # the next finer step would not fit
-    finer = np.ceil(b / half) + np.ceil([integer_tail(kind, u, 1e-30) for u in s / half])
-    assert np.all((n * (finer + 1) >= 2.0**31) | (lat.gamma == lattice_step(s)))
+    finer = n * np.ceil(b / half) + np.ceil([sum_tail(kind, u, n, 0.5e-9) for u in s / half])
+    assert np.all((finer >= 2.0**31) | (lat.gamma == lattice_step(s)))
 
 
 def test_step_refusal_names_n_the_bound_and_the_ring() -> None:
     with pytest.raises(PrivacyParameterError, match=r"Z_2\^32.*n=1000000.*bounded by 1 plus"):
         choose_lattice("ddg", [0.01], [1.0], n=10**6, modulus_bits=32, failure_probability=1e-30)
-    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="ddg"), n=400_000, d=4)
-    with pytest.raises(PrivacyParameterError, match="n=400000"):
+    # n = 600 000 unweighted coordinates need n 2^12 > 2^31 words of data alone at 2^-12
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="ddg"), n=600_000, d=4)
+    with pytest.raises(PrivacyParameterError, match="n=600000"):
         contribution_encoding(plan, 1, plan.n, modulus_bits=32)  # refused before stage 1
 
 
@@ -151,6 +154,9 @@ def _audit(kind: Mechanism, noise_factor: float, trials: int = 200_000) -> tuple
         n,
         64,
         one.failure_probability,
+        np.full(size, one.data_words[0]),
+        np.full(size, one.sum_bounds[0]),
+        one.wrap_limit,
     )
     rng = np.random.default_rng(32)
     others = np.full((trials, n), 0.5)

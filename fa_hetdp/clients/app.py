@@ -79,6 +79,7 @@ from fa_hetdp.protocol.client import (
     local_values,
     stage1_contribution,
     stage2_contribution,
+    stage_lattice,
 )
 from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
@@ -267,8 +268,10 @@ def stage0_input(msg: Message, context: Context) -> Message:
         raise RuntimeError("stage0_input outside an adaptive_floor session, or after stage 1")
     rng = _generator(settings, record, pid)
     x = _local(context, plan).x
+    lattice = stage_lattice(plan, 0, modulus_bits=settings.modulus_bits)  # ddg/skellam
+    share = plan.floor_share_std
     values = floor_contribution(
-        x, plan.floor_edges, plan.floor_share_std, mechanism=plan.mechanism, rng=rng
+        x, plan.floor_edges, share, mechanism=plan.mechanism, rng=rng, lattice=lattice
     )
     return _masked_input(msg, decode(msg.content), values, settings, record, rng)
 

@@ -13,14 +13,28 @@ The step (:func:`choose_lattice`), a power of two per coordinate, is the finest 
 
 - the rule of the real-valued summed path, :func:`lattice_step`:
   ``2^floor(log2 min(s_j/16, 2^-12))``;
-- the finest step at which a sum of ``n`` stated bounds fits the ring,
-  ``n (ceil(b_j/gamma_j) + ceil(h_j) + 1) < 2^(m-1)``, ``h_j`` the integer share's tail at
-  the stated failure probability ``p`` (a share beyond it is refused, never wrapped; the
-  ``+ 1`` is the encoding's rounding slack);
+- the finest step at which the SUM of ``n`` contributions fits the ring,
+  ``n ceil(b_j/gamma_j) + ceil(H_j) < 2^(m-1)``, ``H_j`` the tail of the summed noise of ``n``
+  shares at ``q/k`` (:func:`sum_tail`): the union bound over the ``k`` noisy coordinates keeps
+  the probability that some coordinate of the sum leaves the signed range -- the only way it
+  wraps -- below the stated ``q`` (default
+  :data:`~fa_hetdp.dp.discrete_calibration.DEFAULT_WRAP_PROBABILITY`, as :class:`DiscreteSum
+  <fa_hetdp.dp.ddg.DiscreteSum>`). A sum of ``n`` discrete Gaussian shares is
+  ``n v``-subgaussian (Canonne, Kamath & Steinke 2020; subgaussian parameters add), a sum of
+  Skellam shares is Skellam (its Chernoff bound); the rounded data lie in
+  ``[-n ceil(b/gamma), n ceil(b/gamma)]``, so the signed read of the modular sum is exact
+  whenever the summed noise is within ``2^(m-1) - 1 - n ceil(b_j/gamma_j) >= H_j``
+  (:attr:`Lattice.wrap_probability` bounds the rest: the noise grows like ``sqrt(n)``, not
+  ``n``);
 
 and it is refused (:class:`~fa_hetdp.errors.PrivacyParameterError` naming ``n``, the bound and
 the ring) when that needs ``gamma_j > s_j/16`` (too few lattice steps of noise: the DDG sum's
 ``tau`` and Skellam's extra term assume ``>= 16``) or ``gamma_j > 2^-12 beta_j``.
+
+Each client also states its own bound ``gamma (ceil(b_j/gamma) + ceil(h_j))``, ``h_j`` the
+ONE share's tail at the failure probability ``p`` (:func:`integer_tail`): a value beyond it is
+refused by the encoding (a client-side failure, probability at most ``n k p``,
+:attr:`Lattice.refusal_probability`); it no longer sizes the ring.
 
 Accounting (:data:`SENSITIVITY_INFLATION`). ``beta_j`` is the largest move of coordinate ``j``
 between neighbours (the contribution's box bound), and every release's sensitivity satisfies
@@ -45,7 +59,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.dp.discrete import as_rational_variance, sample_discrete_gaussian, sample_skellam
-from fa_hetdp.dp.discrete_calibration import noise_tail
+from fa_hetdp.dp.discrete_calibration import DEFAULT_WRAP_PROBABILITY, noise_tail
 from fa_hetdp.errors import PrivacyParameterError
 
 __all__ = [
@@ -57,6 +71,7 @@ __all__ = [
     "discretise",
     "integer_tail",
     "lattice_step",
+    "sum_tail",
 ]
 
 MAX_LATTICE: Final = 2.0**-12
@@ -98,6 +113,37 @@ def integer_tail(kind: str, units: float, failure_probability: float) -> float:
     return h
 
 
+def sum_tail(kind: str, units: float, shares: int, wrap_probability: float) -> float:
+    """``H`` with ``P(|Z_1 + ... + Z_n| > H) <= q`` for ``n = shares`` integer shares.
+
+    Each share is drawn at the variance ``v = (units)^2`` rounded up
+    (:func:`~fa_hetdp.dp.discrete.as_rational_variance`). ``"ddg"``: the sum is
+    ``n v``-subgaussian (CKS 2020; subgaussian parameters add), ``H = sqrt(2 n v ln(2/q))``;
+    ``"skellam"``: the sum is ``Sk(n v)``, ``H`` the smallest value (to a relative ``2^-20``)
+    at which its two-sided Chernoff bound
+    (:func:`~fa_hetdp.dp.discrete_calibration.noise_tail`) is ``<= q``.
+    """
+    if units <= 0.0 or shares < 1:
+        return 0.0
+    q = float(wrap_probability)
+    v = float(as_rational_variance(units * units))
+    h = math.sqrt(2.0 * shares * v * math.log(2.0 / q))
+    if kind != "skellam":
+        return h
+    low = h  # the Chernoff bound of a Skellam sum is heavier than the subgaussian one
+    while noise_tail("skellam", v, shares, h) > q:
+        low, h = h, h * 1.5
+    for _ in range(40):  # bisect [low, h]: the bound holds at h
+        mid = 0.5 * (low + h)
+        if noise_tail("skellam", v, shares, mid) > q:
+            low = mid
+        else:
+            h = mid
+        if h - low <= h * 2.0**-20:
+            break
+    return h
+
+
 @dataclass(frozen=True)
 class Lattice:
     """The lattice of one stage's contributions (public: both ends compute it).
@@ -117,7 +163,16 @@ class Lattice:
     modulus_bits : int
         ``m`` of the ring ``Z_2^m``.
     failure_probability : float
-        ``P(|Z_j| > h_j)`` per share and coordinate: such a value is refused, never wrapped.
+        ``P(|Z_j| > h_j)`` per share and coordinate: such a value is refused by its client.
+    data_words : FloatArray, shape (k,)
+        ``ceil(b/gamma)``: a rounded contribution lies in ``[-data_words, data_words]``.
+    sum_bounds : FloatArray, shape (k,)
+        The stated bound on the sum of ``n`` values, ``gamma (n ceil(b/gamma) + ceil(H))``,
+        ``H`` the summed noise's tail at ``wrap_limit/k`` (:func:`sum_tail`); below
+        ``gamma 2^(m-1)``.
+    wrap_limit : float
+        ``q``: the ring is sized so that some coordinate of the sum wraps with probability at
+        most ``q`` (union bound over the ``k`` noisy coordinates).
     """
 
     kind: str
@@ -127,15 +182,40 @@ class Lattice:
     n: int
     modulus_bits: int
     failure_probability: float
+    data_words: FloatArray
+    sum_bounds: FloatArray
+    wrap_limit: float
 
     @property
     def refusal_probability(self) -> float:
-        """Bound on the probability that some client's value is refused (the sum never wraps).
+        """Bound on the probability that some client's value is refused (client side).
 
         Union bound: ``n k p`` over the ``n`` clients and ``k`` noisy coordinates.
         """
         noisy = int(np.count_nonzero(self.units > 0.0))
         return min(1.0, self.n * noisy * self.failure_probability)
+
+    @property
+    def noise_room(self) -> FloatArray:
+        """``2^(m-1) - 1 - n ceil(b/gamma)``: the summed noise (lattice steps) that still decodes.
+
+        The signed read of the modular sum of ``n`` values is exact whenever every
+        coordinate's summed noise is at most this; it is ``>= ceil(H_j)``, so the sum wraps
+        with probability at most :attr:`wrap_probability`. Fewer values (dropouts) only
+        widen it.
+        """
+        out: FloatArray = 2.0 ** (self.modulus_bits - 1) - 1.0 - self.n * self.data_words
+        return out
+
+    @property
+    def wrap_probability(self) -> float:
+        """Bound on the probability that some coordinate of the sum of ``n`` values wraps.
+
+        The stated limit ``q``: ``sum_j P(|summed noise_j| > H_j) <= k (q/k)``, and a
+        coordinate wraps only if its summed noise exceeds :attr:`noise_room` ``>= H_j``.
+        """
+        noisy = bool(np.any(self.units > 0.0))
+        return self.wrap_limit if noisy else 0.0
 
 
 def choose_lattice(
@@ -147,6 +227,7 @@ def choose_lattice(
     modulus_bits: int,
     failure_probability: float,
     move_bound: npt.ArrayLike | None = None,
+    wrap_probability: float = DEFAULT_WRAP_PROBABILITY,
 ) -> Lattice:
     """Choose each coordinate's power-of-two step (module docstring) and state its bounds.
 
@@ -163,9 +244,11 @@ def choose_lattice(
     modulus_bits : int
         ``m``: the sum lives in ``Z_2^m``.
     failure_probability : float
-        ``p`` of the stated share bound, per coordinate.
+        ``p`` of a client's stated share bound, per coordinate (its refusal).
     move_bound : array_like, optional
         ``beta_j`` of the accounting (default ``bound``).
+    wrap_probability : float
+        ``q``: limit on the probability that some coordinate of the sum wraps.
 
     Raises
     ------
@@ -175,26 +258,38 @@ def choose_lattice(
     s = np.atleast_1d(np.asarray(share_scale, dtype=np.float64))
     b = np.broadcast_to(np.asarray(bound, dtype=np.float64), s.shape)
     beta = b if move_bound is None else np.broadcast_to(np.asarray(move_bound, float), s.shape)
-    if kind not in ("ddg", "skellam") or int(n) < 1 or not 0.0 < failure_probability < 1.0:
+    q = float(wrap_probability)
+    if (
+        kind not in ("ddg", "skellam")
+        or int(n) < 1
+        or not 0.0 < failure_probability < 1.0
+        or not 0.0 < q < 1.0
+    ):
         raise PrivacyParameterError(
-            f"choose_lattice needs kind 'ddg' or 'skellam', n >= 1 and 0 < p < 1; got "
-            f"kind={kind!r}, n={n!r}, p={failure_probability!r}."
+            f"choose_lattice needs kind 'ddg' or 'skellam', n >= 1, 0 < p < 1 and 0 < q < 1; "
+            f"got kind={kind!r}, n={n!r}, p={failure_probability!r}, q={wrap_probability!r}."
         )
     room = 2.0 ** (int(modulus_bits) - 1)
-    gamma, units, stated = (np.zeros(s.shape) for _ in range(3))
-    cache: dict[tuple[float, float, float], tuple[float, float, float]] = {}
+    per_coordinate = q / max(1, int(np.count_nonzero(s > 0.0)))  # the union bound's share
+    out = np.zeros((5, s.size))  # gamma, units, stated bound, data words, sum bound
+    cache: dict[tuple[float, float, float], tuple[float, float, float, float, float]] = {}
     for j in range(s.size):
         key = (float(s[j]), float(b[j]), float(beta[j]))
         if key not in cache:
-            cache[key] = _coordinate(kind, *key, n=int(n), room=room, p=failure_probability)
-        gamma[j], units[j], stated[j] = cache[key]
-    return Lattice(kind, gamma, units, stated, int(n), int(modulus_bits), failure_probability)
+            cache[key] = _coordinate(
+                kind, *key, n=int(n), room=room, p=failure_probability, q=per_coordinate
+            )
+        out[:, j] = cache[key]
+    gamma, units, stated, data, sums = out
+    return Lattice(
+        kind, gamma, units, stated, int(n), int(modulus_bits), failure_probability, data, sums, q
+    )
 
 
 def _coordinate(
-    kind: str, s: float, b: float, beta: float, *, n: int, room: float, p: float
-) -> tuple[float, float, float]:
-    """``(gamma, s/gamma, stated bound)`` of one coordinate (refusing as documented)."""
+    kind: str, s: float, b: float, beta: float, *, n: int, room: float, p: float, q: float
+) -> tuple[float, float, float, float, float]:
+    """``(gamma, s/gamma, stated bound, ceil(b/gamma), sum bound)`` of one coordinate."""
     if s > 0.0:
         gamma = float(lattice_step(s))
         cap = min(s / MIN_SHARE_UNITS, MAX_LATTICE * beta)
@@ -202,9 +297,11 @@ def _coordinate(
         gamma, cap = MAX_LATTICE, math.inf
     while True:
         units = s / gamma
-        words = math.ceil(b / gamma) + math.ceil(integer_tail(kind, units, p))
-        if n * (words + 1.0) < room and words <= _FLOAT_EXACT:
-            return gamma, units, gamma * words
+        data = math.ceil(b / gamma)
+        words = data + math.ceil(integer_tail(kind, units, p))
+        total = n * data + math.ceil(sum_tail(kind, units, n, q))  # Eq.: n B + H < 2^(m-1)
+        if total < room and words <= _FLOAT_EXACT:
+            return gamma, units, gamma * words, float(data), gamma * total
         gamma *= 2.0
         if gamma > cap:
             binding = (
@@ -216,8 +313,9 @@ def _coordinate(
             )
             raise PrivacyParameterError(
                 f"the ring Z_2^{round(math.log2(room)) + 1} cannot hold the sum of n={n} "
-                f"lattice contributions bounded by {b:.6g} plus a noise share of scale "
-                f"{s:.6g}: it needs a lattice step above {binding}. Use a larger "
+                f"lattice contributions bounded by {b:.6g} plus n noise shares of scale "
+                f"{s:.6g} (their sum's tail at wrap probability {q * 1.0:.3g} per "
+                f"coordinate): it needs a lattice step above {binding}. Use a larger "
                 "secagg modulus (64 bits) or fewer clients."
             )
 

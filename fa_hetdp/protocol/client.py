@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.dp.lattice import Lattice
-from fa_hetdp.errors import InputDataError
+from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.plan import (
     ENCODING_FAILURE_PROBABILITY,
     Broadcast,
@@ -105,11 +105,14 @@ def stage_lattice(
 ) -> Lattice | None:
     """Return the stage's lattice (``None``: not a distributed discrete run).
 
-    From public values only: the share scales (stage 2 at the ``broadcast``), the
+    From public values only: the share scales (stage 2 at the ``broadcast``; stage 0, the
+    floor histogram, at :attr:`~ProtocolPlan.floor_share_std` per bucket), the
     contributions' bounds, the session size ``plan.n`` and the ring ``Z_2^modulus_bits``;
-    stage 0 (the floor histogram) keeps the real-valued path. The accounting's move bound
+    the ring holds the sum of ``plan.n`` contributions except with probability
+    :data:`~fa_hetdp.dp.discrete_calibration.DEFAULT_WRAP_PROBABILITY`
+    (:attr:`~fa_hetdp.dp.lattice.Lattice.wrap_probability`). The accounting's move bound
     ``beta`` is the contribution bound (1 for the ``"paper"`` profile, whose sensitivities
-    drop ``W``).
+    drop ``W``; the histogram's 0/1).
 
     Raises
     ------
@@ -117,12 +120,16 @@ def stage_lattice(
         If the ring cannot hold the sum at an admissible step
         (:func:`~fa_hetdp.dp.lattice.choose_lattice`).
     """
-    if plan.config.placement != "distributed" or stage == 0:
+    if plan.config.placement != "distributed" or (stage == 0 and not plan.adaptive):
         return None
     bounds = plan.contribution_bounds(stage)
     move = np.minimum(bounds, 1.0) if plan.config.profile == "paper" else bounds
+    if stage == 0:
+        scale = np.full(bounds.size, plan.floor_share_std)
+    else:
+        scale = plan.share_std_vector(stage, broadcast)
     return plan.mechanism.choose_lattice(
-        plan.share_std_vector(stage, broadcast),
+        scale,
         bounds,
         n=plan.n,
         modulus_bits=modulus_bits,
@@ -141,8 +148,9 @@ def contribution_encoding(
 ) -> FixedPointEncoding:
     """Return the fixed-point encoding of the stage's contributions in ``Z_2^modulus_bits``.
 
-    On a :func:`stage_lattice`: scales ``1/gamma`` and the lattice's stated bounds
-    (``lattice=True``: exact); stage 1 also checks stage 2's lattice at the broadcast
+    On a :func:`stage_lattice`: scales ``1/gamma``, each client's stated bounds and the
+    bound on the sum of ``n`` (``lattice=True``: exact; the ring is sized by the sum's noise
+    tail, not by ``n`` clients' tails); stage 1 also checks stage 2's lattice at the broadcast
     ``c = 1/2`` (the smallest share scales), so a ring too small refuses before any value
     is sent. Otherwise the stated bound is the contribution's bound plus the
     share's tail bound of the plan's mechanism, at the largest safe power-of-two scales
@@ -160,12 +168,18 @@ def contribution_encoding(
             noise_tail=1.0,  # the tail is already in the bound
             modulus_bits=modulus_bits,
         )
+    if n > lattice.n:
+        raise PrivacyParameterError(
+            f"an encoding for n={n} summands exceeds the lattice's n={lattice.n} (plan.n): "
+            "its sum bound holds for at most plan.n shares."
+        )
     return FixedPointEncoding(
         scales=1.0 / lattice.gamma,
         bounds=lattice.bounds,
         max_clients=n,
         modulus_bits=modulus_bits,
         lattice=True,
+        sum_bounds=lattice.sum_bounds,
     )
 
 

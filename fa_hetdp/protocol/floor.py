@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.dp.lattice import Lattice
 from fa_hetdp.dp.mechanisms import NoiseMechanism
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE, within_variance
@@ -102,6 +103,7 @@ def floor_contribution(
     *,
     mechanism: NoiseMechanism,
     rng: np.random.Generator,
+    lattice: Lattice | None = None,
 ) -> FloatArray:
     """One client's stage-0 vector: the one-hot bucket of its ``s_i^2`` plus its noise share.
 
@@ -117,11 +119,16 @@ def floor_contribution(
         The plan's mechanism (the noise is drawn through it).
     rng : numpy.random.Generator
         Source of the noise share.
+    lattice : Lattice, optional
+        A ``ddg``/``skellam`` run's stage-0 lattice
+        (:func:`fa_hetdp.protocol.client.stage_lattice` at stage 0): the share goes on it,
+        ``gamma (R(onehot/gamma) + Z)`` (integers in the ring, like stages 1 and 2).
     """
     onehot = np.zeros(len(edges) + 1)
     onehot[floor_buckets(within_variance(x[np.newaxis, :]), edges)[0]] = 1.0
     if share_std > 0.0:
-        onehot = onehot + mechanism.sample(share_std, onehot.shape, rng=rng)
+        scale = np.full(onehot.shape, share_std)
+        onehot = mechanism.add_share(onehot, scale, rng=rng, lattice=lattice)
     return onehot
 
 

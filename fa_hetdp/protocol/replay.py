@@ -26,7 +26,12 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.flower.settings import SERVER_STREAM
-from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
+from fa_hetdp.protocol.client import (
+    local_values,
+    stage1_contribution,
+    stage2_contribution,
+    stage_lattice,
+)
 from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.server import (
@@ -47,6 +52,7 @@ def reference_statistics(
     session_size: int | None = None,
     stage1: Sequence[int] | None = None,
     stage2: Sequence[int] | None = None,
+    modulus_bits: int = 64,
 ) -> PrivateStatistics:
     """Replay a seeded run in process (plain sums instead of secure aggregation).
 
@@ -62,6 +68,9 @@ def reference_statistics(
         ``n`` of the plan (clients invited to the session); default: all rows.
     stage1, stage2 : sequence of int or None
         Partition ids in the stage-1 / stage-2 sums; default: all rows / the stage-1 set.
+    modulus_bits : {64, 32}
+        The run's ring ``Z_2^m`` (``secagg.modulus_bits`` of its result): a ``ddg``/``skellam``
+        client's lattice, hence its draws, depend on it.
 
     Returns
     -------
@@ -86,10 +95,16 @@ def reference_statistics(
     if plan.adaptive:  # stage 0: the histogram of the s_i^2, then the plan at its floor
         size = plan.floor_edges.size + 1
         total0 = np.zeros(size)
+        lattice0 = stage_lattice(plan, 0, modulus_bits=modulus_bits)
         for i in in1:
             valid = local_values(x[i], variance_floor=config.variance_floor).x
             total0 += floor_contribution(
-                valid, plan.floor_edges, plan.floor_share_std, mechanism=plan.mechanism, rng=rngs[i]
+                valid,
+                plan.floor_edges,
+                plan.floor_share_std,
+                mechanism=plan.mechanism,
+                rng=rngs[i],
+                lattice=lattice0,
             )
             rngs[i].random(size)  # the stochastic rounding draws of the encoding
         floor_fraction = plan.noise_fraction(len(in1))
@@ -98,7 +113,7 @@ def reference_statistics(
 
     total1 = np.zeros(plan.stage1_length)
     for i in in1:
-        total1 += stage1_contribution(local[i], plan, rng=rngs[i])
+        total1 += stage1_contribution(local[i], plan, rng=rngs[i], modulus_bits=modulus_bits)
         rngs[i].random(plan.stage1_length)  # the stochastic rounding draws of the encoding
     release1 = assemble_stage1(total1, plan, n=len(in1), noise_shares=len(in1), rng=server_rng)
 
@@ -110,6 +125,7 @@ def reference_statistics(
             release1.mu_prime_broadcast,
             release1.weighted_mu_prime,
             rng=rngs[i],
+            modulus_bits=modulus_bits,
         )
     return assemble_stage2(
         total2,

@@ -375,6 +375,7 @@ class SecAggClient:
                 bounds=msg.bounds,
                 max_clients=msg.max_clients,
                 modulus_bits=msg.modulus_bits,
+                sum_bounds=msg.sum_bounds if msg.sum_bounds.size else None,
             )
         except EncodingError as exc:
             raise MessageRejected(f"request carries an unusable encoding: {exc}") from None

@@ -18,6 +18,13 @@ refuses a value beyond it. With ``n <= max_clients`` summands, the encoded sum s
 so the sum read as a signed integer is exact: a setting that could wrap is refused, and the
 only failure left is a refused value, at the probability the bound was stated with.
 
+Sum bounds. A caller that can bound the SUM better than ``n`` times the per-client bound
+states ``sum_bounds`` (``|sum of <= max_clients values|_j <= S_j``, the rounding included); the
+construction then checks ``S_j * scale_j < 2^(m-1)`` instead. The distributed discrete
+mechanisms do (``fa_hetdp.dp.lattice``): their summed noise grows like ``sqrt(n)``, so ``S_j``
+holds except with a stated wrap probability, and a sum beyond it may wrap; each client's own
+bound ``B_j`` still refuses its outliers.
+
 Decoding error. Each client's rounding error is below ``1 / scale_j`` in coordinate ``j``, so
 the decoded sum of ``n`` inputs differs from the real sum by less than ``n / scale_j``
 (and has zero mean).
@@ -75,13 +82,18 @@ class FixedPointEncoding:
         Values lie on the lattice ``(1/scale_j) Z``: :meth:`encode` refuses any other value
         and the decoding is exact (module docstring). Not sent to the clients: their
         encoding of a lattice value is exact either way.
+    sum_bounds : FloatArray, shape (d,), optional
+        ``S_j``, a bound on ``|sum|`` of up to ``max_clients`` encoded values (data units,
+        the encoder's rounding included) that replaces ``max_clients (B_j + 1/scale_j)`` in
+        the wrap check (module docstring). Sent to the clients with the scales.
 
     Raises
     ------
     EncodingError
-        If the settings could wrap: ``max_clients * (B_j * scale_j + 1) >= 2^(m-1)`` for
-        some ``j``, or ``B_j * scale_j > 2^52`` (float64 rounding would no longer be exact),
-        or ``modulus_bits`` is not 64 or 32.
+        If the settings could wrap: ``max_clients * (B_j * scale_j + 1) >= 2^(m-1)`` (or,
+        with ``sum_bounds``, ``S_j * scale_j >= 2^(m-1)``) for some ``j``, or
+        ``B_j * scale_j > 2^52`` (float64 rounding would no longer be exact), or
+        ``modulus_bits`` is not 64 or 32.
     """
 
     scales: FloatArray
@@ -89,6 +101,7 @@ class FixedPointEncoding:
     max_clients: int
     modulus_bits: int = 64
     lattice: bool = False
+    sum_bounds: FloatArray | None = None
 
     def __post_init__(self) -> None:
         scales, bounds = _frozen(self.scales), _frozen(self.bounds)
@@ -111,14 +124,31 @@ class FixedPointEncoding:
             raise EncodingError(
                 f"bound * scale = {peak:.3g} exceeds 2^52; lower the scale for exact rounding."
             )
-        worst = float(self.max_clients * (peak + 1.0))
-        if worst >= 2.0 ** (bits - 1):
-            j = int(np.argmax(products))
-            raise EncodingError(
-                f"a sum of {self.max_clients} values bounded by {bounds[j]:.6g} at scale "
-                f"{scales[j]:.6g} could reach {worst:.4g} >= 2^{bits - 1} and wrap in "
-                f"Z_2^{bits}; lower the scale, the bound or the number of clients."
-            )
+        if self.sum_bounds is not None:
+            sums = _frozen(self.sum_bounds)
+            if sums.shape != scales.shape or not float(sums.min()) >= 0.0:
+                raise EncodingError(
+                    f"sum_bounds must be non-negative of length {scales.size}, got "
+                    f"{sums.size} values."
+                )
+            totals = sums * scales
+            j = int(np.argmax(totals))
+            if not float(totals[j]) < 2.0 ** (bits - 1):
+                raise EncodingError(
+                    f"a sum of {self.max_clients} values with stated sum bound {sums[j]:.6g} "
+                    f"at scale {scales[j]:.6g} could reach {totals[j]:.4g} >= 2^{bits - 1} "
+                    f"and wrap in Z_2^{bits}; lower the scale or the bound."
+                )
+            object.__setattr__(self, "sum_bounds", sums)
+        else:
+            worst = float(self.max_clients * (peak + 1.0))
+            if worst >= 2.0 ** (bits - 1):
+                j = int(np.argmax(products))
+                raise EncodingError(
+                    f"a sum of {self.max_clients} values bounded by {bounds[j]:.6g} at scale "
+                    f"{scales[j]:.6g} could reach {worst:.4g} >= 2^{bits - 1} and wrap in "
+                    f"Z_2^{bits}; lower the scale, the bound or the number of clients."
+                )
         object.__setattr__(self, "scales", scales)
         object.__setattr__(self, "bounds", bounds)
         object.__setattr__(self, "max_clients", int(self.max_clients))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
@@ -375,6 +375,7 @@ class MaskedInputRequest(Message):
     senders: tuple[int, ...]
     ciphertexts: tuple[bytes, ...]
     modulus_bits: int = 64
+    sum_bounds: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # none: []
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> MaskedInputRequest:
@@ -387,6 +388,9 @@ class MaskedInputRequest(Message):
         bounds = _array(data["bounds"], "bounds", np.float64, 1)
         if scales.shape != bounds.shape:
             raise MessageRejected("scales and bounds differ in length.")
+        sum_bounds = _array(data["sum_bounds"], "sum_bounds", np.float64, 1)
+        if sum_bounds.size and sum_bounds.shape != scales.shape:
+            raise MessageRejected("scales and sum_bounds differ in length.")
         return cls(
             session=_bytes(data["session"], "session"),
             summation=_int(data["summation"], "summation", 0, 63),
@@ -395,6 +399,7 @@ class MaskedInputRequest(Message):
             bounds=bounds,
             max_clients=_int(data["max_clients"], "max_clients", 1),
             modulus_bits=_int(data["modulus_bits"], "modulus_bits", 32, 64),  # 32 or 64: encoding
+            sum_bounds=sum_bounds,
             senders=senders,
             ciphertexts=ciphertexts,
         )

@@ -365,6 +365,7 @@ class SecAggServer:
                 bounds=encoding.bounds,
                 max_clients=encoding.max_clients,
                 modulus_bits=encoding.modulus_bits,
+                sum_bounds=np.zeros(0) if encoding.sum_bounds is None else encoding.sum_bounds,
                 senders=tuple(s for s, _ in inbox) if first else empty,
                 ciphertexts=tuple(b for _, b in inbox) if first else empty,
             ).to_dict()

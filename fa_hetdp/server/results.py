@@ -219,13 +219,18 @@ def words_section(
 ) -> dict[str, Any]:
     """Return what the stage-1/2 masked words carry; for ``ddg``/``skellam``, the lattice.
 
-    ``gamma``: ``[min, max]`` of the lattice steps per stage (stage 2 at the broadcast);
-    ``refusal_probability``: bound on some client's value being refused for exceeding its
-    stated bound (:attr:`~fa_hetdp.dp.lattice.Lattice.refusal_probability`); the sum itself
-    cannot wrap (``n`` stated bounds stay below ``2^(m-1)``).
+    ``gamma``: ``[min, max]`` of the lattice steps per stage (stage 0 with ``adaptive_floor``,
+    stage 2 at the broadcast); ``refusal_probability``: bound on some client's value being
+    refused for exceeding its stated bound
+    (:attr:`~fa_hetdp.dp.lattice.Lattice.refusal_probability`); ``wrap_probability``: bound
+    on some coordinate of the stage's sum wrapping around ``Z_2^m`` (the ring holds the sum
+    of ``n`` values but for the summed noise's tail,
+    :attr:`~fa_hetdp.dp.lattice.Lattice.wrap_probability`).
     """
     bits = settings.modulus_bits
     lattices = {"stage1": stage_lattice(plan, 1, modulus_bits=bits)}
+    if plan.adaptive:
+        lattices = {"stage0": stage_lattice(plan, 0, modulus_bits=bits), **lattices}
     if stage1 is not None:
         broadcast = (stage1.mu_prime_broadcast, stage1.weighted_mu_prime)
         lattices["stage2"] = stage_lattice(plan, 2, modulus_bits=bits, broadcast=broadcast)
@@ -236,7 +241,7 @@ def words_section(
         "at step gamma plus the exact integer noise share (decoded exactly)",
         "gamma": {},
         "refusal_probability": {},
-        "wrap_probability": 0.0,
+        "wrap_probability": {},
         "sensitivity_inflation": SENSITIVITY_INFLATION,
     }
     for stage, lattice in lattices.items():
@@ -244,6 +249,7 @@ def words_section(
             noisy = lattice.gamma[lattice.units > 0.0]
             out["gamma"][stage] = [float(noisy.min()), float(noisy.max())] if noisy.size else []
             out["refusal_probability"][stage] = lattice.refusal_probability
+            out["wrap_probability"][stage] = lattice.wrap_probability
     return out
 
 
