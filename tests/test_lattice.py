@@ -11,17 +11,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from scipy import stats
 
 from fa_hetdp._types import Mechanism
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import ReleaseSpec, plan_budget, privacy_spent
+from fa_hetdp.dp.discrete import as_rational_variance
+from fa_hetdp.dp.discrete_calibration import DEFAULT_WRAP_PROBABILITY, noise_tail
 from fa_hetdp.dp.lattice import (
     MAX_LATTICE,
     Lattice,
     choose_lattice,
     discretise,
+    integer_tail,
     lattice_step,
     sum_tail,
 )
@@ -34,7 +38,9 @@ from fa_hetdp.protocol.client import (
     stage2_contribution,
     stage_lattice,
 )
+from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY, plan_protocol
+from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import EncodingError
 
 ALPHA = 0.01  # significance level of the statistical tests below (fixed seeds, no redraws)
@@ -198,3 +204,123 @@ def test_mechanism_seam_checks_the_share_scale() -> None:
         )
         is None
     )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sum_decodes_exactly_within_its_noise_room_and_wraps_beyond(kind: Mechanism) -> None:
+    # n = 10 000 shares of scale 9.7 (the synthetic-10k stage-1 share at epsilon = 1): n one-share
+    # 12-sd tails would need > 2^31 words; the sum's tail fits with room to spare.
+    n, b, s = 10_000, np.array([1.0, 100.0]), np.array([9.7, 970.0])
+    lat = choose_lattice(kind, s, b, n=n, modulus_bits=32, failure_probability=1e-33)
+    shares = [integer_tail(kind, u, 1e-33) for u in lat.units]
+    assert np.all(n * (lat.data_words + np.ceil(shares)) >= 2.0**31)  # the old rule: refused
+    big_h = lat.sum_bounds / lat.gamma - n * lat.data_words  # ceil(H_j), lattice steps
+    np.testing.assert_array_equal(big_h, np.ceil([sum_tail(kind, u, n, 0.5e-9) for u in lat.units]))
+    assert np.all(big_h <= lat.noise_room)
+    for h, u in zip(big_h, lat.units, strict=True):  # the reported bound covers |noise| > H
+        v = float(as_rational_variance(u * u))
+        assert (
+            noise_tail("ddg", math.sqrt(v), n, h)
+            if kind == "ddg"
+            else noise_tail("skellam", v, n, h) <= 0.5e-9
+        )
+    assert lat.wrap_probability == DEFAULT_WRAP_PROBABILITY
+    encoding = FixedPointEncoding(
+        scales=1.0 / lat.gamma,
+        bounds=lat.bounds,
+        max_clients=n,
+        modulus_bits=32,
+        lattice=True,
+        sum_bounds=lat.sum_bounds,
+    )
+    rng = np.random.default_rng(6)
+
+    def ring_sum(noise: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        # every client at the top of its box with its share of the planted summed noise
+        total = np.zeros(2, dtype=np.uint64)
+        for i in range(n):
+            share = noise // n + (i < noise % n)
+            total += encoding.encode(lat.gamma * (lat.data_words + share), rng=rng)
+        return total
+
+    inside = big_h.astype(np.int64)  # just inside H: exact
+    room = lat.noise_room.astype(np.int64)  # the last value that decodes, then the wrap
+    for noise in (inside, room):
+        want = lat.gamma * (n * lat.data_words + noise)
+        np.testing.assert_array_equal(encoding.decode(ring_sum(noise), n), want)
+    wrapped = encoding.decode(ring_sum(room + 1), n)
+    np.testing.assert_array_equal(wrapped, -lat.gamma * 2.0**31)  # the wrap event
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ten_thousand_clients_at_d_3072_fit_32_bits(kind: Mechanism) -> None:
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism=kind), n=10_000, d=3072)
+    contribution_encoding(plan, 1, plan.n, modulus_bits=32)  # stage 1, and stage 2 at c = 1/2
+    half = np.full(3072, 0.5)
+    for stage, broadcast in ((1, None), (2, (half, half))):
+        lat = stage_lattice(plan, stage, modulus_bits=32, broadcast=broadcast)  # type: ignore[arg-type]
+        assert lat is not None
+        bounds = plan.contribution_bounds(stage)  # type: ignore[arg-type]
+        scale = lat.gamma * lat.units
+        unweighted = bounds == 1.0  # at the finest step rule; W-bounded ones within 2^-12 W
+        np.testing.assert_array_equal(lat.gamma[unweighted], lattice_step(scale[unweighted]))
+        assert np.all(lat.gamma <= MAX_LATTICE * bounds) and np.all(lat.units >= 16.0)
+        assert float(np.max(lat.sum_bounds / lat.gamma)) < 2.0**31
+
+
+def test_stage0_histogram_is_on_the_lattice() -> None:
+    config = ProtocolConfig(1.0, 1e-5, mechanism="skellam", adaptive_floor=True)
+    plan = plan_protocol(config, n=50, d=8)
+    lattice = stage_lattice(plan, 0, modulus_bits=32)
+    assert lattice is not None and plan.adaptive
+    x = np.random.default_rng(7).random(8)
+    values = floor_contribution(
+        x,
+        plan.floor_edges,
+        plan.floor_share_std,
+        mechanism=plan.mechanism,
+        rng=np.random.default_rng(8),
+        lattice=lattice,
+    )
+    integers = values / lattice.gamma
+    np.testing.assert_array_equal(integers, np.round(integers))  # integers on the lattice
+    encoding = contribution_encoding(plan, 0, plan.n, modulus_bits=32)
+    assert encoding.lattice and encoding.sum_bounds is not None
+    np.testing.assert_array_equal(encoding.scales, 1.0 / lattice.gamma)
+    words = encoding.encode(values, rng=np.random.default_rng(9))
+    np.testing.assert_array_equal(encoding.decode(words, 1), values)
+    central = plan_protocol(
+        ProtocolConfig(1.0, 1e-5, mechanism="skellam", placement="central", adaptive_floor=True),
+        n=50,
+        d=8,
+    )
+    assert stage_lattice(central, 0) is None
+
+
+def test_encoding_checks_the_stated_sum_bound() -> None:
+    # n (B + 1) would wrap, the stated sum bound does not; a sum bound at 2^31 is refused
+    scales, bounds = np.array([1.0]), np.array([1e6])
+    with pytest.raises(EncodingError, match="could reach"):
+        FixedPointEncoding(scales=scales, bounds=bounds, max_clients=4000, modulus_bits=32)
+    FixedPointEncoding(scales, bounds, 4000, 32, lattice=True, sum_bounds=np.array([2.0**31 - 1]))
+    with pytest.raises(EncodingError, match="stated sum bound"):
+        FixedPointEncoding(scales, bounds, 4000, 32, lattice=True, sum_bounds=np.array([2.0**31]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reported_variance_bounds_the_integer_pipelines_error(kind: Mechanism) -> None:
+    # Exact: n clients' rounding (<= gamma^2/4 each) plus their noise (rounded-up variance)
+    # never exceed variance(s) at the summed scale s = sqrt(n) s_i, whatever step was chosen.
+    mech = get_mechanism(kind)
+    for share, bits in ((1e-3, 64), (0.3, 64), (9.7, 32), (970.0, 32)):
+        n = 10_000
+        lat = choose_lattice(
+            kind, [share], [100.0], n=n, modulus_bits=bits, failure_probability=1e-9
+        )
+        gamma, units = float(lat.gamma[0]), float(lat.units[0])
+        error = n * gamma**2 * (0.25 + float(as_rational_variance(units**2)))
+        assert error <= float(mech.variance(math.sqrt(n) * share))
+    # and the old dithered figure s^2 + gamma^2/12 would under-state the worst case
+    lat = choose_lattice(kind, [0.01], [1.0], n=1, modulus_bits=64, failure_probability=1e-9)
+    worst = float(lat.gamma[0]) ** 2 * (0.25 + float(as_rational_variance(lat.units[0] ** 2)))
+    assert worst > 0.01**2 + float(lattice_step(0.01)) ** 2 / 12.0

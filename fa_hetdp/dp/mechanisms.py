@@ -86,6 +86,7 @@ from fa_hetdp.dp.discrete import (
 )
 from fa_hetdp.dp.discrete_accounting import RDP_ORDERS, rdp_delta, zcdp_epsilon, zcdp_rho_for
 from fa_hetdp.dp.lattice import (
+    ROUNDING_VARIANCE_BOUND,
     SENSITIVITY_INFLATION,
     Lattice,
     choose_lattice,
@@ -455,13 +456,19 @@ class DiscreteMechanism(NoiseMechanism):
         return out
 
     def variance(self, scale: float | npt.ArrayLike) -> FloatArray:
-        """Return ``s^2 + gamma^2/12``, the noise's variance (an upper bound for ``"ddg"``).
+        """Return ``s^2 (1 + 2^-16 + 2^-10)``: an upper bound on the error's variance, any path.
 
-        ``Var N_Z(0, v) <= v``; both kinds draw at ``v`` rounded up within a relative
-        ``2^-16`` (:func:`~fa_hetdp.dp.discrete.as_rational_variance`), not counted here.
+        ``s`` is the summed noise's scale of the shares that arrived (``s^2 = sum s_i^2``).
+        Noise: ``Var N_Z(0, v) <= v`` and Skellam's is ``v``, drawn at ``v`` rounded up within
+        a relative ``2^-16`` (:func:`~fa_hetdp.dp.discrete.as_rational_variance`). Rounding:
+        on the integer pipeline each client's randomized rounding has variance at most
+        ``gamma_i^2/4`` with ``gamma_i <= s_i/16`` (:func:`~fa_hetdp.dp.lattice.choose_lattice`
+        never coarsens beyond it), so the sum's is at most ``s^2/1024``; the dithered draw
+        (:meth:`sample`) adds ``gamma^2/12 <= s^2/3072``. (The dithered ``s^2 + gamma^2/12``
+        alone could under-state the integer pipeline's error by up to a relative ``2^-10``.)
         """
         s = np.asarray(scale, dtype=np.float64)
-        out: FloatArray = s * s + lattice_step(s) ** 2 / 12.0
+        out: FloatArray = s * s * (1.0 + 2.0**-16 + ROUNDING_VARIANCE_BOUND)
         return out
 
     def tail_bound(self, scale: float | npt.ArrayLike, failure_probability: float) -> FloatArray:
