@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from fa_hetdp.config.noise import NOISE_SHAPES
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.report.results import format_accuracy_plan
 from fa_hetdp.stats.assumptions import DataAssumptions
@@ -81,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--within-variance, at v_min when that is not stated)",
     )
     parser.add_argument(
+        "--noise-shape",
+        choices=NOISE_SHAPES,
+        default=None,
+        help="stage-2 noise: one sigma for every coordinate, or per coordinate from its "
+        "broadcast bound (default: per_coordinate, the recommended setting)",
+    )
+    parser.add_argument(
         "--floor-quantile",
         type=float,
         default=None,
@@ -126,6 +134,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         out["adaptive_floor"] = args.adaptive_floor
     if args.floor_quantile is not None:
         out["floor_quantile"] = args.floor_quantile
+    if args.noise_shape is not None:
+        out["noise_shape"] = args.noise_shape
     return out
 
 

@@ -81,6 +81,7 @@ FLAG_SETTINGS: tuple[str, ...] = (
     "placement",
     "composition",
     "adaptive_floor",
+    "noise_shape",
     "seed",
     "on_degraded",
 )
@@ -404,6 +405,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="choose the variance floor from a stage-0 noisy histogram of the clients' "
         "within-vector variances (5 %% of the budget; default: the scenario's)",
+    )
+    parser.add_argument(
+        "--noise-shape",
+        dest="noise_shape",
+        help="stage-2 noise: one sigma for every coordinate, or per coordinate from its "
+        f"public broadcast bound ({allowed('noise_shape')}; default: the scenario's)",
     )
     parser.add_argument("--seed", type=int, help=f"simulation seed ({allowed('seed')})")
     parser.add_argument(

@@ -65,6 +65,7 @@ _SECTIONS: Final[dict[str, frozenset[str]]] = {
             "broadcast_bounds",
             "adaptive_floor",
             "floor_quantile",
+            "noise_shape",
         }
     ),
     "protocol": frozenset({"placement"}),
@@ -151,6 +152,7 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "broadcast_bounds": ("privacy.broadcast_bounds", True),
     "adaptive_floor": ("privacy.adaptive_floor", False),
     "floor_quantile": ("privacy.floor_quantile", 0.1),
+    "noise_shape": ("privacy.noise_shape", "uniform"),
     "placement": ("protocol.placement", "distributed"),
     "threshold": ("secagg.threshold", _SA.threshold),
     "neighbours": ("secagg.neighbours", "complete"),
@@ -206,7 +208,7 @@ def _settings(
 
     privacy: Any = MISSING
     names = ("epsilon", "delta", "mechanism", "composition", "profile", "variance_floor")
-    levers = ("statistics", "broadcast_bounds", "adaptive_floor", "floor_quantile")
+    levers = ("statistics", "broadcast_bounds", "adaptive_floor", "floor_quantile", "noise_shape")
     if all(ok(n) for n in (*names, "extra_i2_noise", "min_honest_clients", "split", *levers)):
         split = values["split"]
         privacy = PrivacySpec(
@@ -223,6 +225,7 @@ def _settings(
             broadcast_bounds=values["broadcast_bounds"],
             adaptive_floor=values["adaptive_floor"],
             floor_quantile=float(values["floor_quantile"]),
+            noise_shape=values["noise_shape"],
         )
     protocol = ProtocolSpec(placements=grid("placement")) if ok("placement") else MISSING
     secagg: Any = MISSING

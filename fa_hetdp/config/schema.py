@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import DropoutStage
 from fa_hetdp.config.secagg import (
     DEFAULT_CORRECTNESS_BITS,
@@ -160,6 +161,10 @@ class PrivacySpec:
         variances (issue 9, lever d; default false in scenarios).
     floor_quantile : float
         The floor rule's quantile ``q`` in (0, 1/2] (default 0.1).
+    noise_shape : {"uniform", "per_coordinate"}
+        Stage-2 noise: one sigma for every coordinate (default in scenarios), or ``sigma_j``
+        following coordinate ``j``'s broadcast bound (issue 9, lever c; needs
+        ``broadcast_bounds`` and a Gaussian mechanism: :mod:`fa_hetdp.config.noise`).
     """
 
     epsilons: tuple[float, ...]
@@ -175,6 +180,7 @@ class PrivacySpec:
     broadcast_bounds: bool = True
     adaptive_floor: bool = False
     floor_quantile: float = 0.1
+    noise_shape: NoiseShape = "uniform"
 
     def split_mapping(self) -> dict[str, float] | None:
         """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
@@ -417,6 +423,7 @@ class Scenario:
         privacy["broadcast_bounds"] = p.broadcast_bounds
         privacy["adaptive_floor"] = p.adaptive_floor
         privacy["floor_quantile"] = p.floor_quantile
+        privacy["noise_shape"] = p.noise_shape
         secagg: dict[str, Any] = {
             "threshold": self.secagg.threshold,
             "neighbours": self.secagg.neighbours,

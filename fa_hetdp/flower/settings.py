@@ -51,6 +51,7 @@ UNSET: Final[Mapping[str, object]] = {
     "min-honest-clients": 0,
     "adaptive-floor": "",
     "floor-quantile": 0.0,
+    "noise-shape": "",
     "secagg-threshold": 0.0,
     "secagg-neighbours": -1,
     "dropout-fraction": -1.0,
@@ -93,6 +94,7 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "min_honest_clients": "min-honest-clients",
     "adaptive_floor": "adaptive-floor",
     "floor_quantile": "floor-quantile",
+    "noise_shape": "noise-shape",
     "threshold": "secagg-threshold",
     "neighbours": "secagg-neighbours",
     "dropout_fraction": "dropout-fraction",
@@ -124,6 +126,7 @@ _KINDS: Final[Mapping[str, type]] = {
     "min-honest-clients": int,
     "adaptive-floor": str,
     "floor-quantile": float,
+    "noise-shape": str,
     "secagg-threshold": float,
     "secagg-neighbours": int,
     "dropout-fraction": float,
@@ -198,6 +201,7 @@ def resolve_overrides(
         "min_honest_clients": privacy.min_honest_clients,
         "adaptive_floor": privacy.adaptive_floor,
         "floor_quantile": privacy.floor_quantile,
+        "noise_shape": privacy.noise_shape,
         "threshold": secagg.threshold,
         "neighbours": secagg.neighbours,
         "dropout_fraction": secagg.dropout_fraction,
@@ -233,6 +237,8 @@ def resolve_overrides(
         elif name == "threshold" and value >= 2 and float(value).is_integer():
             value = int(value)
         values[name] = value
+    # Not a run-config key: the scenario's, for the rule between noise_shape and it.
+    values["broadcast_bounds"] = privacy.broadcast_bounds
     return values
 
 
@@ -378,9 +384,10 @@ class RunSettings:
             min_honest_clients=values["min_honest_clients"],
             split=scenario.privacy.split_mapping(),
             statistics=scenario.privacy.statistics,
-            broadcast_bounds=scenario.privacy.broadcast_bounds,
+            broadcast_bounds=values["broadcast_bounds"],
             adaptive_floor=values["adaptive_floor"],
             floor_quantile=float(values["floor_quantile"]),
+            noise_shape=values["noise_shape"],
         )
         progress = raw.get("progress-path", "")
         return cls(

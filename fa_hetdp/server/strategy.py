@@ -82,6 +82,7 @@ from fa_hetdp.server.results import (
     privacy_section,
     result_path,
     secagg_section,
+    sigmas_section,
     write_result,
 )
 from fa_hetdp.stats.registry import STATISTICS
@@ -584,7 +585,7 @@ class HeterogeneityStrategy:
             "summary": {  # the privacy spent is in "privacy", stated so that it holds
                 k: v for k, v in result.summary().items() if k not in _SPENT_KEYS
             },
-            "sigmas": {k: float(v) for k, v in result.sigmas.items()},
+            **sigmas_section(result),  # "sigmas" and the per-coordinate "stage2_sigmas"
             "privacy": privacy,
             "labels": list(result.labels),
             "adaptive_floor": floor_section(plan, self._floor),  # cost: privacy.per_release
