@@ -187,6 +187,14 @@ RULES: list[Case] = [
         None,
         None,
     ),
+    (
+        "noise shape choice",
+        ("privacy", "noise_shape", "gaussian"),
+        {"noise-shape": "gaussian"},
+        ["--noise-shape", "gaussian"],
+        None,
+        {"noise_shape": "gaussian"},
+    ),
 ]
 IDS = [r[0] for r in RULES]
 
