@@ -12,14 +12,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import run
 
+from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.dp.discrete_calibration import DEFAULT_WRAP_PROBABILITY
 from fa_hetdp.dp.mechanisms import get_mechanism
+from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.protocol.client import local_values, stage_lattice
+from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import plan_protocol
 
 
@@ -74,3 +79,42 @@ def test_deployment_mode_draws_discrete_shares_from_the_csprng(tmp_path: Path) -
     assert document["privacy"]["epsilon_spent"] == pytest.approx(spent.epsilon, rel=1e-12)
     assert spent.epsilon <= settings.protocol.epsilon * (1 + 1e-9)
     assert document["privacy"]["composition"] == get_mechanism("ddg").accounting
+
+
+@pytest.mark.parametrize("mechanism", ["ddg", "skellam"])
+def test_adaptive_floor_histogram_rides_the_lattice(tmp_path: Path, mechanism: str) -> None:
+    # Stage 0 (the floor histogram) carries lattice integers too: exact decode, its own gamma,
+    # refusal and wrap bounds, and the run equals its seeded in-process twin in Z_2^32.
+    config = run_config(
+        tmp_path,
+        scenario_file(tmp_path, 6, seed=4),
+        mechanism=mechanism,
+        **{"adaptive-floor": "true", "secagg-modulus-bits": 32},
+    )
+    document = run(config, 6)
+    assert document["status"] == "success", document.get("reason")
+    assert document["secagg"]["modulus_bits"] == 32
+    words = document["secagg"]["words"]
+    low, high = words["gamma"]["stage0"]
+    assert 0.0 < low <= high <= 2.0**-12 and math.log2(low).is_integer()
+    assert 0.0 < words["refusal_probability"]["stage0"] < 1e-25
+    assert words["wrap_probability"]["stage0"] == DEFAULT_WRAP_PROBABILITY
+    # the released histogram is exactly the sum of the clients' seeded lattice contributions
+    settings = RunSettings.from_run_config(config)
+    x = partition_scenario(settings.scenario).vectors
+    plan = plan_protocol(settings.protocol, n=int(document["n"]), d=int(document["d"]))
+    lattice = stage_lattice(plan, 0, modulus_bits=32)
+    want = np.zeros(plan.floor_edges.size + 1)
+    for i in document["partitions_in_sum"]["stage1"]:
+        valid = local_values(x[i], variance_floor=settings.protocol.variance_floor).x
+        rng = simulation_generator(int(document["seed"]), i)
+        want += floor_contribution(
+            valid,
+            plan.floor_edges,
+            plan.floor_share_std,
+            mechanism=plan.mechanism,
+            rng=rng,
+            lattice=lattice,
+        )
+    np.testing.assert_array_equal(document["adaptive_floor"]["noisy_histogram"], want)
+    assert_matches_reference(document, config)
