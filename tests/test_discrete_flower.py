@@ -118,3 +118,22 @@ def test_adaptive_floor_histogram_rides_the_lattice(tmp_path: Path, mechanism: s
         )
     np.testing.assert_array_equal(document["adaptive_floor"]["noisy_histogram"], want)
     assert_matches_reference(document, config)
+
+
+def test_replay_of_a_32_bit_run_uses_its_ring(tmp_path: Path) -> None:
+    # W = 1e6: the weighted coordinates' step coarsens in Z_2^32 (not in Z_2^64), so the seeded
+    # twin matches only when it replays the run's ring.
+    config = run_config(
+        tmp_path,
+        scenario_file(tmp_path, 6, seed=4),
+        mechanism="ddg",
+        **{"variance-floor": 1e-6, "secagg-modulus-bits": 32},
+    )
+    document = run(config, 6)
+    assert document["status"] == "success", document.get("reason")
+    settings = RunSettings.from_run_config(config)
+    plan = plan_protocol(settings.protocol, n=6, d=int(document["d"]))
+    narrow, wide = (stage_lattice(plan, 1, modulus_bits=bits) for bits in (32, 64))
+    assert narrow is not None and wide is not None
+    assert not np.array_equal(narrow.gamma, wide.gamma)  # the premise
+    assert_matches_reference(document, config)
