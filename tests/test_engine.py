@@ -334,3 +334,41 @@ def test_cell_seeds_do_not_change_when_a_mechanism_is_added(
     seq = grid_module.cell_seed(0, 0.25, "agm", "distributed", "basic")
     assert seq.spawn_key == (0, 0x3FD00000, *seq.spawn_key[2:])
     assert len(seq.spawn_key) == 5
+
+
+def test_noise_shape_travels_from_the_scenario_to_every_cell() -> None:
+    # digits-all states noise_shape = "per_coordinate": the in-process grid must run it (it
+    # once ran uniform noise silently), and the cells' stage-2 noise must differ from uniform.
+    from fa_hetdp.config.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    grid = grid_from_scenario(load_scenario(root / "scenarios" / "digits-all.toml"))
+    assert grid.noise_shape == "per_coordinate"
+    x = _data(n=40, d=12)
+    shaped = run_grid(
+        x,
+        _grid(
+            epsilons=(1.0,),
+            mechanisms=("agm",),
+            compositions=("gdp",),
+            placements=("distributed",),
+            repeats=4,
+            noise_shape="per_coordinate",
+        ),
+        progress=False,
+    )
+    uniform = run_grid(
+        x,
+        _grid(
+            epsilons=(1.0,),
+            mechanisms=("agm",),
+            compositions=("gdp",),
+            placements=("distributed",),
+            repeats=4,
+        ),
+        progress=False,
+    )
+    assert shaped.cells[0].emse["dispersion"] != uniform.cells[0].emse["dispersion"]
+    assert shaped.cells[0].emse["mean"] == pytest.approx(uniform.cells[0].emse["mean"])
+    with pytest.raises(ScenarioError, match="noise_shape"):
+        _grid(mechanisms=("ddg",), compositions=("gdp",), noise_shape="per_coordinate")

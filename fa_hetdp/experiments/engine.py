@@ -113,6 +113,7 @@ def _config(
         broadcast_bounds=grid.broadcast_bounds,
         adaptive_floor=grid.adaptive_floor,
         floor_quantile=grid.floor_quantile,
+        noise_shape=grid.noise_shape,
     )
 
 

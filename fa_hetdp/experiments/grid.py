@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import cross_rule, raise_problems, validate
 
 __all__ = ["GridSpec", "cell_seed", "grid_from_scenario"]
@@ -45,7 +46,7 @@ class GridSpec:
     seed
         Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
     profile, variance_floor, extra_i2_noise, min_honest_clients, split, statistics, \
-broadcast_bounds, adaptive_floor, floor_quantile
+broadcast_bounds, adaptive_floor, floor_quantile, noise_shape
         Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged.
     """
 
@@ -65,6 +66,7 @@ broadcast_bounds, adaptive_floor, floor_quantile
     broadcast_bounds: bool = True
     adaptive_floor: bool = False
     floor_quantile: float = 0.1
+    noise_shape: NoiseShape = "uniform"
 
     def __post_init__(self) -> None:
         # The declared rules of fa_hetdp.config.rules, reported as ``grid.<attribute>``; the
@@ -86,6 +88,7 @@ broadcast_bounds, adaptive_floor, floor_quantile
             "broadcast_bounds": self.broadcast_bounds,
             "adaptive_floor": self.adaptive_floor,
             "floor_quantile": self.floor_quantile,
+            "noise_shape": self.noise_shape,
         }
         crossed = {n: n + "s" for n in ("epsilon", "mechanism", "placement", "composition")}
         raise_problems(
@@ -212,4 +215,5 @@ def grid_from_scenario(
         broadcast_bounds=privacy.broadcast_bounds,
         adaptive_floor=privacy.adaptive_floor,
         floor_quantile=privacy.floor_quantile,
+        noise_shape=privacy.noise_shape,
     )
