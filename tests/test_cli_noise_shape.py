@@ -57,13 +57,20 @@ def test_run_flag_with_a_discrete_mechanism_is_refused_under_the_flag() -> None:
     assert "Gaussian noise only" in problems["--noise-shape"]
 
 
-def test_main_job_with_a_discrete_mechanism_needs_uniform_noise() -> None:
+def test_main_job_with_a_discrete_mechanism_runs_uniform_noise_with_a_note(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     digits_all = load_scenario("digits-all")  # per_coordinate in the scenario
-    with pytest.raises(ConfigError) as info:
-        check_flags(_parse("--mechanism", "ddg"), digits_all)
-    assert "use noise_shape='uniform'" in dict(info.value.problems)["run-config.noise-shape"]
-    overrides = check_flags(_parse("--mechanism", "ddg", "--noise-shape", "uniform"), digits_all)
+    overrides = check_flags(_parse("--mechanism", "ddg"), digits_all)
     assert overrides == {"mechanism": "ddg", "noise-shape": "uniform"}
+    assert "uniform stage-2 noise" in capsys.readouterr().err
+    # an explicit --noise-shape is never changed: per_coordinate with ddg is refused
+    with pytest.raises(ConfigError) as info:
+        check_flags(_parse("--mechanism", "ddg", "--noise-shape", "per_coordinate"), digits_all)
+    assert "Gaussian noise only" in dict(info.value.problems)["--noise-shape"]
+    # a Gaussian mechanism keeps the scenario's shape
+    flags = _parse("--mechanism", "cgm", "--composition", "basic")
+    assert check_flags(flags, digits_all) == {"mechanism": "cgm", "composition": "basic"}
 
 
 def test_bad_run_flag_exits_2_before_flower_starts(
