@@ -27,8 +27,7 @@ from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import UNSET, RunSettings
 from fa_hetdp.protocol.replay import reference_statistics
-from fa_hetdp.report.results import result_to_dict
-from fa_hetdp.server.results import sigmas_section
+from fa_hetdp.report.results import result_to_dict, sigmas_section
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +165,7 @@ def test_run_config_refuses_per_coordinate_when_the_scenario_has_no_broadcast_bo
 # --------------------------------------------------------------------------- the result
 
 
-def test_flower_sigmas_section_is_the_in_process_format() -> None:
+def test_sigmas_section_is_the_in_process_format() -> None:
     x = np.asarray(load_dataset("digits").features, dtype=np.float64)[:300]
     r = private_statistics(
         x, epsilon=1.0, delta=1e-5, noise_shape="per_coordinate", rng=np.random.default_rng(1)

@@ -29,6 +29,7 @@ __all__ = [
     "result_to_dict",
     "result_to_frame",
     "result_to_json",
+    "sigmas_section",
     "statistics_section",
 ]
 
@@ -231,6 +232,24 @@ def _number(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
+def sigmas_section(result: PrivateStatistics) -> dict[str, Any]:
+    """Return the document's ``sigmas`` and ``stage2_sigmas``: the noise of every release.
+
+    ``sigmas``: one sigma per release (a stage-2 one as the root mean square over the
+    coordinates); ``stage2_sigmas``: the stage-2 releases' sigma per coordinate at the public
+    broadcast (:meth:`~fa_hetdp.protocol.plan.ProtocolPlan.stage2_sigmas`; they differ between
+    coordinates with ``noise_shape = "per_coordinate"``). One format: the in-process result
+    JSON (:func:`result_to_dict`) and the Flower result document both use it.
+    """
+    return {
+        "sigmas": {k: float(v) for k, v in result.sigmas.items()},
+        "stage2_sigmas": {
+            k: [float(x) for x in np.asarray(v, np.float64)]
+            for k, v in result.stage2_sigmas.items()
+        },
+    }
+
+
 def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
     """Return a JSON-ready dictionary of a Python-API result (``private_statistics``).
 
@@ -259,12 +278,7 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
             "i2_total": _number(result.i2_total),
             "weighted_denominator": _number(result.weighted_denominator),
         },
-        "sigmas": {k: float(v) for k, v in result.sigmas.items()},
-        # the stage-2 sigmas per coordinate ("sigmas" holds their root mean square)
-        "stage2_sigmas": {
-            k: [float(x) for x in np.asarray(v, np.float64)]
-            for k, v in result.stage2_sigmas.items()
-        },
+        **sigmas_section(result),  # "sigmas" and the per-coordinate "stage2_sigmas"
         "privacy": {
             "guarantees": [
                 {"epsilon": float(spent.epsilon), "delta": float(spent.delta)},

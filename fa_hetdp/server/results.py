@@ -37,7 +37,7 @@ from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.client import stage_lattice
 from fa_hetdp.protocol.floor import FLOOR_BUDGET_SHARE, FLOOR_RELEASE, FloorChoice
 from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, ProtocolPlan
-from fa_hetdp.protocol.server import PrivateStatistics, Stage1Release, privacy_spent_of
+from fa_hetdp.protocol.server import Stage1Release, privacy_spent_of
 from fa_hetdp.report.files import write_json_atomic
 
 __all__ = [
@@ -48,7 +48,6 @@ __all__ = [
     "privacy_section",
     "result_path",
     "secagg_section",
-    "sigmas_section",
     "stage1_spent",
     "words_section",
     "write_result",
@@ -103,24 +102,6 @@ def floor_section(plan: ProtocolPlan, choice: FloorChoice | None) -> dict[str, A
         return None
     release = plan.budget.release(FLOOR_RELEASE)
     return {**choice.as_dict(), "budget_share": FLOOR_BUDGET_SHARE, "mu": release.mu_share}
-
-
-def sigmas_section(result: PrivateStatistics) -> dict[str, Any]:
-    """Return the document's ``sigmas`` and ``stage2_sigmas``: the noise of every release.
-
-    ``sigmas``: one sigma per release (a stage-2 one as the root mean square over the
-    coordinates); ``stage2_sigmas``: the stage-2 releases' sigma per coordinate at the public
-    broadcast (:meth:`~fa_hetdp.protocol.plan.ProtocolPlan.stage2_sigmas`; they differ between
-    coordinates with ``noise_shape = "per_coordinate"``). The same keys and values as the
-    in-process result JSON (:func:`fa_hetdp.report.results.result_to_dict`).
-    """
-    return {
-        "sigmas": {k: float(v) for k, v in result.sigmas.items()},
-        "stage2_sigmas": {
-            k: [float(x) for x in np.asarray(v, np.float64)]
-            for k, v in result.stage2_sigmas.items()
-        },
-    }
 
 
 def stage1_spent(

@@ -72,7 +72,7 @@ from fa_hetdp.protocol.server import (
     assemble_stage2,
     privacy_spent_of,
 )
-from fa_hetdp.report.results import statistics_section
+from fa_hetdp.report.results import sigmas_section, statistics_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
 from fa_hetdp.secagg.server import SecAggServer, SumResult
@@ -82,7 +82,6 @@ from fa_hetdp.server.results import (
     privacy_section,
     result_path,
     secagg_section,
-    sigmas_section,
     write_result,
 )
 from fa_hetdp.stats.registry import STATISTICS
