@@ -108,7 +108,10 @@ encoding of each summation comes from :func:`choose_encoding` (or
 Encoding: inputs are fixed-point numbers in Z_{2^64}, or Z_{2^32} (``modulus_bits=32``: half
 the bytes per masked vector), with stochastic rounding (:mod:`fa_hetdp.secagg.encoding`);
 :func:`choose_encoding` picks scales from ``n``, the clip bound and the noise share's sigma so
-the sum cannot wrap, and refuses settings that could.
+the sum cannot wrap, and refuses settings that could. An encoding given ``sum_bounds`` (a bound
+on the whole sum per coordinate, e.g. the lattice encodings of the discrete mechanisms, whose
+summed noise is bounded in probability) only refuses settings where that bound could wrap:
+its sum wraps exactly when the sum leaves the bound, with the probability its caller states.
 """
 
 from .client import SecAggClient
