@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import stats
+from threshold_audit import threshold_epsilon_lower_bound
 
 from fa_hetdp.dp.ddg import DiscreteSum, discrete_sum
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
@@ -73,16 +73,9 @@ def _audit_epsilon(ds: DiscreteSum, trials: int, seed: int) -> float:
         outs.append(ds.decode(total, n)[:, 0] / ds.calibration.gamma)
     y0, y1 = outs
     thresholds = np.unique(np.quantile(y1, np.linspace(0.5, 0.999, 40)))
-    level = ALPHA / (2 * thresholds.size)
-    best = 0.0
-    delta = ds.calibration.delta
-    for k in thresholds:
-        c1, c0 = int(np.sum(y1 >= k)), int(np.sum(y0 >= k))
-        p1_low = stats.beta.ppf(level, c1, trials - c1 + 1) if c1 > 0 else 0.0
-        p0_high = stats.beta.ppf(1 - level, c0 + 1, trials - c0) if c0 < trials else 1.0
-        if p1_low > delta:
-            best = max(best, math.log((p1_low - delta) / p0_high))
-    return best
+    return threshold_epsilon_lower_bound(
+        y0, y1, thresholds, delta=ds.calibration.delta, alpha=ALPHA
+    )
 
 
 @pytest.mark.statistical

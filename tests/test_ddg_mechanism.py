@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
+from threshold_audit import threshold_epsilon_lower_bound
 
 from fa_hetdp._types import Composition, Mechanism
 from fa_hetdp.config.protocol import ProtocolConfig
@@ -112,14 +113,7 @@ def _audit(kind: Mechanism, noise_factor: float, trials: int = 200_000) -> tuple
     y0 = mech.sample(share, (trials, n), rng=rng).sum(axis=1)
     y1 = 1.0 + mech.sample(share, (trials, n), rng=rng).sum(axis=1)
     thresholds = np.quantile(y1, np.linspace(0.5, 0.9999, 60))
-    level = ALPHA / (2 * thresholds.size)
-    best = 0.0
-    for k in thresholds:
-        c1, c0 = int(np.sum(y1 >= k)), int(np.sum(y0 >= k))
-        p1 = stats.beta.ppf(level, c1, trials - c1 + 1) if c1 else 0.0
-        p0 = stats.beta.ppf(1 - level, c0 + 1, trials - c0) if c0 < trials else 1.0
-        if p1 > 1e-5:
-            best = max(best, math.log((p1 - 1e-5) / p0))
+    best = threshold_epsilon_lower_bound(y0, y1, thresholds, delta=1e-5, alpha=ALPHA)
     return best, claimed
 
 

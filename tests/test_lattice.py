@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from scipy import stats
+from threshold_audit import threshold_epsilon_lower_bound
 
 from fa_hetdp._types import Mechanism
 from fa_hetdp.config.protocol import ProtocolConfig
@@ -172,14 +173,7 @@ def _audit(kind: Mechanism, noise_factor: float, trials: int = 200_000) -> tuple
         y.append(discretise(kind, others.reshape(-1), lattice, rng=rng).reshape(trials, n).sum(1))
     y0, y1 = y
     thresholds = np.quantile(y1, np.linspace(0.5, 0.9999, 60))
-    level = ALPHA / (2 * thresholds.size)
-    best = 0.0
-    for k in thresholds:
-        c1, c0 = int(np.sum(y1 >= k)), int(np.sum(y0 >= k))
-        p1 = stats.beta.ppf(level, c1, trials - c1 + 1) if c1 else 0.0
-        p0 = stats.beta.ppf(1 - level, c0 + 1, trials - c0) if c0 < trials else 1.0
-        if p1 > 1e-5:
-            best = max(best, math.log((p1 - 1e-5) / p0))
+    best = threshold_epsilon_lower_bound(y0, y1, thresholds, delta=1e-5, alpha=ALPHA)
     return best, claimed
 
 
