@@ -84,7 +84,6 @@ SENSITIVITY_INFLATION: Final = 1.0 + 4.0 * MAX_LATTICE
 ROUNDING_VARIANCE_BOUND: Final = 1.0 / (4.0 * MIN_SHARE_UNITS**2)
 """A client's rounding variance per unit of its share's variance, at most:
 ``gamma^2/4 <= (s/16)^2/4 = s^2/1024`` (Bernoulli rounding, ``gamma <= s/16``)."""
-"""``Delta_int gamma / Delta`` at most: ``1 + 4 max_j gamma_j/beta_j <= 1 + 2^-10``."""
 _FLOAT_EXACT: Final = 2.0**52  # lattice integers below this are exact in float64
 
 
