@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import check
 
@@ -27,6 +28,7 @@ _FIELDS = (
     "adaptive_floor",
     "floor_quantile",
     "noise_shape",
+    "dispersion_center",
 )
 
 
@@ -95,6 +97,12 @@ class ProtocolConfig:
         variance (:meth:`fa_hetdp.protocol.plan.ProtocolPlan.stage2_factors`;
         ``docs/privacy.md``, lever c). Needs ``broadcast_bounds`` and a Gaussian mechanism
         (``"agm"``/``"cgm"``); :func:`fa_hetdp.private_statistics` turns it on.
+    dispersion_center : {"broadcast", "optimal"}
+        With ``broadcast_bounds``: ``"broadcast"`` (default) centres the dispersion summand at
+        ``c = clip(mu', 0, 1)``; ``"optimal"`` at a public ``a`` between ``c`` and 1/2 chosen
+        from ``c`` and the plan's sigmas (:func:`fa_hetdp.protocol.center.dispersion_center`):
+        smaller bounds ``max(a, 1 - a)^2``, so less noise, and the server subtracts
+        ``(c - a)^2``. Any mechanism; :func:`fa_hetdp.private_statistics` turns it on.
     """
 
     epsilon: float
@@ -112,6 +120,7 @@ class ProtocolConfig:
     adaptive_floor: bool = False
     floor_quantile: float = 0.1
     noise_shape: NoiseShape = "uniform"
+    dispersion_center: DispersionCenter = "broadcast"
 
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together

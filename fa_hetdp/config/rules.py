@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES, RELEASE_NAMES
+from fa_hetdp.config.center import CENTER_FIELDS, DISPERSION_CENTERS, dispersion_center_supported
 from fa_hetdp.config.noise import NOISE_SHAPE_FIELDS, NOISE_SHAPES, noise_shape_supported
 from fa_hetdp.config.secagg import (
     AUTO,
@@ -278,6 +279,7 @@ FIELDS: Final[Mapping[str, Field]] = {
     "adaptive_floor": Field((Boolean(),)),  # issue 9 lever d (fa_hetdp.protocol.floor)
     "floor_quantile": Field((Real(low=0.0, high=0.5, low_open=True),)),
     "noise_shape": Field((Options(NOISE_SHAPES),)),  # issue 9, lever c (config.noise)
+    "dispersion_center": Field((Options(DISPERSION_CENTERS),)),  # lever c (config.center)
     # clients and secure aggregation
     "num_clients": Field((Integer(minimum=2),)),
     "threshold": Field(
@@ -461,6 +463,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
         "pool_block",
     ),
     CrossRule("noise-shape", NOISE_SHAPE_FIELDS, noise_shape_supported, "noise_shape"),
+    CrossRule("center", CENTER_FIELDS, dispersion_center_supported, "dispersion_center"),
     CrossRule(
         "dropouts-simulation-only",
         ("mode", "dropout_fraction"),

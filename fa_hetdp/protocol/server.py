@@ -10,7 +10,8 @@ and :func:`~fa_hetdp.protocol.simulate.private_statistics` call them through
   ``sqrt(d)/n`` to the mean, which is the same thing); ``(A', B') = (sum w_i x_i, sum w_i)``
   plus noise, ``mu_bar' = clip(A'/max(B', n w_min), 0, 1)`` (Lemma 3.7, with the weighted
   mean of Def. 2.5 fixed).
-- Stage 2: ``D'' = (sum (x_i - mu')^2 + noise)/n`` (Thm 3.3);
+- Stage 2: ``D'' = (sum (x_i - mu')^2 + noise)/n`` (Thm 3.3; centred at a public ``a``,
+  ``(sum (x_i - a)^2 + noise)/n - (clip(mu') - a)^2``, :mod:`fa_hetdp.protocol.center`);
   ``Q'' = sum w_i (x_i - mu_bar')^2 + noise`` (Thm 3.8; Q is a sum);
   ``I2'' = max(0, 1 - (n-1)/Q'')`` (Thm 3.13; post-processing, no budget);
   ``I2''' = I2'' + noise of scale sigma_5`` (Thm 3.13's third noise stage; buys no privacy).
@@ -31,6 +32,7 @@ import numpy.typing as npt
 from fa_hetdp._types import FloatArray, Placement
 from fa_hetdp.dp.accounting import PrivacySpent, privacy_spent
 from fa_hetdp.errors import AggregationError, InputDataError
+from fa_hetdp.protocol.center import center_correction, dispersion_center
 from fa_hetdp.protocol.floor import FLOOR_RELEASE, FloorChoice, choose_floor
 from fa_hetdp.protocol.layout import Stage
 from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count, plan_protocol
@@ -66,7 +68,8 @@ class Stage1Release:
     mu_prime : FloatArray, shape (d,)
         ``mu' = (sum x_i + noise)/n`` (Thm 3.3), unclipped (unbiased).
     mu_prime_broadcast : FloatArray, shape (d,)
-        ``clip(mu', 0, 1)``, broadcast to the clients for stage 2.
+        The dispersion centre broadcast to the clients for stage 2: ``clip(mu', 0, 1)``, or
+        the public optimal centre (:func:`~fa_hetdp.protocol.center.dispersion_center`).
     weighted_mu_prime : FloatArray, shape (d,)
         ``mu_bar' = clip(A'/max(B', n w_min), 0, 1)`` (Lemma 3.7), broadcast for stage 2.
     a : FloatArray, shape (d,)
@@ -128,7 +131,7 @@ class PrivateStatistics:
     placement : {"distributed", "central"}
         Where the noise was added.
     mu_prime_broadcast : FloatArray, shape (d,)
-        The broadcast ``clip(mu', 0, 1)``.
+        The broadcast dispersion centre (``clip(mu', 0, 1)`` or the optimal centre).
     weighted_denominator_clamped : bool
         Whether ``B'`` was clamped to its public lower bound.
     noise_shares : tuple[int, int]
@@ -250,7 +253,8 @@ class Stage1Estimates:
     Attributes
     ----------
     mu_prime, mu_prime_broadcast, weighted_mu_prime, a : FloatArray, shape (..., d)
-        ``mu'``, ``clip(mu', 0, 1)``, ``mu_bar'`` and ``A'``.
+        ``mu'``, the dispersion centre (``clip(mu', 0, 1)`` or the optimal one), ``mu_bar'``
+        and ``A'``.
     b, b_used : FloatArray, shape (...)
         ``B'`` and ``max(B', n w_min)``.
     b_clamped : numpy.ndarray of bool, shape (...)
@@ -308,7 +312,7 @@ def estimate_stage1(noisy_sum: FloatArray, plan: ProtocolPlan, *, n: int) -> Sta
     weighted_mu = np.clip(a / b_used[..., None], 0.0, 1.0)  # Lemma 3.7: A'/B', clipped
     return Stage1Estimates(
         mu_prime=mu_prime,
-        mu_prime_broadcast=np.clip(mu_prime, 0.0, 1.0),
+        mu_prime_broadcast=dispersion_center(np.clip(mu_prime, 0.0, 1.0), plan),
         weighted_mu_prime=weighted_mu,
         a=a,
         b=b,
@@ -317,7 +321,13 @@ def estimate_stage1(noisy_sum: FloatArray, plan: ProtocolPlan, *, n: int) -> Sta
     )
 
 
-def estimate_stage2(noisy_sum: FloatArray, plan: ProtocolPlan, *, n: int) -> Stage2Estimates:
+def estimate_stage2(
+    noisy_sum: FloatArray,
+    plan: ProtocolPlan,
+    *,
+    n: int,
+    stage1: Stage1Estimates | Stage1Release | None = None,
+) -> Stage2Estimates:
     """``D''``, ``Q''`` and ``I2''`` from noisy stage-2 sums of shape ``(..., 2d)``.
 
     Parameters
@@ -328,6 +338,9 @@ def estimate_stage2(noisy_sum: FloatArray, plan: ProtocolPlan, *, n: int) -> Sta
         The plan (layout).
     n : int
         Clients whose values are in the sums.
+    stage1 : Stage1Estimates or Stage1Release, optional
+        ``mu'`` and the centre ``a`` the sums used; needed with ``dispersion_center =
+        "optimal"`` (``D''`` subtracts ``(clip(mu') - a)^2``).
 
     Returns
     -------
@@ -335,6 +348,10 @@ def estimate_stage2(noisy_sum: FloatArray, plan: ProtocolPlan, *, n: int) -> Sta
     """
     layout = plan.layout(2)
     dispersion = layout.take(noisy_sum, "dispersion") / n  # Thm 3.3: D''
+    if plan.config.dispersion_center == "optimal":  # sum (x - a)^2/n = D + (mu - a)^2
+        if stage1 is None:
+            raise InputDataError("dispersion_center='optimal' needs the stage-1 estimates.")
+        dispersion = dispersion - center_correction(stage1.mu_prime, stage1.mu_prime_broadcast)
     q = layout.take(noisy_sum, "q").copy()  # Thm 3.8: Q'' (a sum)
     i2 = i_squared(q, n)  # Thm 3.13: I2'' = max(0, 1 - (n-1)/Q''); Q'' <= 0 gives 0
     return Stage2Estimates(dispersion=dispersion, q=q, i2=i2)
@@ -543,7 +560,7 @@ def assemble_stage2(
     broadcast = (stage1.mu_prime_broadcast, stage1.weighted_mu_prime)
     if plan.config.placement == "central":
         s = s + server_noise(plan, 2, plan.stage2_length, rng=rng, broadcast=broadcast)
-    est = estimate_stage2(s, plan, n=n)
+    est = estimate_stage2(s, plan, n=n, stage1=stage1)
     i2_extra: FloatArray | None = None
     if "i2_extra" in plan.releases:
         i2_extra = extra_i2_noise(est.i2, plan, rng=rng)

@@ -325,6 +325,8 @@ class BatchResult:
         With ``adaptive_floor``: each repeat's floor and noisy histogram (shape
         ``(repeats, ...)``). ``plan`` and ``sigmas`` are then those of the most frequent
         floor, and ``truth`` is the exact statistics at ``v_min`` (what the user asked about).
+    center : FloatArray or None, shape (repeats, d)
+        Each repeat's dispersion centre (``dispersion_center = "optimal"``), else None.
     """
 
     config: ProtocolConfig
@@ -344,6 +346,7 @@ class BatchResult:
     total_dispersion: FloatArray
     i2_total: FloatArray
     floor_choice: FloorChoice | None = None
+    center: FloatArray | None = None
 
     @property
     def repeats(self) -> int:
@@ -352,8 +355,9 @@ class BatchResult:
 
     @property
     def mu_prime_broadcast(self) -> FloatArray:
-        """``clip(mu', 0, 1)`` of each repeat, shape ``(repeats, d)``."""
-        return np.clip(self.mean, 0.0, 1.0)
+        """Each repeat's dispersion centre, shape ``(repeats, d)``: ``clip(mu', 0, 1)`` or
+        the optimal centre (:func:`~fa_hetdp.protocol.center.dispersion_center`)."""
+        return np.clip(self.mean, 0.0, 1.0) if self.center is None else self.center
 
     def summary(self) -> dict[str, float]:
         """Averages over repeats and coordinates of every private statistic.
@@ -480,6 +484,7 @@ def _merge(
     for name in (
         "mean", "dispersion", "weighted_mean", "q", "i2", "i2_extra",
         "weighted_denominator_clamped", "weighted_denominator", "total_dispersion", "i2_total",
+        "center",
     ):  # fmt: skip
         first = getattr(main, name)
         if first is None:
@@ -509,7 +514,7 @@ def _batch(
     broadcast = (st1.mu_prime_broadcast, st1.weighted_mu_prime)
     z2 = _summed_noise(plan, 2, repeats, noise_draw, rng, broadcast)  # after stage 1
     s2 = plan.zero_unmade(2, _stage2_sums(truth, *broadcast)) + z2
-    st2 = estimate_stage2(s2, plan, n=n)
+    st2 = estimate_stage2(s2, plan, n=n, stage1=st1)
     i2_extra: FloatArray | None = None
     if "i2_extra" in plan.releases:
         i2_extra = extra_i2_noise(st2.i2, plan, rng=rng)  # Thm 3.13
@@ -534,4 +539,5 @@ def _batch(
         labels=result_labels(plan, spent, bool(st1.b_clamped.any())),
         total_dispersion=total,
         i2_total=i2_total,
+        center=st1.mu_prime_broadcast if config.dispersion_center == "optimal" else None,
     )
