@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from fa_hetdp._types import Placement
+from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import (
@@ -189,9 +190,15 @@ def test_client_server_split_equals_in_process_given_same_noise(small_data: np.n
     assert again.spent == res.spent
 
 
-def test_central_client_path_equals_private_statistics(small_data: np.ndarray) -> None:
-    cfg = ProtocolConfig(3.0, 1e-6, placement="central")
-    _, (_, res), _, _ = _client_path(small_data, cfg, client_seed=1, server_seed=42)
+@pytest.mark.parametrize("center", ["broadcast", "optimal"])
+def test_central_client_path_equals_private_statistics(
+    small_data: np.ndarray, center: DispersionCenter
+) -> None:
+    # optimal: the clients centre on Stage1Release.mu_prime_broadcast (the public centre)
+    cfg = ProtocolConfig(3.0, 1e-6, placement="central", dispersion_center=center)
+    _, (st1, res), _, _ = _client_path(small_data, cfg, client_seed=1, server_seed=42)
+    moved = not np.allclose(st1.mu_prime_broadcast, np.clip(st1.mu_prime, 0.0, 1.0))
+    assert moved == (center == "optimal")
     direct = private_statistics(
         small_data,
         epsilon=3.0,
@@ -199,6 +206,7 @@ def test_central_client_path_equals_private_statistics(small_data: np.ndarray) -
         placement="central",
         adaptive_floor=False,  # as ProtocolConfig's defaults
         noise_shape="uniform",
+        dispersion_center=center,
         rng=np.random.default_rng(42),
     )
     for name in STATS:
@@ -207,15 +215,18 @@ def test_central_client_path_equals_private_statistics(small_data: np.ndarray) -
         )
 
 
+@pytest.mark.parametrize("center", ["broadcast", "optimal"])
 @pytest.mark.parametrize("shape", ["uniform", "per_coordinate"])
 @pytest.mark.parametrize("placement", ["distributed", "central"])
 def test_batch_with_one_repeat_equals_in_process(
-    small_data: np.ndarray, placement: Placement, shape: NoiseShape
+    small_data: np.ndarray, placement: Placement, shape: NoiseShape, center: DispersionCenter
 ) -> None:
     # Both paths draw the same standard normals in the same order; the batch path uses the
     # identities sum (x - m)^2 = sum (x - mu)^2 + n (mu - m)^2 (and the weighted analogue),
     # and each repeat's own broadcast for the stage-2 scale (per coordinate or not).
-    cfg = ProtocolConfig(0.5, 1e-5, placement=placement, noise_shape=shape)
+    cfg = ProtocolConfig(
+        0.5, 1e-5, placement=placement, noise_shape=shape, dispersion_center=center
+    )
     direct = private_statistics(
         small_data,
         epsilon=0.5,
@@ -223,6 +234,7 @@ def test_batch_with_one_repeat_equals_in_process(
         placement=placement,
         adaptive_floor=False,  # as ProtocolConfig's defaults
         noise_shape=shape,
+        dispersion_center=center,
         rng=np.random.default_rng(5),
     )
     batch = private_statistics_batch(small_data, cfg, repeats=1, rng=np.random.default_rng(5))
@@ -391,9 +403,13 @@ def test_private_statistics_defaults_follow_protocol_config() -> None:
     r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(1))
     assert r.plan is not None
     # ... and the adaptive variance floor, which private_statistics recommends (issue 9, d)
-    # and per-coordinate stage-2 noise (lever c)
+    # and per-coordinate stage-2 noise and the optimal dispersion centre (lever c)
     assert r.plan.config == ProtocolConfig(
-        epsilon=1.0, delta=1e-5, adaptive_floor=True, noise_shape="per_coordinate"
+        epsilon=1.0,
+        delta=1e-5,
+        adaptive_floor=True,
+        noise_shape="per_coordinate",
+        dispersion_center="optimal",
     )
     basic = private_statistics(
         x, epsilon=1.0, delta=1e-5, composition="basic", rng=np.random.default_rng(1)

@@ -221,6 +221,7 @@ def test_batch_groups_repeats_by_floor_and_keeps_the_truth_at_v_min() -> None:
         delta=1e-5,
         adaptive_floor=True,
         noise_shape="uniform",  # as the config above
+        dispersion_center="broadcast",
         rng=np.random.default_rng(8),
     )
     for key in ("mean", "dispersion", "weighted_mean", "q"):

@@ -65,7 +65,7 @@ def center_scales(plan: ProtocolPlan) -> tuple[float, float]:
 def center_given_total(
     broadcast: npt.ArrayLike, total: npt.ArrayLike, *, tau: float, noise: float, shape: str
 ) -> FloatArray:
-    """The optimal centre per coordinate with ``S = sum_i b_i`` held at ``total``.
+    """Return the optimal centre per coordinate with ``S = sum_i b_i`` held at ``total``.
 
     Parameters
     ----------
@@ -105,10 +105,8 @@ def center_given_total(
     return out
 
 
-def optimal_center(
-    broadcast: npt.ArrayLike, *, tau: float, noise: float, shape: str
-) -> FloatArray:
-    """The public centre ``a`` minimising the predicted summed per-coordinate MSE of ``D''``.
+def optimal_center(broadcast: npt.ArrayLike, *, tau: float, noise: float, shape: str) -> FloatArray:
+    """Return the public centre ``a`` minimising the predicted summed per-coordinate MSE.
 
     Parameters
     ----------
@@ -135,7 +133,7 @@ def optimal_center(
 
 
 def dispersion_center(broadcast: npt.ArrayLike, plan: ProtocolPlan) -> FloatArray:
-    """The stage-2 dispersion centre the plan's clients use: ``c`` or :func:`optimal_center`.
+    """Return the dispersion centre the plan's clients use: ``c`` or :func:`optimal_center`.
 
     ``c`` itself (a copy) unless ``dispersion_center = "optimal"`` and ``D''`` is released.
     """

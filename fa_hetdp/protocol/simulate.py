@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement, Profile
+from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
@@ -198,6 +199,7 @@ def private_statistics(
     adaptive_floor: bool | None = None,
     floor_quantile: float | None = None,
     noise_shape: NoiseShape | None = None,
+    dispersion_center: DispersionCenter | None = None,
     rng: np.random.Generator | int | None = None,
 ) -> PrivateStatistics:
     """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
@@ -216,7 +218,8 @@ def private_statistics(
     x : array_like, shape (n, d)
         Client data (one row per client); values outside ``[0, 1]`` are clipped and counted.
     epsilon, delta, mechanism, placement, composition, profile, variance_floor, \
-extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile, noise_shape
+extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile, noise_shape, \
+dispersion_center
         See :class:`ProtocolConfig`; left out (None), the recommended settings apply
         (:func:`fa_hetdp.protocol.recommended.recommended_config`), so
         ``private_statistics(x, epsilon=..., delta=..., rng=...)`` runs what the project
@@ -227,7 +230,8 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
         clients it cuts the error of ``mu_bar'`` and ``Q''`` several-fold), although
         :class:`ProtocolConfig` defaults it to off. The same holds for
         ``noise_shape = "per_coordinate"`` (on unless ``broadcast_bounds`` is off or the
-        mechanism is discrete).
+        mechanism is discrete) and ``dispersion_center = "optimal"`` (on unless
+        ``broadcast_bounds`` is off).
     rng : numpy.random.Generator, int or None
         Source of all noise: a Generator, or an int seed (``numpy.random.default_rng(seed)``,
         for reproducible simulations); left out, a CSPRNG-backed generator
@@ -256,6 +260,7 @@ extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile
         adaptive_floor=adaptive_floor,
         floor_quantile=floor_quantile,
         noise_shape=noise_shape,
+        dispersion_center=dispersion_center,
     )
     rng = as_generator(rng)
     values, n_clipped = validate_clients(x)
@@ -355,8 +360,11 @@ class BatchResult:
 
     @property
     def mu_prime_broadcast(self) -> FloatArray:
-        """Each repeat's dispersion centre, shape ``(repeats, d)``: ``clip(mu', 0, 1)`` or
-        the optimal centre (:func:`~fa_hetdp.protocol.center.dispersion_center`)."""
+        """Each repeat's dispersion centre, shape ``(repeats, d)``.
+
+        ``clip(mu', 0, 1)`` or the optimal centre
+        (:func:`~fa_hetdp.protocol.center.dispersion_center`).
+        """
         return np.clip(self.mean, 0.0, 1.0) if self.center is None else self.center
 
     def summary(self) -> dict[str, float]:

@@ -276,6 +276,15 @@ def noise_confidence_intervals(
       ``sum_j Q_j``, whose lower side bounds ``B sum_j delta_j^2`` by
       ``(2 s_2^2/B_lo) chi^2_d`` (delta method) and the noise by ``sqrt(sum_j s_4j^2)``.
 
+    With ``dispersion_center = "optimal"`` the error of ``D''`` gains
+    ``(mu - a)^2 - (c - a)^2 = e^2 + 2 e (c - a)`` (``e = mu - c``, ``|e| <= tau |Y_1|``; a bound,
+    not a variance term): the lower side adds ``2 |c - a| tau z'`` to the quantile of
+    ``tau^2 chi^2_1 + N`` at ``1 - alpha/4`` (``z'`` the two-sided ``alpha/4`` quantile of
+    ``|Y_1|``), the upper side adds ``min((c - a)^2, 2 |c - a| tau z')`` to the one-sided
+    ``alpha/4`` bound of the noise; ``total_dispersion`` the same with Cauchy-Schwarz,
+    ``|sum_j e_j (c_j - a_j)| <= tau ||Y_1||_2 ||c - a||_2``, on the ``chi^2_d`` event it
+    already uses (its upper side splits ``alpha/2`` between that event and the noise).
+
     The scalars split each lower side's ``alpha/2`` between its two terms (union bound). The
     stage-2 scales ``s_3``, ``s_4`` are those at the result's public broadcast, per coordinate
     (:func:`stage2_noise_stds`; they differ between coordinates with
@@ -308,9 +317,18 @@ def noise_confidence_intervals(
     lower["mean"] = result.mean - z * tau
     upper["mean"] = result.mean + z * tau
 
-    u_d = _quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0)
-    lower["dispersion"] = result.dispersion - u_d
-    upper["dispersion"] = result.dispersion + z * s3 / n
+    centred = plan.config.dispersion_center == "optimal"
+    k = np.clip(result.mean, 0.0, 1.0) - result.mu_prime_broadcast  # c - a (0 at a = c)
+    if centred:  # E = e^2 + 2 e (c - a) + N, |e| <= tau |Y|: union bound over Y and N
+        z8 = float(ndtri(1.0 - alpha / 8.0))
+        u_d = _quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 4.0)
+        lower["dispersion"] = result.dispersion - u_d - 2.0 * np.abs(k) * tau * z8
+        below = np.minimum(k * k, 2.0 * np.abs(k) * tau * z8)  # e^2 + 2 e (c - a) >= -(c - a)^2
+        upper["dispersion"] = result.dispersion + float(ndtri(1.0 - alpha / 4.0)) * s3 / n + below
+    else:
+        u_d = _quantile_chi2_plus_normal(np.asarray(tau**2), s3 / n, 1.0 - alpha / 2.0)
+        lower["dispersion"] = result.dispersion - u_d
+        upper["dispersion"] = result.dispersion + z * s3 / n
 
     b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
     b_lo = np.maximum(b_rel - z * s2, n * plan.min_weight)
@@ -342,6 +360,11 @@ def noise_confidence_intervals(
     total = np.sum(result.dispersion, axis=-1)
     lower["total_dispersion"] = total - (tau**2 * chi2_d + z4 * sd_total)
     upper["total_dispersion"] = total + z * sd_total
+    if centred:  # |sum_j e_j (c_j - a_j)| <= tau ||Y||_2 ||c - a||_2 (Cauchy-Schwarz)
+        k2 = np.sqrt(np.sum(k * k, axis=-1))
+        lower["total_dispersion"] -= 2.0 * tau * math.sqrt(chi2_d) * k2
+        cross = np.minimum(k2 * k2, 2.0 * tau * math.sqrt(chi2_d) * k2)
+        upper["total_dispersion"] = total + z4 * sd_total + cross
     q_sum = np.sum(result.q, axis=-1)
     bias = 2.0 * s2**2 / b_lo * chi2_d  # B sum_j delta_j^2 (delta method, mu_bar <= 1)
     sd_q_sum = np.sqrt(np.sum(s4**2, axis=-1))
