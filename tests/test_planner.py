@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from fa_hetdp import ProtocolConfig, plan_accuracy, private_statistics_batch, true_statistics
+from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.errors import InputDataError
@@ -36,9 +37,15 @@ def _typical_within_variance(x: np.ndarray, floor: float) -> float:
 
 
 def _ratios(
-    x: np.ndarray, epsilon: float, per_coordinate: bool, shape: NoiseShape = "uniform"
+    x: np.ndarray,
+    epsilon: float,
+    per_coordinate: bool,
+    shape: NoiseShape = "uniform",
+    center: DispersionCenter = "broadcast",
 ) -> dict[str, tuple[float, float]]:
-    config = ProtocolConfig(epsilon=epsilon, delta=1e-5, noise_shape=shape)
+    config = ProtocolConfig(
+        epsilon=epsilon, delta=1e-5, noise_shape=shape, dispersion_center=center
+    )
     truth = true_statistics(x, variance_floor=config.variance_floor)
     v = _typical_within_variance(x, config.variance_floor)
     if per_coordinate:
@@ -85,6 +92,26 @@ def test_predicted_rmse_matches_measured_with_per_coordinate_noise(n: int, epsil
     for key, (per, avg) in ratios.items():
         assert abs(per - 1.0) <= TOLERANCE, (key, "per coordinate", per)
         assert abs(avg - 1.0) <= TOLERANCE, (key, "coordinate average", avg)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize(
+    ("n", "epsilon", "shape"),
+    [(200, 1.0, "uniform"), (1797, 1.0, "per_coordinate"), (1797, 4.0, "per_coordinate")],
+)
+def test_predicted_rmse_matches_measured_at_the_optimal_center(
+    n: int, epsilon: float, shape: NoiseShape
+) -> None:
+    # dispersion_center = "optimal": the correction's error (m - a)^2 - (c - a)^2 and the
+    # factors of the centre a, integrated over the broadcast's noise
+    x = np.asarray(load_dataset("digits").features, dtype=np.float64)[:n]
+    ratios = _ratios(x, epsilon, per_coordinate=True, shape=shape, center="optimal")
+    for key, (per, avg) in ratios.items():
+        assert abs(per - 1.0) <= TOLERANCE, (key, "per coordinate", per)
+        assert abs(avg - 1.0) <= TOLERANCE, (key, "coordinate average", avg)
+    synthetic = np.random.default_rng(0).beta(2.0, 3.0, size=(2000, 64))
+    per, avg = _ratios(synthetic, epsilon, False, shape=shape, center="optimal")["dispersion"]
+    assert abs(per - 1.0) <= TOLERANCE and abs(avg - 1.0) <= TOLERANCE, (per, avg)
 
 
 @pytest.mark.statistical
