@@ -6,6 +6,8 @@ the correction's bound (digits, fixed seed) and the error it saves on digits.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,45 @@ def test_optimal_center_lowers_the_per_coordinate_error_on_digits(digits: np.nda
         rmse = np.sqrt(np.mean((b.dispersion - b.truth.dispersion) ** 2, axis=1))
         errs[center] = float(np.median(rmse) / np.mean(b.truth.dispersion))
     assert errs["optimal"] < 0.9 * errs["broadcast"], errs
+
+
+def test_center_travels_from_the_scenario_to_the_grid_and_the_flower_settings(
+    tmp_path: Path,
+) -> None:
+    from test_flower_helpers import run_config, scenario_file
+
+    from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+    from fa_hetdp.experiments.engine import run_grid
+    from fa_hetdp.experiments.grid import GridSpec, grid_from_scenario
+    from fa_hetdp.flower.settings import RunSettings
+
+    path = scenario_file(tmp_path, 20)
+    text = path.read_text().replace("delta = 1e-5", 'delta = 1e-5\ndispersion_center = "optimal"')
+    path.write_text(text)
+    scenario = load_scenario(path)
+    assert scenario.privacy.dispersion_center == "optimal"
+    assert grid_from_scenario(scenario).dispersion_center == "optimal"
+    settings = RunSettings.from_run_config(run_config(tmp_path, path))
+    assert settings.protocol.dispersion_center == "optimal"
+    # the grid's cells run it: the dispersion error differs, the mean's does not
+    x = np.random.default_rng(0).beta(0.5, 3.0, size=(40, 12))
+    cells = {
+        c: run_grid(
+            x, GridSpec(epsilons=(1.0,), delta=1e-5, repeats=4, dispersion_center=c), progress=False
+        ).cells[0]
+        for c in ("broadcast", "optimal")
+    }
+    assert cells["optimal"].emse["dispersion"] != cells["broadcast"].emse["dispersion"]
+    assert cells["optimal"].emse["mean"] == pytest.approx(cells["broadcast"].emse["mean"])
+    raw = {
+        "data": {"dataset": "digits", "num_clients": 100, "label_ratios": [1] * 10},
+        "privacy": {
+            "epsilon": 1.0,
+            "delta": 1e-5,
+            "dispersion_center": "optimal",
+            "broadcast_bounds": False,
+        },
+        "secagg": {},
+    }
+    with pytest.raises(ConfigError, match="dispersion_center"):
+        scenario_from_dict(raw)

@@ -66,6 +66,7 @@ _SECTIONS: Final[dict[str, frozenset[str]]] = {
             "adaptive_floor",
             "floor_quantile",
             "noise_shape",
+            "dispersion_center",
         }
     ),
     "protocol": frozenset({"placement"}),
@@ -153,6 +154,7 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "adaptive_floor": ("privacy.adaptive_floor", False),
     "floor_quantile": ("privacy.floor_quantile", 0.1),
     "noise_shape": ("privacy.noise_shape", "uniform"),
+    "dispersion_center": ("privacy.dispersion_center", "broadcast"),
     "placement": ("protocol.placement", "distributed"),
     "threshold": ("secagg.threshold", _SA.threshold),
     "neighbours": ("secagg.neighbours", "complete"),
@@ -208,7 +210,8 @@ def _settings(
 
     privacy: Any = MISSING
     names = ("epsilon", "delta", "mechanism", "composition", "profile", "variance_floor")
-    levers = ("statistics", "broadcast_bounds", "adaptive_floor", "floor_quantile", "noise_shape")
+    levers: tuple[str, ...] = ("statistics", "broadcast_bounds", "adaptive_floor")
+    levers = (*levers, "floor_quantile", "noise_shape", "dispersion_center")
     if all(ok(n) for n in (*names, "extra_i2_noise", "min_honest_clients", "split", *levers)):
         split = values["split"]
         privacy = PrivacySpec(
@@ -226,6 +229,7 @@ def _settings(
             adaptive_floor=values["adaptive_floor"],
             floor_quantile=float(values["floor_quantile"]),
             noise_shape=values["noise_shape"],
+            dispersion_center=values["dispersion_center"],
         )
     protocol = ProtocolSpec(placements=grid("placement")) if ok("placement") else MISSING
     secagg: Any = MISSING

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import DropoutStage
 from fa_hetdp.config.secagg import (
@@ -165,6 +166,9 @@ class PrivacySpec:
         Stage-2 noise: one sigma for every coordinate (default in scenarios), or ``sigma_j``
         following coordinate ``j``'s broadcast bound (issue 9, lever c; needs
         ``broadcast_bounds`` and a Gaussian mechanism: :mod:`fa_hetdp.config.noise`).
+    dispersion_center : {"broadcast", "optimal"}
+        Centre of the dispersion summand: the broadcast ``clip(mu')`` (default in scenarios)
+        or the public optimal centre (lever c; :mod:`fa_hetdp.config.center`).
     """
 
     epsilons: tuple[float, ...]
@@ -181,6 +185,7 @@ class PrivacySpec:
     adaptive_floor: bool = False
     floor_quantile: float = 0.1
     noise_shape: NoiseShape = "uniform"
+    dispersion_center: DispersionCenter = "broadcast"
 
     def split_mapping(self) -> dict[str, float] | None:
         """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
@@ -424,6 +429,7 @@ class Scenario:
         privacy["adaptive_floor"] = p.adaptive_floor
         privacy["floor_quantile"] = p.floor_quantile
         privacy["noise_shape"] = p.noise_shape
+        privacy["dispersion_center"] = p.dispersion_center
         secagg: dict[str, Any] = {
             "threshold": self.secagg.threshold,
             "neighbours": self.secagg.neighbours,

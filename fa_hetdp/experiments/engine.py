@@ -114,6 +114,7 @@ def _config(
         adaptive_floor=grid.adaptive_floor,
         floor_quantile=grid.floor_quantile,
         noise_shape=grid.noise_shape,
+        dispersion_center=grid.dispersion_center,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
+from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import cross_rule, raise_problems, validate
 
@@ -46,7 +47,7 @@ class GridSpec:
     seed
         Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
     profile, variance_floor, extra_i2_noise, min_honest_clients, split, statistics, \
-broadcast_bounds, adaptive_floor, floor_quantile, noise_shape
+broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
         Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged.
     """
 
@@ -67,6 +68,7 @@ broadcast_bounds, adaptive_floor, floor_quantile, noise_shape
     adaptive_floor: bool = False
     floor_quantile: float = 0.1
     noise_shape: NoiseShape = "uniform"
+    dispersion_center: DispersionCenter = "broadcast"
 
     def __post_init__(self) -> None:
         # The declared rules of fa_hetdp.config.rules, reported as ``grid.<attribute>``; the
@@ -89,6 +91,7 @@ broadcast_bounds, adaptive_floor, floor_quantile, noise_shape
             "adaptive_floor": self.adaptive_floor,
             "floor_quantile": self.floor_quantile,
             "noise_shape": self.noise_shape,
+            "dispersion_center": self.dispersion_center,
         }
         crossed = {n: n + "s" for n in ("epsilon", "mechanism", "placement", "composition")}
         raise_problems(
@@ -216,4 +219,5 @@ def grid_from_scenario(
         adaptive_floor=privacy.adaptive_floor,
         floor_quantile=privacy.floor_quantile,
         noise_shape=privacy.noise_shape,
+        dispersion_center=privacy.dispersion_center,
     )

@@ -239,6 +239,7 @@ def resolve_overrides(
         values[name] = value
     # Not a run-config key: the scenario's, for the rule between noise_shape and it.
     values["broadcast_bounds"] = privacy.broadcast_bounds
+    values["dispersion_center"] = privacy.dispersion_center  # the scenario's (no run-config key)
     return values
 
 
@@ -388,6 +389,7 @@ class RunSettings:
             adaptive_floor=values["adaptive_floor"],
             floor_quantile=float(values["floor_quantile"]),
             noise_shape=values["noise_shape"],
+            dispersion_center=values["dispersion_center"],
         )
         progress = raw.get("progress-path", "")
         return cls(
