@@ -18,6 +18,8 @@ Negative control: the same plan with a third of its stage-2 noise is caught.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from test_audit_levers import D, N, _plan, _run, _stage1, epsilon_lower_bound
@@ -27,7 +29,7 @@ from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import estimate_stage1
 
-CENTRED = {
+CENTRED: dict[str, dict[str, Any]] = {
     "uniform": {"statistics": ("dispersion",), "dispersion_center": "optimal"},
     "per_coordinate": {
         "statistics": ("dispersion",),

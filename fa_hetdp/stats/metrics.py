@@ -32,6 +32,8 @@ from scipy.special import ndtr
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
+from fa_hetdp.protocol.center import ITERATIONS, center_given_total, center_scales
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
@@ -42,6 +44,7 @@ __all__ = [
     "ExpectedMSE",
     "PaperTMSE",
     "batch_emse",
+    "centred_dispersion_moments",
     "clipped_gaussian_moment",
     "emse",
     "expected_mse",
@@ -353,6 +356,11 @@ def expected_mse(
     per["mean"] = np.full(truth.d, variance(s1) / n**2)
     # Cor. 3.5 corrected: D'' - D = (mu - clip(mu'))^2 + noise_3/n.
     per["dispersion"] = clipped_gaussian_moment(truth.mean, tau, 4) + variance(s3_j) / n**2
+    centred = plan.config.dispersion_center == "optimal" and s3 > 0.0
+    if centred:  # the correction's error and the centre's factors (integrated over mu')
+        sd1 = math.sqrt(float(variance(s1))) / n
+        _, e2, f2 = centred_dispersion_moments(plan, truth.mean, tau=sd1, nodes=_GH_Y)
+        per["dispersion"] = e2 + float(variance(s3)) * f2 / n**2
     # Lemma 3.7: mu_bar' = clip(A'/max(B', n w_min)); quadrature over the noise of B'.
     per["weighted_mean"] = _ratio_moment(truth, plan, s2, 2)
     # Cor. 3.11 corrected: Q'' - Q = B (mu_bar' - mu_bar)^2 + N(0, s_4^2).
@@ -361,7 +369,8 @@ def expected_mse(
     per["i2"] = _i2_quadrature(truth, plan, s2, s4_j)
     method = {
         "mean": "exact",
-        "dispersion": "exact (incl. clipping of the broadcast mu')",
+        "dispersion": "exact (incl. clipping of the broadcast mu')"
+        + ("; optimal centre by quadrature over mu'" if centred else ""),
         "weighted_mean": "exact given B' (Gaussian A'/B', clipped); quadrature over B' noise",
         "q": "as weighted_mean for (mu_bar' - mu_bar)^4, rest exact",
         "i2": "3-D Gauss-Hermite quadrature (B' noise, A' noise, Q noise)",
@@ -381,6 +390,36 @@ def expected_mse(
         per_coordinate=per,
         method=method,
     )
+
+
+def centred_dispersion_moments(
+    plan: ProtocolPlan, m: npt.ArrayLike, *, tau: float, nodes: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``E[e]``, ``E[e^2]`` and ``E[f_j^2]`` (each (d,)) of ``D''`` at the optimal centre.
+
+    ``e = (m - a)^2 - (c - a)^2`` (the correction's error; ``(m - c)^2`` at ``a = c``) with
+    ``c = clip(m + tau Y)`` (``tau`` the sd of the noise of ``mu'`` that arrived) and ``a``
+    the server's centre of ``c`` at the plan's scales
+    (:func:`~fa_hetdp.protocol.center.center_scales`), ``S = sum_i b_i`` held at its expected
+    fixed point (:func:`~fa_hetdp.protocol.center.center_given_total`); by Gauss-Hermite
+    quadrature over ``Y`` (``nodes`` nodes). ``f_j^2``, the squared stage-2 factor, from the
+    moments of ``b = max(a, 1 - a)^2`` (:func:`~fa_hetdp.protocol.bounds.expected_square_factor`).
+    """
+    y, py = np.polynomial.hermite_e.hermegauss(nodes)
+    py = py / py.sum()
+    mean = np.asarray(m, dtype=np.float64)
+    shape = plan.config.noise_shape
+    c = np.clip(mean[None, :] + tau * y[:, None], 0.0, 1.0)  # (Y, d)
+    b = coordinate_bounds(c)
+    a = c
+    planned_tau, noise = center_scales(plan)
+    for _ in range(ITERATIONS if shape == "per_coordinate" else 1):
+        total = float(np.sum(py @ b))
+        a = center_given_total(c, total, tau=planned_tau, noise=noise, shape=shape)
+        b = coordinate_bounds(a)
+    err = (mean[None, :] - a) ** 2 - (c - a) ** 2
+    f2 = expected_square_factor(py @ b, py @ (b * b), shape=shape)
+    return py @ err, py @ (err * err), f2
 
 
 # --------------------------------------------------------------------------- paper TMSE

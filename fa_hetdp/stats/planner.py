@@ -37,11 +37,10 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
-from fa_hetdp.protocol.center import ITERATIONS, center_given_total
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
-from fa_hetdp.stats.metrics import clipped_gaussian_moment
+from fa_hetdp.stats.metrics import centred_dispersion_moments, clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS
 from fa_hetdp.stats.releases import SCALAR_DISPLAY
 
@@ -251,29 +250,6 @@ def _stage2_factor_sq(
     return out[0], out[1]
 
 
-def _centred_dispersion(
-    plan: ProtocolPlan, mod: _Model
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """``E[e]``, ``E[e^2]`` and ``E[f_j^2]`` (each (d,)) of ``D''`` at the optimal centre.
-
-    ``e = (m - a)^2 - (c - a)^2`` (the correction's error; ``(m - c)^2`` at ``a = c``) with
-    ``c = clip(m + tau Y)`` and ``a`` the centre of ``c`` with ``S = sum_i b_i`` held at its
-    expected fixed point (:func:`~fa_hetdp.protocol.center.center_given_total`), by
-    Gauss-Hermite quadrature over ``Y``; ``f_j^2`` from the moments of ``b = max(a, 1 - a)^2``.
-    """
-    y, py = _hermite(_GH_Y)
-    tau, noise, shape = mod.s1 / mod.n, mod.s3 / mod.n, plan.config.noise_shape
-    c = np.clip(mod.m[None, :] + tau * y[:, None], 0.0, 1.0)  # (Y, d)
-    total = float(np.sum(py @ coordinate_bounds(c)))
-    for _ in range(ITERATIONS if shape == "per_coordinate" else 1):
-        a = center_given_total(c, total, tau=tau, noise=noise, shape=shape)
-        b = coordinate_bounds(a)
-        total = float(np.sum(py @ b))
-    err = (mod.m[None, :] - a) ** 2 - (c - a) ** 2
-    f = expected_square_factor(py @ b, py @ (b * b), shape=shape)
-    return py @ err, py @ (err * err), f
-
-
 def _ratio_moments(mod: _Model) -> tuple[FloatArray, list[FloatArray], FloatArray, FloatArray]:
     """Per node of the noise of ``B'``: ``E[delta^k | b]``, ``delta = mu_bar' - mu_bar``.
 
@@ -356,7 +332,8 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     - ``D''``: ``E[(clip(m + Y) - m)^4] + (s_3/n)^2``; the average keeps the bias
       ``E[(clip(m + Y) - m)^2]`` whole and divides the variance by ``d``. At the optimal
       centre ``a`` (``dispersion_center``) the error ``(m - a)^2 - (c - a)^2`` replaces
-      ``(m - c)^2`` and the factors are those of ``a`` (:func:`_centred_dispersion`).
+      ``(m - c)^2`` and the factors are those of ``a``
+      (:func:`~fa_hetdp.stats.metrics.centred_dispersion_moments`).
     - ``mu_bar'``: ``E[delta^2]``; average ``E_b[E[delta|b]^2 + Var(delta|b)/d]`` (the shared
       noise of ``B'`` does not average out).
     - ``Q''``: ``B^2 E[delta^4] + s_4^2``; average
@@ -387,7 +364,7 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     p, (m1, m2, _m3, m4), loc, scale = _ratio_moments(mod)
     f_disp, f_q = _stage2_factor_sq(plan, mod, loc, scale)
     if plan.config.dispersion_center == "optimal" and mod.s3 > 0.0:
-        e1, e2, f_disp = _centred_dispersion(plan, mod)
+        e1, e2, f_disp = centred_dispersion_moments(plan, mod.m, tau=mod.s1 / n, nodes=_GH_Y)
         d2, d4 = e1[None, :], e2[None, :]
     # the noise is independent of the broadcast's error
     noise3 = float(np.mean(f_disp)) * (mod.s3 / n) ** 2
