@@ -21,6 +21,8 @@ The settings (issue 9, item 3; ``docs/privacy.md``):
 - ``c``: stage-2 bounds from the public broadcast, otherwise today's settings.
 - ``c/coord``: ``c`` with per-coordinate stage-2 noise (``noise_shape = "per_coordinate"``:
   the stage-2 sigma of coordinate ``j`` follows its own bound ``max(c_j, 1 - c_j)^2``).
+- ``c/centre``: ``c/coord`` with the optimal dispersion centre (``dispersion_center =
+  "optimal"``: the dispersion summand centred at a public point between ``clip(mu')`` and 1/2).
 - ``all``: a + b + c (gdp, only that statistic, optimal split, broadcast bounds).
 - ``defaults``: the new defaults with every statistic needed (gdp, optimal split,
   broadcast bounds).
@@ -28,8 +30,9 @@ The settings (issue 9, item 3; ``docs/privacy.md``):
   within-vector variances, 5 % of the budget, picks ``W``), otherwise today's settings.
 - ``rec., uniform``: the defaults plus ``d`` (the recommended settings before per-coordinate
   noise).
-- ``recommended``: the defaults plus ``d`` plus per-coordinate stage-2 noise -- what
-  ``fa_hetdp.private_statistics`` runs when given nothing but the budget.
+- ``recommended``: the defaults plus ``d`` plus per-coordinate stage-2 noise plus the optimal
+  dispersion centre -- what ``fa_hetdp.private_statistics`` runs when given nothing but the
+  budget.
 
 ``--discrete`` prints instead the distributed discrete mechanisms (issue 12) against the
 continuous Gaussian at the same ``(epsilon, delta)``, ``n`` and ``d``, across bits per
@@ -85,11 +88,23 @@ SETTINGS: Mapping[str, tuple[dict[str, Any], bool]] = {
         {"composition": "basic", "broadcast_bounds": True, "noise_shape": "per_coordinate"},
         False,
     ),
+    "c/centre": (
+        {
+            "composition": "basic",
+            "broadcast_bounds": True,
+            "noise_shape": "per_coordinate",
+            "dispersion_center": "optimal",
+        },
+        False,
+    ),
     "all": ({"composition": "gdp", "broadcast_bounds": True}, True),
     "defaults": ({}, False),
     "d": ({"composition": "basic", "broadcast_bounds": False, "adaptive_floor": True}, False),
     "rec., uniform": ({"adaptive_floor": True}, False),
-    "recommended": ({"adaptive_floor": True, "noise_shape": "per_coordinate"}, False),
+    "recommended": (
+        {"adaptive_floor": True, "noise_shape": "per_coordinate", "dispersion_center": "optimal"},
+        False,
+    ),
 }
 
 
