@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from fa_hetdp.config.center import DISPERSION_CENTERS
 from fa_hetdp.config.noise import NOISE_SHAPES
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.report.results import format_accuracy_plan
@@ -89,6 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "broadcast bound (default: per_coordinate, the recommended setting)",
     )
     parser.add_argument(
+        "--dispersion-center",
+        choices=DISPERSION_CENTERS,
+        default=None,
+        help="centre of the dispersion summand: the broadcast clip(mu'), or a public point "
+        "between it and 1/2 (default: optimal, the recommended setting)",
+    )
+    parser.add_argument(
         "--floor-quantile",
         type=float,
         default=None,
@@ -136,6 +144,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         out["floor_quantile"] = args.floor_quantile
     if args.noise_shape is not None:
         out["noise_shape"] = args.noise_shape
+    if args.dispersion_center is not None:
+        out["dispersion_center"] = args.dispersion_center
     return out
 
 

@@ -83,6 +83,7 @@ FLAG_SETTINGS: tuple[str, ...] = (
     "composition",
     "adaptive_floor",
     "noise_shape",
+    "dispersion_center",
     "seed",
     "on_degraded",
 )
@@ -425,6 +426,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="noise_shape",
         help="stage-2 noise: one sigma for every coordinate, or per coordinate from its "
         f"public broadcast bound ({allowed('noise_shape')}; default: the scenario's)",
+    )
+    parser.add_argument(
+        "--dispersion-center",
+        dest="dispersion_center",
+        help="centre of the dispersion summand: the broadcast clip(mu'), or a public point "
+        "between it and 1/2 that minimises the predicted error of D'' "
+        f"({allowed('dispersion_center')}; default: the scenario's)",
     )
     parser.add_argument("--seed", type=int, help=f"simulation seed ({allowed('seed')})")
     parser.add_argument(

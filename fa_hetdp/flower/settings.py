@@ -52,6 +52,7 @@ UNSET: Final[Mapping[str, object]] = {
     "adaptive-floor": "",
     "floor-quantile": 0.0,
     "noise-shape": "",
+    "dispersion-center": "",
     "secagg-threshold": 0.0,
     "secagg-neighbours": -1,
     "dropout-fraction": -1.0,
@@ -95,6 +96,7 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "adaptive_floor": "adaptive-floor",
     "floor_quantile": "floor-quantile",
     "noise_shape": "noise-shape",
+    "dispersion_center": "dispersion-center",
     "threshold": "secagg-threshold",
     "neighbours": "secagg-neighbours",
     "dropout_fraction": "dropout-fraction",
@@ -127,6 +129,7 @@ _KINDS: Final[Mapping[str, type]] = {
     "adaptive-floor": str,
     "floor-quantile": float,
     "noise-shape": str,
+    "dispersion-center": str,
     "secagg-threshold": float,
     "secagg-neighbours": int,
     "dropout-fraction": float,
@@ -202,6 +205,7 @@ def resolve_overrides(
         "adaptive_floor": privacy.adaptive_floor,
         "floor_quantile": privacy.floor_quantile,
         "noise_shape": privacy.noise_shape,
+        "dispersion_center": privacy.dispersion_center,
         "threshold": secagg.threshold,
         "neighbours": secagg.neighbours,
         "dropout_fraction": secagg.dropout_fraction,
@@ -237,9 +241,8 @@ def resolve_overrides(
         elif name == "threshold" and value >= 2 and float(value).is_integer():
             value = int(value)
         values[name] = value
-    # Not a run-config key: the scenario's, for the rule between noise_shape and it.
+    # Not a run-config key: the scenario's, for the rules of noise_shape and dispersion_center.
     values["broadcast_bounds"] = privacy.broadcast_bounds
-    values["dispersion_center"] = privacy.dispersion_center  # the scenario's (no run-config key)
     return values
 
 
