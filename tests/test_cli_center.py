@@ -35,19 +35,6 @@ def _parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def test_run_flag_becomes_the_run_config_key() -> None:
-    quick = load_scenario("quickstart")
-    on = check_flags(_parse("--dispersion-center", "optimal"), quick)
-    assert on == {"dispersion-center": "optimal"}
-    assert check_flags(_parse(), quick) == {}
-    # the key it writes resolves through the same settings reader
-    resolved = RunSettings.from_run_config({**APP_CONFIG, **on})
-    assert resolved.protocol.dispersion_center == "optimal"
-    off = check_flags(_parse("--dispersion-center", "broadcast"), load_scenario("digits-all"))
-    resolved = RunSettings.from_run_config({**APP_CONFIG, "scenario": "digits-all", **off})
-    assert resolved.protocol.dispersion_center == "broadcast"
-
-
 def test_main_job_with_a_discrete_mechanism_keeps_the_center(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -34,17 +34,25 @@ def _parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def test_run_flag_becomes_the_run_config_key() -> None:
+@pytest.mark.parametrize(
+    ("flag", "field", "on", "off"),
+    [
+        ("noise-shape", "noise_shape", "per_coordinate", "uniform"),
+        ("dispersion-center", "dispersion_center", "optimal", "broadcast"),
+    ],
+)
+def test_run_flag_becomes_the_run_config_key(flag: str, field: str, on: str, off: str) -> None:
     quick = load_scenario("quickstart")
-    on = check_flags(_parse("--noise-shape", "per_coordinate"), quick)
-    assert on == {"noise-shape": "per_coordinate"}
+    given = check_flags(_parse(f"--{flag}", on), quick)
+    assert given == {flag: on}
     assert check_flags(_parse(), quick) == {}
     # the key it writes resolves through the same settings reader
-    resolved = RunSettings.from_run_config({**APP_CONFIG, **on})
-    assert resolved.protocol.noise_shape == "per_coordinate"
-    off = check_flags(_parse("--noise-shape", "uniform"), load_scenario("digits-all"))
-    resolved = RunSettings.from_run_config({**APP_CONFIG, "scenario": "digits-all", **off})
-    assert resolved.protocol.noise_shape == "uniform"
+    resolved = RunSettings.from_run_config({**APP_CONFIG, **given})
+    assert getattr(resolved.protocol, field) == on
+    # digits-all states both levers on: the flag turns one off
+    taken = check_flags(_parse(f"--{flag}", off), load_scenario("digits-all"))
+    resolved = RunSettings.from_run_config({**APP_CONFIG, "scenario": "digits-all", **taken})
+    assert getattr(resolved.protocol, field) == off
 
 
 def test_run_flag_with_a_discrete_mechanism_is_refused_under_the_flag() -> None:
