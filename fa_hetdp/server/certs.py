@@ -1,7 +1,7 @@
 """Development TLS certificates for a test deployment (a throw-away CA and a SuperLink cert).
 
 For trying TLS on one machine or a lab network only: production deployments use their own
-PKI. ``python -m server.certs OUTDIR [HOST ...]`` writes ``ca.crt``, ``ca.key``,
+PKI. ``python -m fa_hetdp.server.certs OUTDIR [HOST ...]`` writes ``ca.crt``, ``ca.key``,
 ``server.pem`` and ``server.key`` (the SuperLink's certificate carries every HOST as a
 subject alternative name, default ``127.0.0.1 localhost``). Start the SuperLink with
 ``--ssl-ca-certfile ca.crt --ssl-certfile server.pem --ssl-keyfile server.key`` and each
@@ -174,8 +174,8 @@ def generate_node_keys(directory: Path, name: str) -> NodeKeys:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m server.certs OUTDIR [HOST ...]``."""
-    parser = argparse.ArgumentParser(prog="python -m server.certs", description=__doc__)
+    """Command line: ``python -m fa_hetdp.server.certs OUTDIR [HOST ...]``."""
+    parser = argparse.ArgumentParser(prog="python -m fa_hetdp.server.certs", description=__doc__)
     parser.add_argument("outdir", type=Path)
     parser.add_argument("hosts", nargs="*", default=["127.0.0.1", "localhost"])
     parser.add_argument("--days", type=int, default=30)
