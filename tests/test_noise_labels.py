@@ -13,8 +13,20 @@ from fa_hetdp.protocol.plan import plan_protocol
     [
         ("agm", "gdp", "N(0, sigma^2/t)", "N_Z"),
         ("cgm", "basic", "N(0, sigma^2/t)", "N_Z"),
-        ("ddg", "gdp", "gamma (U - 1/2 + N_Z(0, v)), v = (sigma^2/t)/gamma^2", "Sk("),
-        ("skellam", "gdp", "gamma (U - 1/2 + Sk(v)), v = (sigma^2/t)/gamma^2", "N_Z"),
+        (
+            "ddg",
+            "gdp",
+            "N_Z(0, v) discrete Gaussian integers, v = (sigma^2/t)/gamma^2, to its "
+            "contribution rounded at random onto the lattice gamma Z",
+            "Sk(",
+        ),
+        (
+            "skellam",
+            "gdp",
+            "Sk(v) Skellam integers, v = (sigma^2/t)/gamma^2, to its contribution "
+            "rounded at random onto the lattice gamma Z",
+            "N_Z",
+        ),
     ],
 )
 def test_distributed_label_names_the_noise(

@@ -195,8 +195,12 @@ class NoiseMechanism(ABC):
     """How :func:`~fa_hetdp.dp.accounting.privacy_spent` composes and converts the releases."""
 
     @abstractmethod
-    def noise_label(self, variance: str) -> str:
-        """Words for the noise of the given ``variance`` expression, e.g. ``"sigma^2/t"``."""
+    def noise_label(self, variance: str, *, share: bool = False) -> str:
+        """Words for the noise of the given ``variance`` expression, e.g. ``"sigma^2/t"``.
+
+        ``share``: the words for a client's share (distributed placement), where a discrete
+        mechanism rounds the contribution onto its lattice (:meth:`add_share`).
+        """
 
     def supports(self, composition: Composition | str) -> bool:
         """Whether the budget can be split with ``composition`` under this mechanism."""
@@ -318,7 +322,7 @@ class GaussianMechanism(NoiseMechanism):
             )
             self.compositions = ("basic",)
 
-    def noise_label(self, variance: str) -> str:
+    def noise_label(self, variance: str, *, share: bool = False) -> str:
         """``N(0, <variance>)``."""
         return f"N(0, {variance})"
 
@@ -400,10 +404,21 @@ class DiscreteMechanism(NoiseMechanism):
                 "by CKS 2020 Prop. 12"
             )
 
-    def noise_label(self, variance: str) -> str:
-        """``gamma (U - 1/2 + Z)`` with ``Z`` the exact integer noise of ``<variance>/gamma^2``."""
+    def noise_label(self, variance: str, *, share: bool = False) -> str:
+        """``Z``, the exact integer noise of ``<variance>/gamma^2``, on the lattice ``gamma Z``.
+
+        A share (``share=True``): ``Z`` added to the contribution rounded at random onto the
+        lattice (what the clients send, :mod:`fa_hetdp.dp.lattice`); otherwise the dithered
+        ``gamma (U - 1/2 + Z)`` of the summed paths and the server's central noise.
+        """
         law = "N_Z(0, v)" if self.name == "ddg" else "Sk(v)"
         kind = "discrete Gaussian" if self.name == "ddg" else "Skellam"
+        if share:
+            return (
+                f"{law} {kind} integers, v = ({variance})/gamma^2, to its contribution rounded "
+                "at random onto the lattice gamma Z (in process, the summed path draws the "
+                "same law dithered: gamma (U - 1/2 + Z))"
+            )
         return (
             f"gamma (U - 1/2 + {law}), v = ({variance})/gamma^2 ({kind} integers on the "
             "lattice gamma Z, dithered)"

@@ -540,8 +540,8 @@ def plan_protocol(
     noise = get_mechanism(config.mechanism)
     if config.placement == "distributed":
         labels.append(
-            f"distributed noise: each client adds {noise.noise_label('sigma^2/t')} before "
-            f"masking, t={t} of n={n}"
+            f"distributed noise: each client adds {noise.noise_label('sigma^2/t', share=True)} "
+            f"before masking, t={t} of n={n}"
         )
     else:
         labels.append(
