@@ -22,7 +22,7 @@ from fa_hetdp.cli.checks import check_ring
 from fa_hetdp.cli.cluster import ClusterError, run_simulation
 from fa_hetdp.cli.paths import check_writable_folder
 from fa_hetdp.cli.plan import run_plan_lines
-from fa_hetdp.config.noise import GAUSSIAN_MECHANISMS
+from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
@@ -111,9 +111,8 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
     if (
         "mechanism" in given
         and "noise_shape" not in given
-        and values.get("noise_shape") == "per_coordinate"
-        and given["mechanism"] not in GAUSSIAN_MECHANISMS
-    ):  # the scenario's shape is argued for Gaussian noise only: the flag's mechanism wins
+        and noise_shape_supported({**values, **given}) is not None
+    ):  # the scenario's shape is refused with the flag's mechanism: the flag wins
         given["noise_shape"] = "uniform"
         print(
             f"note: --mechanism {given['mechanism']} runs with uniform stage-2 noise (the "

@@ -16,10 +16,12 @@ coordinate and the dispersion summand centred at the broadcast ``clip(mu', 0, 1)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from fa_hetdp.config.center import dispersion_center_supported
+from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.protocol import ProtocolConfig
 
 __all__ = ["RECOMMENDED_SETTINGS", "recommended_config"]
@@ -49,6 +51,13 @@ The split stays ProtocolConfig's closed form: the split that minimises the plann
 model (:func:`fa_hetdp.stats.split.planned_split`) was measured on the goal figures and did not
 improve the worst one (per-coordinate ``D''``: 31.2 % -> 31.3 %), so it is not part of these
 settings."""
+
+
+_RULES: Final[Mapping[str, Callable[[Mapping[str, Any]], str | None]]] = {
+    "noise_shape": noise_shape_supported,
+    "dispersion_center": dispersion_center_supported,
+}
+"""The cross rule of each recommended lever that other settings can rule out."""
 
 
 def recommended_config(*, epsilon: float, delta: float, **settings: Any) -> ProtocolConfig:
@@ -83,10 +92,12 @@ def recommended_config(*, epsilon: float, delta: float, **settings: Any) -> Prot
     'broadcast'
     """
     given = {k: v for k, v in settings.items() if v is not None}
-    recommended = dict(RECOMMENDED_SETTINGS)
-    gaussian = given.get("mechanism", "agm") in ("agm", "cgm")
-    if given.get("broadcast_bounds", True) is not True or not gaussian:
-        recommended.pop("noise_shape")  # it needs both (rule noise-shape-supported)
-    if given.get("broadcast_bounds", True) is not True:
-        recommended.pop("dispersion_center")  # rule center (config.center)
+    # a recommended lever the given settings rule out (its own cross rule refuses it) is left
+    # at ProtocolConfig's default; a lever the caller names is kept and checked as given
+    seen = {"mechanism": "agm", "broadcast_bounds": True, **RECOMMENDED_SETTINGS, **given}
+    recommended = {
+        k: v
+        for k, v in RECOMMENDED_SETTINGS.items()
+        if k in given or k not in _RULES or _RULES[k](seen) is None
+    }
     return ProtocolConfig(epsilon=epsilon, delta=delta, **{**recommended, **given})
