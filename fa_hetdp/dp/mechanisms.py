@@ -494,13 +494,11 @@ class DiscreteMechanism(NoiseMechanism):
                 f"failure_probability must be in (0, 1), got failure_probability={p!r}."
             )
         s = np.asarray(scale, dtype=np.float64)
-        gamma = lattice_step(s)
+        lattice_step(s)  # refuses a negative or non-finite scale
         out = np.zeros(s.shape, dtype=np.float64)
-        flat_s, flat_g, flat_out = s.reshape(-1), gamma.reshape(-1), out.reshape(-1)
-        for i in range(flat_s.size):
-            if flat_s[i] > 0.0:
-                h = integer_tail(self.name, flat_s[i] / flat_g[i], p)
-                flat_out[i] = flat_g[i] * (0.5 + h)
+        for value in np.unique(s[s > 0.0]):  # one tail per distinct scale (a stage has few)
+            step = float(lattice_step(value))
+            out[s == value] = step * (0.5 + integer_tail(self.name, float(value) / step, p))
         return out
 
     def choose_lattice(
