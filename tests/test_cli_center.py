@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-import fa_hetdp.cli.run as run_module
 from fa_hetdp.cli.main import main
 from fa_hetdp.cli.run import add_arguments, check_flags
 from fa_hetdp.config.rules import ConfigError
@@ -64,15 +63,6 @@ def test_run_flag_refused_under_the_flag(tmp_path: Path) -> None:
         check_flags(_parse("--dispersion-center", "optimal"), load_scenario(path))
     problems = dict(info.value.problems)
     assert "needs broadcast_bounds=true" in problems["--dispersion-center"], problems
-
-
-def test_bad_run_flag_exits_2_before_flower_starts(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(run_module, "run_simulation", lambda *a, **k: pytest.fail("started"))
-    assert main(["run", "--dispersion-center", "median"]) == 2
-    err = capsys.readouterr().err
-    assert "--dispersion-center: " in err and "'median'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("center", ["broadcast", "optimal"])

@@ -81,13 +81,16 @@ def test_main_job_with_a_discrete_mechanism_runs_uniform_noise_with_a_note(
     assert check_flags(flags, digits_all) == {"mechanism": "cgm", "composition": "basic"}
 
 
+@pytest.mark.parametrize(
+    ("flag", "bad"), [("--noise-shape", "gaussian"), ("--dispersion-center", "median")]
+)
 def test_bad_run_flag_exits_2_before_flower_starts(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    flag: str, bad: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(run_module, "run_simulation", lambda *a, **k: pytest.fail("started"))
-    assert main(["run", "--noise-shape", "gaussian"]) == 2
+    assert main(["run", flag, bad]) == 2
     err = capsys.readouterr().err
-    assert "--noise-shape: " in err and "'gaussian'" in err and "Traceback" not in err
+    assert f"{flag}: " in err and f"'{bad}'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("shape", ["uniform", "per_coordinate"])
