@@ -22,11 +22,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_audit_levers import D, N, _plan, _run, _stage1, epsilon_lower_bound
+from test_audit_levers import (
+    D,
+    N,
+    _plan,
+    _run,
+    _stage1,
+    epsilon_lower_bound,
+    stage2_under_noised,
+)
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.dp.accounting import privacy_spent
-from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import estimate_stage1
 
 CENTRED: dict[str, dict[str, Any]] = {
@@ -71,12 +78,6 @@ def test_audit_optimal_center_stays_below_the_claim(setting: str) -> None:
 @pytest.mark.statistical
 def test_audit_catches_centred_noise_below_its_calibration() -> None:
     plan = _plan(**CENTRED["per_coordinate"])
-
-    class Under(ProtocolPlan):
-        def noise_std_vector(self, stage, broadcast=None):  # type: ignore[no-untyped-def]
-            out = super().noise_std_vector(stage, broadcast)
-            return out / 3.0 if stage == 2 else out
-
-    under = Under(plan.config, plan.n, plan.d, plan.t, plan.budget, plan.labels)
+    under = stage2_under_noised(plan, 3.0)
     x, x_prime = _neighbours()
     assert epsilon_lower_bound(_run(under, x, x_prime, seed=5)) > plan.budget.epsilon

@@ -109,6 +109,17 @@ def _run(plan: ProtocolPlan, x: FloatArray, x_prime: FloatArray, seed: int) -> A
     return Audit(out[0], out[1])
 
 
+def stage2_under_noised(plan: ProtocolPlan, factor: float) -> ProtocolPlan:
+    """``plan`` with its stage-2 noise ``factor`` times below calibration (negative controls)."""
+
+    class Under(ProtocolPlan):
+        def noise_std_vector(self, stage, broadcast=None):  # type: ignore[no-untyped-def]
+            out = super().noise_std_vector(stage, broadcast)
+            return out / factor if stage == 2 else out
+
+    return Under(plan.config, plan.n, plan.d, plan.t, plan.budget, plan.labels)
+
+
 def epsilon_lower_bound(audit: Audit, delta: float = DELTA, alpha: float = ALPHA) -> float:
     """Clopper-Pearson lower bound on epsilon from the best threshold on the LLR.
 
@@ -180,13 +191,7 @@ def test_audit_catches_stage2_noise_below_its_bound() -> None:
     # A broken lever (c) whose stage-2 noise were 4x below the broadcast bound's calibration
     # (say, a bound of max(c, 1 - c)^2 / 4) is caught: the audit sees more than the claim.
     plan = _plan(statistics=("dispersion",), broadcast_bounds=True)
-
-    class Broken(ProtocolPlan):
-        def noise_std_vector(self, stage, broadcast=None):  # type: ignore[no-untyped-def]
-            out = super().noise_std_vector(stage, broadcast)
-            return out / 4.0 if stage == 2 else out
-
-    broken = Broken(plan.config, plan.n, plan.d, plan.t, plan.budget, plan.labels)
+    broken = stage2_under_noised(plan, 4.0)
     x, x_prime = _neighbours()
     assert epsilon_lower_bound(_run(broken, x, x_prime, seed=3)) > plan.budget.epsilon
 
@@ -243,12 +248,6 @@ def test_audit_catches_per_coordinate_noise_below_its_calibration() -> None:
     # Negative control: per-coordinate stage-2 noise at a third of sigma_wc sqrt(b_j sum b/d)
     # (as if the sum over coordinates were dropped) is caught by the same audit.
     plan = _plan(statistics=("dispersion",), noise_shape="per_coordinate")
-
-    class Under(ProtocolPlan):
-        def noise_std_vector(self, stage, broadcast=None):  # type: ignore[no-untyped-def]
-            out = super().noise_std_vector(stage, broadcast)
-            return out / 3.0 if stage == 2 else out
-
-    under = Under(plan.config, plan.n, plan.d, plan.t, plan.budget, plan.labels)
+    under = stage2_under_noised(plan, 3.0)
     x, x_prime = _uneven_neighbours()
     assert epsilon_lower_bound(_run(under, x, x_prime, seed=4)) > plan.budget.epsilon
