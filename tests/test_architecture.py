@@ -10,7 +10,6 @@ collide with other projects'). The rules are stated per component:
 - in the core (the rest of ``fa_hetdp``), only the shared codec (``fa_hetdp/flower/wire.py``) and
   the launcher (``fa_hetdp/cli/``) import ``flwr``;
 - nothing imports the bare names ``server``, ``clients`` or ``secagg`` (only the install names);
-- no module of ``fa_hetdp/`` is longer than 600 lines;
 - no tracked file refers to the design notes that live outside the repository (the
   repository's own is ``docs/design.md``).
 
@@ -38,7 +37,6 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
 )
 #: The bare top-level names the components had before they moved into fa_hetdp.
 BARE_NAMES = frozenset({"secagg", "server", "clients"})
-MAX_LINES = 600
 # Built from parts so that this file does not mention the name it looks for.
 OUTSIDE_DESIGN_NOTES = "DESIGN" + ".md"
 
@@ -154,16 +152,6 @@ def absolute_imports_in_secagg(root: Path) -> list[str]:
     return out
 
 
-def long_modules(root: Path, limit: int = MAX_LINES) -> list[str]:
-    """Modules of the packages longer than ``limit`` lines, as ``"file: N lines"``."""
-    out = []
-    for path in python_files(root):
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > limit:
-            out.append(f"{path.relative_to(root).as_posix()}: {lines} lines")
-    return out
-
-
 def files_mentioning(root: Path, files: Iterable[str], needle: str) -> list[str]:
     """Those of ``files`` (relative to ``root``) whose bytes contain ``needle``."""
     data = needle.encode()
@@ -184,10 +172,6 @@ def tracked_files(root: Path) -> list[str]:
 # ---------------------------------------------------------------------------- the rules
 def test_apps_and_secagg_keep_their_import_boundaries() -> None:
     assert import_violations(ROOT) == []
-
-
-def test_no_module_longer_than_600_lines() -> None:
-    assert long_modules(ROOT) == []
 
 
 def test_no_file_refers_to_design_notes_outside_the_repository() -> None:
@@ -322,17 +306,6 @@ def test_secagg_rule_catches_an_absolute_self_import(tmp_path: Path) -> None:
         },
     )
     assert absolute_imports_in_secagg(root) == ["fa_hetdp/secagg/bad.py: fa_hetdp.secagg.crypto"]
-
-
-def test_length_rule_catches_a_long_module(tmp_path: Path) -> None:
-    root = _plant(
-        tmp_path,
-        {
-            "fa_hetdp/ok.py": "x = 1\n" * MAX_LINES,
-            "fa_hetdp/secagg/long.py": "x = 1\n" * (MAX_LINES + 1),
-        },
-    )
-    assert long_modules(root) == [f"fa_hetdp/secagg/long.py: {MAX_LINES + 1} lines"]
 
 
 def test_mention_rule_catches_a_planted_reference(tmp_path: Path) -> None:
