@@ -123,6 +123,20 @@ def test_invalid_toml(tmp_path: Path) -> None:
         load_scenario(path)
 
 
+def test_a_non_utf8_file_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fa_hetdp.cli.main import main
+
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[scenario]\nname = "caf\u00e9"\n'.encode("latin-1"))
+    with pytest.raises(ScenarioError, match=rf"scenario {path} is not UTF-8 .*byte 22.*UTF-8"):
+        load_scenario(path)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not UTF-8" in err and "Traceback" not in err
+
+
 def test_skew_name_rejects() -> None:
     with pytest.raises(ScenarioError, match="unknown skew level"):
         skew_scenario_name("digits", "skew3")

@@ -297,7 +297,8 @@ def load_scenario(path_or_name: str | Path) -> Scenario:
     Raises
     ------
     ScenarioError
-        File not found (the message lists the shipped names), not valid TOML, or invalid.
+        File not found (the message lists the shipped names), not UTF-8, not valid TOML, or
+        invalid.
     """
     candidate = Path(path_or_name)
     if not candidate.is_file():
@@ -312,6 +313,12 @@ def load_scenario(path_or_name: str | Path) -> Scenario:
     try:
         with candidate.open("rb") as fh:
             raw = tomllib.load(fh)
+    except UnicodeDecodeError as exc:  # TOML files are UTF-8 (TOML 1.0, "Spec")
+        bad = exc.object[exc.start]
+        raise ScenarioError(
+            f"scenario {candidate} is not UTF-8 (byte {exc.start} is 0x{bad:02x}); "
+            "TOML files must be UTF-8: save it as UTF-8 (plain ASCII is UTF-8 too)"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"scenario {candidate} is not valid TOML: {exc}") from exc
     except OSError as exc:
