@@ -17,6 +17,8 @@ Flower's command-line programs only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import glob
 import importlib.util
 import json
 import math
@@ -530,19 +532,28 @@ def run_simulation(
     workdir: Path,
     timeout: float = 3600.0,
     progress: Callable[[list[dict[str, Any]]], None] | None = None,
+    result_path: Path | None = None,
 ) -> RunOutcome:
     """Run the app in a fresh local simulation SuperLink and return the outcome.
 
     ``run_config`` overrides ``[tool.flwr.app.config]``; ``result-path`` and
-    ``progress-path`` are set here (inside ``workdir``). All processes are stopped on return.
+    ``progress-path`` are set here: the progress file inside ``workdir``, the result at
+    ``result_path`` (``{run_id}`` in it becomes Flower's run id, found in the progress
+    events; default ``workdir/result.json``). All processes are stopped on return; the run is
+    then over, so a result file still ``"running"`` (the ServerApp stopped before its end) is
+    marked aborted, with the releases it records (:func:`fa_hetdp.server.results.read_result`).
     """
-    result_path = workdir / "result.json"
+    from fa_hetdp.server.results import read_result
+
+    template = workdir / "result.json" if result_path is None else result_path
     progress_path = workdir / "progress.jsonl"
-    result_path.unlink(missing_ok=True)
+    if "{run_id}" not in str(template):
+        template.unlink(missing_ok=True)
     progress_path.unlink(missing_ok=True)
     config = dict(run_config)
-    config["result-path"] = str(result_path)
+    config["result-path"] = str(template)
     config["progress-path"] = str(progress_path)
+    started = time.time()
     with FlowerCluster(workdir) as cluster:
         cluster.start_superlink()
         run = cluster.submit(config, num_supernodes=num_supernodes)
@@ -551,6 +562,33 @@ def run_simulation(
             if progress is not None:
                 progress(read_progress(progress_path))
 
-        outcome = cluster.wait_run(run, result_path, timeout=timeout, on_poll=poll)
+        outcome = cluster.wait_run(
+            run, _result_file(template, progress_path, started), timeout=timeout, on_poll=poll
+        )
         poll()
-    return outcome
+    path = _result_file(template, progress_path, started)
+    return dataclasses.replace(outcome, result=read_result(path), result_path=path)
+
+
+def _result_file(template: Path, progress_path: Path, since: float) -> Path:
+    """Return the result file of the run: ``{run_id}`` in ``template`` from the progress.
+
+    The ServerApp records its run id in every progress event. Before the first one (or a
+    ServerApp that stopped on its settings), the newest file matching the template written
+    since ``since``; else the template with ``{run_id}`` as the ServerApp writes it unknown.
+    """
+    text = str(template)
+    if "{run_id}" not in text:
+        return template
+    for event in read_progress(progress_path):
+        if event.get("run_id") is not None:
+            return Path(text.replace("{run_id}", str(event["run_id"])))
+    prefix, _, suffix = template.name.partition("{run_id}")
+    found = [
+        p
+        for p in template.parent.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}")
+        if p.stat().st_mtime >= since
+    ]
+    if found:
+        return max(found, key=lambda p: p.stat().st_mtime)
+    return Path(text.replace("{run_id}", "local"))

@@ -170,15 +170,39 @@ def check_single_point(scenario: Scenario, given: Mapping[str, object]) -> None:
         raise_problems("command line", [("scenario", reason)])
 
 
+#: Where ``fa-hetdp run`` keeps every result: ``results/<scenario>-<run id>.json``.
+RESULTS_DIR = Path("results")
+
+
+def result_template(scenario_name: str) -> Path:
+    """Return the absolute result path of a run, ``{run_id}`` standing for Flower's run id.
+
+    ``results/<scenario>-{run_id}.json`` in the current directory, the scenario's name with
+    every character other than letters, digits, ``.``, ``_`` and ``-`` replaced by ``-``.
+    """
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", scenario_name).strip("-.") or "scenario"
+    return RESULTS_DIR.resolve() / f"{safe}-{{run_id}}.json"
+
+
+def shown_path(path: Path) -> Path:
+    """Return ``path`` relative to the current directory when it lies below it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
 def check_paths(args: argparse.Namespace) -> None:
-    """Check before anything starts that ``--workdir`` and ``--output`` can be written.
+    """Check before anything starts that ``results/``, ``--workdir``, ``--output`` can be written.
 
     Raises
     ------
     ConfigError
         Naming the path and the operating system's reason.
     """
-    targets: list[tuple[str, Path]] = []
+    targets: list[tuple[str, Path]] = [("results folder", RESULTS_DIR)]
     if args.workdir is not None:
         targets.append(("--workdir", Path(args.workdir)))
     if args.output is not None:
@@ -447,7 +471,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the most ε a release may spend with missing noise shares (default: the target ε)",
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds (default 3600)")
-    parser.add_argument("--output", type=Path, help="also copy the result JSON to this path")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="also copy the result JSON to this path (it is always kept in "
+        "results/<scenario>-<run id>.json)",
+    )
     parser.add_argument(
         "--workdir", type=Path, help="keep logs and Flower's home here instead of a temp dir"
     )
@@ -530,6 +559,7 @@ def run_command(args: argparse.Namespace) -> int:
                     workdir=workdir,
                     timeout=float(args.timeout),
                     progress=on_progress,
+                    result_path=result_template(setup.scenario_name),
                 )
         except ClusterError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -554,7 +584,10 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"fa-hetdp run: the run failed: {reason}", file=sys.stderr)
             if result is not None:
                 print_privacy(result, file=sys.stderr)
+                status = result.get("status")
+                print(f"  result ({status}): {shown_path(outcome.result_path)}", file=sys.stderr)
             print(f"  flwr run output: {_keep_log(outcome.output, args.workdir)}", file=sys.stderr)
             return 1
         print_result(setup, result)
+        print(f"result: {shown_path(outcome.result_path)}")
     return 1 if kept_elsewhere else 0

@@ -14,7 +14,12 @@ Privacy, stated so that it holds (docs/deployment.md, "Reading a result"):
 
 Writing (:func:`write_result`): ``{run_id}`` in the configured path becomes Flower's run id
 (one file per run); a failure never replaces a success (it goes beside it); a path that cannot
-be written leaves the result in a fallback file named in the log.
+be written leaves the result in a fallback file named in the log. While the run goes on the
+file says ``"status": "running"`` and lists what was released so far with its cost (the
+strategy rewrites it after each release); at the end it says ``"success"`` or ``"aborted"``.
+A ServerApp stopped before its end (its SuperLink stopped, the process killed) leaves it
+``"running"``: :func:`read_result`, the reader for every tool, marks such a file aborted once
+the run is known to be over, keeping the releases it records.
 """
 
 from __future__ import annotations
@@ -42,10 +47,12 @@ from fa_hetdp.report.files import write_json_atomic
 
 __all__ = [
     "STAGE1_RELEASES",
+    "UNFINISHED_REASON",
     "degraded_refusal",
     "floor_section",
     "not_private_reasons",
     "privacy_section",
+    "read_result",
     "result_path",
     "secagg_section",
     "stage1_spent",
@@ -55,6 +62,13 @@ __all__ = [
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
 log = logging.getLogger("flwr.fa_hetdp.server")
+
+#: The reason given to a result file found ``"running"`` after its run ended.
+UNFINISHED_REASON = (
+    "the run ended while its result file still said 'running': the ServerApp was stopped "
+    "before it finished (its SuperLink stopped or restarted, or the process killed); what it "
+    "had released by then is listed under privacy.released, with its cost"
+)
 
 #: Releases of stage 1 (broadcast to the clients before stage 2).
 STAGE1_RELEASES = ("floor", "mean", "weighted")  # before stage 2 ("floor": adaptive_floor)
@@ -308,3 +322,31 @@ def write_result(path: Path, document: Mapping[str, Any]) -> Path:
         write_json_atomic(fallback, dict(document))
         log.error("fa-hetdp: cannot write %s (%s); the result is in %s", path, exc, fallback)
         return fallback
+
+
+def read_result(path: Path, *, ended: bool = True) -> dict[str, Any] | None:
+    """Read a result file; one still ``"running"`` after its run ``ended`` becomes aborted.
+
+    The document then gets ``"status": "aborted"`` and :data:`UNFINISHED_REASON`, and keeps
+    everything else (what was released, with its cost); the file is rewritten so (atomically;
+    if it cannot be, the returned document still says aborted). ``ended=False`` (a run that
+    may still be going on) returns the file as it is.
+
+    Returns
+    -------
+    dict or None
+        None when there is no file or it does not hold a JSON object.
+    """
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(loaded, dict):
+        return None
+    if ended and loaded.get("status") == "running":
+        loaded = {"status": "aborted", "reason": UNFINISHED_REASON, **loaded}
+        loaded["status"] = "aborted"
+        with contextlib.suppress(OSError):
+            write_json_atomic(path, loaded)
+        log.warning("fa-hetdp: %s was left running; marked aborted", path)
+    return loaded

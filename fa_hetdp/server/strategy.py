@@ -24,6 +24,8 @@ loses its noise share: the privacy actually spent is computed from the shares th
 (:meth:`fa_hetdp.protocol.ProtocolPlan.noise_fraction`) under exact composition.
 
 Results are written atomically by :func:`server.results.write_result`: ``status =
+"running"`` once the plan is known and again after each release (what went out so far, with
+its cost: a ServerApp stopped mid-run leaves its releases on record), then ``status =
 "success"`` with every private value, or ``status = "aborted"`` with the reason (never a file
 that claims success for an aborted run, and never a failure over an earlier success);
 ``{run_id}`` in the path becomes the run id. The ``privacy`` part
@@ -175,6 +177,8 @@ class HeterogeneityStrategy:
     def progress(self, event: str, **fields: Any) -> None:
         """Log the event through Flower's logger; append it to the progress file (if any)."""
         record = {"event": event, "elapsed": round(self.clock() - self._start, 3), **fields}
+        if self.run_id is not None:  # which result file is this run's ({run_id} in its path)
+            record["run_id"] = self.run_id
         log.info("fa-hetdp: %s", " ".join(f"{k}={v}" for k, v in record.items()))
         path = self.settings.progress_path
         if path is None:
@@ -215,8 +219,26 @@ class HeterogeneityStrategy:
     def abort(self, reason: str) -> ProtocolAbortError:
         """Write the abort result (status ``"aborted"``) and return the exception to raise."""
         self.timings["total"] = self.clock() - self._start
-        document: dict[str, Any] = {"status": "aborted", "reason": reason}
-        if self._plan is not None:  # what was released before the abort, and its cost
+        self._write_partial("aborted", reason)
+        self.progress(Event.ABORTED, reason=reason)
+        return ProtocolAbortError(reason)
+
+    def log_release(self) -> None:
+        """Write the result file with ``status = "running"``: what went out so far, its cost.
+
+        Called once the plan is known and after each release, before the next step goes
+        out, so a ServerApp stopped at any later point (its SuperLink stopped, the process
+        killed) leaves every release it made on record; a reader that finds the file still
+        ``"running"`` after the run ended marks it aborted (:func:`server.results.read_result`).
+        """
+        self._write_partial("running", None)
+
+    def _write_partial(self, status: str, reason: str | None) -> None:
+        """Write an unfinished run's document: ``status``, ``reason``, releases and cost."""
+        document: dict[str, Any] = {"status": status}
+        if reason is not None:
+            document["reason"] = reason
+        if self._plan is not None:  # what was released so far, and its cost
             privacy = privacy_section(
                 self._plan,
                 None,
@@ -228,8 +250,6 @@ class HeterogeneityStrategy:
             document["privacy"] = privacy
         document.update(self._base_document())
         self.result_file = write_result(self.result_file, document)
-        self.progress(Event.ABORTED, reason=reason)
-        return ProtocolAbortError(reason)
 
     # ---------------------------------------------------------------- nodes
     def wait_for_nodes(self, transport: Transport, poll: float = 0.2) -> list[int]:
@@ -379,6 +399,7 @@ class HeterogeneityStrategy:
         n = len(server.keys)  # the key directory's count: the n each client plans with
         plan = plan_protocol(s.protocol, n=n, d=d)
         self._plan = plan
+        self.log_release()  # on record from here on: nothing released yet
 
         # 2. share keys ---------------------------------------------------------------------
         directories = self._secagg(server.key_directory)  # each client: its neighbours' keys
@@ -397,6 +418,7 @@ class HeterogeneityStrategy:
             self._plan, floor = plan, {Key.FLOOR: float(self._floor.floor)}
             v_floor = floor[Key.FLOOR]
             self._released.append(f"stage 0: noisy s_i^2 histogram; v_floor={v_floor:.4g} sent")
+            self.log_release()
         fraction0 = 1.0 if self._floor_fraction is None else self._floor_fraction
 
         # 3-4. stage 1 ------------------------------------------------------------------
@@ -413,6 +435,7 @@ class HeterogeneityStrategy:
         self._released.append(
             f"stage 1: mu', mu_bar' broadcast to the {len(active)} remaining clients"
         )
+        self.log_release()
         self.progress(Event.STAGE1, clients=n1)
 
         # 5-6. stage 2 ------------------------------------------------------------------
