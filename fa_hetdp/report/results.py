@@ -75,7 +75,9 @@ def statistics_section(
     dict
         ``level``, ``noise_dominated_rule``, ``values`` (per statistic: ``value``, ``lower``,
         ``upper``, ``noise_std`` on the statistic's scale, ``noise_dominated``, ``range``;
-        per coordinate for the statistics, one number for the scalars) and ``plan``.
+        per coordinate for the statistics, one number for the scalars; a statistic's
+        ``average``: its coordinate average with that average's own ``lower``, ``upper`` and
+        ``noise_std``) and ``plan``.
     """
     if accuracy is None:
         accuracy = accuracy_of_plan(plan, DataAssumptions.stated())
@@ -91,6 +93,13 @@ def statistics_section(
             "noise_dominated": bool(flags) if flags.ndim == 0 else [bool(f) for f in flags],
             "range": [float(np.max(rv.low)), float(np.max(rv.high))],
         }
+        if rv.average is not None:  # the number a report prints, with its own interval
+            values[rv.key]["average"] = {
+                "value": _plain(rv.average),
+                "lower": _plain(np.asarray(rv.average_lower)),
+                "upper": _plain(np.asarray(rv.average_upper)),
+                "noise_std": _plain(np.asarray(rv.average_noise_std)),
+            }
     return {
         "level": level,
         "noise_dominated_rule": (
@@ -109,10 +118,27 @@ def _fmt(x: float) -> str:
 def format_released(values: tuple[ReleasedValue, ...]) -> list[str]:
     """Print-ready lines of :func:`~fa_hetdp.stats.releases.released_values` (see below)."""
     rows = [
-        (rv.display, rv.value, rv.lower, rv.upper, rv.noise_std, np.asarray(rv.noise_dominated))
+        (
+            rv.display,
+            rv.value,
+            rv.lower,
+            rv.upper,
+            rv.noise_std,
+            np.asarray(rv.noise_dominated),
+            None if rv.average is None else _average_entry(rv),
+        )
         for rv in values
     ]
     return _lines(rows, values[0].level if values else 0.95, None)
+
+
+def _average_entry(rv: ReleasedValue) -> tuple[float, float, float, float]:
+    return (
+        float(np.asarray(rv.average)),
+        float(np.asarray(rv.average_lower)),
+        float(np.asarray(rv.average_upper)),
+        float(np.asarray(rv.average_noise_std)),
+    )
 
 
 def format_section(section: Mapping[str, Any], truth: Mapping[str, float] | None) -> list[str]:
@@ -120,8 +146,9 @@ def format_section(section: Mapping[str, Any], truth: Mapping[str, float] | None
 
     One line per statistic and scalar: the value and its interval, the noise std on the
     statistic's own scale and the noise-dominated flag -- never a bare private number. A
-    per-coordinate statistic is summarised by its coordinate average, the average of its
-    coordinates' interval bounds, the median noise std and the count of noise-dominated
+    per-coordinate statistic is summarised by its coordinate average with the interval and
+    the noise std *of that average* (stored under ``"average"``;
+    :func:`~fa_hetdp.stats.intervals.average_intervals`) and the count of noise-dominated
     coordinates. ``truth`` (coordinate averages and scalars by key) adds a "true" column.
     """
     rows = []
@@ -135,6 +162,7 @@ def format_section(section: Mapping[str, Any], truth: Mapping[str, float] | None
                 np.asarray(entry["upper"], dtype=np.float64),
                 np.asarray(entry["noise_std"], dtype=np.float64),
                 np.asarray(entry["noise_dominated"], dtype=bool),
+                _stored_average(entry.get("average")),
             )
         )
         truths.append(None if truth is None else truth.get(key))
@@ -157,7 +185,16 @@ def released_truth(summary: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-_Row = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+def _stored_average(entry: Any) -> tuple[float, float, float, float] | None:
+    if not isinstance(entry, Mapping):
+        return None
+    return tuple(  # type: ignore[return-value]
+        float(entry[k]) for k in ("value", "lower", "upper", "noise_std")
+    )
+
+
+_Average = tuple[float, float, float, float] | None
+_Row = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, _Average]
 
 
 def _lines(rows: list[_Row], level: float, truths: list[float | None] | None) -> list[str]:
@@ -167,19 +204,25 @@ def _lines(rows: list[_Row], level: float, truths: list[float | None] | None) ->
         f"{'noise sd':>10}  note"
     )
     lines = [head, "-" * len(head)]
-    for i, (display, value, lower, upper, noise, flags) in enumerate(rows):
+    for i, (display, value, lower, upper, noise, flags, average) in enumerate(rows):
         if value.ndim == 0:
             note = "NOISE-DOMINATED" if bool(flags) else ""
+            v, lo, hi, sd_value = float(value), float(lower), float(upper), float(noise)
+            interval = f"[{_fmt(lo)}, {_fmt(hi)}]"
         else:
             k = int(np.sum(flags))
             note = "coordinate average" + (f"; {k}/{flags.size} noise-dominated" if k else "")
-        v, lo, hi = (float(np.mean(a)) for a in (value, lower, upper))
-        interval = f"[{_fmt(lo)}, {_fmt(hi)}]"
+            if average is None:  # a document without it: no interval shown is better than
+                v, sd_value = float(np.mean(value)), float("nan")  # a wrong one
+                interval = "[interval not stored]"
+            else:
+                v, lo, hi, sd_value = average
+                interval = f"[{_fmt(lo)}, {_fmt(hi)}]"
         true = ""
         if truths is not None:
             t = truths[i]
             true = f" {'' if t is None else _fmt(t):>10}"
-        sd = _fmt(float(np.median(noise)))
+        sd = _fmt(sd_value)
         lines.append(f"{display:<24} {_fmt(v):>10}  {interval:<24}{true} {sd:>10}  {note}")
     return lines
 

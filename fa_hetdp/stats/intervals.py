@@ -4,7 +4,10 @@
   not calibrated to the noise);
 - :func:`noise_confidence_intervals`: built from the public noise distribution (coverage
   ``>= level``);
-- :func:`coverage`: the fraction of (repeat, coordinate) intervals that contain the truth.
+- :func:`average_intervals`: the interval of each coordinate average (the number a report
+  prints for a per-coordinate statistic), from the noise of the average itself;
+- :func:`coverage`: the fraction of (repeat, coordinate) intervals that contain the truth
+  (:func:`average_coverage`: of the coordinate averages' intervals).
 
 Theorem numbers are the paper's (see ``docs/design.md``); where they may be ambiguous the
 LaTeX label is given too.
@@ -30,10 +33,14 @@ from fa_hetdp.protocol.simulate import BatchResult
 from fa_hetdp.stats.exact import TrueStatistics
 
 __all__ = [
+    "AVERAGE_CI_LABEL",
     "NOISE_CI_LABEL",
     "PAPER_CI_LABEL",
     "Intervals",
+    "average_coverage",
+    "average_intervals",
     "coverage",
+    "i2_slope",
     "noise_confidence_intervals",
     "paper_confidence_intervals",
     "stage2_noise_stds",
@@ -46,6 +53,11 @@ PAPER_CI_LABEL: Final = (
 )
 NOISE_CI_LABEL: Final = (
     "intervals from the public noise distribution (coverage >= level; delta method for mu_bar')"
+)
+
+AVERAGE_CI_LABEL: Final = (
+    "intervals of the coordinate averages, from the noise of the average (coverage >= level; "
+    "delta method for mu_bar' and I2'')"
 )
 
 Result = PrivateStatistics | BatchResult
@@ -330,8 +342,7 @@ def noise_confidence_intervals(
         lower["dispersion"] = result.dispersion - u_d
         upper["dispersion"] = result.dispersion + z * s3 / n
 
-    b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
-    b_lo = np.maximum(b_rel - z * s2, n * plan.min_weight)
+    b_lo = _b_lo(result, plan, z)
     b_lo_c = _leading(result, b_lo)
     m = np.minimum(1.0, result.weighted_mean + z * s2 * math.sqrt(2.0) / b_lo_c)
     half = z * s2 * np.sqrt(1.0 + m**2) / b_lo_c
@@ -365,10 +376,145 @@ def noise_confidence_intervals(
         lower["total_dispersion"] -= 2.0 * tau * math.sqrt(chi2_d) * k2
         cross = np.minimum(k2 * k2, 2.0 * tau * math.sqrt(chi2_d) * k2)
         upper["total_dispersion"] = total + z4 * sd_total + cross
-    q_sum = np.sum(result.q, axis=-1)
-    bias = 2.0 * s2**2 / b_lo * chi2_d  # B sum_j delta_j^2 (delta method, mu_bar <= 1)
-    sd_q_sum = np.sqrt(np.sum(s4**2, axis=-1))
-    q_sum_lo = np.maximum(q_sum - bias - z4 * sd_q_sum, 0.0)
+    q_sum_lo, q_sum_hi, _ = _q_sum_bounds(result, plan, s4, b_lo, alpha)
     lower["i2_total"] = summed_i_squared(q_sum_lo, n, d)
-    upper["i2_total"] = summed_i_squared(q_sum + z * sd_q_sum, n, d)
+    upper["i2_total"] = summed_i_squared(q_sum_hi, n, d)
     return Intervals(lower=lower, upper=upper, level=level, label=NOISE_CI_LABEL)
+
+
+def _b_lo(result: Result, plan: ProtocolPlan, z: float) -> FloatArray:
+    """``max(B' - z s_2, n w_min)``: a lower bound of ``B`` (shape ``()`` or ``(repeats,)``)."""
+    b_rel = np.asarray(result.weighted_denominator, dtype=np.float64)
+    out: FloatArray = np.maximum(b_rel - z * plan.noise_std("weighted"), plan.n * plan.min_weight)
+    return out
+
+
+def _q_sum_bounds(
+    result: Result, plan: ProtocolPlan, s4: FloatArray, b_lo: FloatArray, alpha: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Bounds of ``sum_j Q_j`` and the bound of its upward bias ``B sum_j delta_j^2``.
+
+    The lower side splits ``alpha/2`` between the bias (``(2 s_2^2/B_lo) chi^2_d``, delta
+    method, ``mu_bar <= 1``) and the noise (sd ``sqrt(sum_j s_4j^2)``); the upper side is the
+    noise's one-sided ``alpha/2`` bound (the bias only raises ``Q''``).
+    """
+    z = float(ndtri(1.0 - alpha / 2.0))
+    z4 = float(ndtri(1.0 - alpha / 4.0))
+    chi2_d = float(chi2.ppf(1.0 - alpha / 4.0, plan.d))
+    q_sum = np.sum(result.q, axis=-1)
+    bias = 2.0 * plan.noise_std("weighted") ** 2 / b_lo * chi2_d
+    sd_q_sum = np.sqrt(np.sum(s4**2, axis=-1))
+    low: FloatArray = np.maximum(q_sum - bias - z4 * sd_q_sum, 0.0)
+    high: FloatArray = np.maximum(q_sum + z * sd_q_sum, 0.0)
+    return low, high, np.asarray(bias, dtype=np.float64)
+
+
+def i2_slope(q: npt.ArrayLike, n: int, d: int = 1) -> FloatArray:
+    """Return ``(n - 1) d / max(Q, (n - 1) d)^2``: the slope of ``I^2`` at or above ``Q``.
+
+    ``I^2 = max(0, 1 - (n - 1) d/Q)`` is flat below ``(n - 1) d`` and concave above it; this
+    is the slope of ``1 - (n - 1) d/Q`` at ``max(Q, (n - 1) d)``, the largest slope of ``I^2``
+    at or above ``Q``, and never 0: the delta method's factor from the noise of ``Q''`` (of
+    ``sum_j Q''_j`` with ``d > 1``) to the noise of ``I^2``.
+    """
+    null = (n - 1) * d
+    out: FloatArray = null / np.maximum(np.asarray(q, dtype=np.float64), null) ** 2
+    return out
+
+
+def average_intervals(result: Result, plan: ProtocolPlan, *, level: float = 0.95) -> Intervals:
+    """Intervals of the coordinate averages ``mean_j X_j``, from the noise of the average.
+
+    The number a report prints for a per-coordinate statistic is its coordinate average; its
+    interval is that of the average itself, not the average of the coordinates' bounds (about
+    ``sqrt(d)`` times wider where the noise is independent across coordinates). Only public
+    quantities are used, as in :func:`noise_confidence_intervals` (two tails of
+    ``alpha/2``), and each statistic gets the method of its per-coordinate interval, applied
+    to the average:
+
+    - ``mean``: ``mean_j mu'_j +- z tau/sqrt(d)``: exact, the noise of the average is
+      ``N(0, tau^2/d)``.
+    - ``dispersion``: the interval of ``total_dispersion`` over ``d`` (the ``tau^2 chi^2_d``
+      bound of the broadcast's error, the noise sd ``sqrt(sum_j s_3j^2)/(n d)``, with the
+      optimal centre its Cauchy-Schwarz term): a valid bound.
+    - ``weighted_mean``: ``mean_j mu_bar'_j +- z sqrt(v)`` cut to ``[0, 1]``, delta method
+      with ``v = s_2^2 (1/d + m^2)/B_lo^2`` (the noise of ``A'`` averages out; that of ``B'``
+      is shared by every coordinate and does not), ``m`` and ``B_lo`` as per coordinate.
+    - ``q``: the interval of ``sum_j Q_j`` over ``d`` (bias ``(2 s_2^2/B_lo) chi^2_d``, delta
+      method; noise sd ``sqrt(sum_j s_4j^2)``), as ``i2_total`` uses.
+    - ``i2`` (and ``i2_extra``, whose extra noise does not move the truth): delta method on
+      ``I2''_j = g(Q''_j)``, ``g(Q) = max(0, 1 - (n - 1)/Q)``, each coordinate's slope ``h_j``
+      the largest slope of ``g`` over its own ``Q`` interval (:func:`i2_slope` at the
+      interval's lower end: conservative where ``g`` is concave):
+      ``[mean - max_j h_j b/d - z' sd, mean + z sd]`` cut to ``[0, 1]``, with
+      ``sd = sqrt(sum_j h_j^2 s_4j^2)/d``, ``b`` the bias bound of ``sum_j Q''_j`` and the lower
+      side's ``alpha/2`` split between bias and noise (``z'`` at ``alpha/4``).
+
+    Parameters
+    ----------
+    result : PrivateStatistics or BatchResult
+        The private releases.
+    plan : ProtocolPlan
+        The calibrated protocol.
+    level : float, default 0.95
+        Nominal coverage in ``(0, 1)``.
+
+    Returns
+    -------
+    Intervals
+        Bounds of shape ``()`` (``(repeats,)`` for a batch) for each statistic.
+    """
+    level = _check_level(level)
+    alpha = 1.0 - level
+    z = float(ndtri(1.0 - alpha / 2.0))
+    z4 = float(ndtri(1.0 - alpha / 4.0))
+    n, d = plan.n, plan.d
+    per = noise_confidence_intervals(result, plan, level=level)
+    s2 = plan.noise_std("weighted")
+    _, s4 = stage2_noise_stds(result, plan)
+    tau = plan.noise_std("mean") / n
+    lower: dict[str, FloatArray] = {}
+    upper: dict[str, FloatArray] = {}
+    mean = np.mean(result.mean, axis=-1)
+    lower["mean"] = mean - z * tau / math.sqrt(d)
+    upper["mean"] = mean + z * tau / math.sqrt(d)
+    lower["dispersion"] = per.lower["total_dispersion"] / d
+    upper["dispersion"] = per.upper["total_dispersion"] / d
+    b_lo = _b_lo(result, plan, z)
+    wm = np.mean(result.weighted_mean, axis=-1)
+    m = np.minimum(1.0, wm + z * s2 * math.sqrt(2.0) / b_lo)
+    half = z * s2 * np.sqrt(1.0 / d + m**2) / b_lo
+    lower["weighted_mean"] = np.clip(wm - half, 0.0, 1.0)
+    upper["weighted_mean"] = np.clip(wm + half, 0.0, 1.0)
+    q_sum_lo, q_sum_hi, bias = _q_sum_bounds(result, plan, s4, b_lo, alpha)
+    lower["q"], upper["q"] = q_sum_lo / d, q_sum_hi / d
+    i2 = np.mean(result.i2, axis=-1)
+    h = i2_slope(per.lower["q"], n)
+    sd_i2 = np.sqrt(np.sum((h * s4) ** 2, axis=-1)) / d
+    lower["i2"] = np.clip(i2 - np.max(h, axis=-1) * bias / d - z4 * sd_i2, 0.0, 1.0)
+    upper["i2"] = np.clip(i2 + z * sd_i2, 0.0, 1.0)
+    if result.i2_extra is not None:  # I2''' only adds noise to I2''; Q'' bounds I^2 already
+        lower["i2_extra"], upper["i2_extra"] = lower["i2"], upper["i2"]
+    return Intervals(lower=lower, upper=upper, level=level, label=AVERAGE_CI_LABEL)
+
+
+def average_coverage(intervals: Intervals, truth: TrueStatistics) -> dict[str, float]:
+    """Return the fraction of repeats whose average interval holds the true average.
+
+    Parameters
+    ----------
+    intervals : Intervals
+        From :func:`average_intervals`.
+    truth : TrueStatistics
+        The exact statistics (their coordinate averages are the truth).
+
+    Returns
+    -------
+    dict[str, float]
+        Coverage by statistic name.
+    """
+    out: dict[str, float] = {}
+    for name, low in intervals.lower.items():
+        true = float(np.mean(true_value(truth, name)))
+        out[name] = float(np.mean((low <= true) & (true <= intervals.upper[name])))
+    return out

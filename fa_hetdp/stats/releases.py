@@ -7,7 +7,11 @@ statistic and scalar summary:
 - the value and its interval from the known noise
   (:func:`~fa_hetdp.stats.intervals.noise_confidence_intervals`, coverage ``>= level``);
 - the noise standard deviation *on the statistic's own scale* (``s_1/n`` for the mean, not
-  the ``s_1`` of the released sum; delta method where the statistic is a ratio);
+  the ``s_1`` of the released sum; delta method where the statistic is a ratio or ``I^2``);
+- for a per-coordinate statistic, its coordinate average (the number a report prints) with
+  *that number's* interval and noise
+  (:func:`~fa_hetdp.stats.intervals.average_intervals`: the noise of the average, not the
+  average of the coordinates' bounds);
 - the statistic's range and a *noise-dominated* flag where the interval, cut to the range,
   covers at least :data:`NOISE_DOMINATED_COVER` of it: the value then says next to nothing.
 """
@@ -18,13 +22,18 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-from scipy.special import ndtri
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
-from fa_hetdp.stats.intervals import Intervals, noise_confidence_intervals, stage2_noise_stds
+from fa_hetdp.stats.intervals import (
+    Intervals,
+    average_intervals,
+    i2_slope,
+    noise_confidence_intervals,
+    stage2_noise_stds,
+)
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
@@ -63,6 +72,9 @@ class ReleasedValue:
         The statistic's range (``high`` of ``Q`` is ``B'/4``, from the released ``B'``).
     level : float
         Nominal coverage of the interval.
+    average, average_lower, average_upper, average_noise_std : FloatArray or None
+        For a per-coordinate statistic: its coordinate average, the interval of that average
+        and the noise sd of that average (shape ``()`` or ``(repeats,)``); None for a scalar.
     """
 
     key: str
@@ -74,6 +86,10 @@ class ReleasedValue:
     low: FloatArray
     high: FloatArray
     level: float
+    average: FloatArray | None = None
+    average_lower: FloatArray | None = None
+    average_upper: FloatArray | None = None
+    average_noise_std: FloatArray | None = None
 
     @property
     def noise_dominated(self) -> FloatArray:
@@ -91,13 +107,20 @@ class ReleasedValue:
 
 
 def _own_scale(
-    result: Result, plan: ProtocolPlan, intervals: Intervals, level: float
-) -> dict[str, FloatArray]:
-    """Noise std of every statistic on its own scale (delta method for ``mu_bar'``).
+    result: Result, plan: ProtocolPlan
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Noise std of every statistic on its own scale, per coordinate and of the average.
 
-    ``I2''``, ``I2'''`` and ``i2_total`` get the std of a normal with their interval's width.
+    ``mu'``: ``s_1/n``; ``D''``: ``s_3/n``; ``mu_bar' = A'/B'``: ``s_2 sqrt(1 + mu_bar'^2)/B'``
+    (delta method, both noisy); ``Q''``: ``s_4``; ``I2''``: ``h s_4`` with ``h`` the slope of
+    ``1 - (n - 1)/Q`` at ``max(Q'', n - 1)`` (:func:`~fa_hetdp.stats.intervals.i2_slope`, the
+    delta method through the kink: never 0); ``I2'''`` adds ``s_5`` in quadrature; the scalars
+    ``total_dispersion`` ``sqrt(sum_j s_3j^2)/n`` and ``i2_total`` the slope at
+    ``sum_j Q''_j`` times ``sqrt(sum_j s_4j^2)``. The coordinate average's noise sums over the
+    coordinates, ``sqrt(sum_j sd_j^2)/d``, except for ``mu_bar'``, whose ``B'`` noise is
+    shared: ``s_2 sqrt(1/d + m^2)/B'`` with ``m`` the average.
     """
-    n = plan.n
+    n, d = plan.n, plan.d
     s3, s4 = stage2_noise_stds(result, plan)
     batch = isinstance(result, BatchResult)
 
@@ -105,23 +128,43 @@ def _own_scale(
         return np.asarray(values)[..., None] if batch else np.asarray(values)
 
     b_used = np.asarray(result.weighted_denominator, dtype=np.float64)
+    s2 = plan.noise_std("weighted")
     ones = np.ones_like(result.mean)
-    out = {
+    s5 = plan.noise_std("i2_extra") if "i2_extra" in plan.releases else 0.0
+    per = {
         "mean": ones * plan.noise_std("mean") / n,  # Thm 3.3: the sum's noise over n
         "dispersion": ones * s3 / n,  # per coordinate, at the public broadcast
-        "weighted_mean": plan.noise_std("weighted")
-        * np.sqrt(1.0 + result.weighted_mean**2)
-        / lead(b_used),  # A'/B': both noisy (delta method)
+        "weighted_mean": s2 * np.sqrt(1.0 + result.weighted_mean**2) / lead(b_used),
         "q": ones * s4,  # Q'' is a sum
+        "i2": i2_slope(result.q, n) * s4,
     }
-    out["total_dispersion"] = np.sqrt(np.sum(s3**2, axis=-1)) / n
-    # I^2 is a kinked, saturating map of Q'': no delta method; the std of a normal with the
-    # same interval width instead (the interval is the image of Q'''s).
-    z = float(ndtri(0.5 + level / 2.0))
-    for key in ("i2", "i2_extra", "i2_total"):
-        if key in intervals.lower:
-            out[key] = (intervals.upper[key] - intervals.lower[key]) / (2.0 * z)
-    return out
+    per["i2_extra"] = np.sqrt(per["i2"] ** 2 + s5**2)
+    per["total_dispersion"] = np.sqrt(np.sum(s3**2, axis=-1)) / n
+    per["i2_total"] = i2_slope(np.sum(result.q, axis=-1), n, d) * np.sqrt(np.sum(s4**2, axis=-1))
+
+    def summed(key: str) -> FloatArray:
+        out: FloatArray = np.sqrt(np.sum(per[key] ** 2, axis=-1)) / d
+        return out
+
+    avg = {key: summed(key) for key in ("mean", "dispersion", "q", "i2")}
+    wm = np.mean(result.weighted_mean, axis=-1)
+    avg["weighted_mean"] = s2 * np.sqrt(1.0 / d + wm**2) / b_used
+    avg["i2_extra"] = np.sqrt(avg["i2"] ** 2 + s5**2 / d)
+    return per, avg
+
+
+def _average_fields(
+    key: str, value: FloatArray, averages: Intervals, scales: dict[str, FloatArray]
+) -> dict[str, FloatArray]:
+    """Return the coordinate average of a per-coordinate statistic, its interval and noise."""
+    if key not in averages.lower:
+        return {}
+    return {
+        "average": np.asarray(np.mean(value, axis=-1), dtype=np.float64),
+        "average_lower": np.asarray(averages.lower[key], dtype=np.float64),
+        "average_upper": np.asarray(averages.upper[key], dtype=np.float64),
+        "average_noise_std": np.asarray(scales[key], dtype=np.float64),
+    }
 
 
 def _ranges(result: Result, plan: ProtocolPlan) -> dict[str, tuple[FloatArray, FloatArray]]:
@@ -162,7 +205,8 @@ def released_values(
     tuple[ReleasedValue, ...]
     """
     intervals: Intervals = noise_confidence_intervals(result, plan, level=level)
-    scales = _own_scale(result, plan, intervals, intervals.level)
+    averages: Intervals = average_intervals(result, plan, level=level)
+    scales, average_scales = _own_scale(result, plan)
     ranges = _ranges(result, plan)
     names = [(s.key, s.display) for s in STATISTICS] + list(SCALAR_DISPLAY.items())
     out = []
@@ -182,6 +226,7 @@ def released_values(
                 low=low,
                 high=high,
                 level=intervals.level,
+                **_average_fields(key, value, averages, average_scales),
             )
         )
     return tuple(out)
