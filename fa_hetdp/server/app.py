@@ -9,7 +9,9 @@ the six steps and writes the result file. On an abort the strategy writes a resu
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +26,15 @@ from fa_hetdp.flower.wire import WireFormatError, decode, encode
 from fa_hetdp.server.results import result_path, write_result
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
-__all__ = ["MAX_REPLY_BYTES", "PATIENCE", "POLL_SECONDS", "GridTransport", "app"]
+__all__ = [
+    "MAX_REASON_CHARS",
+    "MAX_REPLY_BYTES",
+    "PATIENCE",
+    "POLL_SECONDS",
+    "GridTransport",
+    "app",
+    "error_summary",
+]
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
 log = logging.getLogger("flwr.fa_hetdp.server")
@@ -40,6 +50,43 @@ POLL_SECONDS = 0.25
 #: about 300 bytes, or masked vectors of d' 8-byte words; 256 MiB leaves room for
 #: d' = 2^24 coordinates twice over and still bounds what one client can make the server parse.
 MAX_REPLY_BYTES = 1 << 28
+
+
+#: Longest error-reply reason kept in the result (one line).
+MAX_REASON_CHARS = 300
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_IP_FIELD = re.compile(r",?\s*\bip=[^,)\s]*")  # Ray's "(pid=1, ip=10.0.0.5, ...)"
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
+_IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
+
+
+def _no_address(match: re.Match[str]) -> str:
+    try:
+        ipaddress.ip_address(match.group(0))
+    except ValueError:
+        return match.group(0)  # a time of day, a ratio: not an address
+    return "<address>"
+
+
+def error_summary(reason: str) -> str:
+    """Return one line of an error reply's ``reason``, without IP addresses.
+
+    In a simulation the reason is flwr's ``str(type(ex)) + ":<'" + str(ex) + "'>"`` of Ray's
+    ``RayTaskError``: a traceback with ANSI colours and ``ip=<host address>``. Kept: the
+    ClientApp's own message when Flower's wrapper carries one (``... Message: TEXT``), else
+    the first non-blank line; IP addresses become ``<address>`` (Ray's ``ip=`` field is
+    dropped); at most :data:`MAX_REASON_CHARS` characters.
+    """
+    text = _ANSI.sub("", reason)
+    if "Message: " in text:  # flwr.clientapp.ClientAppException around the app's error
+        text = text.rsplit("Message: ", 1)[1].strip().splitlines()[0].removesuffix("'>")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[0] if lines else "(no reason given)"
+    line = _IPV6.sub(_no_address, _IPV4.sub(_no_address, _IP_FIELD.sub("", line)))
+    if len(line) > MAX_REASON_CHARS:
+        line = line[: MAX_REASON_CHARS - 3] + "..."
+    return line
 
 
 class GridTransport:
@@ -89,7 +136,7 @@ class GridTransport:
                 if source not in payloads or source in replies:
                     continue
                 if reply.has_error():
-                    dropouts[source] = f"error reply: {reply.error.reason}"
+                    dropouts[source] = f"error reply: {error_summary(reply.error.reason or '')}"
                     continue
                 try:
                     replies[source] = decode(reply.content, max_bytes=MAX_REPLY_BYTES)
