@@ -293,6 +293,10 @@ class FlowerCluster:
                 "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
                 "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
                 "RAY_DEDUP_LOGS": "0",
+                # flwr 1.42 gives ray.init no node address: Ray would take the host's outward
+                # one and listen on every interface. 0: a one-machine Ray on 127.0.0.1 (Ray
+                # reads this on every platform; tests/test_ray_loopback.py).
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )
