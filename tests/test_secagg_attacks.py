@@ -14,6 +14,7 @@ from fa_hetdp.secagg import crypto, shamir
 from fa_hetdp.secagg.client import SecAggClient
 from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
+from fa_hetdp.secagg.inprocess import in_process_identities
 from fa_hetdp.secagg.messages import ConsistencyRequest, UnmaskRequest
 from fa_hetdp.secagg.server import SecAggServer
 
@@ -30,7 +31,11 @@ def _session(n, t, *, neighbours="complete", consistency=False, threat_model=Non
         consistency=consistency,
     )
     model = threat_model or ("malicious-server" if consistency else "honest-but-curious")
-    clients = {i: SecAggClient(i, threat_model=model, gamma=gamma) for i in range(n)}
+    keys, roster = in_process_identities(n) if model == "malicious-server" else ({}, None)
+    clients = {
+        i: SecAggClient(i, threat_model=model, gamma=gamma, identity=keys.get(i), roster=roster)
+        for i in range(n)
+    }
     setup = server.setup_messages()
     for c in clients.values():
         server.receive_advertise_keys(c.advertise_keys(setup[c.client_id]))
@@ -236,7 +241,14 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
         rng=np.random.default_rng(0),
         consistency=True,
     )
-    client = SecAggClient(0, threat_model="malicious-server", gamma=1 / 9)
+    keys, roster = in_process_identities(20)
+
+    def insisting(gamma=0.0):
+        return SecAggClient(
+            0, threat_model="malicious-server", gamma=gamma, identity=keys[0], roster=roster
+        )
+
+    client = insisting(1 / 9)
     with pytest.raises(MessageRejected, match="threshold >= 6"):
         client.advertise_keys(server.setup_messages()[client.client_id])
     plain = SecAggServer(
@@ -247,7 +259,7 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
         rng=np.random.default_rng(0),
     )
     with pytest.raises(MessageRejected, match="consistency"):
-        SecAggClient(0, threat_model="malicious-server").advertise_keys(plain.setup_messages()[0])
+        insisting().advertise_keys(plain.setup_messages()[0])
     sparse = SecAggServer(
         range(20),
         threshold=4,
@@ -257,13 +269,14 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
         consistency=True,
     )
     with pytest.raises(MessageRejected, match="complete"):
-        SecAggClient(0, threat_model="malicious-server").advertise_keys(sparse.setup_messages()[0])
+        insisting().advertise_keys(sparse.setup_messages()[0])
 
 
 def test_malicious_server_mode_sums_correctly_with_consistent_lists():
     from fa_hetdp.secagg import run_in_process
 
     x = _inputs(9, seed=5)
+    identities, roster = in_process_identities(9)
     result = run_in_process(
         x,
         threshold=6,
@@ -271,6 +284,8 @@ def test_malicious_server_mode_sums_correctly_with_consistent_lists():
         rng=np.random.default_rng(0),
         threat_model="malicious-server",
         gamma=1 / 9,
+        identities=identities,
+        roster=roster,
         dropouts={"masked_input": {8}},
     )
     assert np.array_equal(result.sum, x[:8].sum(axis=0))

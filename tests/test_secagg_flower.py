@@ -2,13 +2,49 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import run
 
 from fa_hetdp.flower.steps import CONSISTENCY_STEP
+
+
+def roster_nodes(tmp_path: Path, n: int, **extra: Any) -> dict[int, dict[str, Any]]:
+    """Identity keys and one roster for nodes 5000 .. 5000 + n - 1: their node-config keys."""
+    from fa_hetdp.secagg.identity import main as identity
+
+    pairs = []
+    for i in range(n):
+        assert identity(["keygen", str(tmp_path / f"owner-{i}.identity")]) == 0
+        pairs.append(f"owner-{i}={tmp_path / f'owner-{i}.identity.pub'}")
+    assert identity(["roster", str(tmp_path / "roster.toml"), *pairs]) == 0
+    return {
+        5000 + i: {
+            "secagg-roster": str(tmp_path / "roster.toml"),
+            "secagg-identity-key": str(tmp_path / f"owner-{i}.identity"),
+            **extra,
+        }
+        for i in range(n)
+    }
+
+
+def run_nodes(
+    config: dict[str, Any], n: int, nodes: dict[int, dict[str, Any]], transport: Any = None
+) -> dict[str, Any]:
+    """:func:`run` with each node's own node-config keys added."""
+    from test_server_strategy import InMemoryTransport
+
+    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.server.strategy import HeterogeneityStrategy
+
+    transport = transport or InMemoryTransport(n, config)
+    for node, keys in nodes.items():
+        transport.contexts[node].node_config.update(keys)
+    return HeterogeneityStrategy(RunSettings.from_run_config(config)).run(transport)
 
 
 def test_malicious_server_mode_adds_the_consistency_steps_and_matches_the_twin(
@@ -18,7 +54,7 @@ def test_malicious_server_mode_adds_the_consistency_steps_and_matches_the_twin(
     config = run_config(
         tmp_path, scenario_file(tmp_path, 10), **{"secagg-threat-model": "malicious-server"}
     )
-    document = run(config, 10)
+    document = run_nodes(config, 10, roster_nodes(tmp_path, 10, **{"secagg-min-gamma": 0.0}))
     assert document["status"] == "success"
     steps = [s["step"] for s in document["steps"]]
     assert CONSISTENCY_STEP[1] in steps and CONSISTENCY_STEP[2] in steps
@@ -197,3 +233,82 @@ def test_server_and_clients_plan_with_the_directory_n_after_an_advertise_dropout
     assert document["status"] == "success"
     assert document["n"] == 7 and document["clients_in_sum"] == {"stage1": 7, "stage2": 7}
     assert_matches_reference(document, config)
+
+
+def aborted(config: dict[str, Any], start: Any) -> dict[str, Any]:
+    """Run ``start()``, which must abort; return the result file it wrote."""
+    import json
+
+    from fa_hetdp.server.strategy import ProtocolAbortError
+
+    with pytest.raises(ProtocolAbortError):
+        start()
+    document: dict[str, Any] = json.loads(Path(config["result-path"]).read_text())
+    assert document["status"] == "aborted"
+    return document
+
+
+def test_malicious_server_mode_without_a_roster_refuses_to_start_on_every_node(
+    tmp_path: Path,
+) -> None:
+    # no roster, no identity key, no gamma floor in the node config: every node's first
+    # handler stops with the one line that says what to provide, and the run aborts
+    config = run_config(
+        tmp_path, scenario_file(tmp_path, 6), **{"secagg-threat-model": "malicious-server"}
+    )
+    document = aborted(config, lambda: run(config, 6))
+    reasons = document["steps"][0]["dropouts"].values()
+    assert len(reasons) == 6
+    assert all("needs node-config secagg-roster, secagg-identity-key" in r for r in reasons)
+
+
+def test_a_server_that_lowers_gamma_in_the_run_config_is_refused_by_the_nodes_floor(
+    tmp_path: Path,
+) -> None:
+    # Attack: the nodes guard against gamma = 0.2 (node config: t >= floor((10 + 2) / 2) + 1
+    # = 7), the server writes gamma = 0 and t = 6 into the run config. Before: clients took
+    # gamma from the run config and joined with t = 6. Now each refuses at the setup.
+    overrides: dict[str, Any] = {
+        "secagg-threat-model": "malicious-server",
+        "secagg-corrupt-fraction": 0.0,
+    }
+    config = run_config(tmp_path, scenario_file(tmp_path, 10), **overrides)
+    nodes = roster_nodes(tmp_path, 10, **{"secagg-min-gamma": 0.2})
+    document = aborted(config, lambda: run_nodes(config, 10, nodes))
+    reasons = list(document["steps"][0]["dropouts"].values())
+    assert len(reasons) == 10 and all("threshold >= 7" in r for r in reasons)
+
+
+def test_an_honest_but_curious_node_floor_refuses_a_low_threshold(tmp_path: Path) -> None:
+    # the same attack against honest-but-curious nodes with their own floor gamma = 0.3:
+    # t = 6 of 9 share holders leaves 10 P[Bin(9, 0.3) >= 6] > 2^-40; every node refuses
+    config = run_config(tmp_path, scenario_file(tmp_path, 10), **{"secagg-corrupt-fraction": 0.0})
+    nodes = {5000 + i: {"secagg-min-gamma": 0.3} for i in range(10)}
+    document = aborted(config, lambda: run_nodes(config, 10, nodes))
+    assert all("guards against gamma = 0.3" in r for r in document["steps"][0]["dropouts"].values())
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"secagg-min-gamma": 1.5}, "secagg-min-gamma must be a number in [0, 1)"),
+        ({"secagg-roster": "/nonexistent/roster.toml"}, "needs both secagg-roster"),
+    ],
+)
+def test_bad_node_secagg_keys_get_one_line_errors(keys: dict[str, Any], message: str) -> None:
+    from fa_hetdp.flower.settings import RunSettings, node_secagg
+
+    settings = RunSettings.from_run_config(run_config(Path("/tmp"), Path("quickstart")))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        node_secagg(keys, settings)
+
+
+def test_a_malformed_roster_file_stops_the_node_with_one_line(tmp_path: Path) -> None:
+    from fa_hetdp.flower.settings import RunSettings, node_secagg
+    from fa_hetdp.secagg.identity import RosterError
+
+    nodes = roster_nodes(tmp_path, 2)
+    (tmp_path / "roster.toml").write_text('[members]\nowner-0 = "12"\n')
+    settings = RunSettings.from_run_config(run_config(tmp_path, scenario_file(tmp_path, 4)))
+    with pytest.raises(RosterError, match="member 'owner-0': the identity key must be 64"):
+        node_secagg(nodes[5000], settings)

@@ -48,6 +48,8 @@ SAMPLES = [
         channel_keys=(b"a", b"b"),
         mask_keys=(b"c", b"d"),
         signing_keys=(b"", b""),
+        identities=(b"owner-1", b"owner-2"),
+        identity_signatures=(b"e" * 64, b"f" * 64),
     ),
     ShareKeys(session=b"s", sender=1, recipients=(2, 3), ciphertexts=(b"x", b"y")),
     MaskedInputRequest(

@@ -154,6 +154,8 @@ def test_directory_with_keys_of_a_non_neighbour_is_refused():
         ("channel_keys", server.keys[stranger].channel_key),
         ("mask_keys", server.keys[stranger].mask_keys),
         ("signing_keys", b""),
+        ("identities", b""),
+        ("identity_signatures", b""),
     ):
         directory[field] = (*directory[field][:row], value, *directory[field][row:])
     directory["key_owners"] = tuple(owners)

@@ -29,7 +29,12 @@ The session size n that sets the noise share is the length of the setup's id lis
 bound into the session id of every share channel (a server that shows two clients different
 lists breaks their channel), never a number the server merely states. The
 node's ``node_config["secagg-threat-model"]``, if set, overrides the run config's: a node that
-says ``"malicious-server"`` joins only sessions with the consistency round and safe parameters.
+says ``"malicious-server"`` joins only sessions with the consistency round and safe parameters,
+and needs ``secagg-roster``, ``secagg-identity-key`` and ``secagg-min-gamma`` in its node
+config (:func:`fa_hetdp.flower.settings.node_secagg`): it signs its round-0 keys with its
+identity key, refuses a key directory with any key not signed by its owner's roster member,
+logs the roster's SHA-256 at the start of the session, and never accepts a threshold below
+what its own gamma needs (the run config's gamma is the server's word).
 
 Noise: in ``mode = "simulation"`` the generator is ``SeedSequence(seed,
 spawn_key=(partition_id,))`` and its state is kept in ``context.state`` between steps (one
@@ -45,6 +50,7 @@ clients fail at one step, to test dropout handling.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import numpy as np
@@ -56,7 +62,7 @@ from fa_hetdp.cli.check_data import load_checked
 from fa_hetdp.data.partition import client_records, client_summary
 from fa_hetdp.data.summaries import summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
-from fa_hetdp.flower.settings import RunSettings, dropout_partitions
+from fa_hetdp.flower.settings import RunSettings, dropout_partitions, node_secagg
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
     SHARE_KEYS,
@@ -88,6 +94,7 @@ from fa_hetdp.secagg.client import SecAggClient
 __all__ = ["app"]
 
 app = ClientApp()
+log = logging.getLogger("flwr.fa_hetdp.client")
 
 
 class SimulatedDropoutError(RuntimeError):
@@ -217,12 +224,23 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     else:
         records, labels = client_records(settings.scenario, pid, num)
         x = summarise(records, labels, summary)  # computed here from its own records
-    own_model = context.node_config.get(NodeConfig.THREAT_MODEL)
-    threat_model = own_model if isinstance(own_model, str) and own_model else settings.threat_model
+    own = node_secagg(context.node_config, settings)  # the node's, never the server's
+    if own.roster is not None:
+        log.info(
+            "fa-hetdp: secagg roster %s: %d members, SHA-256 %s (compare it out of band); "
+            "threat model %s, gamma floor %g",
+            context.node_config.get(NodeConfig.ROSTER),
+            len(own.roster.members),
+            own.roster.sha256,
+            own.threat_model,
+            own.gamma,
+        )
     secagg = SecAggClient(
         client_id,
-        threat_model=threat_model,  # type: ignore[arg-type]  # checked by SecAggClient
-        gamma=settings.corrupt_fraction,
+        threat_model=own.threat_model,
+        gamma=own.gamma,
+        identity=own.identity,
+        roster=own.roster,
     )
     reply = secagg.advertise_keys(request[Key.SETUP])
     context.state[State.LOCAL] = ArrayRecord(array_dict={State.X: Array(np.ascontiguousarray(x))})

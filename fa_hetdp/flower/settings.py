@@ -26,10 +26,18 @@ from fa_hetdp.config.rules import Problem, raise_problems, validate
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
-from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP
-from fa_hetdp.secagg.params import SecAggParameters
+from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
+from fa_hetdp.secagg.identity import Roster, load_identity_key
+from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
 
-__all__ = ["SERVER_STREAM", "UNSET", "RunSettings", "dropout_partitions"]
+__all__ = [
+    "SERVER_STREAM",
+    "UNSET",
+    "NodeSecAgg",
+    "RunSettings",
+    "dropout_partitions",
+    "node_secagg",
+]
 
 #: spawn key of the server's generator in simulation (client streams use their partition id).
 SERVER_STREAM: Final = 2**32
@@ -432,3 +440,85 @@ def dropout_partitions(settings: RunSettings) -> frozenset[int]:
     )
     chosen = rng.choice(settings.num_clients, size=count, replace=False)
     return frozenset(int(i) for i in chosen)
+
+
+@dataclass(frozen=True)
+class NodeSecAgg:
+    """What a node's own ``--node-config`` says about secure aggregation (never the server).
+
+    Attributes
+    ----------
+    threat_model : {"honest-but-curious", "malicious-server"}
+        The node's ``secagg-threat-model``, else the run config's.
+    gamma : float
+        The corrupt fraction the node's client guards against: with ``"malicious-server"``
+        the larger of the node's ``secagg-min-gamma`` and the run config's (never lower
+        than the node's); with ``"honest-but-curious"`` the node's floor (0: none).
+    identity : bytes or None
+        The raw identity private key from ``secagg-identity-key``.
+    roster : Roster or None
+        The roster read from ``secagg-roster`` (its SHA-256: ``roster.sha256``).
+    """
+
+    threat_model: ThreatModel
+    gamma: float
+    identity: bytes | None
+    roster: Roster | None
+
+
+def node_secagg(node_config: Mapping[str, Any], settings: RunSettings) -> NodeSecAgg:
+    """Read a node's secure-aggregation keys (:class:`~fa_hetdp.flower.steps.NodeConfig`).
+
+    Raises
+    ------
+    ValueError
+        One line naming the key: an unknown threat model, a ``secagg-min-gamma`` outside
+        ``[0, 1)``, a roster without an identity key (or the reverse), a malformed roster or
+        key file (:class:`~fa_hetdp.secagg.identity.RosterError`), or ``"malicious-server"``
+        without a roster, an identity key and a ``secagg-min-gamma``.
+    """
+    own = node_config.get(NodeConfig.THREAT_MODEL)
+    model = own if isinstance(own, str) and own else settings.threat_model
+    if model not in THREAT_MODELS:
+        raise ValueError(
+            f"node-config {NodeConfig.THREAT_MODEL} must be one of {THREAT_MODELS}, got {model!r}."
+        )
+    floor_value = node_config.get(NodeConfig.MIN_GAMMA)
+    floor = 0.0
+    if floor_value is not None:
+        if isinstance(floor_value, bool) or not isinstance(floor_value, int | float):
+            floor_value = math.nan
+        floor = float(floor_value)
+        if not 0.0 <= floor < 1.0:
+            raise ValueError(
+                f"node-config {NodeConfig.MIN_GAMMA} must be a number in [0, 1) (the corrupt "
+                f"fraction this node guards against), got {node_config[NodeConfig.MIN_GAMMA]!r}."
+            )
+    roster_path = node_config.get(NodeConfig.ROSTER) or None
+    key_path = node_config.get(NodeConfig.IDENTITY_KEY) or None
+    if (roster_path is None) != (key_path is None):
+        raise ValueError(
+            f"node-config needs both {NodeConfig.ROSTER} and {NodeConfig.IDENTITY_KEY} (the "
+            "federation's roster and this owner's identity key on it), or neither."
+        )
+    if model == "malicious-server":
+        missing = [
+            key
+            for key, value in (
+                (NodeConfig.ROSTER, roster_path),
+                (NodeConfig.IDENTITY_KEY, key_path),
+                (NodeConfig.MIN_GAMMA, floor_value),
+            )
+            if value is None
+        ]
+        if missing:
+            raise ValueError(
+                f"secagg threat model malicious-server needs node-config {', '.join(missing)}: "
+                "the roster file every node holds (compare its SHA-256), this owner's identity "
+                "key (python -m fa_hetdp.secagg.identity keygen) and the corrupt fraction it "
+                "guards against (e.g. secagg-min-gamma=0.1)."
+            )
+    roster = None if roster_path is None else Roster.load(str(roster_path))
+    identity = None if key_path is None else load_identity_key(str(key_path))
+    gamma = max(floor, settings.corrupt_fraction) if model == "malicious-server" else floor
+    return NodeSecAgg(threat_model=model, gamma=gamma, identity=identity, roster=roster)

@@ -181,6 +181,17 @@ class NodeConfig:
     THREAT_MODEL: Final = "secagg-threat-model"
     """The node's own threat model (``"malicious-server"`` to insist on the consistency
     round and safe parameters whatever the run config says)."""
+    ROSTER: Final = "secagg-roster"
+    """Path of the federation's roster (member name -> Ed25519 identity public key,
+    :mod:`fa_hetdp.secagg.identity`), the same file on every node; required with
+    ``"malicious-server"``."""
+    IDENTITY_KEY: Final = "secagg-identity-key"
+    """Path of this data owner's Ed25519 identity private key (on the roster); required
+    with :attr:`ROSTER`."""
+    MIN_GAMMA: Final = "secagg-min-gamma"
+    """The corrupt fraction gamma this node guards against, whatever the run config says:
+    it refuses a session (and an unmask request) whose threshold is too low for it.
+    Required with ``"malicious-server"``."""
 
 
 # ---------------------------------------------------------------------------- progress

@@ -129,9 +129,10 @@ from .graph import (
     default_degree,
     random_harary_graph,
 )
-from .inprocess import InProcessSession, default_threshold, run_in_process
+from .identity import Roster, RosterError
+from .inprocess import InProcessSession, default_threshold, in_process_identities, run_in_process
 from .messages import join_arrays, parse_message, split_arrays
-from .params import SecAggParameters, choose_parameters, min_signatures
+from .params import SecAggParameters, choose_parameters, min_private_threshold, min_signatures
 from .server import SecAggServer, SumResult
 
 __all__ = [
@@ -141,6 +142,8 @@ __all__ = [
     "MessageRejected",
     "NeighbourGraph",
     "ProtocolAborted",
+    "Roster",
+    "RosterError",
     "SecAggClient",
     "SecAggError",
     "SecAggParameters",
@@ -152,7 +155,9 @@ __all__ = [
     "complete_graph",
     "default_degree",
     "default_threshold",
+    "in_process_identities",
     "join_arrays",
+    "min_private_threshold",
     "min_signatures",
     "parse_message",
     "random_harary_graph",

@@ -23,7 +23,8 @@ import numpy.typing as npt
 from . import crypto
 from .consistency import check_safe, check_signatures, consistency_payload
 from .encoding import FixedPointEncoding, FloatArray
-from .errors import EncodingError, MessageRejected, ProtocolAborted
+from .errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
+from .identity import Roster, check_identities, identity_payload, public_identity
 from .messages import (
     AdvertiseKeys,
     ConsistencyRequest,
@@ -64,7 +65,20 @@ class SecAggClient:
         (the key directory: every key is shown on the complete graph), and unmasks only
         after that many valid signatures on the survivor list it was shown.
     gamma : float
-        Fraction of corrupt clients the client guards against (sets that minimum).
+        Fraction of corrupt clients the client guards against, whatever the server says:
+        with ``"malicious-server"`` the threshold must be at least
+        :func:`secagg.params.min_signatures` ``(n, gamma)``; with
+        ``"honest-but-curious"`` and ``gamma > 0`` at least
+        :func:`secagg.params.min_private_threshold` (no coalition of ``gamma n`` corrupt
+        clients among its share holders reaches ``t`` except with probability 2^-40).
+        Checked at the setup, at the key directory (n counted) and at every unmask request.
+    identity : bytes, optional
+        This client's raw Ed25519 identity private key (:mod:`fa_hetdp.secagg.identity`);
+        signs its round-0 keys. Required with ``roster``.
+    roster : Roster, optional
+        The federation's roster. With one, the client signs its round-0 keys and refuses a
+        key directory with any key not signed by the roster member its owner claims to be.
+        Required with ``"malicious-server"``.
 
     Notes
     -----
@@ -83,6 +97,8 @@ class SecAggClient:
         *,
         threat_model: ThreatModel = "honest-but-curious",
         gamma: float = 0.0,
+        identity: bytes | None = None,
+        roster: Roster | None = None,
     ) -> None:
         if isinstance(client_id, bool) or not 0 <= int(client_id) < 2**64:
             raise ValueError(f"client_id must lie in [0, 2^64), got {client_id}.")
@@ -90,6 +106,26 @@ class SecAggClient:
             raise ValueError(f"threat_model must be one of {THREAT_MODELS}, got {threat_model!r}.")
         if not 0.0 <= gamma < 1.0:
             raise ValueError(f"gamma must lie in [0, 1), got {gamma}.")
+        if threat_model == "malicious-server" and roster is None:
+            raise ValueError(
+                "threat model malicious-server needs a roster of identity keys (roster=, "
+                "distributed out of band) and this client's identity key (identity=): "
+                "without them the server can substitute every peer's keys. Make them with "
+                "python -m fa_hetdp.secagg.identity."
+            )
+        self.identity_name = ""
+        self._identity = b""
+        if roster is not None:
+            if identity is None:
+                raise ValueError("a roster needs this client's identity key (identity=).")
+            name = roster.member_of(public_identity(identity))
+            if name is None:
+                raise ValueError(
+                    f"this client's identity key is not on the roster (SHA-256 "
+                    f"{roster.sha256}); ask for the roster that lists it."
+                )
+            self.identity_name, self._identity = name, identity
+        self.roster = roster
         self.client_id = int(client_id)
         self.threat_model: ThreatModel = threat_model
         self.gamma = float(gamma)
@@ -126,12 +162,13 @@ class SecAggClient:
 
     # ------------------------------------------------------------------ helpers
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the loaded key objects (they are rebuilt from the raw keys)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_loaded"}
+        """Pickle without the loaded key objects and the identity key (round 0 only)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_loaded", "_identity")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._loaded = {}
+        self._identity = b""
 
     def _private(self, raw: bytes) -> bytes | crypto.PrivateKey:
         """Return the loaded key object of a private key made in round 0, else the raw bytes.
@@ -180,7 +217,7 @@ class SecAggClient:
                 f"{msg.threshold}."
             )
         # on the complete graph n = len(neighbours) + 1 is counted, not merely stated
-        check_safe(self, msg.consistency, msg.complete, msg.threshold, msg.num_clients)
+        check_safe(self, msg.consistency, msg.complete, msg.threshold, msg.num_clients, msg.degree)
         channel_sk, channel_pk, channel_key = crypto.generate_loaded_keypair()
         mask_pairs = [crypto.generate_loaded_keypair() for _ in range(msg.num_summations)]
         seeds = [crypto.random_bytes(crypto.KEY_BYTES) for _ in range(msg.num_summations)]
@@ -205,6 +242,20 @@ class SecAggClient:
         self.mask_sks = [sk for sk, _, _ in mask_pairs]
         self.mask_pks = b"".join(pk for _, pk, _ in mask_pairs)
         self._loaded = {channel_sk: channel_key} | {sk: key for sk, _, key in mask_pairs}
+        member, signature = b"", b""
+        if self.roster is not None:  # the identity key vouches for the round-0 keys
+            member = self.identity_name.encode()
+            payload = identity_payload(
+                self.roster.digest,
+                self._setup_canonical(),
+                self.client_id,
+                member,
+                channel_pk,
+                self.mask_pks,
+                signing_pk,
+            )
+            signature = crypto.sign(self._identity, payload)
+        self._identity = b""  # used once: the state written between rounds never holds it
         self.phase = "advertised"
         return AdvertiseKeys(
             session=self.session,
@@ -213,6 +264,8 @@ class SecAggClient:
             mask_keys=self.mask_pks,
             seed_commitments=commitments,
             signing_key=signing_pk,
+            identity=member,
+            identity_signature=signature,
         ).to_dict()
 
     @property
@@ -248,10 +301,13 @@ class SecAggClient:
         self._check_session(msg.session)
         me = self.client_id
         index, neighbours = check_directory(self, msg)
+        if self.roster is not None:  # every key shown signed by its owner's roster member
+            check_identities(self.roster, self.identity_name, me, self._setup_canonical(), msg)
         signing: dict[int, bytes] = {}
+        # n is counted on the complete graph (check_directory), bound into the session id else
+        n = msg.num_advertised
+        check_safe(self, self.consistency, self.complete, self.threshold, n, self.degree)
         if self.consistency:
-            # n is counted: the complete graph shows every advertised key (check_directory)
-            check_safe(self, 1, self.complete, self.threshold, msg.num_advertised)
             for j, p in index.items():
                 if len(msg.signing_keys[p]) != crypto.KEY_BYTES:
                     raise MessageRejected(f"client {j}'s signing key is malformed.")
@@ -514,6 +570,12 @@ class SecAggClient:
             )
         survivor_set, dropped_set = check_unmask_request(self, msg)
         me = self.client_id
+        # the node's own floor once more, on the n it counted (the state is the client's own)
+        try:
+            n = self.num_advertised
+            check_safe(self, self.consistency, self.complete, self.threshold, n, self.degree)
+        except MessageRejected as exc:
+            raise UnmaskRefused(str(exc)) from None
         if self.consistency:
             check_signatures(self, msg)
         s = msg.summation

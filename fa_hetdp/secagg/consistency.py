@@ -20,7 +20,7 @@ import numpy as np
 
 from . import crypto
 from .errors import MessageRejected, UnmaskRefused
-from .params import min_signatures
+from .params import min_private_threshold, min_signatures
 
 if TYPE_CHECKING:
     from .client import SecAggClient
@@ -37,10 +37,23 @@ def consistency_payload(session_id: bytes, summation: int, survivors: tuple[int,
 
 
 def check_safe(
-    client: SecAggClient, consistency: int, complete: bool, threshold: int, n: int
+    client: SecAggClient, consistency: int, complete: bool, threshold: int, n: int, degree: int
 ) -> None:
-    """Refuse a session below this client's own safe minimums (malicious server)."""
+    """Refuse a session below this client's own safe minimums, whatever the server says.
+
+    Malicious server: the consistency round on the complete graph and ``t >=``
+    :func:`min_signatures` ``(n, gamma)``. Honest-but-curious with ``gamma > 0`` (a node's
+    own floor): ``t >=`` :func:`min_private_threshold` ``(n, degree, gamma)``.
+    """
     if client.threat_model != "malicious-server":
+        if client.gamma > 0:
+            floor = min_private_threshold(n, degree, client.gamma)
+            if threshold < floor:
+                raise MessageRejected(
+                    f"client {client.client_id} guards against gamma = {client.gamma:g}: it "
+                    f"needs threshold >= {floor} for n = {n} on degree {degree} (n P[Bin(k, "
+                    f"gamma) >= t] <= 2^-40); the server offers threshold={threshold}."
+                )
         return
     needed = min_signatures(n, client.gamma)
     if not consistency or not complete or threshold < needed:

@@ -21,13 +21,30 @@ from .client import SecAggClient
 from .encoding import FixedPointEncoding, FloatArray, choose_encoding
 from .errors import EncodingError, MessageRejected
 from .graph import Neighbours, default_degree
+from .identity import Roster, generate_roster
 from .params import ThreatModel
 from .server import SecAggServer, SumResult
 
-__all__ = ["InProcessSession", "Phase", "default_threshold", "run_in_process"]
+__all__ = [
+    "InProcessSession",
+    "Phase",
+    "default_threshold",
+    "in_process_identities",
+    "run_in_process",
+]
 
 Phase = Literal["advertise_keys", "share_keys", "masked_input", "unmask"]
 Dropouts = Mapping[Phase, Collection[int]]
+
+
+def in_process_identities(n: int) -> tuple[dict[int, bytes], Roster]:
+    """Return fresh identity keys for clients ``0 .. n-1`` (members ``client-i``) and their roster.
+
+    For one process only: keys and roster are made side by side, so a session exercises the
+    signatures and checks, not the out-of-band distribution a deployment relies on.
+    """
+    keys, roster = generate_roster([f"client-{i}" for i in range(n)])
+    return {i: keys[f"client-{i}"] for i in range(n)}, roster
 
 
 def default_threshold(n: int, neighbours: Neighbours = None) -> int:
@@ -89,7 +106,12 @@ class InProcessSession:
         and makes every client insist on it, on the complete graph and on a threshold of at
         least :func:`secagg.params.min_signatures` for ``gamma``.
     gamma : float
-        Corrupt fraction the clients guard against (malicious-server only).
+        Corrupt fraction the clients guard against (see :class:`SecAggClient`).
+    identities, roster : optional
+        Client ``i``'s raw Ed25519 identity key ``identities[i]`` and the roster that lists
+        them all (:mod:`fa_hetdp.secagg.identity`): every client signs its round-0 keys and
+        checks everyone else's. Required with ``"malicious-server"``;
+        :func:`in_process_identities` makes a set for one process.
     """
 
     def __init__(
@@ -103,9 +125,19 @@ class InProcessSession:
         rng: np.random.Generator,
         threat_model: ThreatModel = "honest-but-curious",
         gamma: float = 0.0,
+        identities: Mapping[int, bytes] | None = None,
+        roster: Roster | None = None,
     ) -> None:
         self.n = int(n)
         self.rng = rng
+        if threat_model == "malicious-server" and (roster is None or identities is None):
+            raise ValueError(
+                "threat model malicious-server needs roster= and identities= (client i's "
+                "identity key), e.g. identities, roster = in_process_identities(n): without "
+                "a roster the server can substitute every client's keys."
+            )
+        if roster is not None and (identities is None or set(identities) != set(range(n))):
+            raise ValueError(f"a roster needs identities= for every client 0 .. {n - 1}.")
         self.server = SecAggServer(
             range(self.n),
             threshold=threshold,
@@ -115,7 +147,14 @@ class InProcessSession:
             consistency=threat_model == "malicious-server",
         )
         self.clients = {
-            i: SecAggClient(i, threat_model=threat_model, gamma=gamma) for i in range(self.n)
+            i: SecAggClient(
+                i,
+                threat_model=threat_model,
+                gamma=gamma,
+                identity=None if identities is None else identities[i],
+                roster=roster,
+            )
+            for i in range(self.n)
         }
         with _gc_paused():
             self._key_rounds(dropouts)
@@ -216,6 +255,8 @@ def run_in_process(
     threat_model: ThreatModel = ...,
     gamma: float = ...,
     modulus_bits: int = ...,
+    identities: Mapping[int, bytes] | None = ...,
+    roster: Roster | None = ...,
 ) -> SumResult: ...
 
 
@@ -232,6 +273,8 @@ def run_in_process(
     threat_model: ThreatModel = ...,
     gamma: float = ...,
     modulus_bits: int = ...,
+    identities: Mapping[int, bytes] | None = ...,
+    roster: Roster | None = ...,
 ) -> list[SumResult]: ...
 
 
@@ -247,6 +290,8 @@ def run_in_process(
     threat_model: ThreatModel = "honest-but-curious",
     gamma: float = 0.0,
     modulus_bits: int = 64,
+    identities: Mapping[int, bytes] | None = None,
+    roster: Roster | None = None,
 ) -> SumResult | list[SumResult]:
     """Run a whole secure-aggregation session over ``n`` in-process clients.
 
@@ -266,8 +311,9 @@ def run_in_process(
         Graph permutation and stochastic rounding.
     bounds, noise_std
         See :meth:`InProcessSession.sum`.
-    threat_model, gamma
-        See :class:`InProcessSession`.
+    threat_model, gamma, identities, roster
+        See :class:`InProcessSession` (``"malicious-server"`` needs ``identities`` and
+        ``roster``, e.g. from :func:`in_process_identities`).
     modulus_bits : {64, 32}
         The ring ``Z_2^m`` of every sum.
 
@@ -293,6 +339,8 @@ def run_in_process(
         rng=rng,
         threat_model=threat_model,
         gamma=gamma,
+        identities=identities,
+        roster=roster,
     )
     results = [
         session.sum(

@@ -259,7 +259,9 @@ class AdvertiseKeys(Message):
     ``mask_keys`` concatenates one 32-byte public mask key per summation,
     ``seed_commitments`` one 32-byte commitment per summation to the self-mask seed
     (:func:`secagg.crypto.commit_seed`), and ``signing_key`` is the Ed25519 public key of the
-    consistency round (empty when the session has none).
+    consistency round (empty when the session has none). With a roster, ``identity`` is the
+    roster member the client is (UTF-8 name) and ``identity_signature`` its identity key's
+    Ed25519 signature of :func:`secagg.identity.identity_payload`; both empty without one.
     """
 
     TAG: ClassVar[bytes] = b"secagg/advertise-keys"
@@ -269,6 +271,8 @@ class AdvertiseKeys(Message):
     mask_keys: bytes
     seed_commitments: bytes
     signing_key: bytes
+    identity: bytes = b""
+    identity_signature: bytes = b""
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> AdvertiseKeys:
@@ -279,6 +283,8 @@ class AdvertiseKeys(Message):
             mask_keys=_bytes(data["mask_keys"], "mask_keys"),
             seed_commitments=_bytes(data["seed_commitments"], "seed_commitments"),
             signing_key=_bytes(data["signing_key"], "signing_key"),
+            identity=_bytes(data["identity"], "identity"),
+            identity_signature=_bytes(data["identity_signature"], "identity_signature"),
         )
 
 
@@ -290,7 +296,9 @@ class KeyDirectory(Message):
     the SHA-256 of their sorted ids (:func:`secagg.crypto.id_digest`); both enter the session
     id. ``key_owners`` (sorted) are the clients whose keys follow, aligned with
     ``channel_keys``, ``mask_keys`` and ``signing_keys``: the recipient and its neighbours
-    that advertised (O(k) keys; every client on the complete graph).
+    that advertised (O(k) keys; every client on the complete graph). ``identities`` and
+    ``identity_signatures`` forward each owner's roster member and identity signature
+    (:class:`AdvertiseKeys`; empty bytes without a roster).
     """
 
     TAG: ClassVar[bytes] = b"secagg/key-directory"
@@ -301,6 +309,8 @@ class KeyDirectory(Message):
     channel_keys: tuple[bytes, ...]
     mask_keys: tuple[bytes, ...]
     signing_keys: tuple[bytes, ...]
+    identities: tuple[bytes, ...] = ()
+    identity_signatures: tuple[bytes, ...] = ()
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> KeyDirectory:
@@ -310,7 +320,10 @@ class KeyDirectory(Message):
         channel = _bytes_list(data["channel_keys"], "channel_keys")
         mask = _bytes_list(data["mask_keys"], "mask_keys")
         signing = _bytes_list(data["signing_keys"], "signing_keys")
-        if not len(owners) == len(channel) == len(mask) == len(signing):
+        identities = _bytes_list(data["identities"], "identities")
+        signatures = _bytes_list(data["identity_signatures"], "identity_signatures")
+        lengths = {len(x) for x in (owners, channel, mask, signing, identities, signatures)}
+        if len(lengths) != 1:
             raise MessageRejected("key directory lists differ in length.")
         return cls(
             session=_bytes(data["session"], "session"),
@@ -320,6 +333,8 @@ class KeyDirectory(Message):
             channel_keys=channel,
             mask_keys=mask,
             signing_keys=signing,
+            identities=identities,
+            identity_signatures=signatures,
         )
 
     def canonical(self) -> bytes:

@@ -38,6 +38,7 @@ __all__ = [
     "ThreatModel",
     "binomial_tail_at_least",
     "choose_parameters",
+    "min_private_threshold",
     "min_signatures",
 ]
 
@@ -73,6 +74,19 @@ def min_signatures(n: int, gamma: float) -> int:
     """
     corrupt = math.ceil(gamma * n - 1e-12)
     return (n + corrupt) // 2 + 1
+
+
+def min_private_threshold(n: int, degree: int, gamma: float, sigma: float = 40.0) -> int:
+    """Return the smallest ``t`` a client accepts for ``gamma`` against an honest server.
+
+    The privacy tail of :func:`choose_parameters`: the smallest ``t >= 2`` with ``n *
+    P[Bin(k, gamma) >= t] <= 2^-sigma`` for ``k = min(degree, n - 1)`` share holders
+    (``k + 1``, never met, when no ``t <= k`` is private enough).
+    """
+    k = min(degree, n - 1)
+    g, bound = _fraction(gamma, "gamma"), Fraction(2.0**-sigma)
+    t = next((t for t in range(1, k + 1) if n * binomial_tail_at_least(k, g, t) <= bound), k + 1)
+    return max(t, 2)
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,11 @@ class SecAggServer:
                 f"client {msg.sender} sent a signing key of {len(msg.signing_key)} bytes, "
                 f"expected {size if self.consistency else 0}."
             )
+        if len(msg.identity) > 64 or len(msg.identity_signature) not in (0, 64):
+            raise MessageRejected(
+                f"client {msg.sender} sent an identity of {len(msg.identity)} bytes (at most "
+                f"64) or an identity signature of {len(msg.identity_signature)} (0 or 64)."
+            )
         keys = [msg.channel_key] + [
             msg.mask_keys[size * s : size * (s + 1)] for s in range(self.num_summations)
         ]
@@ -278,6 +283,8 @@ class SecAggServer:
                 channel_keys=tuple(self.keys[c].channel_key for c in owners),
                 mask_keys=tuple(self.keys[c].mask_keys for c in owners),
                 signing_keys=tuple(self.keys[c].signing_key for c in owners),
+                identities=tuple(self.keys[c].identity for c in owners),
+                identity_signatures=tuple(self.keys[c].identity_signature for c in owners),
             ).to_dict()
         return out
 

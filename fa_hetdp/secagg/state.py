@@ -11,6 +11,8 @@ import json
 from typing import TYPE_CHECKING
 
 from .errors import MessageRejected
+from .identity import Roster
+from .params import THREAT_MODELS
 
 if TYPE_CHECKING:
     from .client import SecAggClient
@@ -26,6 +28,13 @@ def dump_client(client: SecAggClient) -> bytes:
         "client_id": client.client_id,
         "threat_model": client.threat_model,
         "gamma": client.gamma,
+        "identity_name": client.identity_name,
+        "roster": None
+        if client.roster is None
+        else {
+            "digest": client.roster.digest.hex(),
+            "members": {k: v.hex() for k, v in client.roster.members.items()},
+        },
         "consistency": client.consistency,
         "signing_sk": client.signing_sk.hex(),
         "peer_signing_pks": {str(j): v.hex() for j, v in client.peer_signing_pks.items()},
@@ -69,11 +78,19 @@ def load_client(cls: type[SecAggClient], data: bytes) -> SecAggClient:
     """
     try:
         state = json.loads(data)
-        client = cls(
-            int(state["client_id"]),
-            threat_model=state["threat_model"],
-            gamma=float(state["gamma"]),
-        )
+        roster = state["roster"]
+        client = cls(int(state["client_id"]), gamma=float(state["gamma"]))
+        client.threat_model = state["threat_model"]
+        if client.threat_model not in THREAT_MODELS:
+            raise ValueError(f"unknown threat model {client.threat_model!r}")
+        if roster is not None:
+            client.roster = Roster(
+                members={str(k): bytes.fromhex(v) for k, v in roster["members"].items()},
+                digest=bytes.fromhex(roster["digest"]),
+            )
+        elif client.threat_model == "malicious-server":
+            raise ValueError("a malicious-server state without its roster")
+        client.identity_name = str(state["identity_name"])
         client.consistency = int(state["consistency"])
         client.signing_sk = bytes.fromhex(state["signing_sk"])
         client.peer_signing_pks = {

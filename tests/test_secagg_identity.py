@@ -1,0 +1,247 @@
+"""Key substitution by a malicious server, and the roster of identity keys that stops it.
+
+Bonawitz et al.'s malicious-server guarantee (CCS 2017, Sec. 6) assumes a PKI: without one
+the server hands out every public key, so it can give a target client keys it made itself
+for all of the target's peers, read every share the target deals, and unmask its input with
+no colluding client at all. Each test plays the deviating server against the real client
+state machines.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+import pytest
+
+from fa_hetdp.secagg import crypto, shamir
+from fa_hetdp.secagg.client import SecAggClient, share_aad
+from fa_hetdp.secagg.encoding import choose_encoding
+from fa_hetdp.secagg.errors import MessageRejected
+from fa_hetdp.secagg.identity import Roster, RosterError, generate_roster, main
+from fa_hetdp.secagg.inprocess import in_process_identities, run_in_process
+from fa_hetdp.secagg.server import SecAggServer
+
+D = 4
+TARGET = 0
+
+
+def _session(n, t, *, malicious):
+    server = SecAggServer(
+        range(n),
+        threshold=t,
+        num_summations=1,
+        neighbours="complete",
+        rng=np.random.default_rng(7),
+        consistency=malicious,
+    )
+    model = "malicious-server" if malicious else "honest-but-curious"
+    keys, roster = in_process_identities(n) if malicious else ({}, None)
+    clients = {
+        i: SecAggClient(i, threat_model=model, identity=keys.get(i), roster=roster)
+        for i in range(n)
+    }
+    setup = server.setup_messages()
+    for c in clients.values():
+        server.receive_advertise_keys(c.advertise_keys(setup[c.client_id]))
+    return server, clients
+
+
+def _key_substitution(server, clients, x):
+    """The server shows the target its own keys for every peer and unmasks the target.
+
+    Returns the target's input as the server recovers it, with no colluding client; raises
+    the target's refusal (MessageRejected) when the directory does not pass its checks.
+    """
+    t, n = server.threshold, len(clients)
+    directories = server.key_directory()
+    real = dict(directories[TARGET])
+    owners = list(real["key_owners"])
+    channel, mask, signing = (list(real[k]) for k in ("channel_keys", "mask_keys", "signing_keys"))
+    fake: dict[int, tuple[bytes, bytes]] = {}
+    for p, j in enumerate(owners):
+        if j == TARGET:
+            continue
+        channel_sk, channel[p] = crypto.generate_keypair()
+        mask_sk, mask[p] = crypto.generate_keypair()
+        _, public_signing = crypto.generate_signing_key()
+        signing[p] = public_signing if signing[p] else b""
+        fake[j] = (channel_sk, mask_sk)
+    tampered = {**real, "channel_keys": channel, "mask_keys": mask, "signing_keys": signing}
+    target = clients[TARGET]
+    share_reply = target.share_keys(tampered)  # an honest target refuses here
+    server.receive_share_keys(share_reply)
+    for i in range(1, n):  # everyone else sees the real directory
+        server.receive_share_keys(clients[i].share_keys(directories[i]))
+    # the server reads the target's shares: the channel keys are its own
+    shares = {}
+    for j, blob in zip(share_reply["recipients"], share_reply["ciphertexts"], strict=True):
+        agreed = crypto.agree(fake[j][0], target.channel_pk)
+        _, receive = crypto.derive_channel_keys(agreed, server.session_id, j, TARGET)
+        plain = crypto.open_sealed(receive, blob, share_aad(server.session_id, TARGET, j))
+        shares[j] = np.frombuffer(plain[16:], dtype="<u4").reshape(2, shamir.LIMBS)
+    holders = sorted(shares)[:t]
+    stacked = np.stack([shares[h] for h in holders]).astype(np.uint32)
+    mask_key, seed = shamir.reconstruct([server.rank[h] for h in holders], stacked, t)
+    # the target masks its input; the server removes every mask it now knows
+    encoding = choose_encoding(n, np.full(D, 100.0))
+    request = dict(server.start_summation(encoding)[TARGET])
+    forged = []  # the peers' shares for the target: the server deals them itself
+    for j in request["senders"]:
+        agreed = crypto.agree(fake[j][0], target.channel_pk)
+        send, _ = crypto.derive_channel_keys(agreed, server.session_id, j, TARGET)
+        plain = struct.pack("<QQ", j, TARGET) + bytes(2 * shamir.LIMBS * 4)
+        forged.append(crypto.seal(send, plain, share_aad(server.session_id, j, TARGET)))
+    request["ciphertexts"] = forged
+    vector = target.masked_input(request, x[TARGET], rng=np.random.default_rng(0))["vector"]
+    total = vector - crypto.mask_keystream(seed, encoding.length)
+    for j in range(1, n):
+        agreed = crypto.agree(fake[j][1], target.mask_pks)
+        pair = crypto.derive_mask_key(agreed, server.session_id, TARGET, j, 0)
+        total = total - crypto.mask_keystream(pair, encoding.length)
+    assert mask_key  # the mask key was exposed too (the target's pairwise masks)
+    return encoding.decode(total, 1)
+
+
+def _inputs(n):
+    return np.random.default_rng(11).integers(-100, 100, size=(n, D)).astype(np.float64)
+
+
+def test_key_substitution_recovers_an_input_against_honest_but_curious():
+    # The model excludes it: an honest-but-curious server forwards the keys it received.
+    n = 6
+    server, clients = _session(n, 4, malicious=False)
+    x = _inputs(n)
+    assert np.array_equal(_key_substitution(server, clients, x), x[TARGET])
+
+
+def test_key_substitution_is_refused_in_malicious_server_mode():
+    # Before the roster: the target accepted the server's keys and its input was recovered
+    # exactly with no colluding client. Now every round-0 key is signed by the identity key
+    # of the roster member its owner claims to be; the substituted keys carry no such
+    # signature and the target refuses the directory (it never sends a share).
+    n = 6
+    server, clients = _session(n, 4, malicious=True)
+    x = _inputs(n)
+    with pytest.raises(MessageRejected, match="identity"):
+        recovered = _key_substitution(server, clients, x)
+        assert not np.array_equal(recovered, x[TARGET])
+
+
+def _directories(n=5, t=3):
+    server, clients = _session(n, t, malicious=True)
+    return server, clients, server.key_directory()
+
+
+def test_a_member_claimed_by_two_client_ids_is_refused():
+    # a Sybil: the server replays member 2's name (and its signature) for client 3's row
+    _server, clients, directories = _directories()
+    d = dict(directories[0])
+    names, signatures = list(d["identities"]), list(d["identity_signatures"])
+    names[3], signatures[3] = names[2], signatures[2]
+    with pytest.raises(MessageRejected, match="claimed by clients 2 and 3"):
+        clients[0].share_keys({**d, "identities": names, "identity_signatures": signatures})
+
+
+def test_an_id_whose_member_is_not_on_the_roster_is_refused():
+    _server, clients, directories = _directories()
+    d = dict(directories[0])
+    names = list(d["identities"])
+    names[4] = b"mallory"
+    with pytest.raises(MessageRejected, match="'mallory', not a member of the roster"):
+        clients[0].share_keys({**d, "identities": names})
+
+
+def test_a_signature_from_another_session_is_refused():
+    # the identity signature binds the session: keys signed for one session fail in another
+    _server, clients, directories = _directories()
+    _other, _other_clients, other_dirs = _directories()
+    d = dict(directories[0])
+    for key in ("channel_keys", "mask_keys", "signing_keys", "identity_signatures"):
+        rows = list(d[key])
+        rows[1] = other_dirs[0][key][1]
+        d[key] = rows
+    with pytest.raises(MessageRejected, match="not signed by the identity key"):
+        clients[0].share_keys(d)
+
+
+def test_malicious_server_mode_refuses_to_start_without_a_roster():
+    with pytest.raises(ValueError, match="needs a roster of identity keys"):
+        SecAggClient(0, threat_model="malicious-server")
+    with pytest.raises(ValueError, match="needs roster= and identities="):
+        run_in_process(
+            _inputs(5),
+            threshold=3,
+            neighbours="complete",
+            rng=np.random.default_rng(0),
+            threat_model="malicious-server",
+        )
+    _keys, roster = generate_roster(["a", "b"])
+    with pytest.raises(ValueError, match="not on the roster"):
+        SecAggClient(0, threat_model="malicious-server", identity=b"\x01" * 32, roster=roster)
+
+
+def test_in_process_malicious_server_session_with_a_roster_sums_exactly():
+    x = _inputs(7)
+    identities, roster = in_process_identities(7)
+    result = run_in_process(
+        x,
+        threshold=5,
+        neighbours="complete",
+        rng=np.random.default_rng(0),
+        threat_model="malicious-server",
+        gamma=1 / 7,
+        identities=identities,
+        roster=roster,
+        dropouts={"masked_input": {6}},
+    )
+    assert np.array_equal(result.sum, x[:6].sum(axis=0))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("members = 3", "exactly one non-empty table"),
+        ("[members]\n", "exactly one non-empty table"),
+        ('[members]\n"a b" = "00"', "member name 'a b'"),
+        ('[members]\na = "xyz"', "member 'a': the identity key must be 64"),
+        ("[members\n", "not a TOML roster"),
+        ('[members]\na = "' + "00" * 32 + '"\n[other]\n', "got keys ['members', 'other']"),
+    ],
+)
+def test_a_malformed_roster_gets_a_one_line_error(text, message):
+    with pytest.raises(RosterError, match=re.escape(message)) as caught:
+        Roster.from_bytes(text.encode(), source="roster r.toml")
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("roster r.toml")
+
+
+def test_a_roster_listing_one_key_twice_is_refused():
+    _, roster = generate_roster(["a"])
+    key = roster.members["a"].hex()
+    text = f'[members]\na = "{key}"\nb = "{key}"\n'
+    with pytest.raises(RosterError, match="listed for two members"):
+        Roster.from_bytes(text.encode())
+
+
+def test_the_command_line_writes_keys_and_a_roster_and_prints_its_sha256(tmp_path, capsys):
+    import hashlib
+    import stat
+
+    from fa_hetdp.secagg.identity import load_identity_key, public_identity
+
+    for name in ("owner-0", "owner-1"):
+        assert main(["keygen", str(tmp_path / f"{name}.identity")]) == 0
+    key_file = tmp_path / "owner-0.identity"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    roster_path = tmp_path / "roster.toml"
+    pairs = [f"{n}={tmp_path / n}.identity.pub" for n in ("owner-0", "owner-1")]
+    assert main(["roster", str(roster_path), *pairs]) == 0
+    digest = hashlib.sha256(roster_path.read_bytes()).hexdigest()
+    assert f"2 members, SHA-256 {digest}" in capsys.readouterr().out
+    roster = Roster.load(roster_path)
+    assert roster.sha256 == digest
+    assert roster.member_of(public_identity(load_identity_key(key_file))) == "owner-0"
+    assert main(["keygen", str(key_file)]) == 2  # never overwrites a key
+    (tmp_path / "bad.toml").write_text("[members]\n")
+    assert main(["digest", str(tmp_path / "bad.toml")]) == 2
