@@ -245,3 +245,24 @@ def test_the_command_line_writes_keys_and_a_roster_and_prints_its_sha256(tmp_pat
     assert main(["keygen", str(key_file)]) == 2  # never overwrites a key
     (tmp_path / "bad.toml").write_text("[members]\n")
     assert main(["digest", str(tmp_path / "bad.toml")]) == 2
+
+
+def test_the_guarantee_names_what_the_malicious_server_mode_assumes():
+    # Before: "a server that may deviate (malicious; a consistency round ...)" with no word
+    # on the PKI it rests on, the roster's distribution, or who bounds the colluders.
+    from fa_hetdp.secagg.params import choose_parameters
+
+    malicious = choose_parameters(20, gamma=0.1, delta=0.0, threat_model="malicious-server")
+    text = malicious.guarantee()
+    for phrase in (
+        "roster of Ed25519 identity keys",
+        "distributed out of band",
+        "compared by its SHA-256",
+        "at most gamma n = 2 of the 20 clients collude",
+        "secagg-min-gamma",
+        "identity keys stay with their owners",
+    ):
+        assert phrase in text, phrase
+    honest = choose_parameters(20, gamma=0.1, delta=0.0).guarantee()
+    assert "forwards every public key as received" in honest
+    assert "roster" not in honest

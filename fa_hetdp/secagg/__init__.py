@@ -19,7 +19,17 @@ committed in round 0, reconstructed secrets are checked, and senders of bad shar
 (``SumResult.cheaters``) and excluded. ``"malicious-server"``: a consistency round with
 Ed25519 signatures on the survivor list (:mod:`fa_hetdp.secagg.consistency`,
 :meth:`SecAggServer.consistency_request`, :meth:`SecAggClient.sign_survivors`), complete graph,
-``t >= min_signatures(n, gamma)``. Not covered: Sybil clients without a PKI, traffic analysis.
+``t >= min_signatures(n, gamma)``, and a PKI: a roster of Ed25519 identity keys
+(:mod:`fa_hetdp.secagg.identity`, the same file on every node, compared by SHA-256) with which
+each client signs its round-0 keys; a client refuses a key directory with a key not signed by
+the roster member its owner claims to be, so the server can neither substitute keys nor add
+clients. The mode refuses to start without a roster (``SecAggClient(identity=, roster=)``,
+``run_in_process(identities=, roster=)``, :func:`in_process_identities`). Guarantee: as in the
+honest-but-curious model, assuming the roster, identity keys that stay with their owners and at
+most ``gamma n`` colluding clients (``gamma`` the client's own, never the server's word).
+Honest-but-curious sessions may use a roster too; without one they assume the server forwards
+every key as received. Not covered: traffic analysis, a colluding roster member beyond
+``gamma n``. :meth:`SecAggParameters.guarantee` says all of this in words.
 With a SecAgg+ graph, "the sum" is the sum over survivors as long as the honest survivors stay
 connected (see :mod:`fa_hetdp.secagg.graph`).
 

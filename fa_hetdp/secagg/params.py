@@ -126,12 +126,30 @@ class SecAggParameters:
     def guarantee(self) -> str:
         """Return the guarantee in words."""
         graph = "the complete graph" if self.complete else f"a random {self.degree}-regular graph"
-        server = (
-            "a server that may deviate (malicious; a consistency round with Ed25519 "
-            "signatures binds every unmasking to one survivor list)"
-            if self.threat_model == "malicious-server"
-            else "an honest-but-curious server"
-        )
+        corrupt = math.ceil(self.gamma * self.n - 1e-12)
+        if self.threat_model == "malicious-server":
+            server = (
+                "a server that may deviate (malicious: it may drop, reorder, alter or invent "
+                "messages and show clients different views)"
+            )
+            assumes = (
+                " Assumed: every data owner holds the same roster of Ed25519 identity keys, "
+                "distributed out of band and compared by its SHA-256, and a client accepts "
+                "only round-0 keys signed by the roster member their owner claims to be (the "
+                "server can neither substitute keys nor add clients off the roster); the "
+                "identity keys stay with their owners; at most gamma n = "
+                f"{corrupt} of the {self.n} clients collude with the server, a bound each "
+                "node enforces itself (its secagg-min-gamma: t >= floor((n + ceil(gamma n)) / "
+                "2) + 1, whatever the run config says); a consistency round of Ed25519 "
+                "signatures binds every unmasking to one survivor list. Not covered: traffic "
+                "analysis, and a roster member that colludes counts among the gamma n."
+            )
+        else:
+            server = (
+                "an honest-but-curious server (it follows the protocol and forwards every "
+                "public key as received)"
+            )
+            assumes = ""
         return (
             f"n = {self.n} clients on {graph}: each client's secrets are shared among its "
             f"{min(self.degree, self.n - 1)} neighbours (never itself), t = {self.threshold} "
@@ -140,6 +158,7 @@ class SecAggParameters:
             f"probability <= 2^{self.privacy_failure:.1f} (target 2^-{self.sigma:g}); with up "
             f"to a fraction delta = {self.delta:g} of dropouts, every sum completes except "
             f"with probability <= 2^{self.correctness_failure:.1f} (target 2^-{self.eta:g})."
+            + assumes
         )
 
 
