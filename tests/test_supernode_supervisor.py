@@ -14,7 +14,7 @@ import pytest
 
 from fa_hetdp.cli.cluster import _pid_alive
 from fa_hetdp.cli.main import main
-from fa_hetdp.cli.supernode import supervise
+from fa_hetdp.cli.supernode import SUPEREXEC, supervise
 
 
 def stand_in(tmp_path: Path, code: int) -> tuple[list[str], Path]:
@@ -56,3 +56,77 @@ def test_the_command_needs_the_supernode_arguments(capsys: pytest.CaptureFixture
     assert main(["supernode"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "after '--'" in err
+
+
+# ---------------------------------------------------------------------------- PATH, start-up
+# flower-supernode starts its SuperExec by name (``subprocess.Popen(["flower-superexec",
+# ...])``, flwr 1.42 ``start_client_internal.py``). Run by an absolute path, from pipx or
+# under systemd, the venv's programs are not on PATH: the Popen fails, the SuperNode's gRPC
+# threads keep it alive, and it never comes online and never exits. The stand-ins below live
+# in a folder that plays the venv's ``bin`` (``sys.executable``'s folder).
+
+
+def fake_venv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, supernode: str, *, superexec: bool
+) -> Path:
+    import os
+    import sys
+
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    programs = {"flower-supernode": supernode}
+    if superexec:
+        programs["flower-superexec"] = f'#!/bin/sh\necho "$PATH" > {tmp_path}/superexec-ran\n'
+    for name, text in programs.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", "/bin"]))  # no venv on it
+    return bin_dir
+
+
+def test_without_the_venv_on_path_the_supernode_still_finds_its_superexec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As flwr does: start flower-superexec by name, then run (here: exit after a moment).
+    supernode = "#!/bin/sh\nflower-superexec --parent-pid $$\nsleep 0.5\nexit 0\n"
+    bin_dir = fake_venv(tmp_path, monkeypatch, supernode, superexec=True)
+    assert main(["supernode", "--grace", "0.5", "--", "--superlink", "127.0.0.1:1"]) == 0
+    ran = tmp_path / "superexec-ran"
+    assert ran.exists(), "flower-superexec was not found by the SuperNode"
+    assert ran.read_text().split(":")[0] == str(bin_dir)  # the venv's programs first
+
+
+def test_a_missing_superexec_is_refused_before_the_supernode_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = tmp_path / "supernode-started"
+    supernode = f"#!/bin/sh\ntouch {started}\nsleep 2\nexit 0\n"
+    fake_venv(tmp_path, monkeypatch, supernode, superexec=False)
+    code = main(["supernode", "--", "--superlink", "127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code != 0 and not started.exists()
+    assert err.count("\n") == 1 and "flower-superexec" in err
+
+
+def test_a_supernode_whose_superexec_never_runs_is_stopped_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The real hang: alive, no SuperExec (its start failed), never exits by itself.
+    script = tmp_path / "supernode.sh"
+    script.write_text("#!/bin/sh\nexec sleep 300\n")
+    started = time.monotonic()
+    code = supervise(["/bin/sh", str(script)], grace=0.5, superexec_wait=1.0)
+    assert code != 0
+    assert time.monotonic() - started < 60  # stopped by the check, not by the sleep
+    err = capsys.readouterr().err
+    assert f"no {SUPEREXEC} has been running" in err and "stopping it" in err
+
+
+def test_the_isolation_process_mode_needs_no_superexec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    supernode = "#!/bin/sh\nsleep 0.2\nexit 0\n"
+    fake_venv(tmp_path, monkeypatch, supernode, superexec=False)
+    argv = ["supernode", "--", "--superlink", "127.0.0.1:1", "--isolation", "process"]
+    assert main(argv) == 0

@@ -49,6 +49,7 @@ __all__ = [
     "free_port",
     "is_app_dir",
     "process_stats",
+    "programs_path",
     "read_progress",
     "run_simulation",
     "toml_value",
@@ -131,6 +132,16 @@ def find_program(name: str) -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which(name)
+
+
+def programs_path(path: str) -> str:
+    """Return ``path`` (a ``PATH`` value) with the running interpreter's folder first.
+
+    Flower starts its helpers (``flower-superexec``, ``flwr-serverapp``, ...) by name: the
+    venv's own programs are found first, also when the venv is not activated (a program run
+    by its absolute path, from pipx, under systemd).
+    """
+    return str(Path(sys.executable).parent) + (os.pathsep + path if path else "")
 
 
 CONNECTION_NAME = "fa-hetdp"
@@ -303,10 +314,7 @@ class FlowerCluster:
         python_path = env.get("PYTHONPATH", "")
         if is_app_dir(APP_DIR):
             env["PYTHONPATH"] = str(APP_DIR) + (os.pathsep + python_path if python_path else "")
-        # Flower starts its helpers (flower-superexec, flwr-serverapp, ...) by name: the
-        # venv's own programs first, also when the venv is not activated.
-        path = env.get("PATH", "")
-        env["PATH"] = str(Path(sys.executable).parent) + (os.pathsep + path if path else "")
+        env["PATH"] = programs_path(env.get("PATH", ""))
         return env
 
     # -- processes -------------------------------------------------------------------------

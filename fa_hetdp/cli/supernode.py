@@ -12,6 +12,16 @@ what is still there after ``--grace`` seconds. It exits with the SuperNode's exi
 
 A supervisor killed with SIGKILL cannot clean up: under systemd keep the default
 ``KillMode=control-group`` (docs/deployment.md).
+
+The SuperNode starts its SuperExec by name (``flower-superexec``, looked up on ``PATH``).
+Started by an absolute path, from pipx or under systemd, the venv's programs are not on
+``PATH``: the SuperExec fails to start and the SuperNode never comes online and never exits.
+So the SuperNode gets the ``PATH`` that ``fa-hetdp run`` gives its children (the folder of
+the running interpreter's programs first, :func:`fa_hetdp.cli.cluster.programs_path`); a
+``flower-superexec`` found nowhere is refused before the SuperNode starts, and a SuperNode
+that has had no SuperExec for :data:`SUPEREXEC_WAIT` seconds (it could not start one, or it
+exited) is stopped with the reason and exit code 1. ``--isolation process`` (ClientApps
+started by someone else) needs no SuperExec and is not checked.
 """
 
 from __future__ import annotations
@@ -19,17 +29,31 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from fa_hetdp.cli.cluster import process_stats
+from fa_hetdp.cli.cluster import _descendants, process_stats, programs_path
 
-__all__ = ["add_arguments", "group_alive", "run_command", "supervise"]
+__all__ = [
+    "SUPEREXEC",
+    "SUPEREXEC_WAIT",
+    "add_arguments",
+    "group_alive",
+    "run_command",
+    "superexec_running",
+    "supervise",
+]
+
+#: The program a SuperNode starts for its ClientApps (``--isolation subprocess``, the default).
+SUPEREXEC = "flower-superexec"
+#: Seconds a SuperNode may be without a running SuperExec before it is stopped as broken.
+SUPEREXEC_WAIT = 60.0
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -68,21 +92,71 @@ def _end_group(pgid: int, grace: float) -> None:
         time.sleep(0.05)
 
 
-def supervise(argv: Sequence[str], *, grace: float = 10.0) -> int:
-    """Run ``argv`` in a new process group; end the group when it exits; return its code."""
-    child = subprocess.Popen(list(argv), start_new_session=True)
+def superexec_running(pid: int) -> bool:
+    """Whether a live descendant of ``pid`` runs ``flower-superexec`` (Linux ``/proc``).
+
+    A console script shows as ``python .../flower-superexec ...``: the first two words of
+    its command line are looked at.
+    """
+    for child in _descendants(pid):
+        try:
+            words = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[:2]
+        except OSError:
+            continue
+        if any(Path(os.fsdecode(w)).name == SUPEREXEC for w in words):
+            return True
+    return False
+
+
+def supervise(
+    argv: Sequence[str],
+    *,
+    grace: float = 10.0,
+    superexec_wait: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``argv`` in a new process group; end the group when it exits; return its code.
+
+    With ``superexec_wait`` (seconds; Linux), a child that has had no running
+    ``flower-superexec`` below it for that long -- it could not start one, or it exited --
+    is stopped, with the reason on stderr, and the code is 1.
+    """
+    child = subprocess.Popen(list(argv), start_new_session=True, env=env)
+    stopping = False
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    watch = superexec_wait is not None and Path("/proc").is_dir()
+    seen = time.monotonic()
+    broken = False
     try:
-        code = child.wait()
+        while (code := child.poll()) is None:
+            time.sleep(0.2)
+            if not watch or stopping or broken:
+                continue
+            if superexec_running(child.pid):
+                seen = time.monotonic()
+            elif time.monotonic() - seen > float(superexec_wait or 0.0):
+                broken = True
+                print(
+                    f"fa-hetdp supernode: no {SUPEREXEC} has been running under the SuperNode "
+                    f"for {superexec_wait:.0f} s (it could not be started, or it exited), so "
+                    "it cannot run ClientApps; stopping it (its output above says why)",
+                    file=sys.stderr,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGTERM)
     finally:
         _end_group(child.pid, grace)  # the SuperNode's pid is its group's id
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if broken:
+        return 1
     return 128 - code if code < 0 else code
 
 
@@ -121,4 +195,37 @@ def run_command(args: argparse.Namespace) -> int:
             "command line",
             [("flower-supernode", f"not on PATH nor beside {sys.executable}; pip install flwr")],
         )
-    return supervise([program, *rest], grace=float(args.grace))
+    env = dict(os.environ)
+    env["PATH"] = programs_path(env.get("PATH", ""))  # as fa-hetdp run gives its children
+    needs_superexec = _isolation(rest) != "process"
+    if needs_superexec and shutil.which(SUPEREXEC, path=env["PATH"]) is None:
+        raise ConfigError(
+            "command line",
+            [
+                (
+                    SUPEREXEC,
+                    f"not beside {sys.executable} nor on PATH: the SuperNode starts it for "
+                    "its ClientApps and would never come online; pip install flwr there",
+                )
+            ],
+        )
+    code = supervise(
+        [program, *rest],
+        grace=float(args.grace),
+        superexec_wait=SUPEREXEC_WAIT if needs_superexec else None,
+        env=env,
+    )
+    if code != 0:
+        print(f"fa-hetdp supernode: flower-supernode ended with code {code}", file=sys.stderr)
+    return code
+
+
+def _isolation(argv: Sequence[str]) -> str:
+    """Return flower-supernode's ``--isolation`` value in ``argv`` (default ``subprocess``)."""
+    value = "subprocess"
+    for i, word in enumerate(argv):
+        if word == "--isolation" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith("--isolation="):
+            value = word.partition("=")[2]
+    return value
