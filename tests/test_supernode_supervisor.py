@@ -130,3 +130,53 @@ def test_the_isolation_process_mode_needs_no_superexec(
     fake_venv(tmp_path, monkeypatch, supernode, superexec=False)
     argv = ["supernode", "--", "--superlink", "127.0.0.1:1", "--isolation", "process"]
     assert main(argv) == 0
+
+
+@pytest.mark.slow
+def test_a_real_supernode_started_without_its_venv_on_path_starts_its_superexec(
+    tmp_path: Path,
+) -> None:
+    """The real programs: ``fa-hetdp`` by absolute path, PATH without the venv.
+
+    flower-supernode starts its SuperExec before it connects, so no SuperLink is needed: a
+    SuperNode retrying an unused port must have a ``flower-superexec`` below it.
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from fa_hetdp.cli.cluster import free_port
+    from fa_hetdp.cli.supernode import superexec_running
+
+    program = Path(sys.executable).parent / "fa-hetdp"
+    if not program.is_file():
+        pytest.skip(f"no fa-hetdp program beside {sys.executable}")
+    env = {
+        "PATH": os.pathsep.join(["/usr/bin", "/bin"]),
+        "HOME": str(tmp_path),
+        "FLWR_HOME": str(tmp_path / "flwr-home"),
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+    }
+    argv = [str(program), "supernode", "--grace", "2", "--", "--insecure"]
+    argv += ["--superlink", f"127.0.0.1:{free_port()}", "--port", str(free_port())]
+    log = (tmp_path / "supernode.log").open("wb")
+    supervisor = subprocess.Popen(
+        argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        found = False
+        deadline = time.monotonic() + 120  # start-up on a loaded machine; ends on success
+        while time.monotonic() < deadline and supervisor.poll() is None and not found:
+            found = superexec_running(supervisor.pid)
+            time.sleep(0.5)
+        assert found, (tmp_path / "supernode.log").read_text()[-3000:]
+    finally:
+        os.killpg(supervisor.pid, signal.SIGTERM)
+        try:
+            supervisor.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(supervisor.pid, signal.SIGKILL)
+            supervisor.wait()
+        log.close()
