@@ -60,13 +60,20 @@ def test_the_main_jobs_plan_line_plans_the_main_job() -> None:
     # --variance-floor 0.08 --no-adaptive-floor --no-extra-i2-noise` for the main job: the
     # planner's recommended settings with those flags must be the run's protocol exactly
     # (the centre and the noise shape included, which the line leaves to the defaults).
+    # (and the scenario's corrupt_fraction = 0.05: the honest shares the noise is calibrated to)
     line = (
         "fa-hetdp plan -n 1797 -d 64 --variance-floor 0.08 --no-adaptive-floor --no-extra-i2-noise"
     )
-    assert line in (ROOT / "README.md").read_text()
-    assert line in (ROOT / "scenarios" / "digits-all.toml").read_text()
+    assert line + " --corrupt-fraction 0.05" in (ROOT / "README.md").read_text()
+    toml = (ROOT / "scenarios" / "digits-all.toml").read_text()
+    assert line in toml and "--corrupt-fraction 0.05`" in toml
     planned = recommended_config(
-        epsilon=1.0, delta=1e-5, variance_floor=0.08, adaptive_floor=False, extra_i2_noise=False
+        epsilon=1.0,
+        delta=1e-5,
+        variance_floor=0.08,
+        adaptive_floor=False,
+        extra_i2_noise=False,
+        corrupt_fraction=0.05,
     )
     settings = _settings(scenario="digits-all")
     assert settings.scenario.num_clients == 1797

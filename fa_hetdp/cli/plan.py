@@ -102,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="q of the adaptive floor's rule: at most about q n clients floored (default 0.1)",
     )
+    parser.add_argument(
+        "--corrupt-fraction",
+        type=float,
+        default=None,
+        help="gamma: the fraction of clients that may collude with the server; the noise is "
+        "calibrated to the n - ceil(gamma n) honest shares (default: none assumed)",
+    )
     group = parser.add_argument_group("public assumptions (defaults are conservative)")
     group.add_argument("--within-variance", type=float, default=None, help="typical s_i^2")
     group.add_argument("--coordinate-mean", type=float, default=None, help="typical mu_j")
@@ -146,6 +153,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         out["noise_shape"] = args.noise_shape
     if args.dispersion_center is not None:
         out["dispersion_center"] = args.dispersion_center
+    if args.corrupt_fraction is not None:
+        out["corrupt_fraction"] = args.corrupt_fraction
     return out
 
 

@@ -33,6 +33,7 @@ from fa_hetdp.flower.steps import (
     STEP_LABELS,
     Event,
 )
+from fa_hetdp.protocol.guarantee import Guarantee
 from fa_hetdp.report.results import format_section, released_truth
 from fa_hetdp.stats.registry import STATISTICS
 
@@ -315,33 +316,33 @@ def not_private_notice(run_config: Mapping[str, object], dim: int) -> str | None
 
     from fa_hetdp.errors import BaselineWarning
     from fa_hetdp.flower.settings import RunSettings
-    from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, plan_protocol
+    from fa_hetdp.protocol.plan import plan_protocol
 
     placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
     settings = RunSettings.from_run_config({**placeholders, **run_config})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BaselineWarning)
         plan = plan_protocol(settings.protocol, n=settings.scenario.num_clients, d=dim)
-    reasons = [
-        label
-        for label in plan.labels
-        if label == LABEL_PAPER_PROFILE or "not a DP guarantee" in label or "baseline" in label
-    ]
+    reasons = list(plan.not_dp_because)
     return "NOT differentially private: " + "; ".join(reasons) if reasons else None
 
 
 def privacy_lines(result: Mapping[str, Any]) -> list[str]:
     """Return the privacy statement of a result, shown first: no ε for a non-DP setting.
 
-    Each (ε, δ) shown is one guarantee (ε at δ, or δ at ε, from the same composition).
+    Each (ε, δ) shown is one guarantee (ε at δ, or δ at ε, from the same composition); the
+    lines of the document's ``privacy.guarantee`` follow (unit of privacy, adversary,
+    caveats: :meth:`fa_hetdp.protocol.guarantee.Guarantee.lines`).
     """
     privacy = result.get("privacy", {})
+    stated = privacy.get("guarantee")
+    guarantee = Guarantee.from_dict(stated).lines() if isinstance(stated, Mapping) else []
     if (
         result.get("differentially_private") is False
         or privacy.get("differentially_private") is False
     ):
         reasons = privacy.get("not_private_because") or ["a non-DP setting"]
-        return ["NOT differentially private: " + "; ".join(str(r) for r in reasons)]
+        return ["NOT differentially private: " + "; ".join(str(r) for r in reasons), *guarantee]
     pairs = privacy.get("guarantees", [])
     if not pairs:
         return ["privacy: nothing was released"] if result.get("status") != "success" else []
@@ -356,14 +357,20 @@ def privacy_lines(result: Mapping[str, Any]) -> list[str]:
         )
     for item in privacy.get("released", []):
         lines.append(f"  released: {item}")
-    return lines
+    return lines + guarantee
 
 
 def print_privacy(result: Mapping[str, Any], *, file: Any = None) -> None:
-    """Print :func:`privacy_lines`, then the secure-aggregation guarantee in words (once)."""
+    """Print :func:`privacy_lines`, then the secure-aggregation guarantee in words (once).
+
+    A document whose ``privacy.guarantee`` names the adversary already says it there.
+    """
     for line in privacy_lines(result):
         print(line, file=file)
     secagg = result.get("secagg")
+    stated = result.get("privacy", {}).get("guarantee")
+    if isinstance(stated, Mapping) and "secure aggregation" in str(stated.get("adversary")):
+        return
     if isinstance(secagg, Mapping) and secagg.get("guarantee"):
         print(f"secure aggregation: {secagg['guarantee']}", file=file)
 

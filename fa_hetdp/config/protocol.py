@@ -22,6 +22,7 @@ _FIELDS = (
     "variance_floor",
     "extra_i2_noise",
     "min_honest_clients",
+    "corrupt_fraction",
     "split",
     "statistics",
     "broadcast_bounds",
@@ -64,7 +65,16 @@ class ProtocolConfig:
         buys no privacy (``I2''`` is already private post-processing of ``Q''``); it only adds
         error, and is kept as the paper's option.
     min_honest_clients : int or None
-        ``t``, the number of clients whose noise shares must suffice (default ``n``).
+        ``t``, the number of clients whose noise shares must suffice. Left out: ``n -
+        ceil(gamma n)`` when ``corrupt_fraction`` states ``gamma``, else ``n``. Each client's
+        share has variance ``sigma^2/t``, so the ``t`` honest shares alone carry ``sigma^2``
+        (``docs/privacy.md``, "Honest shares"). A ``t`` above ``n - ceil(gamma n)`` would count
+        a colluder's share as honest and is refused when the plan is made.
+    corrupt_fraction : float or None
+        ``gamma`` in ``[0, 1)``: the fraction of clients that may collude with the server (the
+        ``[secagg]`` setting of a scenario or run). Their noise shares are not counted: the
+        noise is calibrated to ``n - ceil(gamma n)`` honest shares. None (default) or 0: no
+        colluding clients assumed (every share counted as honest; the result says so).
     split : Mapping[str, float] or None
         Relative budget weight of each release (keys from :data:`RELEASE_NAMES`, values > 0);
         missing keys weigh 1. ``"i2_extra"`` is ignored when ``extra_i2_noise`` is False.
@@ -114,6 +124,7 @@ class ProtocolConfig:
     variance_floor: float = 0.01
     extra_i2_noise: bool = True
     min_honest_clients: int | None = None
+    corrupt_fraction: float | None = None
     split: Mapping[str, float] | None = field(default=None)
     statistics: tuple[str, ...] | None = None
     broadcast_bounds: bool = True
@@ -125,7 +136,11 @@ class ProtocolConfig:
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together
         # under the field names (``epsilon``, ``split.q``, ...).
-        check("ProtocolConfig", {f: getattr(self, f) for f in _FIELDS}, {})
+        # (``corrupt_fraction`` None is "not stated": only a stated gamma is checked.)
+        values = {f: getattr(self, f) for f in _FIELDS}
+        if values["corrupt_fraction"] is None:
+            del values["corrupt_fraction"]
+        check("ProtocolConfig", values, {})
         if self.split is not None:
             object.__setattr__(self, "split", {k: float(v) for k, v in dict(self.split).items()})
         if self.statistics is not None:

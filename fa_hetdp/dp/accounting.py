@@ -45,9 +45,12 @@ from typing import Final
 
 from fa_hetdp._types import Composition
 from fa_hetdp.dp.calibration import (
+    EPSILON_WARNING_THRESHOLD,
     Mechanism,
+    WeakPrivacyWarning,
     _check_delta,
     _check_positive,
+    weak_privacy_label,
 )
 from fa_hetdp.dp.mechanisms import PrivacyEvent, get_mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
@@ -178,6 +181,11 @@ class BudgetPlan:
         The planned releases, in the order given.
     labels : tuple of str
         Human-readable caveats (e.g. :data:`CGM_BASELINE_LABEL`).
+    not_dp : tuple of str
+        Why the plan is not a differential-privacy guarantee (empty when it is one): CGM at
+        some ``epsilon_k >= 1`` (set by :func:`plan_budget`), or a caller's reason such as a
+        sensitivity that ignores the weights (the protocol's ``"paper"`` profile). Such a
+        plan states no ``(epsilon, delta)``: :func:`privacy_spent` returns None for them.
     """
 
     epsilon: float
@@ -186,6 +194,12 @@ class BudgetPlan:
     composition: Composition
     releases: tuple[CalibratedRelease, ...]
     labels: tuple[str, ...] = ()
+    not_dp: tuple[str, ...] = ()
+
+    @property
+    def dp(self) -> bool:
+        """Whether the plan is a differential-privacy guarantee (:attr:`not_dp` is empty)."""
+        return not self.not_dp
 
     def release(self, name: str) -> CalibratedRelease:
         """Return the planned release called ``name``.
@@ -246,15 +260,20 @@ class ReleaseSpent:
 class PrivacySpent:
     """Total privacy spent under exact composition (Dong, Roth & Su, Cor. 3.3).
 
+    Two valid pairs: ``(epsilon, delta)`` and ``(plan epsilon, delta_at_target_epsilon)``;
+    never ``epsilon`` beside ``delta_at_target_epsilon``. For a plan that is not a DP
+    guarantee (:attr:`BudgetPlan.not_dp`) every one of them is None and ``mu`` is NaN: no
+    number is stated for what does not hold.
+
     Attributes
     ----------
-    epsilon : float
+    epsilon : float or None
         Smallest ``epsilon`` at ``delta`` (``inf`` if a counted release got no noise).
-    delta : float
+    delta : float or None
         The plan's ``delta``, at which ``epsilon`` is stated.
     mu : float
-        ``sqrt(sum_k (Delta_k/sigma_eff_k)**2)`` over counted releases.
-    delta_at_target_epsilon : float
+        ``sqrt(sum_k (Delta_k/sigma_eff_k)**2)`` over counted releases (NaN when not DP).
+    delta_at_target_epsilon : float or None
         Exact ``delta`` at the plan's ``epsilon``.
     degraded : bool
         ``True`` if some counted release received less noise than planned.
@@ -264,15 +283,23 @@ class PrivacySpent:
         How the releases were composed and converted (the mechanism's
         :attr:`~fa_hetdp.dp.mechanisms.NoiseMechanism.accounting`); for the discrete
         mechanisms ``mu`` is ``sqrt(2 rho)`` of the composed zCDP ``rho``.
+    not_dp : tuple of str
+        Why this is not a DP guarantee (the plan's :attr:`BudgetPlan.not_dp`); empty if it is.
     """
 
-    epsilon: float
-    delta: float
+    epsilon: float | None
+    delta: float | None
     mu: float
-    delta_at_target_epsilon: float
+    delta_at_target_epsilon: float | None
     degraded: bool
     per_release: tuple[ReleaseSpent, ...]
     accounting: str = "Gaussian DP (Dong-Roth-Su Cor. 3.3), exact for Gaussian noise"
+    not_dp: tuple[str, ...] = ()
+
+    @property
+    def dp(self) -> bool:
+        """Whether this is a differential-privacy guarantee (then epsilon and delta are set)."""
+        return not self.not_dp
 
 
 def _validate_releases(releases: Sequence[ReleaseSpec]) -> tuple[ReleaseSpec, ...]:
@@ -344,10 +371,18 @@ def plan_budget(
         ``"cgm"`` (CGM is a basic-composition baseline of the paper; exact composition needs
         the exact Gaussian calibration of the AGM).
 
+        Also when the calibration cannot converge (``epsilon`` so large that the noise
+        underflows, or the calibrated noise does not give back the target): the message says
+        why, and no plan is returned.
+
     Warns
     -----
     BaselineWarning
         Once, for CGM with some ``epsilon_k >= 1`` (not a DP guarantee).
+    WeakPrivacyWarning
+        For a total ``epsilon`` above
+        :data:`~fa_hetdp.dp.calibration.EPSILON_WARNING_THRESHOLD` (the plan carries the
+        label too).
     """
     epsilon_f = _check_positive("epsilon", epsilon)
     delta_f = _check_delta(delta)
@@ -359,11 +394,74 @@ def plan_budget(
             f"composition={comp!r} is not available with mechanism={mech.name!r} "
             f"({mech.description}); it supports composition in {mech.compositions}"
         )
+    labels: list[str] = []
+    weak = weak_privacy_label(epsilon_f)
+    if weak is not None:
+        labels.append(weak)
+        warnings.warn(weak, WeakPrivacyWarning, stacklevel=2)
+    try:
+        planned, not_dp = _calibrate(epsilon_f, delta_f, items, mech.name, comp, labels)
+    except (ArithmeticError, ValueError) as exc:  # underflow, divergence, no bracket
+        raise _not_calibrated(epsilon_f, delta_f, f"{type(exc).__name__}: {exc}") from exc
+    budget = BudgetPlan(
+        epsilon=epsilon_f,
+        delta=delta_f,
+        mechanism=mechanism,
+        composition=comp,
+        releases=tuple(planned),
+        labels=tuple(labels),
+        not_dp=tuple(not_dp),
+    )
+    _check_converged(budget)
+    return budget
+
+
+def _not_calibrated(epsilon: float, delta: float, reason: str) -> PrivacyParameterError:
+    return PrivacyParameterError(
+        f"epsilon={epsilon:g} (delta={delta:g}) cannot be calibrated: {reason}. Use a smaller "
+        f"epsilon (above {EPSILON_WARNING_THRESHOLD:g} the guarantee hardly protects a client)."
+    )
+
+
+def _check_converged(budget: BudgetPlan) -> None:
+    """Refuse a plan whose noise is not finite and positive or does not give its target back.
+
+    The exact composition of the calibrated releases (:func:`privacy_spent`) must spend the
+    target ``epsilon`` (``"gdp"``, to 1e-6) or at most it (``"basic"``); a calibration that
+    lost precision (a huge ``epsilon``) fails this instead of stating a false guarantee.
+    """
+    eps, delta = budget.epsilon, budget.delta
+    for r in budget.releases:
+        if not (math.isfinite(r.sigma) and r.sigma > 0.0):
+            raise _not_calibrated(eps, delta, f"the noise of {r.name!r} is sigma={r.sigma!r}")
+    if not budget.dp or not any(r.counts_for_privacy for r in budget.releases):
+        return  # nothing stated (not DP), or nothing spent (post-processing only)
+    try:
+        spent = privacy_spent(budget).epsilon
+    except (ArithmeticError, ValueError) as exc:
+        raise _not_calibrated(eps, delta, f"{type(exc).__name__}: {exc}") from exc
+    low = eps * (1.0 - 1e-6) if budget.composition == "gdp" else 0.0
+    if spent is None or not low <= spent <= eps * (1.0 + 1e-6):
+        raise _not_calibrated(
+            eps, delta, f"the calibrated noise gives epsilon={spent!r} back, not {eps:g}"
+        )
+
+
+def _calibrate(
+    epsilon_f: float,
+    delta_f: float,
+    items: tuple[ReleaseSpec, ...],
+    mechanism: str,
+    comp: Composition,
+    labels: list[str],
+) -> tuple[list[CalibratedRelease], list[str]]:
+    """Calibrate every release (see :func:`plan_budget`); appends caveats to ``labels``."""
+    mech = get_mechanism(mechanism)
     counted_weight = math.fsum(r.weight for r in items if r.counts_for_privacy)
     # Shares are normalised over the counted releases; post-processing noise takes none.
     total_weight = counted_weight if counted_weight > 0 else math.fsum(r.weight for r in items)
     planned: list[CalibratedRelease] = []
-    labels: list[str] = []
+    not_dp: list[str] = []  # why the plan is not a DP guarantee (CGM at epsilon_k >= 1)
     if comp == "basic":
         baseline: list[str] = []
         for r in items:
@@ -387,7 +485,8 @@ def plan_budget(
         if baseline:
             label = f"{_baseline_label(mech.name)}: {', '.join(baseline)}"
             labels.append(label)
-            warnings.warn(label, BaselineWarning, stacklevel=2)
+            not_dp.append(label)
+            warnings.warn(label, BaselineWarning, stacklevel=3)
     else:
         mu_total = mech.total_mu(epsilon_f, delta_f)  # Thm 2.10 (discrete: zCDP, CKS Prop. 12)
         for r in items:
@@ -411,14 +510,7 @@ def plan_budget(
             "post-processing noise (calibrated like a release, takes no budget, "
             "not counted in the privacy spent): " + ", ".join(uncounted)
         )
-    return BudgetPlan(
-        epsilon=epsilon_f,
-        delta=delta_f,
-        mechanism=mechanism,
-        composition=comp,
-        releases=tuple(planned),
-        labels=tuple(labels),
-    )
+    return planned, not_dp
 
 
 def optimal_weights(
@@ -555,6 +647,19 @@ def privacy_spent(
                 infinite = True
             else:
                 mu_sq_terms.append(mu_k * mu_k)
+    if plan.not_dp:  # no number for a guarantee that does not hold
+        return PrivacySpent(
+            epsilon=None,
+            delta=None,
+            mu=math.nan,
+            delta_at_target_epsilon=None,
+            degraded=degraded,
+            per_release=tuple(per_release),
+            accounting=mech.accounting,
+            not_dp=plan.not_dp,
+        )
+    eps: float
+    delta_at_eps: float
     if infinite:
         mu, eps, delta_at_eps = math.inf, math.inf, 1.0
     else:

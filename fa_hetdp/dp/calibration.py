@@ -34,7 +34,9 @@ from fa_hetdp._types import Mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 __all__ = [
+    "EPSILON_WARNING_THRESHOLD",
     "Mechanism",
+    "WeakPrivacyWarning",
     "achieved_delta",
     "achieved_epsilon",
     "calibrate_sigma",
@@ -51,6 +53,26 @@ _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
 _LOG_S_XTOL: Final = 1e-15
 # Hard cap on upward nudges when the float check still finds delta above target.
 _MAX_NUDGES: Final = 64
+
+EPSILON_WARNING_THRESHOLD: Final = 10.0
+"""A total epsilon above this runs, but warns and says so in the result: at ``epsilon > 10``
+an observer's odds of telling two neighbouring datasets apart may grow by more than
+``e^10 ~ 22000``, which is not a meaningful protection for one client (``docs/privacy.md``,
+"A large epsilon")."""
+
+
+class WeakPrivacyWarning(UserWarning):
+    """A budget above :data:`EPSILON_WARNING_THRESHOLD`: formally DP, hardly a protection."""
+
+
+def weak_privacy_label(epsilon: float) -> str | None:
+    """Return the caveat of a total ``epsilon`` above :data:`EPSILON_WARNING_THRESHOLD`, or None."""
+    if epsilon <= EPSILON_WARNING_THRESHOLD:
+        return None
+    return (
+        f"weak privacy: epsilon = {epsilon:g} > {EPSILON_WARNING_THRESHOLD:g} (the threshold "
+        "above which the guarantee is formally DP but hardly protects one client)"
+    )
 
 
 # --------------------------------------------------------------------------- validation

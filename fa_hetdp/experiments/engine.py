@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import Composition, FloatArray, Mechanism, Placement
+from fa_hetdp.dp.calibration import WeakPrivacyWarning
 from fa_hetdp.errors import BaselineWarning
 from fa_hetdp.experiments.grid import GridSpec, cell_seed, grid_from_scenario
 from fa_hetdp.experiments.results import CellResult, ExperimentResult
@@ -108,6 +109,7 @@ def _config(
         variance_floor=grid.variance_floor,
         extra_i2_noise=grid.extra_i2_noise,
         min_honest_clients=grid.min_honest_clients,
+        corrupt_fraction=grid.corrupt_fraction,
         split=grid.split,
         statistics=grid.statistics,
         broadcast_bounds=grid.broadcast_bounds,
@@ -128,6 +130,7 @@ def _measure_cell(
     with warnings.catch_warnings():
         # Baselines (CGM at ε_k >= 1, the paper profile) are recorded as labels instead.
         warnings.simplefilter("ignore", BaselineWarning)
+        warnings.simplefilter("ignore", WeakPrivacyWarning)  # the cell's labels say it
         batch = protocol.private_statistics_batch(x, config, repeats=repeats, rng=rng)
         expected, tmse_samples, coverage_paper, coverage_noise = _metric_values(x, batch)
 
@@ -159,9 +162,10 @@ def _measure_cell(
         coverage_paper=coverage_paper,
         coverage_noise=coverage_noise,
         sigmas={k: float(v) for k, v in batch.sigmas.items()},
-        spent_epsilon=float(spent.epsilon),
-        spent_delta=float(spent.delta_at_target_epsilon),
-        is_baseline=bool(batch.plan.budget.is_baseline or config.profile == "paper"),
+        # one valid pair: epsilon at the target delta, with that delta (None when not DP)
+        spent_epsilon=None if spent.epsilon is None else float(spent.epsilon),
+        spent_delta=None if spent.delta is None else float(spent.delta),
+        is_baseline=not batch.plan.dp,
         labels=tuple(batch.labels),
         seconds=time.perf_counter() - start,
     )
@@ -272,6 +276,7 @@ def run_grid(
     skipped: list[str | None] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BaselineWarning)
+        warnings.simplefilter("ignore", WeakPrivacyWarning)  # the cell's labels say it
         for eps, mechanism, placement, composition in grid.cells():
             skipped.append(grid.skip_reason(mechanism, composition))
             if skipped[-1] is not None:

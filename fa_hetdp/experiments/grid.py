@@ -46,9 +46,11 @@ class GridSpec:
         Independent private measurements per cell (>= 1; standard deviations need >= 2).
     seed
         Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
-    profile, variance_floor, extra_i2_noise, min_honest_clients, split, statistics, \
-broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
-        Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged.
+    profile, variance_floor, extra_i2_noise, min_honest_clients, corrupt_fraction, split, \
+statistics, broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
+        Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged (``corrupt_fraction``:
+        the scenario's ``[secagg]`` gamma; the noise is calibrated to ``n - ceil(gamma n)``
+        honest shares).
     """
 
     epsilons: tuple[float, ...]
@@ -62,6 +64,7 @@ broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
     variance_floor: float = 0.01
     extra_i2_noise: bool = True
     min_honest_clients: int | None = None
+    corrupt_fraction: float | None = None
     split: Mapping[str, float] | None = None
     statistics: tuple[str, ...] | None = None
     broadcast_bounds: bool = True
@@ -85,6 +88,7 @@ broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
             "variance_floor": self.variance_floor,
             "extra_i2_noise": self.extra_i2_noise,
             "min_honest_clients": self.min_honest_clients,
+            "corrupt_fraction": self.corrupt_fraction,
             "split": self.split,
             "statistics": self.statistics,
             "broadcast_bounds": self.broadcast_bounds,
@@ -93,6 +97,8 @@ broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
             "noise_shape": self.noise_shape,
             "dispersion_center": self.dispersion_center,
         }
+        if self.corrupt_fraction is None:  # not stated: nothing to check
+            del values["corrupt_fraction"]
         crossed = {n: n + "s" for n in ("epsilon", "mechanism", "placement", "composition")}
         raise_problems(
             "GridSpec",
@@ -213,6 +219,7 @@ def grid_from_scenario(
         variance_floor=float(privacy.variance_floor),
         extra_i2_noise=bool(privacy.extra_i2_noise),
         min_honest_clients=privacy.min_honest_clients,
+        corrupt_fraction=float(scenario.secagg.corrupt_fraction),
         split=privacy.split_mapping(),
         statistics=privacy.statistics,
         broadcast_bounds=privacy.broadcast_bounds,

@@ -94,8 +94,8 @@ def cells_csv(result: ExperimentResult) -> str:
             c.repeats,
             c.skipped or "",
             int(c.is_baseline),
-            repr(c.spent_epsilon),
-            repr(c.spent_delta),
+            "" if c.spent_epsilon is None else repr(c.spent_epsilon),  # empty: not DP
+            "" if c.spent_delta is None else repr(c.spent_delta),
         ]
         for metric in _CELL_CSV_METRICS:
             mapping: Mapping[str, float] = getattr(c, metric)

@@ -432,7 +432,9 @@ def composition_table(result: ExperimentResult) -> Table:
         ]
         for s in ("dispersion", "q", "i2"):
             row.append(_get(basic.emse, s) / _get(gdp.emse, s))
-        row.extend([basic.spent_epsilon, gdp.spent_epsilon])
+        row.extend(  # no ε for a cell that is not DP (the paper profile): NaN prints "—"
+            [math.nan if c.spent_epsilon is None else c.spent_epsilon for c in (basic, gdp)]
+        )
         rows.append(row)
     columns = (
         "σ_D basic",
@@ -454,7 +456,8 @@ def composition_table(result: ExperimentResult) -> Table:
         note=(
             "Same total (ε, δ); σ of the D'' release. 'ε spent' is the total privacy of the "
             "whole run under exact composition (Dong-Roth-Su Cor. 3.3) at the target δ: basic "
-            "composition spends less than its nominal ε, i.e. it over-noises."
+            "composition spends less than its nominal ε, i.e. it over-noises. A dash (—) in "
+            "an 'ε spent' column: the setting is not DP (the paper profile), so no ε is stated."
         ),
     )
 

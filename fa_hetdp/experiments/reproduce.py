@@ -220,6 +220,7 @@ def run_reproduction(
             variance_floor=float(privacy.variance_floor),
             extra_i2_noise=True,
             min_honest_clients=privacy.min_honest_clients,
+            corrupt_fraction=float(scenario.secagg.corrupt_fraction),
             split=privacy.split_mapping(),
             broadcast_bounds=privacy.broadcast_bounds,
         )

@@ -70,7 +70,9 @@ class CellResult:
     sigmas
         σ of every release (the noise standard deviation of the summed noise).
     spent_epsilon, spent_delta
-        (ε, δ) actually spent under exact composition; ``spent_delta`` is δ at ``epsilon``.
+        One valid (ε, δ) pair of what each measurement spent under exact composition: ε at
+        the target δ, and that δ. Both None when the cell is not DP (``is_baseline``): no
+        number is stated for a guarantee that does not hold.
     is_baseline
         True when the result is not a DP guarantee (CGM at ε ≥ 1, or the paper profile).
     labels
@@ -94,8 +96,8 @@ class CellResult:
     coverage_paper: Mapping[str, float] = field(default_factory=dict)
     coverage_noise: Mapping[str, float] = field(default_factory=dict)
     sigmas: Mapping[str, float] = field(default_factory=dict)
-    spent_epsilon: float = float("nan")
-    spent_delta: float = float("nan")
+    spent_epsilon: float | None = None
+    spent_delta: float | None = None
     is_baseline: bool = False
     labels: tuple[str, ...] = ()
     seconds: float = 0.0

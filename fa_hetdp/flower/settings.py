@@ -394,6 +394,7 @@ class RunSettings:
             variance_floor=float(values["variance_floor"]),
             extra_i2_noise=values["extra_i2_noise"],
             min_honest_clients=values["min_honest_clients"],
+            corrupt_fraction=float(values["corrupt_fraction"]),  # its shares are not counted
             split=scenario.privacy.split_mapping(),
             statistics=scenario.privacy.statistics,
             broadcast_bounds=values["broadcast_bounds"],

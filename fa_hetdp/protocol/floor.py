@@ -248,12 +248,16 @@ def uses_adaptive_floor(config: ProtocolConfig) -> bool:
     """Whether ``config`` releases the stage-0 floor histogram.
 
     Only the ``"bounded"`` profile has a floor that matters for privacy; with ``v_min = 1/4``
-    there is nothing to choose.
+    there is nothing to choose; and only a run that releases a weighted statistic (its
+    ``"weighted"`` release) uses the floor, so no budget is spent on it otherwise.
     """
+    from fa_hetdp.protocol.plan import needed_releases  # the plan builds on this module
+
     return (
         config.adaptive_floor
         and config.profile == "bounded"
         and config.variance_floor < MAX_WITHIN_VARIANCE
+        and "weighted" in needed_releases(config)
     )
 
 

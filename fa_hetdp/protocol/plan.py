@@ -25,7 +25,10 @@ Utility levers (their privacy argument: ``docs/privacy.md``):
   bound on every share).
 
 Noise placement: ``"distributed"`` -- each client adds noise of scale ``sigma/sqrt(t)`` to its
-contribution before masking, ``t = min_honest_clients`` (default ``n``); ``"central"`` -- the
+contribution before masking, so the ``t`` honest shares alone carry ``sigma^2``:
+``t = min_honest_clients`` if given, else ``n - ceil(gamma n)`` when the run states a
+``corrupt_fraction`` ``gamma`` (the colluders' shares are not counted: they know and subtract
+them), else ``n`` (no colluding clients assumed; the labels say which); ``"central"`` -- the
 server adds noise of scale ``sigma`` after unmasking. The noise distribution and its
 calibration are the plan's :attr:`ProtocolPlan.mechanism` (:mod:`fa_hetdp.dp.mechanisms`); the
 per-coordinate layout of the two stage vectors is :mod:`fa_hetdp.protocol.layout`.
@@ -36,7 +39,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 import numpy as np
@@ -46,7 +49,7 @@ from scipy.special import ndtr
 from fa_hetdp._types import RELEASE_NAMES, FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, optimal_weights, plan_budget
-from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
+from fa_hetdp.dp.mechanisms import DiscreteMechanism, NoiseMechanism, get_mechanism
 from fa_hetdp.errors import BaselineWarning, InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.bounds import stage2_factor
 from fa_hetdp.protocol.floor import (
@@ -58,11 +61,14 @@ from fa_hetdp.protocol.floor import (
     uses_adaptive_floor,
 )
 from fa_hetdp.protocol.layout import Stage, StageLayout, stage_layout
+from fa_hetdp.secagg.encoding import choose_encoding
+from fa_hetdp.secagg.errors import EncodingError
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE
 from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 __all__ = [
     "ENCODING_FAILURE_PROBABILITY",
+    "LABEL_PAPER_PROFILE",
     "RELEASE_DEPENDENCIES",
     "TYPICAL_WITHIN_VARIANCE",
     "Broadcast",
@@ -148,7 +154,8 @@ class ProtocolPlan:
     n, d : int
         Number of clients (public) and coordinates.
     t : int
-        Honest clients whose shares must suffice (``min_honest_clients``, default ``n``).
+        Honest clients whose shares must suffice: ``min_honest_clients``, else
+        ``n - ceil(gamma n)`` for a stated ``corrupt_fraction`` ``gamma``, else ``n``.
     budget : BudgetPlan
         Calibrated releases (sigma of each, its epsilon/delta share).
     labels : tuple[str, ...]
@@ -165,6 +172,26 @@ class ProtocolPlan:
     budget: BudgetPlan
     labels: tuple[str, ...] = ()
     floor: float | None = None
+
+    @property
+    def colluders(self) -> int:
+        """``n - t``: clients whose noise shares are not counted (they may collude)."""
+        return self.n - self.t
+
+    @property
+    def not_dp_because(self) -> tuple[str, ...]:
+        """Why this plan is not a DP guarantee (empty when it is one).
+
+        The ``"paper"`` profile (its weighted sensitivities ignore the weights) and a
+        mechanism outside its guarantee (CGM at a per-release ``epsilon >= 1``): the budget's
+        :attr:`~fa_hetdp.dp.accounting.BudgetPlan.not_dp`.
+        """
+        return self.budget.not_dp
+
+    @property
+    def dp(self) -> bool:
+        """Whether the plan is a differential-privacy guarantee."""
+        return not self.not_dp_because
 
     @property
     def variance_floor(self) -> float:
@@ -428,6 +455,47 @@ class ProtocolPlan:
             return self.mechanism.tail_bound(scale, failure_probability)
         return self.mechanism.tail_bound(self.share_std_vector(stage), failure_probability)
 
+    def encoding_problem(self, modulus_bits: int) -> str | None:
+        """Why a noise share would round to 0 in the fixed-point encoding, or None.
+
+        A distributed Gaussian run encodes each client's noisy contribution at the scales of
+        :func:`~fa_hetdp.secagg.encoding.choose_encoding` in ``Z_2^modulus_bits`` (as the
+        clients do); a share whose standard deviation is below one step ``1/scale`` of its
+        coordinate is mostly rounding, not the planned Gaussian noise, so the run must not
+        start. Stage 2 is checked at its smallest share (a quarter of the worst case, the
+        least that :meth:`stage2_factors` allows). The discrete mechanisms calibrate on their
+        lattice (None here); central placement has no shares (None).
+        """
+        if self.config.placement == "central" or isinstance(self.mechanism, DiscreteMechanism):
+            return None
+        stages: tuple[SumStage, ...] = (0, 1, 2) if self.adaptive else (1, 2)
+        for stage in stages:
+            try:
+                encoding = choose_encoding(
+                    self.n,
+                    self.contribution_bounds(stage),
+                    noise_std=self.share_tail_bounds(stage),
+                    noise_tail=1.0,
+                    modulus_bits=modulus_bits,
+                )
+            except EncodingError:
+                return None  # the ring is too small: the encoding refuses with its own reason
+            if stage == 0:
+                share = np.full(self.floor_edges.size + 1, self.floor_share_std)
+            else:
+                share = self.share_std_vector(stage) * (0.25 if stage == 2 else 1.0)
+            step = 1.0 / np.asarray(encoding.scales, dtype=np.float64)
+            low = (share > 0.0) & (share < step)
+            if low.any():
+                j = int(np.argmax(low))
+                return (
+                    f"the noise share of stage {stage} (sd {share[j]:.3g} at coordinate {j}) "
+                    f"rounds to 0 in the encoding of Z_2^{modulus_bits} (step {step[j]:.3g} for "
+                    f"n={self.n}): epsilon={self.config.epsilon:g} leaves too little noise to "
+                    "encode; lower epsilon, or use a 64-bit ring"
+                )
+        return None
+
 
 def needed_releases(config: ProtocolConfig) -> tuple[str, ...]:
     """Return the releases the needed statistics depend on (:data:`RELEASE_DEPENDENCIES`)."""
@@ -475,6 +543,65 @@ def _release_specs(
     return specs
 
 
+def colluding_clients(corrupt_fraction: float | None, n: int) -> int:
+    """``ceil(gamma n)``: the clients a stated ``corrupt_fraction`` lets collude (0 if None)."""
+    if not corrupt_fraction:
+        return 0
+    return math.ceil(float(corrupt_fraction) * n - 1e-9)  # 0.07 * 100 is 7, not 8
+
+
+def honest_shares(config: ProtocolConfig, n: int) -> int:
+    """Return ``t``, the honest noise shares a distributed plan is calibrated to.
+
+    ``min_honest_clients`` if given (at most ``n - ceil(gamma n)`` when ``gamma`` is stated),
+    else ``n - ceil(gamma n)`` for a stated ``corrupt_fraction`` ``gamma``, else ``n``.
+
+    Raises
+    ------
+    PrivacyParameterError
+        If the stated values leave no honest share or count a colluder's share as honest.
+    """
+    colluders = colluding_clients(config.corrupt_fraction, n)
+    most = n - colluders
+    if most < 1:
+        raise PrivacyParameterError(
+            f"corrupt_fraction={config.corrupt_fraction:g} lets ceil(gamma n) = {colluders} "
+            f"of n={n} clients collude: no honest noise share is left (gamma must leave at "
+            "least one client honest)."
+        )
+    if config.min_honest_clients is None:
+        return most
+    t = int(config.min_honest_clients)
+    if not 1 <= t <= most:
+        why = (
+            f"n - ceil(gamma n) = {n} - {colluders}: corrupt_fraction={config.corrupt_fraction:g}"
+            " says the other clients may collude, and their shares cannot count as honest"
+            if colluders
+            else f"n = {n}"
+        )
+        raise PrivacyParameterError(
+            f"min_honest_clients={t} must be in [1, {most}] (at most {most}, {why})."
+        )
+    return t
+
+
+def honest_shares_label(config: ProtocolConfig, n: int, t: int) -> str:
+    """Say which noise shares the plan counts as honest (the plan line and the result)."""
+    colluders = colluding_clients(config.corrupt_fraction, n)
+    if config.min_honest_clients is None and colluders:
+        return (
+            f"noise calibrated to n - ceil(gamma n) = {t} honest shares (gamma = "
+            f"{config.corrupt_fraction:g}: up to {colluders} clients may collude with the "
+            "server; their shares are not counted)"
+        )
+    if t < n:
+        return (
+            f"noise calibrated to t = {t} honest shares of n = {n} (min_honest_clients: the "
+            f"shares of up to n - t = {n - t} clients are not counted)"
+        )
+    return f"all n = {n} noise shares counted as honest (no colluding clients assumed)"
+
+
 def budget_names(budget: BudgetPlan) -> tuple[str, ...]:
     """Names of the releases in ``budget``."""
     return tuple(r.name for r in budget.releases)
@@ -508,21 +635,21 @@ def plan_protocol(
     InputDataError
         If ``n < 2`` or ``d < 1``.
     PrivacyParameterError
-        If ``min_honest_clients`` exceeds ``n``, or the budget cannot be calibrated.
+        If ``min_honest_clients`` exceeds ``n`` or ``n - ceil(gamma n)`` (it would count a
+        colluder's share), the stated ``corrupt_fraction`` leaves no honest client, or the
+        budget cannot be calibrated (the reason is in the message).
 
     Warns
     -----
     BaselineWarning
         For the ``"paper"`` profile (not DP for the weighted stages) and, from the
         calibration, for CGM at a per-release epsilon >= 1.
+    WeakPrivacyWarning
+        For ``epsilon`` above :data:`~fa_hetdp.dp.calibration.EPSILON_WARNING_THRESHOLD`.
     """
     n = _count("n", n, 2)
     d = _count("d", d, 1)
-    t = n if config.min_honest_clients is None else int(config.min_honest_clients)
-    if not 1 <= t <= n:
-        raise PrivacyParameterError(
-            f"min_honest_clients must be in [1, n] = [1, {n}], got min_honest_clients={t}."
-        )
+    t = honest_shares(config, n)
     labels: list[str] = []
     if config.profile == "paper":
         warnings.warn(LABEL_PAPER_PROFILE, BaselineWarning, stacklevel=2)
@@ -536,12 +663,14 @@ def plan_protocol(
         mechanism=config.mechanism,
         composition=config.composition,
     )
+    if config.profile == "paper":  # the weighted sensitivities ignore W: no guarantee holds
+        budget = replace(budget, not_dp=(LABEL_PAPER_PROFILE, *budget.not_dp))
     labels.extend(budget.labels)
     noise = get_mechanism(config.mechanism)
     if config.placement == "distributed":
         labels.append(
             f"distributed noise: each client adds {noise.noise_label('sigma^2/t', share=True)} "
-            f"before masking, t={t} of n={n}"
+            f"before masking, t={t} of n={n}; {honest_shares_label(config, n, t)}"
         )
     else:
         labels.append(
@@ -571,7 +700,10 @@ def plan_protocol(
             f"v_min={config.variance_floor:g}"
         )
     elif config.adaptive_floor:
-        labels.append("adaptive variance floor off: the paper profile or v_min = 1/4")
+        labels.append(
+            "adaptive variance floor off: the paper profile, v_min = 1/4, or no weighted "
+            "statistic released (no budget is spent on a floor nothing uses)"
+        )
     return ProtocolPlan(
         config=config, n=n, d=d, t=t, budget=budget, labels=tuple(labels), floor=floor
     )

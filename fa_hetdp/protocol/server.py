@@ -34,6 +34,7 @@ from fa_hetdp.dp.accounting import PrivacySpent, privacy_spent
 from fa_hetdp.errors import AggregationError, InputDataError
 from fa_hetdp.protocol.center import center_correction, dispersion_center
 from fa_hetdp.protocol.floor import FLOOR_RELEASE, FloorChoice, choose_floor
+from fa_hetdp.protocol.guarantee import Guarantee, guarantee_of
 from fa_hetdp.protocol.layout import Stage
 from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count, plan_protocol
 from fa_hetdp.stats.exact import coordinate_averages, i_squared
@@ -199,18 +200,36 @@ class PrivateStatistics:
             raise InputDataError("this result carries no plan; its intervals need the plan.")
         return noise_confidence_intervals(self, self.plan, level=level)
 
+    @property
+    def guarantee(self) -> Guarantee:
+        """What this result guarantees: dp, (epsilon, delta), unit of privacy, adversary.
+
+        :func:`fa_hetdp.protocol.guarantee.guarantee_of` of the plan and the privacy spent
+        (no ``epsilon`` for a setting that is not DP).
+
+        Raises
+        ------
+        InputDataError
+            If the result does not carry its plan.
+        """
+        if self.plan is None:
+            raise InputDataError("this result carries no plan; its guarantee needs the plan.")
+        return guarantee_of(self.plan, self.spent)
+
     def summary(self) -> dict[str, float]:
         """Coordinate averages of the statistics and the privacy spent.
 
         Returns
         -------
         dict[str, float]
-            ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``), ``epsilon_spent``,
-            ``delta_spent``, ``n``, ``d``.
+            ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``), ``epsilon_spent``
+            and ``delta_spent`` (one valid pair; left out when the setting is not DP), ``n``,
+            ``d``.
         """
         out = coordinate_averages(self)
-        out["epsilon_spent"] = float(self.spent.epsilon)
-        out["delta_spent"] = float(self.spent.delta)
+        if self.spent.epsilon is not None and self.spent.delta is not None:
+            out["epsilon_spent"] = float(self.spent.epsilon)
+            out["delta_spent"] = float(self.spent.delta)
         out["n"] = float(self.n)
         out["d"] = float(self.d)
         out["total_dispersion"] = float(self.total_dispersion)
@@ -450,8 +469,9 @@ def result_labels(
 ) -> tuple[str, ...]:
     """Return the plan's labels plus the run's caveats (degraded noise, clamped ``B'``)."""
     labels = list(plan.labels)
-    if spent.degraded:
+    if spent.degraded and spent.epsilon is not None and spent.delta is not None:
         full = privacy_spent(plan.budget)
+        assert full.epsilon is not None  # a DP plan states its epsilon
         labels.append(
             f"degraded: noise shares missing; privacy spent eps={spent.epsilon:.4g} at "
             f"delta={spent.delta:.3g}, more than eps={full.epsilon:.4g} with all shares"

@@ -194,6 +194,7 @@ def private_statistics(
     variance_floor: float | None = None,
     extra_i2_noise: bool | None = None,
     min_honest_clients: int | None = None,
+    corrupt_fraction: float | None = None,
     statistics: tuple[str, ...] | None = None,
     broadcast_bounds: bool | None = None,
     adaptive_floor: bool | None = None,
@@ -218,11 +219,14 @@ def private_statistics(
     x : array_like, shape (n, d)
         Client data (one row per client); values outside ``[0, 1]`` are clipped and counted.
     epsilon, delta, mechanism, placement, composition, profile, variance_floor, \
-extra_i2_noise, min_honest_clients, statistics, broadcast_bounds, floor_quantile, noise_shape, \
-dispersion_center
-        See :class:`ProtocolConfig`; left out (None), the recommended settings apply
-        (:func:`fa_hetdp.protocol.recommended.recommended_config`), so
-        ``private_statistics(x, epsilon=..., delta=..., rng=...)`` runs what the project
+extra_i2_noise, min_honest_clients, corrupt_fraction, statistics, broadcast_bounds, \
+floor_quantile, noise_shape, dispersion_center
+        See :class:`ProtocolConfig` (``corrupt_fraction``: the fraction ``gamma`` of clients
+        that may collude with the server; the noise is then calibrated to the
+        ``n - ceil(gamma n)`` honest shares, and the result's
+        :attr:`~PrivateStatistics.guarantee` names that adversary); left out (None), the
+        recommended settings apply (:func:`fa_hetdp.protocol.recommended.recommended_config`),
+        so ``private_statistics(x, epsilon=..., delta=..., rng=...)`` runs what the project
         recommends, and what :func:`fa_hetdp.plan_accuracy` plans when given nothing else.
     adaptive_floor : bool, optional
         The adaptive variance floor (:mod:`fa_hetdp.protocol.floor`). Left out (None): on --
@@ -255,6 +259,7 @@ dispersion_center
         variance_floor=variance_floor,
         extra_i2_noise=extra_i2_noise,
         min_honest_clients=min_honest_clients,
+        corrupt_fraction=corrupt_fraction,
         statistics=statistics,
         broadcast_bounds=broadcast_bounds,
         adaptive_floor=adaptive_floor,
@@ -374,12 +379,14 @@ class BatchResult:
         -------
         dict[str, float]
             ``mean, dispersion, weighted_mean, q, i2`` (and ``i2_extra``), ``repeats``,
-            ``epsilon_spent``, ``delta_spent``, ``fraction_clamped``.
+            ``epsilon_spent`` and ``delta_spent`` (one valid pair, left out when the setting
+            is not DP), ``fraction_clamped``.
         """
         out = coordinate_averages(self)
         out["repeats"] = float(self.repeats)
-        out["epsilon_spent"] = float(self.spent.epsilon)
-        out["delta_spent"] = float(self.spent.delta)
+        if self.spent.epsilon is not None and self.spent.delta is not None:
+            out["epsilon_spent"] = float(self.spent.epsilon)
+            out["delta_spent"] = float(self.spent.delta)
         out["fraction_clamped"] = float(np.mean(self.weighted_denominator_clamped))
         return out
 

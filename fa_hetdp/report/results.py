@@ -298,9 +298,11 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
 
     Per-coordinate statistics as lists (``None`` for an absent ``i2_extra``), the scalars,
     the σ of every release (a stage-2 one as the root mean square over coordinates; its
-    per-coordinate values under ``"stage2_sigmas"``), the privacy spent (``epsilon`` at the
-    target ``delta``, and the ``delta`` at the target ε: two readings of one exact
-    composition), the caveat labels,
+    per-coordinate values under ``"stage2_sigmas"``), the ``"guarantee"``
+    (:attr:`PrivateStatistics.guarantee`: dp, ε, δ, unit of privacy, adversary), the privacy
+    spent (two valid pairs of one exact composition: ``epsilon`` at the target ``delta``, and
+    the target ε with its exact ``delta``; no pair and ``mu`` None for a setting that is not
+    DP), the caveat labels,
     and the exact counts ``n_clipped`` / ``n_at_floor`` kept apart under
     ``"not_private"`` with :data:`EXACT_COUNTS_NOTE`. NaN becomes ``None``.
     """
@@ -322,17 +324,10 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
             "weighted_denominator": _number(result.weighted_denominator),
         },
         **sigmas_section(result),  # "sigmas" and the per-coordinate "stage2_sigmas"
+        "guarantee": None if result.plan is None else result.guarantee.as_dict(),
         "privacy": {
-            "guarantees": [
-                {"epsilon": float(spent.epsilon), "delta": float(spent.delta)},
-                {
-                    "epsilon": float(result.plan.config.epsilon)
-                    if result.plan is not None
-                    else None,
-                    "delta": float(spent.delta_at_target_epsilon),
-                },
-            ],
-            "mu": float(spent.mu),
+            "guarantees": _pairs(result),
+            "mu": _number(spent.mu),
             "degraded": bool(spent.degraded),
         },
         "labels": list(result.labels),
@@ -346,6 +341,24 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
             "n_at_floor": int(result.n_at_floor),
         },
     }
+
+
+def _pairs(result: PrivateStatistics) -> list[dict[str, float | None]]:
+    """Two valid ``(epsilon, delta)`` pairs of one composition; none when not DP."""
+    spent = result.spent
+    if spent.epsilon is None or spent.delta is None or result.plan is None:
+        return []
+    pairs: list[dict[str, float | None]] = [
+        {"epsilon": _number(spent.epsilon), "delta": float(spent.delta)}
+    ]
+    if spent.delta_at_target_epsilon is not None:
+        pairs.append(
+            {
+                "epsilon": float(result.plan.config.epsilon),
+                "delta": _number(spent.delta_at_target_epsilon),
+            }
+        )
+    return pairs
 
 
 def result_to_json(result: PrivateStatistics, *, indent: int | None = 2) -> str:

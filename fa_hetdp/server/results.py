@@ -41,9 +41,11 @@ from fa_hetdp.dp.lattice import SENSITIVITY_INFLATION
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.client import stage_lattice
 from fa_hetdp.protocol.floor import FLOOR_BUDGET_SHARE, FLOOR_RELEASE, FloorChoice
-from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, ProtocolPlan
+from fa_hetdp.protocol.guarantee import guarantee_of
+from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import Stage1Release, privacy_spent_of
 from fa_hetdp.report.files import write_json_atomic
+from fa_hetdp.secagg.params import SecAggParameters
 
 __all__ = [
     "STAGE1_RELEASES",
@@ -78,13 +80,10 @@ def not_private_reasons(plan: ProtocolPlan) -> list[str]:
     """Return why the plan is not a DP guarantee (empty when it is one).
 
     The ``paper`` profile (its weighted stages ignore the weights) and a mechanism used
-    outside its guarantee (CGM at a per-release epsilon >= 1), from the plan's labels.
+    outside its guarantee (CGM at a per-release epsilon >= 1): the plan's
+    :attr:`~fa_hetdp.protocol.plan.ProtocolPlan.not_dp_because`.
     """
-    return [
-        label
-        for label in plan.labels
-        if label == LABEL_PAPER_PROFILE or "not a DP guarantee" in label or "baseline" in label
-    ]
+    return list(plan.not_dp_because)
 
 
 def _number(value: float) -> float | str:
@@ -148,8 +147,13 @@ def privacy_section(
     released: Sequence[str],
     stage1_fraction: float | None = None,
     floor_fraction: float | None = None,
+    secagg: SecAggParameters | None = None,
 ) -> dict[str, Any]:
     """Return the document's ``privacy`` part.
+
+    Its ``guarantee`` (:func:`fa_hetdp.protocol.guarantee.guarantee_of`) states the unit of
+    privacy and the adversary (with the secure-aggregation sentence of ``secagg``), and the
+    ``(epsilon, delta)`` of a finished run (None for both when the setting is not DP).
 
     Parameters
     ----------
@@ -164,15 +168,23 @@ def privacy_section(
         The stage-1 noise fraction, when stage 1 (only) was released.
     floor_fraction : float, optional
         The stage-0 histogram's noise fraction, when it was released (``adaptive_floor``).
+    secagg : SecAggParameters, optional
+        The run's secure aggregation (:meth:`RunSettings.secagg_parameters`).
     """
     reasons = not_private_reasons(plan)
     section: dict[str, Any] = {"differentially_private": not reasons, "released": list(released)}
+    guarantee = guarantee_of(plan, spent, secagg=secagg).as_dict()
+    if spent is None and guarantee["dp"]:  # not finished: "guarantees" below has the pair
+        guarantee["epsilon"] = guarantee["delta"] = None
+    section["guarantee"] = guarantee
     if reasons:
         section["not_private_because"] = reasons
         return section  # no epsilon for a setting that is not DP
     section["target_epsilon"] = plan.config.epsilon
     section["target_delta"] = plan.config.delta
     if spent is not None:
+        # a DP plan states both numbers (PrivacySpent: None only when not DP)
+        assert spent.epsilon is not None and spent.delta_at_target_epsilon is not None
         section.update(
             {
                 "guarantees": _pairs(plan, spent.epsilon, spent.delta_at_target_epsilon),
@@ -267,12 +279,15 @@ def words_section(
     return out
 
 
-def degraded_refusal(settings: RunSettings, epsilon: float, what: str) -> str | None:
+def degraded_refusal(settings: RunSettings, epsilon: float | None, what: str) -> str | None:
     """Return why ``what`` (a release spending ``epsilon``) must not go out, or None.
 
     ``on-degraded = "refuse"`` (default) refuses above ``max-epsilon`` (default: the target);
-    ``"release"`` refuses only above an explicit ``max-epsilon``.
+    ``"release"`` refuses only above an explicit ``max-epsilon``. ``epsilon`` None: the
+    setting is not DP (no epsilon to cap; the result says so), never refused here.
     """
+    if epsilon is None:
+        return None
     target = settings.protocol.epsilon
     cap = settings.max_epsilon
     if cap is None:

@@ -52,7 +52,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from fa_hetdp.dp.rng import csprng_generator
-from fa_hetdp.errors import AggregationError, FaHetdpError
+from fa_hetdp.errors import AggregationError, FaHetdpError, PrivacyParameterError
 from fa_hetdp.flower.settings import SERVER_STREAM, RunSettings
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
@@ -245,6 +245,7 @@ class HeterogeneityStrategy:
                 released=self._released,
                 stage1_fraction=self._stage1_fraction,
                 floor_fraction=self._floor_fraction,
+                secagg=self.settings.secagg_parameters(),
             )
             document["differentially_private"] = privacy["differentially_private"]
             document["privacy"] = privacy
@@ -398,6 +399,8 @@ class HeterogeneityStrategy:
         self._accept(server.receive_advertise_keys, ADVERTISE_KEYS, replies, ids, active)
         n = len(server.keys)  # the key directory's count: the n each client plans with
         plan = plan_protocol(s.protocol, n=n, d=d)
+        if (problem := plan.encoding_problem(s.modulus_bits)) is not None:
+            raise PrivacyParameterError(problem)  # a share that rounds to 0: abort, nothing sent
         self._plan = plan
         self.log_release()  # on record from here on: nothing released yet
 
@@ -583,7 +586,8 @@ class HeterogeneityStrategy:
         sum1: SumResult,
         sum2: SumResult,
     ) -> dict[str, Any]:
-        privacy = privacy_section(plan, result.spent, released=self._released)
+        secagg = self.settings.secagg_parameters()
+        privacy = privacy_section(plan, result.spent, released=self._released, secagg=secagg)
         statistics: dict[str, list[float] | None] = {}
         for spec in STATISTICS:  # the table of statistics: key -> per-coordinate values
             values = getattr(result, spec.key)

@@ -1,0 +1,193 @@
+"""The guarantee a result states: whether it is DP, its (epsilon, delta), unit and adversary.
+
+Built once (:func:`guarantee_of`) from the plan, the privacy spent and, for a Flower run, the
+secure-aggregation parameters; every result reads it: the Python result
+(:attr:`fa_hetdp.protocol.server.PrivateStatistics.guarantee`), its JSON
+(:func:`fa_hetdp.report.results.result_to_dict`), the Flower result document's
+``privacy.guarantee`` (:func:`fa_hetdp.server.results.privacy_section`) and the lines
+``fa-hetdp run`` prints (:meth:`Guarantee.lines`). ``docs/privacy.md`` ("What a result
+guarantees") explains each part.
+
+- ``unit_of_privacy``: :data:`UNIT_OF_PRIVACY` -- one client with all its records, neighbouring
+  datasets differ by replacing one client, ``n`` is public.
+- ``adversary``: who is trusted. Distributed placement: the server is honest-but-curious or
+  malicious (the secure-aggregation sentence of
+  :meth:`fa_hetdp.secagg.params.SecAggParameters.guarantee` when the run has one), and at most
+  ``n - t`` clients (``ceil(gamma n)`` for a stated ``corrupt_fraction``) collude with it;
+  their noise shares are not counted. Central placement: the server is trusted with the exact
+  sums.
+- ``dp``, ``epsilon``, ``delta``: one valid pair (``epsilon`` at the target ``delta``); for a
+  setting that is not DP (:attr:`~fa_hetdp.protocol.plan.ProtocolPlan.not_dp_because`) both
+  are None and ``not_dp_because`` says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fa_hetdp.dp.accounting import PrivacySpent, privacy_spent
+from fa_hetdp.dp.calibration import weak_privacy_label
+from fa_hetdp.protocol.plan import ProtocolPlan, colluding_clients, honest_shares_label
+from fa_hetdp.secagg.params import SecAggParameters
+
+__all__ = ["UNIT_OF_PRIVACY", "Guarantee", "guarantee_of"]
+
+UNIT_OF_PRIVACY: Final = (
+    "one client with all its records; replace-one neighbouring datasets (one client's data "
+    "replaced by any other); n public"
+)
+"""What the differential privacy protects (``docs/privacy.md``, "Unit of privacy")."""
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """What one result guarantees, in one place.
+
+    Attributes
+    ----------
+    dp : bool
+        Whether the result is differentially private.
+    epsilon, delta : float or None
+        One valid pair: ``epsilon`` at the target ``delta`` (None when not DP).
+    unit_of_privacy : str
+        :data:`UNIT_OF_PRIVACY`.
+    adversary : str
+        The adversary the guarantee holds against, in words.
+    honest_shares : int or None
+        ``t``, the noise shares counted as honest (None for central placement).
+    n : int
+        Clients (public).
+    not_dp_because : tuple of str
+        Why the result is not DP (empty when it is).
+    caveats : tuple of str
+        Other caveats of the guarantee (degraded noise, a large epsilon).
+    """
+
+    dp: bool
+    epsilon: float | None
+    delta: float | None
+    unit_of_privacy: str
+    adversary: str
+    honest_shares: int | None
+    n: int
+    not_dp_because: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the fields by name; ``epsilon`` and ``delta`` left out when not DP."""
+        pair = {"epsilon": self.epsilon, "delta": self.delta} if self.dp else {}
+        return {
+            "dp": self.dp,
+            **pair,
+            "unit_of_privacy": self.unit_of_privacy,
+            "adversary": self.adversary,
+            "honest_shares": self.honest_shares,
+            "n": self.n,
+            "not_dp_because": list(self.not_dp_because),
+            "caveats": list(self.caveats),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Guarantee:
+        """Read :meth:`as_dict` back (a result document's ``guarantee``)."""
+        return cls(
+            dp=bool(data["dp"]),
+            epsilon=None if data.get("epsilon") is None else float(data["epsilon"]),
+            delta=None if data.get("delta") is None else float(data["delta"]),
+            unit_of_privacy=str(data["unit_of_privacy"]),
+            adversary=str(data["adversary"]),
+            honest_shares=None if data.get("honest_shares") is None else int(data["honest_shares"]),
+            n=int(data["n"]),
+            not_dp_because=tuple(str(r) for r in data.get("not_dp_because", ())),
+            caveats=tuple(str(c) for c in data.get("caveats", ())),
+        )
+
+    def lines(self) -> list[str]:
+        """Print-ready lines: the unit of privacy, the adversary, the caveats."""
+        out = [f"unit of privacy: {self.unit_of_privacy}", f"adversary: {self.adversary}"]
+        out += [f"caveat: {c}" for c in self.caveats]
+        return out
+
+
+def _adversary(plan: ProtocolPlan, secagg: SecAggParameters | None) -> str:
+    config = plan.config
+    if config.placement == "central":
+        return (
+            "trusted server (central placement: it sees the exact sums and adds the noise); "
+            "the guarantee holds against everyone who sees the released values"
+        )
+    if secagg is None:
+        server = (
+            "server honest-but-curious (secure aggregation simulated in process: the server "
+            "sees only the noisy sums)"
+        )
+    else:
+        kind = "malicious" if secagg.threat_model == "malicious-server" else "honest-but-curious"
+        server = f"server {kind}; secure aggregation: {secagg.guarantee()}"
+    colluders = plan.colluders
+    if colluders == 0:
+        clients = "no colluding clients (all n noise shares counted as honest)"
+    else:
+        stated = colluding_clients(config.corrupt_fraction, plan.n)
+        bound = (
+            f"at most ceil(gamma n) = {colluders} colluding clients"
+            if config.min_honest_clients is None and stated == colluders
+            else f"at most n - t = {colluders} colluding clients"
+        )
+        clients = f"{bound}, whose noise shares are not counted"
+    return f"{server}; {clients}: {honest_shares_label(config, plan.n, plan.t)}"
+
+
+def guarantee_of(
+    plan: ProtocolPlan,
+    spent: PrivacySpent | None = None,
+    *,
+    secagg: SecAggParameters | None = None,
+) -> Guarantee:
+    """Return the guarantee of a run under ``plan`` that spent ``spent``.
+
+    Parameters
+    ----------
+    plan : ProtocolPlan
+        The run's plan.
+    spent : PrivacySpent, optional
+        What was spent (the noise that arrived); default: the plan with all noise arrived.
+    secagg : SecAggParameters, optional
+        The secure aggregation of a Flower run: its guarantee sentence joins the adversary.
+
+    Returns
+    -------
+    Guarantee
+        ``epsilon`` at the target ``delta`` (one valid pair), or None for both when the
+        setting is not DP or a counted release received no noise.
+    """
+    if spent is None:
+        spent = privacy_spent(plan.budget)
+    reasons = tuple(spent.not_dp) or plan.not_dp_because
+    epsilon = spent.epsilon
+    if not reasons and (epsilon is None or not math.isfinite(epsilon)):
+        reasons = ("a counted release received no noise (epsilon is infinite)",)
+    caveats: list[str] = []
+    if spent.degraded and not reasons:
+        caveats.append(
+            f"degraded: noise shares missing; epsilon {epsilon:.4g} is more than the target "
+            f"{plan.config.epsilon:g}"
+        )
+    weak = weak_privacy_label(plan.config.epsilon)
+    if weak is not None and not reasons:
+        caveats.append(weak)
+    dp = not reasons
+    return Guarantee(
+        dp=dp,
+        epsilon=float(epsilon) if dp and epsilon is not None else None,
+        delta=float(spent.delta) if dp and spent.delta is not None else None,
+        unit_of_privacy=UNIT_OF_PRIVACY,
+        adversary=_adversary(plan, secagg),
+        honest_shares=None if plan.config.placement == "central" else plan.t,
+        n=plan.n,
+        not_dp_because=reasons,
+        caveats=tuple(caveats),
+    )
