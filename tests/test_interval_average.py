@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -104,9 +105,8 @@ def test_the_average_of_the_coordinate_bounds_fails_the_width_check() -> None:
 
 def _digits_result(n: int):  # type: ignore[no-untyped-def]
     x = _data(f"digits{n}")
-    return private_statistics(
-        x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0), **MAIN_JOB
-    )  # type: ignore[arg-type]
+    settings: dict[str, Any] = dict(MAIN_JOB)
+    return private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0), **settings)
 
 
 def test_released_values_carry_the_average_its_interval_and_noise() -> None:

@@ -16,18 +16,22 @@ from typing import Any
 
 from fa_hetdp.config.center import DISPERSION_CENTERS
 from fa_hetdp.config.noise import NOISE_SHAPES
-from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.report.results import format_accuracy_plan
-from fa_hetdp.stats.assumptions import DataAssumptions
+from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.stats.inverses import min_clients, min_epsilon
-from fa_hetdp.stats.planner import SCALARS, accuracy_of_plan, plan_accuracy
+from fa_hetdp.stats.planner import SCALARS, AccuracyPlan, accuracy_of_plan, plan_accuracy
 from fa_hetdp.stats.registry import STATISTIC_KEYS
 
-__all__ = ["add_arguments", "run_command", "run_plan_lines"]
+__all__ = ["add_arguments", "run_accuracy", "run_command", "run_plan_lines"]
 
 
-def run_plan_lines(run_config: Mapping[str, object], dim: int) -> list[str]:
-    """Return the accuracy plan of a ``fa-hetdp run`` (default assumptions, no data).
+def run_accuracy(run_config: Mapping[str, object], dim: int) -> AccuracyPlan:
+    """Return the accuracy plan of a ``fa-hetdp run``, from the scenario's stated assumptions.
+
+    The scenario's ``[assumptions]`` (public knowledge about the data; those it does not state
+    take conservative defaults, recorded) and the run's protocol, with the adaptive floor
+    predicted from them (:func:`~fa_hetdp.stats.assumptions.planned_protocol`): the same plan
+    the server stores in the result under ``released.plan``.
 
     Parameters
     ----------
@@ -35,11 +39,6 @@ def run_plan_lines(run_config: Mapping[str, object], dim: int) -> list[str]:
         The run config ``fa-hetdp run`` submits (scenario and overrides).
     dim : int
         Coordinates per client (public: the dataset's dimension).
-
-    Returns
-    -------
-    list[str]
-        The plan's table and one warning line per statistic expected to be noise-dominated.
     """
     from fa_hetdp.flower.settings import RunSettings
 
@@ -47,8 +46,22 @@ def run_plan_lines(run_config: Mapping[str, object], dim: int) -> list[str]:
     # matter here, so placeholders stand in for them.
     placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
     settings = RunSettings.from_run_config({**placeholders, **run_config})
-    plan = plan_protocol(settings.protocol, n=settings.scenario.num_clients, d=dim)
-    return format_accuracy_plan(accuracy_of_plan(plan, DataAssumptions.stated()))
+    assumptions = DataAssumptions.from_scenario(settings.scenario.assumptions)
+    n = settings.scenario.num_clients
+    plan = planned_protocol(settings.protocol, n=n, d=dim, assumptions=assumptions)
+    return accuracy_of_plan(plan, assumptions)
+
+
+def run_plan_lines(run_config: Mapping[str, object], dim: int) -> list[str]:
+    """Return the printed accuracy plan of a ``fa-hetdp run`` (:func:`run_accuracy`).
+
+    Returns
+    -------
+    list[str]
+        The plan's table, one warning line per statistic expected to be noise-dominated, and
+        one line naming what it cannot judge for want of a stated typical value.
+    """
+    return format_accuracy_plan(run_accuracy(run_config, dim))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

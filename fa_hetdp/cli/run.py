@@ -34,7 +34,7 @@ from fa_hetdp.flower.steps import (
     Event,
 )
 from fa_hetdp.protocol.guarantee import Guarantee
-from fa_hetdp.report.results import format_section, released_truth
+from fa_hetdp.report.results import format_noise_comparison, format_section, released_truth
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
@@ -385,6 +385,7 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
     if "released" in result:  # value, interval, noise on its scale, flag: never a bare number
         print(f"{setup.scenario_name}: n={result.get('n')} clients, d={result.get('d')}")
         print("\n".join(format_section(result["released"], released_truth(setup.truth))))
+        print("\n".join(format_noise_comparison(result["released"])))  # plan beside run
         _print_run_notes(console, result)
         return
     summary = result.get("summary", {})

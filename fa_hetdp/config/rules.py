@@ -296,6 +296,11 @@ FIELDS: Final[Mapping[str, Field]] = {
     "mode": Field((Options(MODES),)),
     "seed": Field((Integer(minimum=0),), optional=True),
     "repeats": Field((Integer(minimum=1),)),
+    # public assumptions about the data, for the accuracy plan only ([assumptions] of a scenario)
+    "within_variance": Field((Real(low=0.0, high=0.25, low_open=True),)),
+    "coordinate_mean": Field((Real(low=0.0, high=1.0),)),
+    "spread": Field((Real(low=0.0, high=0.25),)),
+    "i2": Field((Real(low=0.0, high=1.0, high_open=True),)),
     "node_wait_timeout": Field((Real(low=0.0, low_open=True),)),
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     "run_timeout": Field((Real(low=0.0, low_open=True),)),

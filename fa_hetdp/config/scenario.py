@@ -29,6 +29,7 @@ from typing import Any, Final, cast
 
 from fa_hetdp.config.rules import ConfigError, type_name, validate
 from fa_hetdp.config.schema import (
+    AssumptionsSpec,
     DataSpec,
     ExperimentSpec,
     PrivacySpec,
@@ -72,6 +73,7 @@ _SECTIONS: Final[dict[str, frozenset[str]]] = {
     "protocol": frozenset({"placement"}),
     "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
     "experiment": frozenset({"repeats", "seed"}),
+    "assumptions": frozenset({"within_variance", "coordinate_mean", "spread", "i2", "source"}),
 }
 _IGNORED_SECTIONS: Final[frozenset[str]] = frozenset({"derived"})  # written by to_dict()
 
@@ -121,6 +123,7 @@ def scenario_from_dict(
 
     data = check_data(c, tables["data"])
     experiment, privacy, protocol, secagg = _settings(c, tables, data)
+    assumptions = _assumptions(c, tables["assumptions"])
 
     if c.errors:
         where = f"scenario {path}" if path else f"scenario {scen_name!r}"
@@ -134,7 +137,21 @@ def scenario_from_dict(
         secagg=cast(SecAggSpec, secagg),
         experiment=cast(ExperimentSpec, experiment),
         path=path,
+        assumptions=assumptions,
     )
+
+
+def _assumptions(c: Checker, table: Mapping[str, Any]) -> AssumptionsSpec:
+    """Check ``[assumptions]`` (each key by its declared rule; ``source`` a string)."""
+    values: dict[str, Any] = {}
+    for name in ("within_variance", "coordinate_mean", "spread", "i2"):
+        value = c.get(table, name, name, f"assumptions.{name}", None)
+        values[name] = None if value is None or value is MISSING else float(value)
+    source = table.get("source", "")
+    if not isinstance(source, str):
+        c.fail("assumptions.source", f"must be a string, got {type_name(source)}")
+        source = ""
+    return AssumptionsSpec(**values, source=source)
 
 
 # Where each setting of the declared rules lives in a scenario file, and its default.

@@ -29,6 +29,7 @@ from fa_hetdp.data.summaries import SummaryKind
 from fa_hetdp.secagg.params import SecAggParameters, ThreatModel
 
 __all__ = [
+    "AssumptionsSpec",
     "DataSpec",
     "ExperimentSpec",
     "GridPoint",
@@ -320,6 +321,50 @@ class ExperimentSpec:
 
 
 @dataclass(frozen=True)
+class AssumptionsSpec:
+    """``[assumptions]``: what is publicly known about the data, for the accuracy plan only.
+
+    None of it reaches the protocol or its privacy; the plan printed before a run
+    (:mod:`fa_hetdp.stats.assumptions`) uses what is stated and says what it had to assume.
+
+    Parameters
+    ----------
+    within_variance : float or None
+        Typical within-vector variance ``s_i^2`` of one client's vector, in ``(0, 1/4]``.
+    coordinate_mean : float or None
+        Typical coordinate mean, in ``[0, 1]``.
+    spread : float or None
+        Typical dispersion ``D_j`` of a coordinate across clients, in ``[0, 1/4]``.
+    i2 : float or None
+        Typical ``I^2`` of a coordinate, in ``[0, 1)``.
+    source : str
+        Where the numbers come from (printed with the plan).
+    """
+
+    within_variance: float | None = None
+    coordinate_mean: float | None = None
+    spread: float | None = None
+    i2: float | None = None
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the stated keys (the table as a scenario file writes it)."""
+        out: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("within_variance", self.within_variance),
+                ("coordinate_mean", self.coordinate_mean),
+                ("spread", self.spread),
+                ("i2", self.i2),
+            )
+            if v is not None
+        }
+        if self.source:
+            out["source"] = self.source
+        return out
+
+
+@dataclass(frozen=True)
 class GridPoint:
     """One point of a scenario's grid: epsilon x mechanism x placement."""
 
@@ -342,6 +387,8 @@ class Scenario:
         The sections.
     path : str or None
         The file it was loaded from.
+    assumptions : AssumptionsSpec
+        ``[assumptions]``: public knowledge about the data, for the accuracy plan.
     """
 
     name: str
@@ -352,6 +399,7 @@ class Scenario:
     secagg: SecAggSpec
     experiment: ExperimentSpec
     path: str | None = None
+    assumptions: AssumptionsSpec = AssumptionsSpec()
 
     @property
     def num_clients(self) -> int:
@@ -450,6 +498,7 @@ class Scenario:
             "protocol": {"placement": list(self.protocol.placements)},
             "secagg": secagg,
             "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
+            **({"assumptions": a} if (a := self.assumptions.to_dict()) else {}),
             "derived": {
                 "num_clients": self.num_clients,
                 "clients_per_label": None if per_label is None else list(per_label),

@@ -15,13 +15,19 @@ import numpy as np
 
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
-from fa_hetdp.stats.assumptions import DataAssumptions
+from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
-from fa_hetdp.stats.releases import NOISE_DOMINATED_COVER, ReleasedValue, released_values
+from fa_hetdp.stats.releases import (
+    NOISE_DOMINATED_COVER,
+    SCALAR_DISPLAY,
+    ReleasedValue,
+    released_values,
+)
 
 __all__ = [
     "EXACT_COUNTS_NOTE",
     "format_accuracy_plan",
+    "format_noise_comparison",
     "format_released",
     "format_section",
     "noise_dominated_warnings",
@@ -54,6 +60,7 @@ def statistics_section(
     plan: ProtocolPlan,
     *,
     accuracy: AccuracyPlan | None = None,
+    assumptions: DataAssumptions | None = None,
     level: float = 0.95,
 ) -> dict[str, Any]:
     """Build the ``"statistics"`` section of the result document.
@@ -65,8 +72,11 @@ def statistics_section(
     plan : ProtocolPlan
         The plan they were computed under.
     accuracy : AccuracyPlan, optional
-        The accuracy plan made before the run (stored under ``"plan"``); default: the plan's
-        under the conservative default assumptions.
+        The accuracy plan made before the run (stored under ``"plan"``); default: the plan
+        :func:`~fa_hetdp.stats.assumptions.planned_protocol` predicts under ``assumptions``.
+    assumptions : DataAssumptions, optional
+        The public assumptions of that default plan (a scenario's ``[assumptions]``); default:
+        none stated (conservative defaults, recorded as such).
     level : float, default 0.95
         Coverage of the intervals.
 
@@ -80,7 +90,9 @@ def statistics_section(
         ``noise_std``) and ``plan``.
     """
     if accuracy is None:
-        accuracy = accuracy_of_plan(plan, DataAssumptions.stated())
+        stated = DataAssumptions.stated() if assumptions is None else assumptions
+        predicted = planned_protocol(plan.config, n=plan.n, d=plan.d, assumptions=stated)
+        accuracy = accuracy_of_plan(predicted, stated)
     values: dict[str, Any] = {}
     for rv in released_values(result, plan, level=level):
         flags = np.asarray(rv.noise_dominated)
@@ -207,6 +219,8 @@ def _lines(rows: list[_Row], level: float, truths: list[float | None] | None) ->
     for i, (display, value, lower, upper, noise, flags, average) in enumerate(rows):
         if value.ndim == 0:
             note = "NOISE-DOMINATED" if bool(flags) else ""
+            if display == SCALAR_DISPLAY["i2_total"] and float(upper) <= 0.0:
+                note = "0: all of the interval of Σ Q'' lies below (n - 1) d"
             v, lo, hi, sd_value = float(value), float(lower), float(upper), float(noise)
             interval = f"[{_fmt(lo)}, {_fmt(hi)}]"
         else:
@@ -228,7 +242,12 @@ def _lines(rows: list[_Row], level: float, truths: list[float | None] | None) ->
 
 
 def format_accuracy_plan(accuracy: AccuracyPlan) -> list[str]:
-    """Print-ready lines of an accuracy plan: expected RMSE, assumptions, warnings."""
+    """Print-ready lines of an accuracy plan: expected RMSE and noise, assumptions, warnings.
+
+    A typical value marked ``*`` is a default nobody stated: the plan does not judge the
+    statistic against it (one line says which it cannot judge), and warns only where the
+    error exceeds the statistic's whole range.
+    """
     cfg = accuracy.plan.config
     lines = [
         f"accuracy plan: n={accuracy.n} clients, d={accuracy.d}, epsilon={cfg.epsilon:g}, "
@@ -241,25 +260,120 @@ def format_accuracy_plan(accuracy: AccuracyPlan) -> list[str]:
         f"coordinate mean {_short(a.coordinate_mean)}, spread {_short(a.dispersion)}, "
         f"I² {_short(a.i2)} (defaults taken: {assumed})"
     )
-    head = f"{'statistic':<24} {'typical':>10} {'RMSE/coord':>11} {'RMSE avg':>10} {'rel. avg':>9}"
+    if a.source:
+        lines.append(f"  source: {a.source}")
+    head = (
+        f"{'statistic':<24} {'typical':>10} {'RMSE/coord':>11} {'RMSE avg':>10} {'rel. avg':>9} "
+        f"{'noise sd':>10}"
+    )
     lines += [head, "-" * len(head)]
     for row in (*accuracy.errors, *accuracy.scalars):
         rel = row.relative("average")
-        rel_s = "-" if not np.isfinite(rel) else f"{rel:.1%}"
+        rel_s = "-" if not np.isfinite(rel) or not row.judged else f"{rel:.1%}"
+        typical = _fmt(row.typical) + ("" if row.judged else "*")
         lines.append(
-            f"{row.display:<24} {_fmt(row.typical):>10} {_fmt(row.rmse_coordinate):>11} "
-            f"{_fmt(row.rmse_average):>10} {rel_s:>9}"
+            f"{row.display:<24} {typical:>10} {_fmt(row.rmse_coordinate):>11} "
+            f"{_fmt(row.rmse_average):>10} {rel_s:>9} {_fmt(row.noise_std):>10}"
         )
+    if any(not r.judged for r in (*accuracy.errors, *accuracy.scalars)):
+        lines.append("* a default, not a stated value (noise sd: on the statistic's own scale)")
     return lines + noise_dominated_warnings(accuracy)
 
 
 def noise_dominated_warnings(accuracy: AccuracyPlan) -> list[str]:
-    """One line per statistic expected to be noise-dominated (RMSE above its typical value)."""
-    return [
-        f"warning: {row.display} is expected to be noise-dominated: RMSE per coordinate "
-        f"{_fmt(row.rmse_coordinate)} > its typical value {_fmt(row.typical)}"
-        for row in accuracy.noise_dominated
-    ]
+    """One line per statistic expected to be noise-dominated, one for those it cannot judge.
+
+    Against a stated, non-zero typical value: RMSE above it. Without one: only where the
+    expected 95 % interval covers 90 % of the statistic's range (whatever the data).
+    """
+    lines = []
+    for row in accuracy.noise_dominated:
+        if not row.by_range:
+            lines.append(
+                f"warning: {row.display} is expected to be noise-dominated: RMSE per "
+                f"coordinate {_fmt(row.rmse_coordinate)} > its typical value {_fmt(row.typical)}"
+            )
+        else:
+            lines.append(
+                f"warning: {row.display} is expected to be noise-dominated whatever the data: "
+                f"+- 1.96 x RMSE per coordinate ({_fmt(row.rmse_coordinate)}) covers "
+                f"{NOISE_DOMINATED_COVER:.0%} of its range (width {_fmt(row.range_width)})"
+            )
+    unjudged = accuracy.not_judged
+    if unjudged:
+        names = ", ".join(r.display for r in unjudged)
+        lines.append(
+            f"the plan cannot judge {names}: no typical value stated (state it in the "
+            "scenario's [assumptions], or with --coordinate-mean / --spread / --i2)"
+        )
+    return lines
+
+
+#: The assumptions each statistic's planned noise depends on, beyond n and the budget: the
+#: stage-2 noise follows the broadcast bounds (the coordinate means), that of mu_bar' = A'/B'
+#: the weights (the within-vector variance), that of I^2 also the slope of I^2 at Q.
+_NOISE_DEPENDS: dict[str, tuple[str, ...]] = {
+    "mean": (),
+    "dispersion": ("coordinate_mean",),
+    "total_dispersion": ("coordinate_mean",),
+    "weighted_mean": ("within_variance", "coordinate_mean"),
+    "q": ("coordinate_mean",),
+    "i2": ("coordinate_mean", "i2"),
+    "i2_extra": ("coordinate_mean", "i2"),
+    "i2_total": ("coordinate_mean", "i2"),
+}
+_AS_PLANNED = 1.25
+"""A run's noise sd within this factor of the plan's (either way) is reported as planned."""
+
+
+def format_noise_comparison(section: Mapping[str, Any]) -> list[str]:
+    """Print-ready lines: each statistic's planned noise sd beside this run's, same names.
+
+    ``section`` is a result's ``"released"`` section (:func:`statistics_section`): the run's
+    noise sd on each statistic's own scale (per coordinate: the root mean square over the
+    coordinates) beside the plan's (``plan.statistics.<key>.noise_std``, made before the run
+    from the stated assumptions). Where they differ by more than :data:`_AS_PLANNED`, the note
+    names the assumptions that noise depends on, with their planned values: the data differ
+    from them (the stage-2 noise follows the broadcast bounds, i.e. the coordinate means;
+    ``B'`` the clients' within-vector variances; the slope of ``I^2`` the value of ``Q``).
+    """
+    plan = section.get("plan", {})
+    planned = plan.get("statistics", {})
+    assumptions = plan.get("assumptions", {})
+    defaults = set(assumptions.get("assumed", []))
+    head = f"{'noise sd (own scale)':<24} {'planned':>10} {'this run':>10}  note"
+    lines = [head, "-" * len(head)]
+    for key, entry in section.get("values", {}).items():
+        plan_sd = planned.get(key, {}).get("noise_std")
+        run = np.asarray(entry["noise_std"], dtype=np.float64)
+        run_sd = float(np.sqrt(np.mean(run**2)))
+        if plan_sd is None or not np.isfinite(plan_sd):
+            lines.append(f"{entry['display']:<24} {'-':>10} {_fmt(run_sd):>10}  not planned")
+            continue
+        ratio = run_sd / plan_sd if plan_sd > 0 else float("inf")
+        if 1.0 / _AS_PLANNED <= ratio <= _AS_PLANNED:
+            note = "as planned"
+        else:
+            names = _NOISE_DEPENDS.get(key, ())
+            why = ", ".join(_assumption_said(name, assumptions, defaults) for name in names)
+            note = f"{ratio:.2g}x the plan: " + (
+                f"it assumed {why}" if names else "fewer noise shares or clients than planned"
+            )
+        lines.append(f"{entry['display']:<24} {_fmt(plan_sd):>10} {_fmt(run_sd):>10}  {note}")
+    if any("x the plan: it assumed coordinate_mean" in line for line in lines):
+        lines.append(
+            "(the stage-2 noise of a coordinate grows with max(c, 1 - c)^2 of its broadcast c: "
+            "one typical coordinate_mean plans every coordinate at it)"
+        )
+    return lines
+
+
+def _assumption_said(name: str, assumptions: Mapping[str, Any], defaults: set[str]) -> str:
+    value = assumptions.get(name)
+    if value is None:
+        return f"no {name}"
+    shown = _short(tuple(value) if isinstance(value, list) else value)
+    return f"{name} {shown} ({'a default' if name in defaults else 'stated'})"
 
 
 def _short(value: object) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.config.schema import AssumptionsSpec, Scenario
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.floor import choose_floor, floor_buckets
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
@@ -26,6 +27,7 @@ __all__ = [
     "Assumed",
     "DataAssumptions",
     "planned_protocol",
+    "scenario_assumptions",
 ]
 
 DEFAULT_WITHIN_VARIANCE: Final = MAX_WITHIN_VARIANCE
@@ -76,6 +78,8 @@ class DataAssumptions:
         heterogeneity to find, the null of Cochran's test).
     assumed : tuple[str, ...]
         The names of the assumptions that were not stated and took their default.
+    source : str
+        Where the stated numbers come from ("" when not said).
     """
 
     within_variance: float = DEFAULT_WITHIN_VARIANCE
@@ -83,6 +87,7 @@ class DataAssumptions:
     dispersion: Assumed | None = None
     i2: Assumed | None = None
     assumed: tuple[str, ...] = ()
+    source: str = ""
 
     def __post_init__(self) -> None:
         v = float(self.within_variance)
@@ -112,6 +117,7 @@ class DataAssumptions:
         coordinate_mean: Assumed | None = None,
         dispersion: Assumed | None = None,
         i2: Assumed | None = None,
+        source: str = "",
     ) -> DataAssumptions:
         """Build assumptions from what the user stated (None: the default, recorded)."""
         given = {
@@ -127,7 +133,52 @@ class DataAssumptions:
             dispersion=dispersion,
             i2=i2,
             assumed=assumed,
+            source=source,
         )
+
+    @classmethod
+    def from_scenario(cls, spec: AssumptionsSpec, **overrides: Assumed | None) -> DataAssumptions:
+        """Build assumptions from a scenario's ``[assumptions]``; a given override wins.
+
+        ``overrides`` are ``within_variance``, ``coordinate_mean``, ``dispersion`` and ``i2``
+        (``fa-hetdp plan``'s flags); None leaves the scenario's value.
+        """
+        stated: dict[str, Assumed | None] = {
+            "within_variance": spec.within_variance,
+            "coordinate_mean": spec.coordinate_mean,
+            "dispersion": spec.spread,
+            "i2": spec.i2,
+        }
+        stated.update({k: v for k, v in overrides.items() if v is not None})
+        wv = stated.pop("within_variance")
+        return cls.stated(
+            within_variance=None if wv is None else float(np.asarray(wv)),
+            source=spec.source,
+            **stated,
+        )
+
+    def judged(self, key: str) -> bool:
+        """Whether the typical value of statistic ``key`` follows from stated assumptions.
+
+        ``mean``/``weighted_mean`` need ``coordinate_mean``; ``dispersion`` and
+        ``total_dispersion`` the spread; ``q``, ``i2``, ``i2_extra`` and ``i2_total`` ``i2`` or
+        the spread (with the weights).
+        A plan does not call a statistic noise-dominated from a value nobody stated.
+        """
+        stated = set(self.stated_names)
+        needs = {
+            "mean": {"coordinate_mean"},
+            "weighted_mean": {"coordinate_mean"},
+            "dispersion": {"dispersion"},
+            "total_dispersion": {"dispersion"},
+        }.get(key, {"i2", "dispersion"})
+        return bool(stated & needs)
+
+    @property
+    def stated_names(self) -> tuple[str, ...]:
+        """The assumptions that were stated (not defaults)."""
+        names = ("within_variance", "coordinate_mean", "dispersion", "i2")
+        return tuple(k for k in names if k not in self.assumed)
 
     def weight(self, variance_floor: float) -> float:
         """Return the model's client weight ``1/max(v, v_min)``."""
@@ -179,6 +230,7 @@ class DataAssumptions:
             "dispersion": plain(self.dispersion),
             "i2": plain(self.i2),
             "assumed": list(self.assumed),
+            "source": self.source,
         }
 
 
@@ -207,3 +259,8 @@ def planned_protocol(
         model, n=n, edges=edges, sigma=plan.floor_noise_std, quantile=config.floor_quantile
     )
     return plan_protocol(config, n=n, d=d, floor=float(choice.floor))
+
+
+def scenario_assumptions(scenario: Scenario) -> DataAssumptions:
+    """Return a scenario's stated ``[assumptions]`` (:meth:`DataAssumptions.from_scenario`)."""
+    return DataAssumptions.from_scenario(scenario.assumptions)

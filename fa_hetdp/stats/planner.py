@@ -40,9 +40,10 @@ from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
+from fa_hetdp.stats.intervals import i2_slope
 from fa_hetdp.stats.metrics import centred_dispersion_moments, clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS
-from fa_hetdp.stats.releases import SCALAR_DISPLAY
+from fa_hetdp.stats.releases import NOISE_DOMINATED_COVER, SCALAR_DISPLAY
 
 __all__ = [
     "SCALARS",
@@ -62,6 +63,8 @@ _GH_Z: Final = 24
 _GH_S: Final = 48
 
 Scope = Literal["coordinate", "average"]
+_Z95: Final = 1.959963984540054
+"""The two-sided 95 % normal quantile (the level of a released value's interval)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,16 @@ class PlannedError:
         Expected RMSE per coordinate (equals ``rmse_average`` for a scalar).
     rmse_average : float
         Expected RMSE of the coordinate average (of the scalar).
+    noise_std : float
+        The planned standard deviation of the noise on the statistic's own scale (root mean
+        square over the coordinates): what a run reports as its noise sd, under the same name.
+    judged : bool
+        Whether ``typical`` follows from stated assumptions
+        (:meth:`~fa_hetdp.stats.assumptions.DataAssumptions.judged`); if not, it is a default
+        that no one stated and the plan does not judge the statistic against it.
+    range_width : float
+        Width of the statistic's range (``inf`` if unbounded): an error above it is too large
+        whatever the data.
     """
 
     key: str
@@ -85,11 +98,28 @@ class PlannedError:
     typical: float
     rmse_coordinate: float
     rmse_average: float
+    noise_std: float = math.nan
+    judged: bool = True
+    range_width: float = math.inf
 
     @property
     def noise_dominated(self) -> bool:
-        """Whether the expected per-coordinate error exceeds the typical value."""
-        return self.rmse_coordinate > abs(self.typical)
+        """Whether the expected per-coordinate error exceeds the typical value.
+
+        Judged against a stated, non-zero typical value. Without one (not stated, or 0: no
+        signal to compare with) the rule of a released value applies to the expected
+        interval: ``+- z RMSE`` (95 %) covers at least
+        :data:`~fa_hetdp.stats.releases.NOISE_DOMINATED_COVER` of the statistic's range
+        (noise-dominated whatever the data).
+        """
+        if self.judged and self.typical != 0.0:
+            return self.rmse_coordinate > abs(self.typical)
+        return 2.0 * _Z95 * self.rmse_coordinate >= NOISE_DOMINATED_COVER * self.range_width
+
+    @property
+    def by_range(self) -> bool:
+        """Whether :attr:`noise_dominated` is judged by the range (no typical value to use)."""
+        return not self.judged or self.typical == 0.0
 
     def relative(self, scope: Scope = "average") -> float:
         """RMSE over ``|typical|`` (inf when the typical value is 0)."""
@@ -141,6 +171,12 @@ class AccuracyPlan:
         """Rows whose expected per-coordinate error exceeds their typical value."""
         return tuple(r for r in (*self.errors, *self.scalars) if r.noise_dominated)
 
+    @property
+    def not_judged(self) -> tuple[PlannedError, ...]:
+        """Rows without a stated typical value that are not noise-dominated whatever the data."""
+        rows = (*self.errors, *self.scalars)
+        return tuple(r for r in rows if not r.judged and not r.noise_dominated)
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (for the result document and ``fa-hetdp plan --json``)."""
         cfg = self.plan.config
@@ -160,6 +196,8 @@ class AccuracyPlan:
                     "typical": r.typical,
                     "rmse_coordinate": r.rmse_coordinate,
                     "rmse_average": r.rmse_average,
+                    "noise_std": r.noise_std,
+                    "typical_stated": r.judged,
                     "noise_dominated": r.noise_dominated,
                 }
                 for r in (*self.errors, *self.scalars)
@@ -382,6 +420,16 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     per["i2_extra"] = per["i2"] + mod.s5**2
     avg["i2_extra"] = avg["i2"] + mod.s5**2 / d
     i2_true = float(np.mean(_i2(mod.q, n)))
+    h = i2_slope(mod.q, n)  # delta method through the kink, as a run reports it
+    noise = {
+        "mean": tau,
+        "dispersion": math.sqrt(noise3),
+        "weighted_mean": mod.s2 * math.sqrt(1.0 + float(np.mean(mod.m**2))) / mod.b,
+        "q": math.sqrt(noise4),
+        "i2": math.sqrt(float(p @ np.mean((h * s4) ** 2, axis=1))),
+    }
+    noise["i2_extra"] = math.sqrt(noise["i2"] ** 2 + mod.s5**2)
+    widths = {"mean": 1.0, "weighted_mean": 1.0, "dispersion": 0.25, "q": mod.b / 4.0}
     typical = {
         "mean": float(np.mean(mod.m)),
         "dispersion": float(np.mean(mod.dispersion)),
@@ -403,6 +451,9 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
                 typical=typical[spec.key],
                 rmse_coordinate=math.sqrt(per[spec.key]),
                 rmse_average=math.sqrt(avg[spec.key]),
+                noise_std=noise[spec.key],
+                judged=assumptions.judged(spec.key),
+                range_width=widths.get(spec.key, 1.0),
             )
         )
     scalars = []
@@ -411,13 +462,34 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
         typical_total = float(np.sum(mod.dispersion))
         scalars.append(
             PlannedError(
-                "total_dispersion", SCALARS["total_dispersion"], typical_total, total, total
+                "total_dispersion",
+                SCALARS["total_dispersion"],
+                typical_total,
+                total,
+                total,
+                noise_std=math.sqrt(d * noise3),
+                judged=assumptions.judged("total_dispersion"),
+                range_width=d / 4.0,
             )
         )
     if "q" in plan.releases and "weighted" in plan.releases:
         rmse = math.sqrt(_i2_total_mse(mod, p, m2, m4, s4))
         typical_i2 = float(_i2(float(np.sum(mod.q)), n, d))
-        scalars.append(PlannedError("i2_total", SCALARS["i2_total"], typical_i2, rmse, rmse))
+        sd = float(i2_slope(float(np.sum(mod.q)), n, d)) * math.sqrt(
+            float(p @ np.sum(s4**2, axis=1))
+        )
+        scalars.append(
+            PlannedError(
+                "i2_total",
+                SCALARS["i2_total"],
+                typical_i2,
+                rmse,
+                rmse,
+                noise_std=sd,
+                judged=assumptions.judged("i2_total"),
+                range_width=1.0,
+            )
+        )
     return AccuracyPlan(
         plan=plan, assumptions=assumptions, errors=tuple(rows), scalars=tuple(scalars)
     )
