@@ -86,6 +86,7 @@ from fa_hetdp.server.results import (
     secagg_section,
     write_result,
 )
+from fa_hetdp.stats.assumptions import scenario_assumptions
 from fa_hetdp.stats.registry import STATISTICS
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
@@ -607,7 +608,9 @@ class HeterogeneityStrategy:
             },
             "noise_shares": {"stage1": result.noise_shares[0], "stage2": result.noise_shares[1]},
             "statistics": statistics,
-            "released": statistics_section(result, plan),  # intervals, noise, flags, plan
+            "released": statistics_section(  # intervals, noise, flags, the plan before the run
+                result, plan, assumptions=scenario_assumptions(self.settings.scenario)
+            ),
             "summary": {  # the privacy spent is in "privacy", stated so that it holds
                 k: v for k, v in result.summary().items() if k not in _SPENT_KEYS
             },
