@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from fa_hetdp.dp.accounting import PrivacySpent, privacy_spent
 from fa_hetdp.dp.calibration import weak_privacy_label
-from fa_hetdp.protocol.plan import ProtocolPlan, colluding_clients, honest_shares_label
+from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.secagg.params import SecAggParameters
 
 __all__ = ["UNIT_OF_PRIVACY", "Guarantee", "guarantee_of"]
@@ -119,26 +119,27 @@ def _adversary(plan: ProtocolPlan, secagg: SecAggParameters | None) -> str:
             "trusted server (central placement: it sees the exact sums and adds the noise); "
             "the guarantee holds against everyone who sees the released values"
         )
-    if secagg is None:
-        server = (
-            "server honest-but-curious (secure aggregation simulated in process: the server "
-            "sees only the noisy sums)"
-        )
-    else:
-        kind = "malicious" if secagg.threat_model == "malicious-server" else "honest-but-curious"
-        server = f"server {kind}; secure aggregation: {secagg.guarantee()}"
-    colluders = plan.colluders
+    n, t, colluders = plan.n, plan.t, plan.colluders
     if colluders == 0:
-        clients = "no colluding clients (all n noise shares counted as honest)"
-    else:
-        stated = colluding_clients(config.corrupt_fraction, plan.n)
-        bound = (
-            f"at most ceil(gamma n) = {colluders} colluding clients"
-            if config.min_honest_clients is None and stated == colluders
-            else f"at most n - t = {colluders} colluding clients"
+        clients = f"no colluding clients assumed: all n = {n} noise shares counted as honest"
+    elif config.min_honest_clients is None:
+        clients = (
+            f"at most ceil(gamma n) = {colluders} colluding clients (gamma = "
+            f"{config.corrupt_fraction:g}), whose noise shares are not counted: noise "
+            f"calibrated to n - ceil(gamma n) = {t} honest shares"
         )
-        clients = f"{bound}, whose noise shares are not counted"
-    return f"{server}; {clients}: {honest_shares_label(config, plan.n, plan.t)}"
+    else:
+        clients = (
+            f"at most n - t = {colluders} colluding clients, whose noise shares are not "
+            f"counted: noise calibrated to t = {t} honest shares of n = {n}"
+        )
+    if secagg is None:
+        return (
+            f"server honest-but-curious (secure aggregation simulated in process: the server "
+            f"sees only the noisy sums); {clients}"
+        )
+    kind = "malicious" if secagg.threat_model == "malicious-server" else "honest-but-curious"
+    return f"server {kind}; {clients}; secure aggregation: {secagg.guarantee()}"
 
 
 def guarantee_of(
