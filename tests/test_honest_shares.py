@@ -146,3 +146,10 @@ def test_explicit_honest_count_above_the_stated_adversary_is_refused() -> None:
 def test_explicit_honest_count_below_it_is_kept() -> None:
     config = ProtocolConfig(epsilon=1.0, delta=1e-5, corrupt_fraction=0.05, min_honest_clients=80)
     assert plan_protocol(config, n=100, d=4).t == 80
+
+
+def test_the_plan_printed_before_a_run_says_which_shares_are_honest() -> None:
+    from fa_hetdp.cli.plan import run_plan_lines
+
+    lines = run_plan_lines({"scenario": "quickstart", "mode": "simulation"}, 64)
+    assert any("noise calibrated to n - ceil(gamma n) = 95 honest shares" in x for x in lines)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fa_hetdp.protocol.plan import ProtocolPlan
+from fa_hetdp.protocol.plan import ProtocolPlan, honest_shares_label
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
@@ -253,6 +253,8 @@ def format_accuracy_plan(accuracy: AccuracyPlan) -> list[str]:
         f"accuracy plan: n={accuracy.n} clients, d={accuracy.d}, epsilon={cfg.epsilon:g}, "
         f"delta={cfg.delta:g}, composition={cfg.composition}, v_min={cfg.variance_floor:g}",
     ]
+    if cfg.placement == "distributed":  # which noise shares the guarantee counts as honest
+        lines.append(f"noise: {honest_shares_label(cfg, accuracy.n, accuracy.plan.t)}")
     a = accuracy.assumptions
     assumed = ", ".join(a.assumed) if a.assumed else "none"
     lines.append(
