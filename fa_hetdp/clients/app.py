@@ -62,6 +62,7 @@ from fa_hetdp.cli.check_data import load_checked
 from fa_hetdp.data.partition import client_records, client_summary
 from fa_hetdp.data.summaries import summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
+from fa_hetdp.flower.limits import step_limits
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions, node_secagg
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
@@ -79,7 +80,7 @@ from fa_hetdp.flower.steps import (
     NodeConfig,
     State,
 )
-from fa_hetdp.flower.wire import decode, encode
+from fa_hetdp.flower.wire import Limits, decode, encode
 from fa_hetdp.protocol.client import (
     LocalValues,
     local_values,
@@ -198,6 +199,18 @@ def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
     return plan_protocol(settings.protocol, n=n, d=_state_int(record, State.D), floor=floor)
 
 
+def _limits(context: Context, step: str) -> Limits:
+    """Return what the server's message of ``step`` may make this client decode.
+
+    :mod:`fa_hetdp.flower.limits`: ``k`` from the run config, ``d`` the client's own.
+    """
+    settings = _settings(context)
+    k = settings.num_clients - 1 if settings.neighbours is None else settings.neighbours
+    record = context.state.get(State.RECORD)
+    d = record.get(State.D) if isinstance(record, ConfigRecord) else None
+    return step_limits(step, k=max(k, 0), d=d if isinstance(d, int) else None)
+
+
 def _reply(msg: Message, payload: dict[str, Any]) -> Message:
     return Message(encode(payload), reply_to=msg)
 
@@ -215,7 +228,7 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     settings = _settings(context)
     pid, num = _partition(context)
     _maybe_drop(settings, pid, ADVERTISE_KEYS)
-    request = decode(msg.content)
+    request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
     client_id = int(request[Key.CLIENT_ID])
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     summary = client_summary(settings.scenario)  # data.summary: what x_i is (docs/summaries.md)
@@ -270,7 +283,7 @@ def share_keys(msg: Message, context: Context) -> Message:
     """Secagg round 1: encrypted shares of the mask keys and self-mask seeds."""
     _, _, record = _start_step(context, SHARE_KEYS)
     secagg = _secagg(record)
-    reply = secagg.share_keys(decode(msg.content)[Key.SECAGG])
+    reply = secagg.share_keys(decode(msg.content, limits=_limits(context, SHARE_KEYS))[Key.SECAGG])
     record[State.SECAGG] = secagg.to_bytes()
     # n (sets the noise share) from the key directory, never a number the server states
     record[State.SESSION_SIZE] = secagg.session_size
@@ -291,7 +304,8 @@ def stage0_input(msg: Message, context: Context) -> Message:
     values = floor_contribution(
         x, plan.floor_edges, share, mechanism=plan.mechanism, rng=rng, lattice=lattice
     )
-    return _masked_input(msg, decode(msg.content), values, settings, record, rng)
+    request = decode(msg.content, limits=_limits(context, STAGE0_INPUT))
+    return _masked_input(msg, request, values, settings, record, rng)
 
 
 @app.query(STAGE0_UNMASK)
@@ -304,7 +318,7 @@ def stage0_unmask(msg: Message, context: Context) -> Message:
 def stage1_input(msg: Message, context: Context) -> Message:
     """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
     settings, pid, record = _start_step(context, STAGE1_INPUT)
-    request = decode(msg.content)
+    request = decode(msg.content, limits=_limits(context, STAGE1_INPUT))
     if _plan(settings, record).adaptive:  # the floor picked from the stage-0 histogram
         if Key.FLOOR not in request:
             raise RuntimeError("adaptive_floor session: the server sent no variance floor")
@@ -327,7 +341,7 @@ def stage2_input(msg: Message, context: Context) -> Message:
     """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share, encoded and masked."""
     settings, pid, record = _start_step(context, STAGE2_INPUT)
     plan = _plan(settings, record)
-    request = decode(msg.content)
+    request = decode(msg.content, limits=_limits(context, STAGE2_INPUT))
     rng = _generator(settings, record, pid)
     values = stage2_contribution(
         _local(context, plan),
@@ -383,7 +397,7 @@ def stage2_consistency(msg: Message, context: Context) -> Message:
 def _consistency(msg: Message, context: Context, step: str) -> Message:
     _, _, record = _start_step(context, step)
     secagg = _secagg(record)
-    reply = secagg.sign_survivors(decode(msg.content)[Key.SECAGG])
+    reply = secagg.sign_survivors(decode(msg.content, limits=_limits(context, step))[Key.SECAGG])
     record[State.SECAGG] = secagg.to_bytes()
     return _reply(msg, {Key.SECAGG: reply})
 
@@ -392,7 +406,7 @@ def _unmask(msg: Message, context: Context, step: str) -> Message:
     _, _, record = _start_step(context, step)
     secagg = _secagg(record)
     try:
-        reply = secagg.unmask(decode(msg.content)[Key.SECAGG])
+        reply = secagg.unmask(decode(msg.content, limits=_limits(context, step))[Key.SECAGG])
     finally:  # a refusal can change the state too (e.g. "excluded"): keep it
         record[State.SECAGG] = secagg.to_bytes()
     return _reply(msg, {Key.SECAGG: reply})

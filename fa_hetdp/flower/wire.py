@@ -18,11 +18,16 @@ and every long list of integers (as int64):
 complete graph: packing them keeps a round's cost close to that of a single array.)
 
 No pickle: decoding only builds the types above, and anything else raises
-:class:`WireFormatError` (the server counts such a reply as a dropout). Decoding is bounded
-by the message itself: nesting deeper than :data:`MAX_DEPTH` is refused, and every packed
-value must lie in the blob (``__bl__`` items are never empty, arrays have at most
-:data:`MAX_NDIM` axes of at most :data:`MAX_DIM` entries), so a short document cannot make
-the decoder build a large object.
+:class:`WireFormatError` (the server counts such a reply as a dropout; a client fails that
+step). Decoding is bounded by :class:`Limits`, which the receiver sizes for the step it is
+at (:mod:`fa_hetdp.flower.limits`): the message and its document are measured before they
+are parsed; nesting deeper than :data:`MAX_DEPTH` and a key given twice are refused; then a
+first pass checks every reference -- inside the blob, not overlapping another (each value has
+its own range, as :func:`encode` lays them out), arrays with at most :data:`MAX_NDIM` axes of
+at most :data:`MAX_DIM` entries, ``__bl__`` items never empty -- and adds up what they would
+materialise (payload plus a per-object allowance), and the message is refused if the total
+is over ``Limits.decoded``, before anything is copied. A reference repeated any number of
+times therefore cannot amplify a message.
 """
 
 from __future__ import annotations
@@ -31,12 +36,25 @@ import json
 import math
 import reprlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-__all__ = ["MAX_DEPTH", "MAX_DIM", "MAX_NDIM", "WireFormatError", "decode", "encode"]
+__all__ = [
+    "ARRAY_OVERHEAD",
+    "ITEM_OVERHEAD",
+    "MAX_DEPTH",
+    "MAX_DIM",
+    "MAX_DOCUMENT_CHARS",
+    "MAX_MESSAGE_BYTES",
+    "MAX_NDIM",
+    "Limits",
+    "WireFormatError",
+    "decode",
+    "encode",
+]
 
 _DOC = "doc"
 _MARKERS = frozenset({"__a__", "__b__", "__t__", "__d__", "__il__", "__bl__"})
@@ -49,6 +67,16 @@ MAX_NDIM = 32
 """Most axes an array in a message may have."""
 MAX_DIM = 2**40
 """Largest length of one array axis (bounds the shape of an empty array)."""
+MAX_MESSAGE_BYTES = 1 << 28
+"""Absolute cap on a message (document plus blob) and on what it decodes to, in bytes."""
+MAX_DOCUMENT_CHARS = 1 << 22
+"""Absolute cap on a message's JSON document (the protocol's are O(k) entries, well below)."""
+ITEM_OVERHEAD = 48
+"""Bytes counted per ``bytes`` value or list item beyond its payload (CPython: 33 for a
+``bytes`` header, at most 36 for an int below 2**63, plus an 8-byte list slot)."""
+ARRAY_OVERHEAD = 128
+"""Bytes counted per array beyond its data (CPython's ndarray header, 112 bytes, plus
+16 per axis on top)."""
 
 
 class WireFormatError(ValueError):
@@ -123,17 +151,53 @@ def _slice(blob: bytes, spec: Any) -> tuple[int, int]:
     return offset, length
 
 
-def decode(content: RecordDict, *, max_bytes: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Limits:
+    """What one message may make the decoder hold (see :func:`decode`), in bytes.
+
+    ``message``: document plus blob, as received; ``document``: the JSON text alone (its
+    parsed form costs a bounded multiple of it: no reference can make it larger);
+    ``decoded``: the total that the message's references materialise (payload bytes plus a
+    fixed allowance per Python object, :data:`ITEM_OVERHEAD`, :data:`ARRAY_OVERHEAD`).
+    Each is checked before the step it bounds: the sizes before parsing, the decoded total
+    of all references before any is copied.
+    """
+
+    message: int = MAX_MESSAGE_BYTES
+    document: int = MAX_DOCUMENT_CHARS
+    decoded: int = MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("message", "document", "decoded"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"Limits.{name} must be an int >= 0, got {value!r}")
+
+
+def decode(
+    content: RecordDict, *, max_bytes: int | None = None, limits: Limits | None = None
+) -> dict[str, Any]:
     """Decode a ``RecordDict`` built by :func:`encode`; raise :class:`WireFormatError` if not.
 
-    Every failure -- a missing record, invalid JSON, too deep a nesting, an integer over
-    Python's digit limit, a reference outside the blob, a bad dtype or shape, or a message
-    larger than ``max_bytes`` (document plus blob; what the current step can legitimately
-    carry, checked before anything is parsed) -- raises :class:`WireFormatError` (and
-    nothing else).
+    ``limits`` bounds what the message may make the decoder hold (:class:`Limits`; the
+    defaults are the absolute caps :data:`MAX_MESSAGE_BYTES`, :data:`MAX_DOCUMENT_CHARS`);
+    ``max_bytes`` (older form) caps the message and its decoded total alike, and the
+    document at ``min(max_bytes, MAX_DOCUMENT_CHARS)``.
+
+    Every failure -- a missing record, a message or document over its cap (checked before
+    anything is parsed), invalid JSON, a duplicated key, too deep a nesting, an integer over
+    Python's digit limit, a reference outside the blob or overlapping another, a bad dtype
+    or shape, or references that would materialise more than ``limits.decoded`` bytes in all
+    (checked before any is copied) -- raises :class:`WireFormatError` (and nothing else).
     """
+    if limits is None:
+        limits = (
+            Limits()
+            if max_bytes is None
+            else Limits(max_bytes, min(max_bytes, MAX_DOCUMENT_CHARS), max_bytes)
+        )
     try:
-        return _decode(content, max_bytes)
+        return _decode(content, limits)
     except WireFormatError:
         raise
     except (ValueError, TypeError, KeyError, IndexError, RecursionError, MemoryError) as exc:
@@ -141,7 +205,46 @@ def decode(content: RecordDict, *, max_bytes: int | None = None) -> dict[str, An
         raise WireFormatError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
 
 
-def _decode(content: RecordDict, max_bytes: int | None) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise WireFormatError(f"message document repeats the key {_short(key)}")
+        out[key] = value
+    return out
+
+
+class _Budget:
+    """The blob ranges and bytes a document's references would materialise (pass 1)."""
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+        self.ranges: list[tuple[int, int]] = []
+        self.total = 0
+
+    def take(self, offset: int, length: int, cost: int) -> None:
+        if length:
+            self.ranges.append((offset, length))
+        self.total += cost
+
+    def check(self, cap: int) -> None:
+        if self.total > cap:
+            raise WireFormatError(
+                f"message references would decode to {self.total} bytes, over this step's "
+                f"cap of {cap} (every reference counts, each time it appears)"
+            )
+        self.ranges.sort()
+        end = 0
+        for offset, length in self.ranges:
+            if offset < end:
+                raise WireFormatError(
+                    f"message refers to overlapping blob ranges (at offset {offset}); each "
+                    "value must have its own range"
+                )
+            end = offset + length
+
+
+def _decode(content: RecordDict, limits: Limits) -> dict[str, Any]:
     try:
         record = content[_DOC]
         doc = record["json"]
@@ -150,79 +253,111 @@ def _decode(content: RecordDict, max_bytes: int | None) -> dict[str, Any]:
         raise WireFormatError(f"message lacks the record {exc}") from exc
     if not isinstance(doc, str) or not isinstance(blob, bytes):
         raise WireFormatError("message records have the wrong types")
-    if max_bytes is not None and len(doc) + len(blob) > max_bytes:
+    if len(doc) + len(blob) > limits.message:
         raise WireFormatError(
-            f"message of {len(doc) + len(blob)} bytes exceeds this step's cap of {max_bytes}"
+            f"message of {len(doc) + len(blob)} bytes exceeds this step's cap of {limits.message}"
+        )
+    if len(doc) > limits.document:
+        raise WireFormatError(
+            f"message document of {len(doc)} characters exceeds this step's cap of "
+            f"{limits.document}"
         )
     try:
-        tree = json.loads(doc)
+        tree = json.loads(doc, object_pairs_hook=_unique_keys)
+    except WireFormatError:
+        raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, the int digit limit
         raise WireFormatError(f"message document is not JSON: {exc}") from exc
-
-    def walk(value: Any, depth: int = 0) -> Any:
-        if isinstance(value, (list, dict)) and depth >= MAX_DEPTH:
-            raise WireFormatError(f"message nests deeper than {MAX_DEPTH} levels")
-        if isinstance(value, list):
-            return [walk(v, depth + 1) for v in value]
-        if isinstance(value, dict):
-            if len(value) == 1 and (_MARKERS & set(value)):
-                ((marker, inner),) = value.items()
-                if marker == "__a__":
-                    return _array(blob, inner)
-                if marker == "__il__":
-                    if not isinstance(inner, list) or len(inner) != 2:
-                        raise WireFormatError(f"malformed int-list reference {_short(inner)}")
-                    return _array(blob, [inner[0], _INT64.str, [inner[1]]]).tolist()
-                if marker == "__b__":
-                    offset, length = _slice(blob, inner)
-                    return blob[offset : offset + length]
-                if marker == "__bl__":
-                    if not isinstance(inner, list) or len(inner) != 3:
-                        raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
-                    offset, size, count = inner
-                    if type(count) is not int or count < 0 or type(size) is not int or size < 1:
-                        raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
-                    _slice(blob, [offset, size * count])
-                    return [blob[offset + i * size : offset + (i + 1) * size] for i in range(count)]
-                if marker == "__t__":
-                    items = walk(inner, depth + 1)
-                    if not isinstance(items, list):
-                        raise WireFormatError("malformed tuple in message")
-                    return tuple(items)
-                if marker == "__d__" and isinstance(inner, list):
-                    out: dict[Any, Any] = {}
-                    for pair in inner:
-                        if not isinstance(pair, list) or len(pair) != 2:
-                            raise WireFormatError("malformed key/value pair in message")
-                        key = walk(pair[0], depth + 1)
-                        value = walk(pair[1], depth + 1)
-                        try:
-                            out[key] = value
-                        except TypeError as exc:
-                            raise WireFormatError(f"unhashable key in message: {exc}") from exc
-                    return out
-                raise WireFormatError(f"malformed {marker} entry in message")
-            return {k: walk(v, depth + 1) for k, v in value.items()}
-        return value
-
-    result = walk(tree)
-    if not isinstance(result, dict):
+    if not isinstance(tree, dict):
         raise WireFormatError("message document is not a mapping")
+    budget = _Budget(blob)
+    _walk(tree, budget, None)  # pass 1: validate, add up; nothing copied
+    budget.check(limits.decoded)
+    result = _walk(tree, None, blob)  # pass 2: build
+    assert isinstance(result, dict)
     return result
 
 
-def _array(blob: bytes, spec: Any) -> np.ndarray:
+def _walk(value: Any, budget: _Budget | None, blob: bytes | None, depth: int = 0) -> Any:
+    """Validate ``value`` into ``budget`` (pass 1) or build it from ``blob`` (pass 2)."""
+    if isinstance(value, (list, dict)) and depth >= MAX_DEPTH:
+        raise WireFormatError(f"message nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, list):
+        return [_walk(v, budget, blob, depth + 1) for v in value]
+    if not isinstance(value, dict):
+        return value
+    markers = _MARKERS & set(value)
+    if not markers:
+        return {k: _walk(v, budget, blob, depth + 1) for k, v in value.items()}
+    if len(value) != 1:
+        raise WireFormatError(f"message mixes the marker {sorted(markers)[0]} with other keys")
+    ((marker, inner),) = value.items()
+    if marker == "__t__":
+        items = _walk(inner, budget, blob, depth + 1)
+        if not isinstance(items, list):
+            raise WireFormatError("malformed tuple in message")
+        return tuple(items)
+    if marker == "__d__":
+        if not isinstance(inner, list):
+            raise WireFormatError(f"malformed {marker} entry in message")
+        out: dict[Any, Any] = {}
+        for pair in inner:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise WireFormatError("malformed key/value pair in message")
+            key = _walk(pair[0], budget, blob, depth + 1)
+            value = _walk(pair[1], budget, blob, depth + 1)
+            if budget is not None:
+                continue  # pass 1 builds placeholders: the keys are checked in pass 2
+            try:
+                if key in out:
+                    raise WireFormatError(f"message mapping repeats the key {_short(key)}")
+            except TypeError as exc:
+                raise WireFormatError(f"unhashable key in message: {exc}") from exc
+            out[key] = value
+        return out
+    data = budget.blob if budget is not None else blob
+    assert data is not None  # pass 2 is given the blob
+    if marker == "__b__":
+        offset, length = _slice(data, inner)
+        if budget is not None:
+            budget.take(offset, length, length + ITEM_OVERHEAD)
+            return None
+        return data[offset : offset + length]
+    if marker == "__bl__":
+        if not isinstance(inner, list) or len(inner) != 3:
+            raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
+        offset, size, count = inner
+        if type(count) is not int or count < 0 or type(size) is not int or size < 1:
+            raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
+        _slice(data, [offset, size * count])
+        if budget is not None:
+            budget.take(offset, size * count, count * (size + ITEM_OVERHEAD) + ITEM_OVERHEAD)
+            return []  # a list placeholder (a tuple may hold it)
+        return [data[offset + i * size : offset + (i + 1) * size] for i in range(count)]
+    if marker == "__il__":
+        if not isinstance(inner, list) or len(inner) != 2:
+            raise WireFormatError(f"malformed int-list reference {_short(inner)}")
+        spec = [inner[0], _INT64.str, [inner[1]]]
+        if budget is not None:
+            offset, nbytes, _ = _array_range(data, spec)
+            budget.take(offset, nbytes, (nbytes // 8) * ITEM_OVERHEAD + ITEM_OVERHEAD)
+            return []  # a list placeholder (a tuple may hold it)
+        return _array(data, spec).tolist()
+    if marker == "__a__":
+        if budget is not None:
+            offset, nbytes, ndim = _array_range(data, inner)
+            budget.take(offset, nbytes, nbytes + ARRAY_OVERHEAD + 16 * ndim)
+            return None
+        return _array(data, inner)
+    raise AssertionError(marker)  # pragma: no cover (the markers are all handled above)
+
+
+def _array_range(blob: bytes, spec: Any) -> tuple[int, int, int]:
+    """Check an array reference; return its blob offset, byte length and number of axes."""
     if not isinstance(spec, list) or len(spec) != 3:
         raise WireFormatError(f"malformed array reference {_short(spec)}")
     offset, dtype_text, shape = spec
-    if not isinstance(dtype_text, str) or len(dtype_text) > 8:
-        raise WireFormatError(f"array reference with a bad dtype {_short(dtype_text)}")
-    try:
-        dtype = np.dtype(dtype_text)
-    except Exception as exc:  # numpy raises TypeError, ValueError or SyntaxError
-        raise WireFormatError(f"array reference with a bad dtype {_short(dtype_text)}") from exc
-    if dtype.kind not in "biufc" or dtype.hasobject or dtype.itemsize < 1:
-        raise WireFormatError(f"array reference with a non-numeric dtype {_short(dtype_text)}")
+    dtype = _dtype(dtype_text)
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_NDIM
@@ -232,10 +367,29 @@ def _array(blob: bytes, spec: Any) -> np.ndarray:
             f"array reference with a bad shape {_short(shape)} (at most {MAX_NDIM} axes of "
             f"0..{MAX_DIM} entries)"
         )
-    count = math.prod(shape)
-    start, _ = _slice(blob, [offset, count * dtype.itemsize])
+    start, nbytes = _slice(blob, [offset, math.prod(shape) * dtype.itemsize])
+    return start, nbytes, len(shape)
+
+
+def _dtype(dtype_text: Any) -> np.dtype[Any]:
+    if not isinstance(dtype_text, str) or len(dtype_text) > 8:
+        raise WireFormatError(f"array reference with a bad dtype {_short(dtype_text)}")
     try:
-        array = np.frombuffer(blob, dtype=dtype, count=count, offset=start).reshape(shape)
+        dtype = np.dtype(dtype_text)
+    except Exception as exc:  # numpy raises TypeError, ValueError or SyntaxError
+        raise WireFormatError(f"array reference with a bad dtype {_short(dtype_text)}") from exc
+    if dtype.kind not in "biufc" or dtype.hasobject or dtype.itemsize < 1:
+        raise WireFormatError(f"array reference with a non-numeric dtype {_short(dtype_text)}")
+    return dtype
+
+
+def _array(blob: bytes, spec: Any) -> np.ndarray:
+    start, nbytes, _ = _array_range(blob, spec)
+    _, dtype_text, shape = spec
+    dtype = np.dtype(dtype_text)
+    try:
+        array = np.frombuffer(blob, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
+        array = array.reshape(shape)
     except (ValueError, MemoryError) as exc:
         raise WireFormatError(f"array reference with a bad shape {_short(shape)}: {exc}") from exc
     return array.copy()

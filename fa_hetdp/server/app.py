@@ -13,7 +13,7 @@ import ipaddress
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flwr.app import Context, Message
@@ -22,7 +22,7 @@ from flwr.serverapp import Grid, ServerApp
 import fa_hetdp
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.flower.steps import message_type
-from fa_hetdp.flower.wire import WireFormatError, decode, encode
+from fa_hetdp.flower.wire import Limits, WireFormatError, decode, encode
 from fa_hetdp.server.results import result_path, write_result
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
@@ -104,8 +104,9 @@ class GridTransport:
     drops only the nodes that are gone or that have not replied by then.
     """
 
-    def __init__(self, grid: Grid) -> None:
+    def __init__(self, grid: Grid, limits: Callable[[str], Limits] | None = None) -> None:
         self.grid = grid
+        self.limits = limits  # step -> what one reply may decode (fa_hetdp.flower.limits)
 
     def node_ids(self) -> list[int]:
         """Ids of the nodes connected now."""
@@ -126,6 +127,12 @@ class GridTransport:
         ]
         replies: dict[int, dict[str, Any]] = {}
         dropouts: dict[int, str] = {}
+        limits = Limits() if self.limits is None else self.limits(step)
+        limits = Limits(  # MAX_REPLY_BYTES caps every step's reply on top
+            min(limits.message, MAX_REPLY_BYTES),
+            limits.document,
+            min(limits.decoded, MAX_REPLY_BYTES),
+        )
         pending = set(self.grid.push_messages(messages))
         start = last_reply = time.monotonic()
         while pending:
@@ -139,7 +146,7 @@ class GridTransport:
                     dropouts[source] = f"error reply: {error_summary(reply.error.reason or '')}"
                     continue
                 try:
-                    replies[source] = decode(reply.content, max_bytes=MAX_REPLY_BYTES)
+                    replies[source] = decode(reply.content, limits=limits)
                 except WireFormatError as exc:
                     dropouts[source] = f"malformed: {exc}"
             now = time.monotonic()
@@ -174,7 +181,7 @@ def main(grid: Grid, context: Context) -> None:
         raise
     strategy = HeterogeneityStrategy(settings, run_id=run_id, version=fa_hetdp.__version__)
     try:
-        document = strategy.run(GridTransport(grid))
+        document = strategy.run(GridTransport(grid, limits=strategy.message_limits))
     except Exception:
         log.error("fa-hetdp: run %s aborted; result in %s", run_id, strategy.result_file)
         raise

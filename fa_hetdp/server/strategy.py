@@ -53,6 +53,7 @@ import numpy as np
 
 from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import AggregationError, FaHetdpError, PrivacyParameterError
+from fa_hetdp.flower.limits import step_limits
 from fa_hetdp.flower.settings import SERVER_STREAM, RunSettings
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
@@ -63,6 +64,7 @@ from fa_hetdp.flower.steps import (
     Event,
     Key,
 )
+from fa_hetdp.flower.wire import Limits
 from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.floor import FloorChoice, uses_adaptive_floor
 from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, SumStage, plan_protocol
@@ -173,6 +175,8 @@ class HeterogeneityStrategy:
         self._stage1_fraction: float | None = None
         self._floor_fraction: float | None = None  # adaptive_floor: stage 0's noise fraction
         self._floor: FloorChoice | None = None
+        self._session_k: int | None = None  # neighbours per client, once sampled
+        self._session_d: int | None = None  # the agreed dimension, once reported
 
     # ---------------------------------------------------------------- progress / results
     def progress(self, event: str, **fields: Any) -> None:
@@ -252,6 +256,16 @@ class HeterogeneityStrategy:
             document["privacy"] = privacy
         document.update(self._base_document())
         self.result_file = write_result(self.result_file, document)
+
+    def message_limits(self, step: str) -> Limits:
+        """Return what one reply of ``step`` may make the server decode.
+
+        :mod:`fa_hetdp.flower.limits`, sized from this session's ``k`` and ``d``; the
+        absolute caps before the clients are sampled.
+        """
+        if self._session_k is None:
+            return Limits()
+        return step_limits(step, k=self._session_k, d=self._session_d or 0)
 
     # ---------------------------------------------------------------- nodes
     def wait_for_nodes(self, transport: Transport, poll: float = 0.2) -> list[int]:
@@ -358,6 +372,7 @@ class HeterogeneityStrategy:
         self.timings["wait-nodes"] = self.clock() - wait_start
         sampled = self.sample(nodes)
         n = len(sampled)
+        self._session_k = n - 1 if s.neighbours is None else min(s.neighbours, n - 1)
         ids = {node: index + 1 for index, node in enumerate(sampled)}
         nodes_of = {cid: node for node, cid in ids.items()}
         active = set(sampled)
@@ -394,6 +409,7 @@ class HeterogeneityStrategy:
         self._check_partitions(replies, ids, active)
         values, counts = np.unique(list(dims.values()), return_counts=True)
         d = int(values[int(np.argmax(counts))])
+        self._session_d = d
         for node, d_value in dims.items():
             if d_value != d:
                 self._reject(replies, node, f"d={d_value}, majority d={d}", active)
