@@ -18,8 +18,18 @@ import pytest
 
 from fa_hetdp.cli.cluster import free_port
 from fa_hetdp.cli.gateway import GatewaySettings, create_gateway_app
+from fa_hetdp.cli.gateway_filter import Refusal, screen
+from fa_hetdp.cli.gateway_protocol import ensure_file_descriptors
+from fa_hetdp.cli.gateway_routes import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    FLEET_ROUTES,
+    FleetRoute,
+    check_installed_routes,
+    installed_fleet_routes,
+)
 from fa_hetdp.cli.main import main
 from fa_hetdp.config.rules import ConfigError
+from fa_hetdp.server.app import MAX_REPLY_BYTES
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -64,14 +74,14 @@ def post(superlink: str, path: str, content: bytes, **headers: str) -> httpx.Res
 def test_fleet_requests_are_forwarded_as_they_are(upstream: str) -> None:
     reply = post(
         upstream,
-        "/v1/fleet/pull-messages?x=1",
+        "/v1/fleet/pull-messages",
         b"payload",
         **{"x-flwr-signature": "sig", "proxy-authorization": "secret", "keep-alive": "timeout=99"},
     )
     assert reply.status_code == 201
     assert reply.headers["x-upstream"] == "superlink"
     echoed = reply.json()
-    assert echoed["path"] == "/v1/fleet/pull-messages?x=1"
+    assert echoed["path"] == "/v1/fleet/pull-messages"
     assert echoed["body"] == "payload"
     headers = {k.lower(): v for k, v in echoed["headers"].items()}
     assert headers["x-flwr-signature"] == "sig"  # SuperNode auth headers pass unchanged
@@ -109,3 +119,95 @@ def test_the_command_refuses_a_bad_setup_with_one_line(
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("fa-hetdp fleet-gateway: error:"), err
+
+
+# --- the filter, the allowlist, the start-up checks --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "query", "expected"),
+    [
+        (b"/v1/fleet/get-run", b"", "/v1/fleet/get-run"),
+        (b"/v1/fleet/push-object", b"", "/v1/fleet/push-object"),
+        (b"/v1/fleet/%2e%2e/control/list-runs", b"", 400),
+        (b"/v1/fleet/%2E%2E/control/list-runs", b"", 400),
+        (b"/v1/fleet/%252e%252e/control/list-runs", b"", 400),
+        (b"/v1/fleet/..%2fcontrol", b"", 400),
+        (b"/v1/fleet/..%5Ccontrol", b"", 400),
+        (b"/v1/fleet/../control/list-runs", b"", 400),
+        (b"/v1/fleet/./get-run", b"", 400),
+        (b"/v1/fleet\\..\\control", b"", 400),
+        (b"/v1/fleet/get-run;a=b", b"", 400),
+        (b"/v1/fleet//get-run", b"", 400),
+        (b"/v1/fleet/get-run", b"x=1", 400),
+        (b"http://127.0.0.1/v1/fleet/get-run", b"", 400),
+        (b"*", b"", 400),
+        (b"/v1/fleet/" + b"a" * 200, b"", 400),
+        (b"/v1/fleet/get-run/", b"", 403),
+        (b"/v1/control/list-runs", b"", 403),
+    ],
+)
+def test_the_filter_judges_the_raw_target(target: bytes, query: bytes, expected: str | int) -> None:
+    verdict = screen("POST", target, query)
+    if isinstance(expected, str):
+        assert isinstance(verdict, FleetRoute) and verdict.path == expected
+    else:
+        assert isinstance(verdict, Refusal) and verdict.status == expected
+        assert "\n" not in verdict.reason
+
+
+def test_the_filter_allows_only_the_routes_method() -> None:
+    verdict = screen("GET", b"/v1/fleet/get-run")
+    assert isinstance(verdict, Refusal) and verdict.status == 405
+    assert verdict.reason == "/v1/fleet/get-run accepts POST only, got GET"
+
+
+def test_the_shipped_allowlist_is_the_installed_flwrs_fleet_api() -> None:
+    installed = installed_fleet_routes()
+    assert installed == {(route.method, route.path) for route in FLEET_ROUTES}
+    assert len(installed) == 12  # flwr 1.42: flwr/superlink/routers/fleet/router.py
+    check_installed_routes()
+
+
+def test_a_different_flwr_stops_the_gateway_with_what_differs() -> None:
+    installed = {(r.method, r.path) for r in FLEET_ROUTES} - {("POST", "/v1/fleet/get-fab")}
+    installed |= {("POST", "/v1/fleet/new-thing")}
+    with pytest.raises(ConfigError) as caught:
+        check_installed_routes(installed)
+    message = str(caught.value)
+    assert "flwr serves POST /v1/fleet/new-thing, missing from the allowlist" in message
+    assert "allowlist has POST /v1/fleet/get-fab, which flwr does not serve" in message
+
+
+def test_body_caps_per_route() -> None:
+    caps = {route.path: route.body_cap() for route in FLEET_ROUTES}
+    assert caps["/v1/fleet/push-object"] == DEFAULT_MAX_MESSAGE_BYTES == 64 * 2**20
+    assert caps["/v1/fleet/push-messages"] == 2**20
+    assert caps["/v1/fleet/send-node-heartbeat"] == 64 * 2**10
+    # the default holds a masked stage vector (2d + 1 words of 8 bytes) for d = 4 million
+    assert 8 * (2 * 4_000_000 + 1) < DEFAULT_MAX_MESSAGE_BYTES <= MAX_REPLY_BYTES
+
+
+def test_a_declared_body_over_the_cap_is_refused_before_it_is_read(upstream: str) -> None:
+    reply = post(upstream, "/v1/fleet/get-run", b"x" * (64 * 1024 + 1))
+    assert reply.status_code == 413
+    assert "the cap is 65536" in reply.text
+
+
+def test_too_few_file_descriptors_for_the_connection_cap_refuse_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 256))
+    with pytest.raises(ConfigError, match=r"1024 connections need 2112 file descriptors"):
+        ensure_file_descriptors(1024)
+    ensure_file_descriptors(96)  # 2 * 96 + 64 = 256 fits
+
+
+def test_limits_must_be_positive() -> None:
+    settings = GatewaySettings(
+        host="127.0.0.1", port=9092, superlink="x:1", insecure=True, max_connections=0
+    )
+    with pytest.raises(ConfigError, match="--max-connections: must be > 0"):
+        settings.check()

@@ -6,8 +6,17 @@ HTTP(S) port, and the open-source SuperLink has no authentication of Control-API
 reaches that port with the CA certificate may register a SuperNode key or submit an app that
 runs on the data owners' nodes. So the SuperLink listens on the coordinator's loopback address
 only (``flower-superlink --host 127.0.0.1``), where the coordinator runs ``flwr``, and this
-gateway, on the public address, forwards to it the requests under ``/v1/fleet/`` (the paths a
-SuperNode uses) and answers every other request with 403 (docs/deployment.md, step 2).
+gateway, on the public address, forwards to it the Fleet API's exact routes and nothing else
+(docs/deployment.md, step 2):
+
+- the request filter (:mod:`fa_hetdp.cli.gateway_filter`) judges the raw request target
+  against the allowlist of :mod:`fa_hetdp.cli.gateway_routes` (checked against the installed
+  flwr when the gateway starts), and the upstream URL is the matched route's constant;
+- each route's body cap is enforced from ``Content-Length`` before any byte of the body is
+  read (413), and by counting while a chunked body streams; bodies and replies are streamed,
+  never held whole, and a body that stalls for ``body_timeout`` seconds gets 408;
+- the connection limits (:mod:`fa_hetdp.cli.gateway_protocol`): a header-read deadline, an
+  idle keep-alive time-out, a cap on the header block and on open connections.
 
 The gateway terminates TLS with the SuperLink's certificate and key, and connects to the
 SuperLink over TLS, trusting ``--ssl-ca-certfile`` (the SuperLink's certificate must name
@@ -18,18 +27,23 @@ forwarded as they are and checked by the SuperLink.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
+
+from fa_hetdp.cli.gateway_filter import Refusal, screen
+from fa_hetdp.cli.gateway_routes import DEFAULT_MAX_MESSAGE_BYTES, FLEET_ROUTES, FleetRoute
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
+    import httpx
+    from starlette.types import Receive, Scope, Send
 
 __all__ = [
-    "FLEET_PREFIX",
+    "MAX_HEADER_BYTES",
+    "FleetGateway",
     "GatewaySettings",
     "add_arguments",
     "create_gateway_app",
@@ -37,11 +51,12 @@ __all__ = [
     "serve_gateway",
 ]
 
-#: The only request paths forwarded: those of the Fleet API (flwr 1.42, ``/v1/fleet/...``).
-FLEET_PREFIX = "/v1/fleet/"
+MAX_HEADER_BYTES: Final = 8192
+"""Largest request line plus headers (a SuperNode's signed headers take a few hundred bytes)."""
 
-#: Headers that belong to one connection and are not forwarded (RFC 9110, section 7.6.1).
-_HOP_BY_HOP = frozenset(
+#: Headers that belong to one connection (RFC 9110, section 7.6.1), or that the gateway sets
+#: itself, and are not forwarded.
+_HOP_BY_HOP: Final = frozenset(
     {
         "connection",
         "keep-alive",
@@ -52,20 +67,16 @@ _HOP_BY_HOP = frozenset(
         "trailer",
         "transfer-encoding",
         "upgrade",
+        "expect",
         "host",
         "content-length",
     }
 )
 
-REFUSED = (
-    "fa-hetdp fleet gateway: only the Fleet API ({prefix}) is served on this address; "
-    "the Control API is reachable from the coordinator's host only.\n"
-)
-
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    """Where the gateway listens, where the SuperLink is, and the TLS files.
+    """Where the gateway listens, where the SuperLink is, the TLS files and the limits.
 
     Attributes
     ----------
@@ -82,6 +93,17 @@ class GatewaySettings:
         No TLS on either side (trials on one machine only).
     upstream_timeout
         Seconds to wait for the SuperLink's answer to one request.
+    max_message_bytes
+        Body cap of ``push-object``, the route that carries a message's content
+        (:data:`~fa_hetdp.cli.gateway_routes.DEFAULT_MAX_MESSAGE_BYTES` says why 64 MiB).
+    max_connections
+        Open client connections at most; one more is answered 503 and closed.
+    header_timeout
+        Seconds a connection has to send a complete request line and headers.
+    keep_alive_timeout
+        Seconds an idle connection is kept open between requests.
+    body_timeout
+        Seconds a request body may stall (no byte received) before the request gets 408.
     """
 
     host: str
@@ -92,20 +114,36 @@ class GatewaySettings:
     ssl_ca_certfile: Path | None = None
     insecure: bool = False
     upstream_timeout: float = 300.0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_connections: int = 1024
+    header_timeout: float = 10.0
+    keep_alive_timeout: float = 10.0
+    body_timeout: float = 30.0
 
     def check(self) -> None:
-        """Refuse an incomplete TLS setup (one line, before anything listens).
+        """Refuse an incomplete TLS setup or a bad limit (one line, before anything listens).
 
         Raises
         ------
         ConfigError
-            A TLS file missing without ``--insecure``, or a port outside 1..65535.
+            A TLS file missing without ``--insecure``, a port outside 1..65535, or a limit
+            that is not positive.
         """
         from fa_hetdp.config.rules import ConfigError
 
         problems: list[tuple[str, str]] = []
         if not 0 < self.port < 65536:
             problems.append(("--listen", f"port must be in 1..65535, got {self.port}"))
+        for flag, value in (
+            ("--upstream-timeout", self.upstream_timeout),
+            ("--max-message-bytes", self.max_message_bytes),
+            ("--max-connections", self.max_connections),
+            ("--header-timeout", self.header_timeout),
+            ("--keep-alive-timeout", self.keep_alive_timeout),
+            ("--body-timeout", self.body_timeout),
+        ):
+            if not value > 0:
+                problems.append((flag, f"must be > 0, got {value}"))
         if not self.insecure:
             for flag, path in (
                 ("--ssl-certfile", self.ssl_certfile),
@@ -119,74 +157,209 @@ class GatewaySettings:
             raise ConfigError("command line", problems)
 
 
-def _forwarded(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
+class _RefusedError(Exception):
+    """A request body broke a limit while it streamed; answer ``refusal``."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
 
 
-def create_gateway_app(settings: GatewaySettings) -> Starlette:
-    """Return the gateway as an ASGI application (Starlette) for ``settings``."""
-    import httpx
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import PlainTextResponse, Response
-    from starlette.routing import Route
+class _ClientGoneError(Exception):
+    """The client disconnected before its body was complete."""
 
-    scheme = "http" if settings.insecure else "https"
-    verify: ssl.SSLContext | bool = False
-    if not settings.insecure:
-        verify = ssl.create_default_context(cafile=str(settings.ssl_ca_certfile))
-    client = httpx.AsyncClient(
-        base_url=f"{scheme}://{settings.superlink}",
-        verify=verify,
-        timeout=httpx.Timeout(settings.upstream_timeout, connect=10.0),
-    )
 
-    async def forward(request: Request) -> Response:
-        if not request.url.path.startswith(FLEET_PREFIX):
-            return PlainTextResponse(REFUSED.format(prefix=FLEET_PREFIX), status_code=403)
-        upstream = client.build_request(
-            request.method,
-            request.url.path,
-            params=request.url.query or None,
-            headers=_forwarded(request.headers.items()),
-            content=await request.body(),
+def _forwarded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in _HOP_BY_HOP]
+
+
+async def _answer(send: Send, refusal: Refusal, *extra: tuple[bytes, bytes]) -> None:
+    """Answer ``refusal`` in one line of text, and close the connection."""
+    text = f"fa-hetdp fleet gateway: {refusal.reason}\n".encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(text)).encode()),
+        (b"connection", b"close"),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": text, "more_body": False})
+
+
+def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | Refusal | None:
+    """Return the ``Content-Length`` (``None``: chunked), or why the framing is refused."""
+    lengths = [v for k, v in headers if k.lower() == b"content-length"]
+    chunked = any(k.lower() == b"transfer-encoding" for k, _ in headers)
+    if chunked and lengths:
+        return Refusal(400, "both Content-Length and Transfer-Encoding were sent")
+    if not lengths:
+        return None if chunked else 0
+    if len(set(lengths)) != 1 or not lengths[0].isdigit():
+        return Refusal(400, "Content-Length must be one non-negative integer")
+    return int(lengths[0])
+
+
+class FleetGateway:
+    """The gateway as an ASGI application: filter, cap, and stream to the SuperLink."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        import httpx
+
+        self.settings = settings
+        scheme = "http" if settings.insecure else "https"
+        verify: ssl.SSLContext | bool = False
+        if not settings.insecure:
+            verify = ssl.create_default_context(cafile=str(settings.ssl_ca_certfile))
+        self.client = httpx.AsyncClient(
+            base_url=f"{scheme}://{settings.superlink}",
+            verify=verify,
+            timeout=httpx.Timeout(settings.upstream_timeout, connect=10.0),
+            limits=httpx.Limits(
+                max_connections=settings.max_connections,
+                max_keepalive_connections=min(100, settings.max_connections),
+            ),
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection scope (``http``; ``lifespan`` closes the client)."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._request(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        import httpx
+
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        verdict = screen(scope["method"], raw_path, scope.get("query_string", b""))
+        if isinstance(verdict, Refusal):
+            allow = [(b"allow", b"POST")] if verdict.status == 405 else []
+            await _answer(send, verdict, *allow)
+            return
+        route = verdict
+        cap = route.body_cap(self.settings.max_message_bytes)
+        declared = _declared_length(scope["headers"])
+        if isinstance(declared, Refusal):
+            await _answer(send, declared)
+            return
+        if declared is not None and declared > cap:
+            await _answer(send, _too_large(route, cap, f"{declared} bytes declared"))
+            return
+        headers = _forwarded(scope["headers"])
+        if declared is not None:
+            headers.append((b"content-length", str(declared).encode()))
+        upstream = self.client.build_request(
+            route.method, route.path, headers=headers, content=self._body(receive, route, cap)
         )
         try:
-            reply = await client.send(upstream, stream=True)
+            reply = await self.client.send(upstream, stream=True)
+        except _RefusedError as exc:
+            await _answer(send, exc.refusal)
+            return
+        except _ClientGoneError:
+            return
         except httpx.TransportError as exc:
-            return PlainTextResponse(f"SuperLink unreachable: {exc}\n", status_code=502)
+            await _answer(send, Refusal(502, f"SuperLink unreachable: {exc}"))
+            return
         try:
-            body = b"".join([chunk async for chunk in reply.aiter_raw()])
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": reply.status_code,
+                    "headers": _reply_headers(reply),
+                }
+            )
+            async for chunk in reply.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx.TransportError:
+            return  # the reply broke off: uvicorn closes the connection (response incomplete)
         finally:
             await reply.aclose()
-        headers = dict(_forwarded(reply.headers.items()))
-        return Response(body, status_code=reply.status_code, headers=headers)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await client.aclose()
+    async def _body(self, receive: Receive, route: FleetRoute, cap: int) -> AsyncIterator[bytes]:
+        """Yield the request body as it arrives, counted against ``cap``; a stall is a 408."""
+        received = 0
+        more = True
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), self.settings.body_timeout)
+            except TimeoutError:
+                reason = f"request body stalled for {self.settings.body_timeout:g} s"
+                raise _RefusedError(Refusal(408, reason)) from None
+            if message["type"] == "http.disconnect":
+                raise _ClientGoneError
+            chunk = bytes(message.get("body", b""))
+            more = bool(message.get("more_body", False))
+            received += len(chunk)
+            if received > cap:
+                raise _RefusedError(_too_large(route, cap, f"more than {cap} bytes sent"))
+            if chunk:
+                yield chunk
 
-    methods = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
-    return Starlette(routes=[Route("/{path:path}", forward, methods=methods)], lifespan=lifespan)
+
+def _too_large(route: FleetRoute, cap: int, what: str) -> Refusal:
+    return Refusal(413, f"request body too large for {route.path}: {what}, the cap is {cap}")
+
+
+def _reply_headers(reply: httpx.Response) -> list[tuple[bytes, bytes]]:
+    keep = _HOP_BY_HOP - {"content-length"}
+    return [(k, v) for k, v in reply.headers.raw if k.decode("latin-1").lower() not in keep]
+
+
+def create_gateway_app(settings: GatewaySettings) -> FleetGateway:
+    """Return the gateway as an ASGI application for ``settings``."""
+    return FleetGateway(settings)
 
 
 def serve_gateway(settings: GatewaySettings) -> None:
-    """Serve the gateway until interrupted (uvicorn, one worker)."""
+    """Serve the gateway until interrupted (uvicorn, one worker, h11 with the limits).
+
+    Raises
+    ------
+    ConfigError
+        A bad setting, the installed flwr's Fleet routes differing from the allowlist, or too
+        few file descriptors for ``max_connections`` (all before anything listens).
+    """
     import uvicorn
 
+    from fa_hetdp.cli.gateway_protocol import ensure_file_descriptors, guarded_protocol
+    from fa_hetdp.cli.gateway_routes import check_installed_routes
+
     settings.check()
+    check_installed_routes()
+    ensure_file_descriptors(settings.max_connections)
+    tls = None
+    if not settings.insecure:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(str(settings.ssl_certfile), str(settings.ssl_keyfile))
     config = uvicorn.Config(
         create_gateway_app(settings),
         host=settings.host,
         port=settings.port,
-        ssl_certfile=None if settings.insecure else str(settings.ssl_certfile),
-        ssl_keyfile=None if settings.insecure else str(settings.ssl_keyfile),
+        http=guarded_protocol(settings.header_timeout, settings.max_connections, tls),
+        loop="asyncio",
+        ws="none",
+        lifespan="on",
+        timeout_keep_alive=max(1, round(settings.keep_alive_timeout)),
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        server_header=False,
         log_level="warning",
     )
     print(
         f"fa-hetdp fleet-gateway: Fleet API on {settings.host}:{settings.port} -> "
-        f"{settings.superlink} (every other path refused)",
+        f"{settings.superlink} (its {len(FLEET_ROUTES)} routes only; every other request "
+        "refused)",
         flush=True,
     )
     uvicorn.Server(config).run()
@@ -229,6 +402,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=300.0,
         help="seconds to wait for the SuperLink's answer to one request (default: 300)",
     )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="body cap of /v1/fleet/push-object, which carries a message's content (default: "
+        f"{DEFAULT_MAX_MESSAGE_BYTES}, 64 MiB: a masked stage vector of 2d+1 8-byte words for "
+        "d up to 4 million; the other routes have fixed caps of 64 KiB and 1 MiB)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        help="open client connections at most; more are answered 503 and closed (default: "
+        "1024; the process needs 2 x this + 64 file descriptors, see ulimit -n)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a connection has to send a request line and its headers (default: 10)",
+    )
+    parser.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=10.0,
+        help="seconds an idle connection stays open between requests (default: 10)",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a request body may stall before the request gets 408 (default: 30)",
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -243,6 +449,11 @@ def run_command(args: argparse.Namespace) -> int:
         ssl_ca_certfile=args.ssl_ca_certfile,
         insecure=bool(args.insecure),
         upstream_timeout=float(args.upstream_timeout),
+        max_message_bytes=int(args.max_message_bytes),
+        max_connections=int(args.max_connections),
+        header_timeout=float(args.header_timeout),
+        keep_alive_timeout=float(args.keep_alive_timeout),
+        body_timeout=float(args.body_timeout),
     )
     serve_gateway(settings)
     return 0
