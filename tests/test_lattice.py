@@ -238,12 +238,15 @@ def test_sum_decodes_exactly_within_its_noise_room_and_wraps_beyond(kind: Mechan
         return total
 
     inside = big_h.astype(np.int64)  # just inside H: exact
-    room = lat.noise_room.astype(np.int64)  # the last value that decodes, then the wrap
-    for noise in (inside, room):
-        want = lat.gamma * (n * lat.data_words + noise)
-        np.testing.assert_array_equal(encoding.decode(ring_sum(noise), n), want)
-    wrapped = encoding.decode(ring_sum(room + 1), n)
-    np.testing.assert_array_equal(wrapped, -lat.gamma * 2.0**31)  # the wrap event
+    want = lat.gamma * (n * lat.data_words + inside)
+    np.testing.assert_array_equal(encoding.decode(ring_sum(inside), n), want)
+    # Beyond H (probability <= 0.5e-9 for honest shares) the sum is refused by the range
+    # check, up to the last value that would still decode and at the wrap (which used to
+    # decode to -gamma 2^31 without an error).
+    room = lat.noise_room.astype(np.int64)
+    for noise in (inside + 1, room, room + 1):
+        with pytest.raises(EncodingError, match="stated sum bound"):
+            encoding.decode(ring_sum(noise), n)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -213,10 +213,32 @@ class FixedPointEncoding:
         rounded = floor + (rng.random(self.length) < (scaled - floor))
         return self.reduce(rounded.astype(np.int64).view(np.uint64))
 
+    def sum_limits(self, count: int) -> FloatArray:
+        """Return the largest ``|signed sum|`` (in words) of ``count`` honest encoded vectors.
+
+        ``floor(S_j scale_j)`` with ``sum_bounds`` (exceeded with the probability it was
+        stated with), else ``count * ceil(B_j scale_j)`` (never exceeded: each encoded value
+        is at most ``ceil(B_j scale_j)`` in absolute value, :meth:`encode` refuses larger).
+        Integers held as float64 (compared with the float64 of the sum, rounding is monotone:
+        an honest sum is never refused).
+        """
+        if self.sum_bounds is not None:
+            return np.floor(self.sum_bounds * self.scales)
+        return float(count) * np.ceil(self.bounds * self.scales)
+
     def decode(self, total: U64Array, count: int) -> FloatArray:
         """Decode the ring sum of ``count`` encoded vectors (low ``m`` bits read as signed).
 
         ``total`` may be the sum in ``Z_2^64`` or already reduced mod ``2^m``.
+
+        Raises
+        ------
+        EncodingError
+            If ``count`` exceeds ``max_clients``, ``total`` has the wrong type or shape, or the
+            sum is outside :meth:`sum_limits` (the range check): ``count`` honest inputs
+            cannot reach it, so some input was not encoded or masked as the protocol says --
+            e.g. masked with a seed the client did not share, which turns the sum into
+            uniform noise. (Without the check such a sum decodes, silently, to garbage.)
         """
         if count > self.max_clients:
             raise EncodingError(
@@ -228,9 +250,23 @@ class FixedPointEncoding:
                 f"{total.dtype} {total.shape}."
             )
         if self.modulus_bits == 32:
-            signed = self.reduce(total).astype(np.uint32).view(np.int32)
-            return signed.astype(np.float64) / self.scales
-        return total.view(np.int64).astype(np.float64) / self.scales
+            signed = self.reduce(total).astype(np.uint32).view(np.int32).astype(np.int64)
+        else:
+            signed = total.view(np.int64)
+        limits = self.sum_limits(count)
+        outside = np.abs(signed.astype(np.float64)) > limits  # float: |INT64_MIN| is fine
+        if outside.any():
+            j = int(np.argmax(outside))
+            which = "stated sum bound" if self.sum_bounds is not None else "count x client bound"
+            raise EncodingError(
+                f"the decoded sum of {count} inputs is outside the range honest inputs can "
+                f"reach: coordinate {j} reads {int(signed[j])} words, beyond +/-"
+                f"{limits[j]:.0f} (the {which}, {limits[j] / self.scales[j]:.6g} at scale "
+                f"{self.scales[j]:.6g}); "
+                "an input was not encoded or masked as the protocol says (e.g. a mask that "
+                "does not cancel), so the sum is refused."
+            )
+        return signed.astype(np.float64) / self.scales
 
 
 def _frozen(values: object) -> FloatArray:

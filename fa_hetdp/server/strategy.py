@@ -76,6 +76,7 @@ from fa_hetdp.protocol.server import (
     assemble_stage2,
     privacy_spent_of,
 )
+from fa_hetdp.protocol.sum_range import check_sum_range
 from fa_hetdp.report.results import sigmas_section, statistics_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
@@ -573,7 +574,13 @@ class HeterogeneityStrategy:
             )
         unmask = self._secagg(server.unmask_requests)  # each survivor: its neighbourhood
         self._round(transport, UNMASK_STEP[stage], unmask, server.receive_unmask, *route)
-        return self._secagg(server.finish_summation)
+        try:  # the encoding refuses a sum that count honest inputs cannot reach
+            result = server.finish_summation()
+        except SecAggError as exc:
+            raise self.abort(f"secure aggregation aborted at the stage-{stage} sum: {exc}") from exc
+        if self._plan is not None:  # and the plan's tighter range (protocol.sum_range)
+            check_sum_range(result.sum, self._plan, stage, len(result.survivors), encoding)
+        return result
 
     def _round(
         self,
