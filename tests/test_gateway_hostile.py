@@ -11,6 +11,7 @@ over TLS; every allowlisted route does reach it, with its exact path.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,6 +207,18 @@ def test_invalid_tls_handshakes_reach_nothing(
     assert status(good) == 200 and tls_upstream.recorded.snapshot() == [
         ("POST", "/v1/fleet/get-run")
     ]
+
+
+@pytest.mark.parametrize("opening", [b"", _CLIENT_HELLO_HEAD], ids=["silent", "half-hello"])
+def test_a_stalled_tls_handshake_is_closed_by_the_header_deadline(
+    tls_gateway: GatewayProcess, opening: bytes
+) -> None:
+    """The fixture's deadline is 2 s (asyncio's own handshake time-out would be 60 s)."""
+    with socket.create_connection(("127.0.0.1", tls_gateway.port), timeout=50) as sock:
+        sock.sendall(opening)
+        started = time.monotonic()
+        assert read_all(sock) == b""  # closed by the gateway (a hang fails on the timeout)
+    assert time.monotonic() - started < 50
 
 
 def test_hostile_targets_over_tls_are_refused_and_routes_forwarded(
