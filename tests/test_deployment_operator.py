@@ -35,6 +35,7 @@ from fa_hetdp.cli.cluster import (
     toml_value,
 )
 from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
+from fa_hetdp.server.results import read_result
 
 pytestmark = pytest.mark.slow
 
@@ -229,13 +230,15 @@ def test_clientapps_exit_when_their_supernode_is_killed(tmp_path: Path) -> None:
 def test_a_run_in_flight_during_a_superlink_restart(tmp_path: Path) -> None:
     """Pins what flwr 1.42 does to a run whose SuperLink (``--database``) restarts mid-run.
 
-    The run is not resumed: ``flwr run --stream`` exits non-zero at once ("Connection to
-    the SuperLink is unavailable"); the ServerApp stops with its SuperLink, so no result file
-    is written; after the restart the SuperLink lists the run as running until the missing
-    heartbeats of its ServerApp mark it ``finished:failed`` ("No heartbeat received from the
-    task", 2 x 30 s after the last one). The SuperNodes keep running; a ClientApp they had
-    started for the lost run's next message waits on (one per SuperNode was seen) and even
-    survives its SuperNode's SIGTERM; ``fa-hetdp supernode`` (the supervisor) ends it.
+    The run is not resumed: ``flwr run --stream`` exits non-zero at once ("Connection to the
+    SuperLink is unavailable"); the ServerApp stops with its SuperLink, so its result file stays
+    as written after the key rounds (``"running"``, nothing released; a reader marks it aborted,
+    :func:`fa_hetdp.server.results.read_result`); after the restart the SuperLink lists the run
+    as running until the missing heartbeats of its ServerApp mark it ``finished:failed`` ("No
+    heartbeat received from the task", 2 x 30 s after the last one). The SuperNodes keep
+    running; a ClientApp they had started for the lost run's next message waits on (one per
+    SuperNode was seen) and even survives its SuperNode's SIGTERM; ``fa-hetdp supernode`` (the
+    supervisor) ends it.
     """
     nodes_count = 3
     config = base_config(tmp_path, nodes_count)
@@ -275,7 +278,10 @@ def test_a_run_in_flight_during_a_superlink_restart(tmp_path: Path) -> None:
         bare_left = wait_gone([*bare, *bare_rest, nodes[2].pid], quiet=15.0, cap=60.0)
     assert outcome.returncode != 0
     assert "Connection to the SuperLink is unavailable" in outcome.output, outcome.output
-    assert outcome.result is None and not result_path.exists()
+    assert outcome.result is not None and outcome.result["status"] == "running"
+    assert outcome.result["privacy"]["released"] == []  # stopped before any release
+    settled = read_result(result_path)
+    assert settled is not None and settled["status"] == "aborted"
     assert len(statuses) == 1, statuses  # the database kept the run: not resumed, failed
     assert statuses[0]["status"] == "finished:failed", statuses
     assert statuses[0]["status-details"] == "No heartbeat received from the task"

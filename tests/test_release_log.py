@@ -115,3 +115,72 @@ def test_the_file_says_running_before_stage2_and_success_at_the_end(tmp_path: Pa
     assert seen[INPUT_STEP[1]]["privacy"]["released"] == []
     stage2 = seen[INPUT_STEP[2]]
     assert stage2["status"] == "running" and len(stage2["privacy"]["released"]) == 1
+
+
+@pytest.mark.slow
+def test_a_serverapp_cut_off_by_a_superlink_stop_leaves_stage1_on_record(
+    tmp_path: Path,
+) -> None:
+    """A real simulation: the SuperLink gets SIGTERM once stage 1 is out, the run is cut.
+
+    On SIGTERM flwr 1.42's SuperLink stops taking requests, waits about 45 s for its apps,
+    then stops its SuperExec, which ends a ServerApp still at work (seen: ``flwr run
+    --stream`` exits 0 about 46 s after the SIGTERM). A small run finishes within that
+    window, so the process that runs the ServerApp (``flwr-simulation``) is killed right
+    after the SIGTERM, as the end of the window would. The result file must still record the
+    stage-1 release with its cost, and once every process is stopped the reader calls the
+    run aborted.
+    """
+    import os
+    import signal
+    import time
+
+    from fa_hetdp.cli.cluster import FlowerCluster, _descendants, read_progress
+
+    scenario = scenario_file(tmp_path, 6, seed=4)
+    path = tmp_path / "result.json"
+    progress = tmp_path / "progress.jsonl"
+    config = {
+        "scenario": str(scenario),
+        "mode": "simulation",
+        "result-path": str(path),
+        "progress-path": str(progress),
+        "stage-timeout": 60.0,
+        "node-wait-timeout": 120.0,
+    }
+
+    def serverapp_processes(root: int) -> list[int]:
+        found = []
+        for pid in _descendants(root):
+            try:
+                words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2]
+            except OSError:
+                continue
+            if any(Path(os.fsdecode(w)).name == "flwr-simulation" for w in words):
+                found.append(pid)
+        return found
+
+    with FlowerCluster(tmp_path / "cluster") as cluster:
+        cluster.start_superlink()
+        link = cluster.processes[0]
+        run = cluster.submit(config, num_supernodes=6)
+        last, count = time.monotonic(), 0
+        while not any(e.get("event") == "stage1" for e in read_progress(progress)):
+            events = read_progress(progress)
+            if len(events) != count:  # patience follows progress: 180 s without an event
+                last, count = time.monotonic(), len(events)
+            assert run.alive() and time.monotonic() - last < 180, run.log_tail()
+            time.sleep(0.05)
+        apps = serverapp_processes(link.pid)
+        os.kill(link.pid, signal.SIGTERM)  # a graceful stop of the SuperLink alone
+        for pid in apps:
+            os.kill(pid, signal.SIGKILL)  # the window's end, without waiting for it
+        outcome = cluster.wait_run(run, path, timeout=300)
+    assert apps, "no flwr-simulation process found: the run was not cut"
+    assert outcome.result is not None and outcome.result["status"] == "running"
+    document = read_result(path)  # every process stopped: the run is over
+    assert document is not None and document["status"] == "aborted", document
+    released = document["privacy"]["released"]
+    assert len(released) == 1 and released[0].startswith("stage 1"), released
+    assert 0.0 < document["privacy"]["guarantees"][0]["epsilon"] < 1.0
+    print(f"flwr run --stream exit code {outcome.returncode}")
