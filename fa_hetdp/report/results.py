@@ -246,7 +246,7 @@ def format_accuracy_plan(accuracy: AccuracyPlan) -> list[str]:
 
     A typical value marked ``*`` is a default nobody stated: the plan does not judge the
     statistic against it (one line says which it cannot judge), and warns only where the
-    error exceeds the statistic's whole range.
+    expected interval covers 90 % of the statistic's range (:func:`noise_dominated_warnings`).
     """
     cfg = accuracy.plan.config
     lines = [

@@ -45,6 +45,7 @@ __all__ = [
     "paper_confidence_intervals",
     "stage2_noise_stds",
     "summed_i_squared",
+    "summed_q_bounds",
     "true_value",
 ]
 
@@ -407,6 +408,18 @@ def _q_sum_bounds(
     low: FloatArray = np.maximum(q_sum - bias - z4 * sd_q_sum, 0.0)
     high: FloatArray = np.maximum(q_sum + z * sd_q_sum, 0.0)
     return low, high, np.asarray(bias, dtype=np.float64)
+
+
+def summed_q_bounds(
+    result: Result, plan: ProtocolPlan, *, level: float = 0.95
+) -> tuple[FloatArray, FloatArray]:
+    """Return the interval of ``sum_j Q_j`` whose image is the interval of ``i2_total``."""
+    level = _check_level(level)
+    alpha = 1.0 - level
+    _, s4 = stage2_noise_stds(result, plan)
+    b_lo = _b_lo(result, plan, float(ndtri(1.0 - alpha / 2.0)))
+    low, high, _ = _q_sum_bounds(result, plan, s4, b_lo, alpha)
+    return low, high
 
 
 def i2_slope(q: npt.ArrayLike, n: int, d: int = 1) -> FloatArray:

@@ -43,7 +43,7 @@ from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protoco
 from fa_hetdp.stats.intervals import i2_slope
 from fa_hetdp.stats.metrics import centred_dispersion_moments, clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS
-from fa_hetdp.stats.releases import NOISE_DOMINATED_COVER, SCALAR_DISPLAY
+from fa_hetdp.stats.releases import MAX_UNIT_SD, NOISE_DOMINATED_COVER, SCALAR_DISPLAY
 
 __all__ = [
     "SCALARS",
@@ -420,7 +420,8 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     per["i2_extra"] = per["i2"] + mod.s5**2
     avg["i2_extra"] = avg["i2"] + mod.s5**2 / d
     i2_true = float(np.mean(_i2(mod.q, n)))
-    h = i2_slope(mod.q, n)  # delta method through the kink, as a run reports it
+    # delta method through the kink at the lower end of Q's interval, as a run reports it
+    h = i2_slope(np.maximum(mod.q - _Z95 * s4, 0.0), n)
     noise = {
         "mean": tau,
         "dispersion": math.sqrt(noise3),
@@ -428,6 +429,8 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
         "q": math.sqrt(noise4),
         "i2": math.sqrt(float(p @ np.mean((h * s4) ** 2, axis=1))),
     }
+    for key in ("weighted_mean", "i2"):  # values in [0, 1]
+        noise[key] = min(noise[key], MAX_UNIT_SD)
     noise["i2_extra"] = math.sqrt(noise["i2"] ** 2 + mod.s5**2)
     widths = {"mean": 1.0, "weighted_mean": 1.0, "dispersion": 0.25, "q": mod.b / 4.0}
     typical = {
@@ -475,9 +478,9 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     if "q" in plan.releases and "weighted" in plan.releases:
         rmse = math.sqrt(_i2_total_mse(mod, p, m2, m4, s4))
         typical_i2 = float(_i2(float(np.sum(mod.q)), n, d))
-        sd = float(i2_slope(float(np.sum(mod.q)), n, d)) * math.sqrt(
-            float(p @ np.sum(s4**2, axis=1))
-        )
+        sd_sum = np.sqrt(np.sum(s4**2, axis=1))  # per node of B'
+        slope = i2_slope(np.maximum(float(np.sum(mod.q)) - _Z95 * sd_sum, 0.0), n, d)
+        sd = min(math.sqrt(float(p @ (slope * sd_sum) ** 2)), MAX_UNIT_SD)
         scalars.append(
             PlannedError(
                 "i2_total",

@@ -33,10 +33,12 @@ from fa_hetdp.stats.intervals import (
     i2_slope,
     noise_confidence_intervals,
     stage2_noise_stds,
+    summed_q_bounds,
 )
 from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
+    "MAX_UNIT_SD",
     "NOISE_DOMINATED_COVER",
     "SCALAR_DISPLAY",
     "ReleasedValue",
@@ -45,6 +47,9 @@ __all__ = [
 
 NOISE_DOMINATED_COVER: Final = 0.9
 """A value is noise-dominated when its interval covers at least this fraction of its range."""
+
+MAX_UNIT_SD: Final = 0.5
+"""The largest standard deviation of a value in ``[0, 1]``: the cap of a noise sd there."""
 
 SCALAR_DISPLAY: Final = {
     "total_dispersion": "total dispersion Σ D''",
@@ -107,18 +112,21 @@ class ReleasedValue:
 
 
 def _own_scale(
-    result: Result, plan: ProtocolPlan
+    result: Result, plan: ProtocolPlan, intervals: Intervals
 ) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
     """Noise std of every statistic on its own scale, per coordinate and of the average.
 
     ``mu'``: ``s_1/n``; ``D''``: ``s_3/n``; ``mu_bar' = A'/B'``: ``s_2 sqrt(1 + mu_bar'^2)/B'``
-    (delta method, both noisy); ``Q''``: ``s_4``; ``I2''``: ``h s_4`` with ``h`` the slope of
-    ``1 - (n - 1)/Q`` at ``max(Q'', n - 1)`` (:func:`~fa_hetdp.stats.intervals.i2_slope`, the
-    delta method through the kink: never 0); ``I2'''`` adds ``s_5`` in quadrature; the scalars
-    ``total_dispersion`` ``sqrt(sum_j s_3j^2)/n`` and ``i2_total`` the slope at
-    ``sum_j Q''_j`` times ``sqrt(sum_j s_4j^2)``. The coordinate average's noise sums over the
-    coordinates, ``sqrt(sum_j sd_j^2)/d``, except for ``mu_bar'``, whose ``B'`` noise is
-    shared: ``s_2 sqrt(1/d + m^2)/B'`` with ``m`` the average.
+    (delta method, both noisy); ``Q''``: ``s_4``; ``I2''``: ``h s_4``, the delta method
+    through the kink of ``max(0, 1 - (n - 1)/Q)`` with ``h`` its largest slope over the
+    coordinate's ``Q`` interval (:func:`~fa_hetdp.stats.intervals.i2_slope` at the lower end,
+    as :func:`~fa_hetdp.stats.intervals.average_intervals` uses it: never 0); ``I2'''`` adds
+    ``s_5`` in quadrature; the scalars ``total_dispersion`` ``sqrt(sum_j s_3j^2)/n`` and
+    ``i2_total`` the slope at the lower end of the interval of ``sum_j Q_j`` times
+    ``sqrt(sum_j s_4j^2)``. The coordinate average's noise sums over the coordinates,
+    ``sqrt(sum_j sd_j^2)/d``, except for ``mu_bar'``, whose ``B'`` noise is shared:
+    ``s_2 sqrt(1/d + m^2)/B'`` with ``m`` the average. A value kept in ``[0, 1]`` (``mu_bar'``
+    is clipped, ``I^2`` saturates) has a noise sd of at most :data:`MAX_UNIT_SD`.
     """
     n, d = plan.n, plan.d
     s3, s4 = stage2_noise_stds(result, plan)
@@ -136,11 +144,11 @@ def _own_scale(
         "dispersion": ones * s3 / n,  # per coordinate, at the public broadcast
         "weighted_mean": s2 * np.sqrt(1.0 + result.weighted_mean**2) / lead(b_used),
         "q": ones * s4,  # Q'' is a sum
-        "i2": i2_slope(result.q, n) * s4,
+        "i2": i2_slope(intervals.lower["q"], n) * s4,
     }
-    per["i2_extra"] = np.sqrt(per["i2"] ** 2 + s5**2)
     per["total_dispersion"] = np.sqrt(np.sum(s3**2, axis=-1)) / n
-    per["i2_total"] = i2_slope(np.sum(result.q, axis=-1), n, d) * np.sqrt(np.sum(s4**2, axis=-1))
+    q_sum_low, _ = summed_q_bounds(result, plan, level=intervals.level)
+    per["i2_total"] = i2_slope(q_sum_low, n, d) * np.sqrt(np.sum(s4**2, axis=-1))
 
     def summed(key: str) -> FloatArray:
         out: FloatArray = np.sqrt(np.sum(per[key] ** 2, axis=-1)) / d
@@ -149,6 +157,11 @@ def _own_scale(
     avg = {key: summed(key) for key in ("mean", "dispersion", "q", "i2")}
     wm = np.mean(result.weighted_mean, axis=-1)
     avg["weighted_mean"] = s2 * np.sqrt(1.0 / d + wm**2) / b_used
+    for scales in (per, avg):
+        for key in ("weighted_mean", "i2", "i2_total"):
+            if key in scales:
+                scales[key] = np.minimum(scales[key], MAX_UNIT_SD)
+    per["i2_extra"] = np.sqrt(per["i2"] ** 2 + s5**2)
     avg["i2_extra"] = np.sqrt(avg["i2"] ** 2 + s5**2 / d)
     return per, avg
 
@@ -206,7 +219,7 @@ def released_values(
     """
     intervals: Intervals = noise_confidence_intervals(result, plan, level=level)
     averages: Intervals = average_intervals(result, plan, level=level)
-    scales, average_scales = _own_scale(result, plan)
+    scales, average_scales = _own_scale(result, plan, intervals)
     ranges = _ranges(result, plan)
     names = [(s.key, s.display) for s in STATISTICS] + list(SCALAR_DISPLAY.items())
     out = []
