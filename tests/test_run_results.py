@@ -133,3 +133,28 @@ def test_run_simulation_finds_the_file_by_run_id_and_marks_a_stopped_run_aborted
     assert outcome.result is not None and outcome.result["status"] == "aborted"
     assert outcome.result["privacy"]["released"] == ["stage 1: ..."]
     assert json.loads(path.read_text())["status"] == "aborted"
+
+
+class TimedOut(StoppedMidRun):
+    """The run outlives ``--timeout``: the supervisor stops it (a ClusterError)."""
+
+    def wait_run(self, run: object, result_path: Path, **kwargs: Any) -> RunOutcome:
+        raise cluster_module.ClusterError("the run did not finish within 1 s; flwr run output:\n")
+
+
+def test_a_timed_out_run_names_its_result_file_marked_aborted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_module, "FlowerCluster", TimedOut)
+    template = tmp_path / "results" / "quickstart-{run_id}.json"
+    with pytest.raises(cluster_module.ClusterError) as info:
+        run_simulation(
+            {"scenario": "quickstart"},
+            num_supernodes=2,
+            workdir=tmp_path / "work",
+            result_path=template,
+        )
+    path = tmp_path / "results" / f"quickstart-{RUN_ID}.json"
+    first = str(info.value).splitlines()[0]
+    assert "did not finish" in first and str(path) in first and "aborted" in first
+    assert json.loads(path.read_text())["status"] == "aborted"

@@ -553,7 +553,8 @@ def run_simulation(
     ``result_path`` (``{run_id}`` in it becomes Flower's run id, found in the progress
     events; default ``workdir/result.json``). All processes are stopped on return; the run is
     then over, so a result file still ``"running"`` (the ServerApp stopped before its end) is
-    marked aborted, with the releases it records (:func:`fa_hetdp.server.results.read_result`).
+    marked aborted, with the releases it records (:func:`fa_hetdp.server.results.read_result`),
+    also when the run is stopped by its time-out or Ctrl-C (a time-out's error names the file).
     """
     from fa_hetdp.server.results import read_result
 
@@ -566,18 +567,27 @@ def run_simulation(
     config["result-path"] = str(template)
     config["progress-path"] = str(progress_path)
     started = time.time()
-    with FlowerCluster(workdir) as cluster:
-        cluster.start_superlink()
-        run = cluster.submit(config, num_supernodes=num_supernodes)
+    try:
+        with FlowerCluster(workdir) as cluster:
+            cluster.start_superlink()
+            run = cluster.submit(config, num_supernodes=num_supernodes)
 
-        def poll() -> None:
-            if progress is not None:
-                progress(read_progress(progress_path))
+            def poll() -> None:
+                if progress is not None:
+                    progress(read_progress(progress_path))
 
-        outcome = cluster.wait_run(
-            run, _result_file(template, progress_path, started), timeout=timeout, on_poll=poll
-        )
-        poll()
+            outcome = cluster.wait_run(
+                run, _result_file(template, progress_path, started), timeout=timeout, on_poll=poll
+            )
+            poll()
+    except BaseException as exc:  # a time-out, Ctrl-C: every process is stopped, run over
+        path = _result_file(template, progress_path, started)
+        document = read_result(path)
+        if document is None or not isinstance(exc, ClusterError):
+            raise
+        first, _, rest = str(exc).partition("\n")
+        where = f"; result file ({document.get('status')}): {path}"
+        raise ClusterError(first + where + ("\n" + rest if rest else "")) from exc
     path = _result_file(template, progress_path, started)
     return dataclasses.replace(outcome, result=read_result(path), result_path=path)
 
