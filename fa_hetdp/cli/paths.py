@@ -1,6 +1,7 @@
 """Output folders checked before any work: a command that would fail to write stops first.
 
-``fa-hetdp run`` checks ``--workdir`` and ``--output`` (:func:`fa_hetdp.cli.run.check_paths`);
+``fa-hetdp run`` checks ``results/`` (where it keeps every result), ``--workdir`` and
+``--output`` (:func:`fa_hetdp.cli.run.check_paths`);
 ``fa-hetdp reproduce`` and ``fa-hetdp bench-noise`` check ``--out`` (or the default folder
 under ``results/``) here, through :func:`check_command_paths`, which
 :func:`fa_hetdp.cli.main.main` calls before the command's handler. A folder that cannot be
