@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_secagg_blame import resign
 
 from fa_hetdp.secagg import crypto, shamir
 from fa_hetdp.secagg.client import SecAggClient
@@ -101,7 +102,7 @@ def test_shifted_self_mask_seed_share_is_detected_and_its_sender_excluded():
             shares = reply["seed_shares"].copy()
             row = list(reply["seed_owners"]).index(0)
             shares[row, 0, 0] = (int(shares[row, 0, 0]) + 12345) % shamir.PRIME
-            reply = {**reply, "seed_shares": shares}
+            reply = resign(clients[i], {**reply, "seed_shares": shares})
         server.receive_unmask(reply)
     result = server.finish_summation()
     assert np.array_equal(result.sum, x.sum(axis=0))

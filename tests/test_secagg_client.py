@@ -158,7 +158,12 @@ def test_rejects_replayed_share_ciphertexts_in_later_summation():
         server.receive_unmask(clients[i].unmask(requests[i]))
     server.finish_summation()
     second = server.start_summation(encoding())
-    replay = {**second[0], "senders": first[0]["senders"], "ciphertexts": first[0]["ciphertexts"]}
+    replay = {
+        **second[0],
+        "senders": first[0]["senders"],
+        "ciphertexts": first[0]["ciphertexts"],
+        "digests": first[0]["digests"],
+    }
     with pytest.raises(MessageRejected, match="replayed"):
         clients[0].masked_input(replay, values()[0], rng=np.random.default_rng(0))
 
@@ -170,12 +175,14 @@ def test_rejects_tampered_share_ciphertext():
     tampered = bytearray(blobs[0])
     tampered[-1] ^= 0x01
     blobs[0] = bytes(tampered)
-    with pytest.raises(MessageRejected, match="authentication"):
-        clients[0].masked_input(
-            {**request, "ciphertexts": blobs}, values()[0], rng=np.random.default_rng(0)
-        )
-    # the state is untouched: the genuine request still works
-    clients[0].masked_input(request, values()[0], rng=np.random.default_rng(0))
+    # the holder does not drop out: it masks without that sender and reports it (the server
+    # then drops the sender; issue 17 item 4)
+    reply = clients[0].masked_input(
+        {**request, "ciphertexts": blobs}, values()[0], rng=np.random.default_rng(0)
+    )
+    sender = request["senders"][0]
+    assert reply["rejected"] == (sender,)
+    assert sender not in clients[0].alive and sender not in clients[0].held_shares
 
 
 def test_rejects_wrong_recipient():
@@ -345,7 +352,7 @@ def test_rejects_out_of_range_share_inside_valid_ciphertext():
     plaintext = struct.pack("<QQ", sender, 0) + body.tobytes()
     forged = crypto.seal(key, plaintext, share_aad(clients[0].session_id, sender, 0))
     blobs = [forged, *request["ciphertexts"][1:]]
-    with pytest.raises(MessageRejected, match="out of range"):
-        clients[0].masked_input(
-            {**request, "ciphertexts": blobs}, values()[0], rng=np.random.default_rng(0)
-        )
+    reply = clients[0].masked_input(
+        {**request, "ciphertexts": blobs}, values()[0], rng=np.random.default_rng(0)
+    )
+    assert reply["rejected"] == (sender,)  # reported, never held

@@ -312,3 +312,28 @@ def test_a_malformed_roster_file_stops_the_node_with_one_line(tmp_path: Path) ->
     settings = RunSettings.from_run_config(run_config(tmp_path, scenario_file(tmp_path, 4)))
     with pytest.raises(RosterError, match="member 'owner-0': the identity key must be 64"):
         node_secagg(nodes[5000], settings)
+
+
+def test_one_node_with_garbled_share_ciphertexts_is_dropped_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    # Issue 17 item 4: one node's share ciphertexts arrive garbled. Before: every other node
+    # failed to open them at stage 1 and dropped, and the run aborted. Now the holders report
+    # it, the run goes on without that node, and the result says why it was dropped.
+    from fa_hetdp.flower.steps import SHARE_KEYS, UNMASK_STEP, Key
+
+    def garble(step: str, partition: int, reply: dict[str, Any]) -> dict[str, Any] | None:
+        if step != SHARE_KEYS or partition != 2:
+            return None
+        message = dict(reply[Key.SECAGG])
+        message["ciphertexts"] = [bytes([b[0] ^ 1]) + b[1:] for b in message["ciphertexts"]]
+        return {**reply, Key.SECAGG: message}
+
+    config = run_config(tmp_path, scenario_file(tmp_path, 8), **{"on-degraded": "release"})
+    document = run(config, 8, tamper=garble)
+    assert document["status"] == "success"
+    assert document["clients_in_sum"] == {"stage1": 7, "stage2": 7}
+    assert 2 not in document["partitions_in_sum"]["stage1"]
+    unmask = next(s for s in document["steps"] if s["step"] == UNMASK_STEP[1])
+    assert "unreadable" in unmask["dropouts"]["5002"]
+    assert_matches_reference(document, config)

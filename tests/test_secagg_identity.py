@@ -19,6 +19,7 @@ from fa_hetdp.secagg import crypto, shamir
 from fa_hetdp.secagg.client import SecAggClient, share_aad
 from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import MessageRejected
+from fa_hetdp.secagg.evidence import share_digests
 from fa_hetdp.secagg.identity import Roster, RosterError, generate_roster, main
 from fa_hetdp.secagg.inprocess import in_process_identities, run_in_process
 from fa_hetdp.secagg.server import SecAggServer
@@ -87,13 +88,15 @@ def _key_substitution(server, clients, x):
     # the target masks its input; the server removes every mask it now knows
     encoding = choose_encoding(n, np.full(D, 100.0))
     request = dict(server.start_summation(encoding)[TARGET])
-    forged = []  # the peers' shares for the target: the server deals them itself
+    forged, digests = [], []  # the peers' shares for the target: the server deals them itself
+    body = bytes(2 * shamir.LIMBS * 4)
     for j in request["senders"]:
         agreed = crypto.agree(fake[j][0], target.channel_pk)
         send, _ = crypto.derive_channel_keys(agreed, server.session_id, j, TARGET)
-        plain = struct.pack("<QQ", j, TARGET) + bytes(2 * shamir.LIMBS * 4)
+        plain = struct.pack("<QQ", j, TARGET) + body
         forged.append(crypto.seal(send, plain, share_aad(server.session_id, j, TARGET)))
-    request["ciphertexts"] = forged
+        digests.append(share_digests(server.session_id, j, TARGET, body))
+    request["ciphertexts"], request["digests"] = forged, digests
     vector = target.masked_input(request, x[TARGET], rng=np.random.default_rng(0))["vector"]
     total = vector - crypto.mask_keystream(seed, encoding.length)
     for j in range(1, n):

@@ -51,7 +51,14 @@ SAMPLES = [
         identities=(b"owner-1", b"owner-2"),
         identity_signatures=(b"e" * 64, b"f" * 64),
     ),
-    ShareKeys(session=b"s", sender=1, recipients=(2, 3), ciphertexts=(b"x", b"y")),
+    ShareKeys(
+        session=b"s",
+        sender=1,
+        recipients=(2, 3),
+        ciphertexts=(b"x", b"y"),
+        digests=(b"d" * 64, b"e" * 64),
+        signature=b"s" * 64,
+    ),
     MaskedInputRequest(
         session=b"s",
         summation=0,
@@ -61,8 +68,12 @@ SAMPLES = [
         max_clients=3,
         senders=(1,),
         ciphertexts=(b"x",),
+        digests=(b"d" * 64,),
     ),
     MaskedInput(session=b"s", sender=2, summation=1, vector=np.arange(4, dtype=np.uint64)),
+    MaskedInput(
+        session=b"s", sender=2, summation=0, vector=np.arange(4, dtype=np.uint64), rejected=(5,)
+    ),
     UnmaskRequest(session=b"s", summation=0, survivors=(1, 2), dropped=(3,), num_survivors=9),
     UnmaskRequest(
         session=b"s",

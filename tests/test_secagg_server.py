@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from test_secagg_blame import resign
 
 from fa_hetdp.secagg import crypto, shamir
 from fa_hetdp.secagg.client import SecAggClient
@@ -216,7 +217,7 @@ def test_one_bad_key_share_is_identified_not_fatal(limb):
         if i == 0:
             shares = reply["key_shares"].copy()
             shares[0, 0, limb] = (int(shares[0, 0, limb]) + 1) % shamir.PRIME
-            reply = {**reply, "key_shares": shares}
+            reply = resign(clients[i], {**reply, "key_shares": shares})
         server.receive_unmask(reply)
     result = server.finish_summation()
     assert np.array_equal(result.sum, x[:5].sum(axis=0))
@@ -232,7 +233,7 @@ def test_bad_key_shares_abort_when_too_few_good_remain():
         if i == 0:
             shares = reply["key_shares"].copy()
             shares[0, 0, 3] = (int(shares[0, 0, 3]) + 1) % shamir.PRIME
-            reply = {**reply, "key_shares": shares}
+            reply = resign(clients[i], {**reply, "key_shares": shares})
         server.receive_unmask(reply)
     with pytest.raises(ProtocolAborted, match=r"commitment|fewer than threshold"):
         server.finish_summation()

@@ -15,8 +15,10 @@ it. Guarantee: for each summation the server learns only the sum of the survivin
 inputs (plus who survived); a coalition of fewer than ``t`` of a client's share holders (its
 neighbours; never itself) learns nothing about that client's secrets. Size ``(k, t)`` with
 :func:`secagg.params.choose_parameters` (Bell et al.'s two binomial tails). Self-mask seeds are
-committed in round 0, reconstructed secrets are checked, and senders of bad shares are named
-(``SumResult.cheaters``) and excluded. ``"malicious-server"``: a consistency round with
+committed in round 0, reconstructed secrets are checked, and a client is named a cheater
+(``SumResult.cheaters``) only on evidence it signed (:mod:`fa_hetdp.secagg.evidence`: share
+digests signed by their dealer, unmask responses signed by their holder); a sender whose shares
+its holders cannot open is dropped with the reason (``SumResult.reasons``), not the holders. ``"malicious-server"``: a consistency round with
 Ed25519 signatures on the survivor list (:mod:`fa_hetdp.secagg.consistency`,
 :meth:`SecAggServer.consistency_request`, :meth:`SecAggClient.sign_survivors`), complete graph,
 ``t >= min_signatures(n, gamma)``, and a PKI: a roster of Ed25519 identity keys

@@ -24,6 +24,7 @@ from . import crypto
 from .consistency import check_safe, check_signatures, consistency_payload
 from .encoding import FixedPointEncoding, FloatArray
 from .errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
+from .evidence import dealer_payload, share_digests, unmask_payload
 from .identity import Roster, check_identities, identity_payload, public_identity
 from .messages import (
     AdvertiseKeys,
@@ -40,7 +41,7 @@ from .messages import (
 )
 from .params import THREAT_MODELS, ThreatModel
 from .refusals import check_directory, check_unmask_request
-from .shamir import LIMBS, share, validate_shares
+from .shamir import LIMBS, PRIME, share
 from .state import dump_client, load_client
 
 __all__ = ["SecAggClient", "share_aad"]
@@ -224,7 +225,9 @@ class SecAggClient:
         commitments = b"".join(
             crypto.commit_seed(msg.session, self.client_id, s, seed) for s, seed in enumerate(seeds)
         )
-        signing_sk, signing_pk = crypto.generate_signing_key() if msg.consistency else (b"", b"")
+        # every session: it signs the share digests and unmask responses (blame evidence),
+        # and, with a consistency round, the survivor lists
+        signing_sk, signing_pk = crypto.generate_signing_key()
         self.session, self.num_clients, self.graph_digest = (
             msg.session,
             msg.num_clients,
@@ -341,13 +344,18 @@ class SecAggClient:
         channel = crypto.derive_channel_keys_many(agreed, session_id, me, neighbours)
         send_keys = [send for send, _ in channel]
         receive_keys = {j: receive for j, (_, receive) in zip(neighbours, channel, strict=True)}
-        plaintexts, aads = [], []
+        plaintexts, aads, digests = [], [], []
         for h, holder in enumerate(neighbours):
             pair = struct.pack("<QQ", me, holder)
-            plaintexts.append(pair + body[h * stride : (h + 1) * stride])
+            dealt = body[h * stride : (h + 1) * stride]
+            plaintexts.append(pair + dealt)
             aads.append(aad + pair[8:])
+            digests.append(share_digests(session_id, me, holder, dealt))
         ciphertexts = crypto.seal_many(send_keys, plaintexts, aads)
         recipients = neighbours
+        signature = crypto.sign(
+            self.signing_sk, dealer_payload(session_id, me, recipients, digests)
+        )
         self.session_id = session_id
         self.num_advertised, self.advertised_digest = msg.num_advertised, msg.advertised_digest
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
@@ -359,6 +367,8 @@ class SecAggClient:
             sender=me,
             recipients=tuple(recipients),
             ciphertexts=tuple(ciphertexts),
+            digests=tuple(digests),
+            signature=signature,
         ).to_dict()
 
     def _split_mask_keys(self, blob: bytes) -> list[bytes]:
@@ -435,8 +445,9 @@ class SecAggClient:
             )
         except EncodingError as exc:
             raise MessageRejected(f"request carries an unusable encoding: {exc}") from None
+        rejected: tuple[int, ...] = ()
         if msg.summation == 0:
-            held, alive = self._open_shares(msg)
+            held, alive, rejected = self._open_shares(msg)
         elif msg.ciphertexts or msg.senders:
             raise MessageRejected("share ciphertexts replayed after the first summation.")
         else:
@@ -452,45 +463,62 @@ class SecAggClient:
         self.next_summation = s + 1
         self.pending_unmask = s
         return MaskedInput(
-            session=self.session, sender=self.client_id, summation=s, vector=vector
+            session=self.session,
+            sender=self.client_id,
+            summation=s,
+            vector=vector,
+            rejected=rejected,
         ).to_dict()
 
-    def _open_shares(self, msg: MaskedInputRequest) -> tuple[dict[int, bytes], tuple[int, ...]]:
+    def _open_shares(
+        self, msg: MaskedInputRequest
+    ) -> tuple[dict[int, bytes], tuple[int, ...], tuple[int, ...]]:
+        """Open the shares addressed to this client; return ``(held, alive, rejected)``.
+
+        A sender whose ciphertext fails authentication, whose plaintext is malformed or
+        holds values outside ``[0, p)``, or whose shares differ from the digests it signed
+        (as forwarded) is rejected: this client masks without it and reports it, so the
+        server drops that sender instead of this client dropping out. A sender that is not
+        a neighbour which advertised keys is a malformed request (refused whole).
+        """
         held = dict(self.held_shares)
-        expected = 2 * self.num_summations * LIMBS * 4
+        secrets = 2 * self.num_summations
+        expected = secrets * LIMBS * 4
         aad = share_aad(self.session_id, 0, 0)[:-16]  # + sender, recipient
         me = struct.pack("<Q", self.client_id)
-        for sender, blob in zip(msg.senders, msg.ciphertexts, strict=True):
-            key = self.receive_keys.get(sender)
-            if key is None:
+        rejected: list[int] = []
+        for sender in msg.senders:
+            if sender not in self.receive_keys:
                 raise MessageRejected(
                     f"client {self.client_id}: shares from {sender}, not a neighbour that "
                     "advertised keys."
                 )
+        for sender, blob, digest in zip(msg.senders, msg.ciphertexts, msg.digests, strict=True):
             pair = struct.pack("<Q", sender) + me
-            plaintext = crypto.open_sealed(key, blob, aad + pair)
-            if len(plaintext) != 16 + expected:
-                raise MessageRejected(f"share plaintext from {sender} has the wrong length.")
-            if plaintext[:16] != pair:
-                src, dst = struct.unpack("<QQ", plaintext[:16])
-                raise MessageRejected(
-                    f"share plaintext names {src} -> {dst}, expected {sender} -> {self.client_id}."
-                )
-            held[sender] = plaintext[16:]
-        if msg.senders:  # every received share must lie in [0, p): checked in one pass
-            secrets = 2 * self.num_summations
-            bodies = b"".join(held[s] for s in msg.senders)
-            table = np.frombuffer(bodies, dtype="<u4").astype(np.uint32)
-            validate_shares(
-                table.reshape(len(msg.senders), secrets, LIMBS), len(msg.senders), secrets
-            )
-        alive = tuple(sorted(msg.senders))
+            try:
+                plaintext = crypto.open_sealed(self.receive_keys[sender], blob, aad + pair)
+            except MessageRejected:
+                rejected.append(sender)
+                continue
+            body = plaintext[16:]
+            if len(plaintext) != 16 + expected or plaintext[:16] != pair:
+                rejected.append(sender)
+                continue
+            table = np.frombuffer(body, dtype="<u4")
+            if (
+                int(table.max()) >= PRIME
+                or share_digests(self.session_id, sender, self.client_id, body) != digest
+            ):
+                rejected.append(sender)
+                continue
+            held[sender] = body
+        alive = tuple(sorted(set(msg.senders) - set(rejected)))
         if len(alive) < self.threshold:
             raise ProtocolAborted(
-                f"client {self.client_id}: shares arrived from {len(alive)} neighbours, fewer "
-                f"than threshold {self.threshold}."
+                f"client {self.client_id}: usable shares arrived from {len(alive)} neighbours, "
+                f"fewer than threshold {self.threshold}."
             )
-        return held, alive
+        return held, alive, tuple(sorted(rejected))
 
     def _derive_pair_keys(self, alive: tuple[int, ...]) -> dict[int, list[bytes]]:
         keys: dict[int, list[bytes]] = {j: [] for j in alive}
@@ -592,6 +620,12 @@ class SecAggClient:
 
         seed_shares = rows(seed_owners, self.num_summations + s)
         key_shares = rows(key_owners, s)
+        signature = crypto.sign(
+            self.signing_sk,
+            unmask_payload(
+                self.session_id, s, me, seed_owners, seed_shares, key_owners, key_shares
+            ),
+        )
         self.dropped_peers |= dropped_set
         self.pending_unmask = None
         return UnmaskResponse(
@@ -602,6 +636,7 @@ class SecAggClient:
             seed_shares=seed_shares,
             key_owners=tuple(key_owners),
             key_shares=key_shares,
+            signature=signature,
         ).to_dict()
 
     # ------------------------------------------------------------------ state

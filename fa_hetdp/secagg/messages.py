@@ -119,6 +119,12 @@ def _unique(values: tuple[int, ...], name: str) -> None:
         raise MessageRejected(f"field {name!r} lists an id twice.")
 
 
+def _unique_ids(value: object, name: str) -> tuple[int, ...]:
+    out = _int_list(value, name)
+    _unique(out, name)
+    return out
+
+
 def _sorted(values: tuple[int, ...], name: str) -> None:
     if list(values) != sorted(values):
         raise MessageRejected(f"field {name!r} must be sorted.")
@@ -348,26 +354,36 @@ class KeyDirectory(Message):
 
 @dataclass(frozen=True)
 class ShareKeys(Message):
-    """Client -> server: encrypted shares, one ciphertext per neighbour (round 1 reply)."""
+    """Client -> server: encrypted shares, one ciphertext per neighbour (round 1 reply).
+
+    ``digests`` holds, per recipient, the SHA-256 digest of each share dealt to it
+    (:func:`secagg.evidence.share_digests`), and ``signature`` the dealer's Ed25519 signature
+    of them with its round-0 signing key (:func:`secagg.evidence.dealer_payload`).
+    """
 
     TAG: ClassVar[bytes] = b"secagg/share-keys"
     session: bytes
     sender: int
     recipients: tuple[int, ...]
     ciphertexts: tuple[bytes, ...]
+    digests: tuple[bytes, ...] = ()
+    signature: bytes = b""
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> ShareKeys:
         recipients = _int_list(data["recipients"], "recipients")
         _unique(recipients, "recipients")
         ciphertexts = _bytes_list(data["ciphertexts"], "ciphertexts")
-        if len(recipients) != len(ciphertexts):
-            raise MessageRejected("recipients and ciphertexts differ in length.")
+        digests = _bytes_list(data["digests"], "digests")
+        if not len(recipients) == len(ciphertexts) == len(digests):
+            raise MessageRejected("recipients, ciphertexts and digests differ in length.")
         return cls(
             session=_bytes(data["session"], "session"),
             sender=_int(data["sender"], "sender"),
             recipients=recipients,
             ciphertexts=ciphertexts,
+            digests=digests,
+            signature=_bytes(data["signature"], "signature"),
         )
 
 
@@ -377,7 +393,8 @@ class MaskedInputRequest(Message):
 
     Carries the fixed-point encoding (``scales``, ``bounds``, ``max_clients``, the ring
     ``Z_2^m`` as ``modulus_bits``) and, in the first summation only, the ciphertexts
-    addressed to ``recipient`` with their senders.
+    addressed to ``recipient`` with their senders and the share digests each sender signed
+    for it (``digests``, aligned with ``senders``).
     """
 
     TAG: ClassVar[bytes] = b"secagg/masked-input-request"
@@ -391,14 +408,16 @@ class MaskedInputRequest(Message):
     ciphertexts: tuple[bytes, ...]
     modulus_bits: int = 64
     sum_bounds: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))  # none: []
+    digests: tuple[bytes, ...] = ()
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> MaskedInputRequest:
         senders = _int_list(data["senders"], "senders")
         _unique(senders, "senders")
         ciphertexts = _bytes_list(data["ciphertexts"], "ciphertexts")
-        if len(senders) != len(ciphertexts):
-            raise MessageRejected("senders and ciphertexts differ in length.")
+        digests = _bytes_list(data["digests"], "digests")
+        if not len(senders) == len(ciphertexts) == len(digests):
+            raise MessageRejected("senders, ciphertexts and digests differ in length.")
         scales = _array(data["scales"], "scales", np.float64, 1)
         bounds = _array(data["bounds"], "bounds", np.float64, 1)
         if scales.shape != bounds.shape:
@@ -417,18 +436,24 @@ class MaskedInputRequest(Message):
             sum_bounds=sum_bounds,
             senders=senders,
             ciphertexts=ciphertexts,
+            digests=digests,
         )
 
 
 @dataclass(frozen=True, eq=False)
 class MaskedInput(Message):
-    """Client -> server: the masked, encoded vector in Z_{2^m}, uint64 or uint32 (round 2 reply)."""
+    """Client -> server: the masked, encoded vector in Z_{2^m}, uint64 or uint32 (round 2 reply).
+
+    ``rejected`` (first summation only) lists the senders whose shares this client could not
+    open or found unlike their signed digests: it masked without them.
+    """
 
     TAG: ClassVar[bytes] = b"secagg/masked-input"
     session: bytes
     sender: int
     summation: int
     vector: npt.NDArray[np.uint64] | U32Array
+    rejected: tuple[int, ...] = ()
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> MaskedInput:
@@ -439,6 +464,7 @@ class MaskedInput(Message):
             sender=_int(data["sender"], "sender"),
             summation=_int(data["summation"], "summation", 0, 63),
             vector=_array(vector, "vector", word, 1),
+            rejected=_unique_ids(data["rejected"], "rejected"),
         )
 
 
@@ -530,7 +556,8 @@ class UnmaskResponse(Message):
 
     ``seed_shares`` has shape ``(len(seed_owners), 1, LIMBS)`` and ``key_shares`` shape
     ``(len(key_owners), 1, LIMBS)``, dtype uint32 (round 3 reply). Both are shares of this
-    summation's secrets only: its self-mask seed and its mask private key.
+    summation's secrets only: its self-mask seed and its mask private key. ``signature`` is
+    the sender's Ed25519 signature of all of it (:func:`secagg.evidence.unmask_payload`).
     """
 
     TAG: ClassVar[bytes] = b"secagg/unmask-response"
@@ -541,6 +568,7 @@ class UnmaskResponse(Message):
     seed_shares: npt.NDArray[np.uint32]
     key_owners: tuple[int, ...]
     key_shares: npt.NDArray[np.uint32]
+    signature: bytes = b""
 
     @classmethod
     def _parse(cls, data: Mapping[str, object]) -> UnmaskResponse:
@@ -562,6 +590,7 @@ class UnmaskResponse(Message):
             seed_shares=seed_shares,
             key_owners=key_owners,
             key_shares=key_shares,
+            signature=_bytes(data["signature"], "signature"),
         )
 
 

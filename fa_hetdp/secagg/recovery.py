@@ -1,18 +1,22 @@
-"""Reconstructing the secrets of one summation, verified, with cheaters identified.
+"""Reconstructing the secrets of one summation, verified, with cheaters named on signed evidence.
 
-Every reconstructed self-mask seed must match the commitment its owner sent in round 0
-(:func:`secagg.crypto.commit_seed`) and every mask key its public key. Shares are tried in a
-fast batch first (the first ``t`` shares of each owner, grouped by sender set); a secret that
-fails goes to :meth:`ShareRecovery.open_secret`, which searches the other ``t``-subsets of
-the shares that arrived and names the senders whose shares do not lie on the verified
-polynomial. Those senders are added to the server's cheaters and their shares are ignored
-from then on (Bonawitz et al., CCS 2017, Sec. 6; robust reconstruction by consistency with a
-commitment).
+Every reconstructed self-mask seed is checked against the commitment its owner sent in round 0
+(:func:`secagg.crypto.commit_seed`) and every mask key against its public key. Fast path: the
+first ``t`` shares of each owner, grouped by sender set. A secret that fails goes to
+:meth:`ShareRecovery.open_secret`, which first checks every share that arrived against the
+digest its dealer signed for that holder (:mod:`fa_hetdp.secagg.evidence`): a holder whose
+signed unmask share differs is named and its shares are ignored from then on; the shares left
+are exactly what the dealer dealt, so a bad share from one holder never spoils the search.
+If those shares lie on one polynomial, its secret is used even when it contradicts the seed
+commitment (the owner is then dropped from later summations, with the reason); if they do
+not, the dealer is named (its signed digests convict it) and random ``t``-subsets are tried
+until one opens its commitment or public key; only then does the summation abort.
 """
 
 from __future__ import annotations
 
-import itertools
+import hashlib
+import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,12 +24,15 @@ import numpy as np
 
 from . import crypto
 from .errors import MessageRejected, ProtocolAborted
+from .evidence import DIGEST_BYTES, share_digest
 from .shamir import LIMBS, reconstruct, reconstruct_each
 
 if TYPE_CHECKING:
     from .server import SecAggServer
 
 __all__ = ["ShareRecovery"]
+
+_SEARCH_TRIES = 256  # random t-subsets tried once a dealer is convicted
 
 
 class ShareRecovery:
@@ -34,7 +41,8 @@ class ShareRecovery:
     Parameters
     ----------
     server : SecAggServer
-        The server in its unmask round; its ``cheaters`` set is extended in place.
+        The server in its unmask round; its ``cheaters``, ``excluded`` and ``reasons`` are
+        extended in place.
     """
 
     def __init__(self, server: SecAggServer) -> None:
@@ -42,9 +50,14 @@ class ShareRecovery:
         self.graph = server.graph
         self.responses = server.responses
         self.cheaters = server.cheaters
+        self.excluded = server.excluded
+        self.reasons = server.reasons
         self.keys = server.keys
+        self.digests = server.digests
         self.session = server.session
+        self.session_id = server.session_id
         self.summation = server.summation
+        self.num_summations = server.num_summations
         self._rank = server.rank
         self._rows = {
             "seed": {
@@ -68,7 +81,7 @@ class ShareRecovery:
         return crypto.public_from_private(secret) == keys.mask_keys[size * s : size * (s + 1)]
 
     def shares_of(self, owner: int, kind: Literal["seed", "key"]) -> list[tuple[int, Any]]:
-        """Every ``(sender, share)`` of ``owner``'s secret that arrived, honest senders first."""
+        """Every ``(sender, share)`` of ``owner``'s secret that arrived from unnamed senders."""
         out: list[tuple[int, Any]] = []
         candidates = self.responses if self.graph.complete else self.graph.neighbours(owner)
         for sender in sorted(candidates):
@@ -83,62 +96,107 @@ class ShareRecovery:
             out.append((sender, table[row, 0, :]))
         return out
 
+    def _name(self, client: int, reason: str) -> None:
+        self.cheaters.add(client)
+        self.reasons[client] = f"named: {reason}"
+
+    def _dealt(self, owner: int, sender: int, kind: Literal["seed", "key"], row: Any) -> bool:
+        """Whether ``sender``'s share of ``owner``'s secret is the one ``owner`` signed for it."""
+        index = self.summation + (self.num_summations if kind == "seed" else 0)
+        signed = self.digests.get((owner, sender), b"")
+        share = np.ascontiguousarray(row, dtype="<u4").tobytes()
+        digest = share_digest(self.session_id, owner, sender, index, share)
+        return signed[DIGEST_BYTES * index : DIGEST_BYTES * (index + 1)] == digest
+
+    def _attempt(self, subset: Sequence[tuple[int, Any]]) -> bytes | None:
+        xs = [self._rank[sender] for sender, _ in subset]
+        stacked = np.stack([row for _, row in subset]).reshape(len(subset), 1, LIMBS)
+        try:
+            return reconstruct(xs, stacked.astype(np.uint32), len(subset))[0]
+        except (ProtocolAborted, MessageRejected):
+            return None
+
+    def _consistent(self, shares: Sequence[tuple[int, Any]], secret: bytes) -> bool:
+        """Whether every share lies on the polynomial of the first ``t`` (one vectorised pass).
+
+        The first ``t - 1`` shares with each further share give the same secret exactly when
+        all the shares lie on one polynomial of degree ``t - 1`` (two such polynomials that
+        agree on ``t - 1`` points and at 0 are equal).
+        """
+        t = self.threshold
+        extra = shares[t:]
+        if not extra:
+            return False  # t shares always fit a polynomial: nothing confirms the secret
+        base = list(shares[: t - 1])
+        xs = np.asarray([[self._rank[s] for s, _ in [*base, e]] for e in extra], dtype=np.int64)
+        rows = np.stack([np.stack([r for _, r in [*base, e]]) for e in extra]).astype(np.uint32)
+        return all(got == secret for got in reconstruct_each(xs, rows))
+
     def open_secret(
         self, owner: int, shares: list[tuple[int, Any]], kind: Literal["seed", "key"]
     ) -> bytes:
-        """Reconstruct ``owner``'s secret, find and exclude senders of bad shares.
+        """Reconstruct ``owner``'s secret from verified shares; name holders or the dealer.
 
-        The first ``t`` shares are tried; if the result fails its commitment, other
-        ``t``-subsets are tried (a bounded search) until one verifies. The senders whose
-        shares do not lie on the verified polynomial are cheaters.
+        Raises
+        ------
+        ProtocolAborted
+            Fewer than ``t`` shares that match their signed digests, or (the dealer named)
+            no ``t`` of them open its commitment or public key.
         """
         t = self.threshold
         what = "self-mask seed" if kind == "seed" else "mask key"
-        if len(shares) < t:
-            raise ProtocolAborted(
-                f"summation {self.summation}: {len(shares)} shares of client {owner}'s {what} "
-                f"arrived, fewer than threshold {t}; aborting."
-            )
-
-        def attempt(subset: Sequence[tuple[int, Any]]) -> bytes | None:
-            xs = [self._rank[sender] for sender, _ in subset]
-            stacked = np.stack([row for _, row in subset]).reshape(len(subset), 1, LIMBS)
-            try:
-                secret = reconstruct(xs, stacked, t)[0]
-            except (ProtocolAborted, MessageRejected):
-                return None
-            return secret if self.verify(owner, secret, kind) else None
-
-        secret = attempt(shares[:t])
-        if secret is not None:
-            return secret
-        good: Sequence[tuple[int, Any]] | None = None
-        for tries, subset in enumerate(itertools.combinations(shares, t)):
-            if tries >= 2000:
-                break
-            secret = attempt(subset)
-            if secret is not None:
-                good = subset
-                break
-        if secret is None or good is None:
-            raise ProtocolAborted(
-                f"summation {self.summation}: no {t} of the {len(shares)} shares of client "
-                f"{owner}'s {what} match its commitment; aborting."
-            )
-        base = list(good[1:])
+        verified = []
         for sender, row in shares:
-            if any(sender == g for g, _ in good):
-                continue
-            if attempt([*base, (sender, row)]) is None:
-                self.cheaters.add(sender)
-        return secret
+            if self._dealt(owner, sender, kind, row):
+                verified.append((sender, row))
+            else:  # its signed response contradicts the dealer's signed digest
+                self._name(
+                    sender,
+                    f"its signed unmask share of client {owner}'s {what} in summation "
+                    f"{self.summation} differs from the share client {owner} signed for it",
+                )
+        if len(verified) < t:
+            raise ProtocolAborted(
+                f"summation {self.summation}: {len(verified)} verified shares of client "
+                f"{owner}'s {what} arrived, fewer than threshold {t}; aborting."
+            )
+        secret = self._attempt(verified[:t])
+        if secret is not None and self.verify(owner, secret, kind):
+            return secret
+        if kind == "seed" and secret is not None and self._consistent(verified, secret):
+            # what the owner dealt is one seed, not the one it committed to: use it, and
+            # leave the owner out of later summations
+            self.excluded.add(owner)
+            self.reasons.setdefault(
+                owner,
+                f"its self-mask seed commitment of summation {self.summation} does not match "
+                "the seed its signed shares reconstruct; its input stays in this sum, and it "
+                "is dropped from later summations",
+            )
+            return secret
+        self._name(
+            owner,
+            f"the shares of its {what} that it signed (summation {self.summation}) do not "
+            "lie on one polynomial that opens its commitment",
+        )
+        seed = hashlib.sha256(self.session_id + struct.pack("<QQ", owner, self.summation))
+        rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "little"))  # public
+        for _ in range(_SEARCH_TRIES):
+            pick = sorted(rng.choice(len(verified), size=t, replace=False).tolist())
+            found = self._attempt([verified[i] for i in pick])
+            if found is not None and self.verify(owner, found, kind):
+                return found
+        raise ProtocolAborted(
+            f"summation {self.summation}: no {t} of the {len(verified)} shares client {owner} "
+            f"signed open its {what}; client {owner} is named; aborting."
+        )
 
     def reconstruct(self, owners: Sequence[int], kind: Literal["seed", "key"]) -> dict[int, bytes]:
         """Reconstruct and verify one secret per owner, all in one vectorised batch.
 
         Fast path: the first ``t`` shares of each owner (each with its own points,
         :func:`secagg.shamir.reconstruct_each`). A secret that fails its commitment goes to
-        :meth:`open_secret`, which searches the other shares and excludes the liars.
+        :meth:`open_secret`, which checks the shares against their signed digests.
         """
         rows = self._rows[kind]
         responders = [c for c in sorted(self.responses) if c not in self.cheaters]

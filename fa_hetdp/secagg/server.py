@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from .consistency import consistency_payload
 from .crypto import U64Array
 from .encoding import FixedPointEncoding, FloatArray, U32Array
 from .errors import EncodingError, MessageRejected, ProtocolAborted
+from .evidence import DIGEST_BYTES, dealer_payload, unmask_payload
 from .graph import Neighbours, choose_graph
 from .messages import (
     AdvertiseKeys,
@@ -65,9 +66,14 @@ class SumResult:
     max_error : FloatArray
         Per-coordinate bound ``len(survivors) / scale`` on ``|sum - true sum|``.
     cheaters : tuple of int
-        Clients caught sending a share that contradicts a commitment (a self-mask seed that
-        does not match its round-0 commitment, a mask key that does not match its public
-        key); their shares were left out and they are dropped from later summations.
+        Clients named on evidence they signed (:mod:`fa_hetdp.secagg.evidence`): a holder
+        whose signed unmask share differs from the share its dealer signed for it, or a
+        dealer whose signed shares do not open its commitment or public key. Their shares
+        are left out and they are dropped from later summations.
+    reasons : mapping of int to str
+        Every client the session dropped for cause so far, with why (named cheaters, a
+        sender whose shares holders could not read, a seed commitment its own shares
+        contradict, an unsigned response): ``{client: reason}``.
     """
 
     summation: int
@@ -77,6 +83,7 @@ class SumResult:
     dropped: tuple[int, ...]
     max_error: FloatArray
     cheaters: tuple[int, ...] = ()
+    reasons: Mapping[int, str] = field(default_factory=dict)
 
 
 class SecAggServer:
@@ -164,6 +171,10 @@ class SecAggServer:
         self.responses: dict[int, UnmaskResponse] = {}
         self.results: list[SumResult] = []
         self.cheaters: set[int] = set()
+        self.excluded: set[int] = set()  # dropped for cause from later summations
+        self.reasons: dict[int, str] = {}
+        self.digests: dict[tuple[int, int], bytes] = {}  # (dealer, holder) -> signed digests
+        self.complaints: dict[int, set[int]] = {}  # sender -> holders that rejected its shares
         self.signatures: dict[int, bytes] = {}
 
     @property
@@ -218,10 +229,10 @@ class SecAggServer:
                 f"client {msg.sender} sent {len(msg.seed_commitments)} bytes of seed "
                 f"commitments, expected {size * self.num_summations}."
             )
-        if len(msg.signing_key) != (size if self.consistency else 0):
+        if len(msg.signing_key) != size:
             raise MessageRejected(
                 f"client {msg.sender} sent a signing key of {len(msg.signing_key)} bytes, "
-                f"expected {size if self.consistency else 0}."
+                f"expected {size} (every session: it signs the blame evidence)."
             )
         if len(msg.identity) > 64 or len(msg.identity_signature) not in (0, 64):
             raise MessageRejected(
@@ -313,9 +324,22 @@ class SecAggServer:
                 f"client {msg.sender}'s share-keys omits neighbours {omitted[:5]}; every "
                 "neighbour that advertised keys must receive shares."
             )
+        width = 2 * self.num_summations * DIGEST_BYTES
+        if any(len(d) != width for d in msg.digests):
+            raise MessageRejected(
+                f"client {msg.sender}'s share digests must be {width} bytes per recipient."
+            )
+        payload = dealer_payload(self.session_id, msg.sender, msg.recipients, msg.digests)
+        if not crypto.verify_signature(self.keys[msg.sender].signing_key, payload, msg.signature):
+            raise MessageRejected(
+                f"client {msg.sender}'s share digests are not signed by its round-0 signing key."
+            )
         self.share_senders.add(msg.sender)
-        for recipient, blob in zip(msg.recipients, msg.ciphertexts, strict=True):
+        for recipient, blob, digest in zip(
+            msg.recipients, msg.ciphertexts, msg.digests, strict=True
+        ):
             self.share_inbox.setdefault(recipient, []).append((msg.sender, blob))
+            self.digests[(msg.sender, recipient)] = digest
 
     # ------------------------------------------------------------------ round 2
     def start_summation(self, encoding: FixedPointEncoding) -> dict[int, dict[str, MessageValue]]:
@@ -340,7 +364,8 @@ class SecAggServer:
                 c: frozenset(s for s, _ in self.share_inbox.get(c, [])) for c in self.eligible
             }
         elif self.phase == "ready":
-            self.eligible = tuple(c for c in self.survivors if c not in self.cheaters)
+            out = self.cheaters | self.excluded
+            self.eligible = tuple(c for c in self.survivors if c not in out)
         else:
             raise MessageRejected(f"cannot start a summation in phase {self.phase!r}.")
         if self.summation + 1 >= self.num_summations:
@@ -375,6 +400,7 @@ class SecAggServer:
                 sum_bounds=np.zeros(0) if encoding.sum_bounds is None else encoding.sum_bounds,
                 senders=tuple(s for s, _ in inbox) if first else empty,
                 ciphertexts=tuple(b for _, b in inbox) if first else empty,
+                digests=tuple(self.digests[(s, client)] for s, _ in inbox) if first else empty,
             ).to_dict()
         if first:
             self.share_inbox = {}
@@ -398,6 +424,12 @@ class SecAggServer:
             raise MessageRejected(f"masked input from client {msg.sender}, not eligible.")
         if msg.sender in self.inputs:
             raise MessageRejected(f"masked input from client {msg.sender} replayed.")
+        accused = set(msg.rejected)
+        if accused and (self.summation != 0 or not accused <= self.incoming[msg.sender]):
+            raise MessageRejected(
+                f"client {msg.sender} reports shares of {sorted(accused)[:5]} it was not sent "
+                "in this round."
+            )
         if self.encoding is None or msg.vector.shape != (self.encoding.length,):
             raise MessageRejected(
                 f"masked input of client {msg.sender} has shape {msg.vector.shape}, expected "
@@ -410,10 +442,22 @@ class SecAggServer:
                 f"{np.dtype(word)} (Z_2^{self.encoding.modulus_bits})."
             )
         self.inputs[msg.sender] = msg.vector
+        if accused:  # it masked without them: they must drop (their masks with it never match)
+            self.incoming[msg.sender] = self.incoming[msg.sender] - accused
+            for j in accused:
+                self.complaints.setdefault(j, set()).add(msg.sender)
 
     # ------------------------------------------------------------------ round 3
     def _close_masked(self) -> None:
-        survivors = tuple(sorted(self.inputs))
+        for j, holders in self.complaints.items():  # dropped, nobody named (see evidence)
+            self.excluded.add(j)
+            self.reasons.setdefault(
+                j,
+                f"holders {sorted(holders)[:5]} could not open its shares or found them unlike "
+                "its signed digests (unreadable); dropped without blame: the sender or the "
+                "route may be at fault",
+            )
+        survivors = tuple(sorted(c for c in self.inputs if c not in self.complaints))
         if len(survivors) < self.threshold:
             self.phase = "aborted"
             raise ProtocolAborted(
@@ -532,6 +576,19 @@ class SecAggServer:
                     f"client {msg.sender} sent a {name} share {int(table.max())} outside "
                     f"[0, {PRIME})."
                 )
+        payload = unmask_payload(
+            self.session_id,
+            msg.summation,
+            msg.sender,
+            msg.seed_owners,
+            msg.seed_shares,
+            msg.key_owners,
+            msg.key_shares,
+        )
+        if not crypto.verify_signature(self.keys[msg.sender].signing_key, payload, msg.signature):
+            raise MessageRejected(  # not provably the sender's: unused, and nobody named
+                f"unmask response of client {msg.sender} is not signed by its signing key."
+            )
         self.responses[msg.sender] = msg
 
     def finish_summation(self) -> SumResult:
@@ -588,6 +645,7 @@ class SecAggServer:
             dropped=tuple(sorted(set(self.incoming) - survivors)),
             max_error=self.encoding.max_decoding_error(len(self.survivors)),
             cheaters=tuple(sorted(self.cheaters)),
+            reasons=dict(self.reasons),
         )
         self.results.append(result)
         self.responses = {}

@@ -580,6 +580,10 @@ class HeterogeneityStrategy:
             raise self.abort(f"secure aggregation aborted at the stage-{stage} sum: {exc}") from exc
         if self._plan is not None:  # and the plan's tighter range (protocol.sum_range)
             check_sum_range(result.sum, self._plan, stage, len(result.survivors), encoding)
+        for client, reason in result.reasons.items():  # dropped for cause: shown with why
+            if nodes_of[client] in active:
+                active.discard(nodes_of[client])
+                self.steps[-1].dropouts[nodes_of[client]] = f"secagg: {reason}"
         return result
 
     def _round(
