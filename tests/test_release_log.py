@@ -184,3 +184,35 @@ def test_a_serverapp_cut_off_by_a_superlink_stop_leaves_stage1_on_record(
     assert len(released) == 1 and released[0].startswith("stage 1"), released
     assert 0.0 < document["privacy"]["guarantees"][0]["epsilon"] < 1.0
     print(f"flwr run --stream exit code {outcome.returncode}")
+
+
+def test_a_success_replaces_an_earlier_one_and_leaves_no_running_file(tmp_path: Path) -> None:
+    """Without ``{run_id}`` in the path: the earlier success is never replaced by a partial
+    file (those go beside it), the new success replaces it, and nothing stale stays beside."""
+    settings, config = _settings(tmp_path)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"status": "success", "run_id": 1}))
+    seen: list[str] = []
+
+    class Watching(InMemoryTransport):
+        def exchange(
+            self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
+        ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+            seen.append(json.loads(path.read_text())["status"])
+            return super().exchange(step, payloads, timeout)
+
+    HeterogeneityStrategy(settings, run_id=2).run(Watching(6, config))
+    assert set(seen) == {"success"}  # the earlier success stayed while the run went on
+    assert json.loads(path.read_text())["run_id"] == 2
+    assert sorted(p.name for p in tmp_path.glob("result*.json")) == ["result.json"]
+
+
+def test_an_abort_after_an_earlier_success_goes_beside_it_once(tmp_path: Path) -> None:
+    settings, config = _settings(tmp_path)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"status": "success", "run_id": 1}))
+    with pytest.raises(Killed):
+        HeterogeneityStrategy(settings, run_id=2).run(KilledAt(INPUT_STEP[2], path, 6, config))
+    assert json.loads(path.read_text())["run_id"] == 1
+    (beside,) = [p for p in tmp_path.glob("result*.json") if p != path]
+    assert read_result(beside)["status"] == "aborted"  # type: ignore[index]

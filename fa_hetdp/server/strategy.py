@@ -47,6 +47,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -171,6 +172,8 @@ class HeterogeneityStrategy:
             self.rng = csprng_generator()
         self._start = self.clock()
         self.result_file = result_path(self.settings.result_path, self.run_id)
+        self._target = self.result_file  # the configured path ({run_id} filled in)
+        self._partial: Path | None = None  # where this run's unfinished document went
         self._plan: ProtocolPlan | None = None
         self._released: list[str] = []
         self._stage1_fraction: float | None = None
@@ -256,7 +259,19 @@ class HeterogeneityStrategy:
             document["differentially_private"] = privacy["differentially_private"]
             document["privacy"] = privacy
         document.update(self._base_document())
-        self.result_file = write_result(self.result_file, document)
+        self._settle_file(write_result(self._target, document), partial=True)
+
+    def _settle_file(self, written: Path, *, partial: bool) -> None:
+        """Record where the document went; remove this run's earlier partial file elsewhere.
+
+        A partial document goes beside an earlier success at the configured path (never over
+        it); the next one, or the final result, replaces it, so no stale ``"running"`` file of
+        this run is left beside the result.
+        """
+        if self._partial is not None and self._partial != written:
+            self._partial.unlink(missing_ok=True)
+        self._partial = written if partial else None
+        self.result_file = written
 
     def message_limits(self, step: str) -> Limits:
         """Return what one reply of ``step`` may make the server decode.
@@ -479,7 +494,7 @@ class HeterogeneityStrategy:
         self.timings["total"] = self.clock() - self._start
         self._released.append("stage 2: every statistic of the result")
         document = self._success_document(plan, stage1, result, sum1, sum2)
-        self.result_file = write_result(self.result_file, document)
+        self._settle_file(write_result(self._target, document), partial=False)
         self.progress(Event.DONE)
         return document
 
