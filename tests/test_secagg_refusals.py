@@ -14,7 +14,7 @@ import pytest
 
 from fa_hetdp.secagg import choose_encoding, crypto
 from fa_hetdp.secagg.client import SecAggClient
-from fa_hetdp.secagg.errors import MessageRejected, UnmaskRefused
+from fa_hetdp.secagg.errors import MessageRejected, ProtocolAborted, UnmaskRefused
 from fa_hetdp.secagg.server import SecAggServer
 
 K, T, D = 8, 5, 4
@@ -115,33 +115,34 @@ def test_sparse_directory_cannot_state_more_clients_than_were_invited():
 
 
 def test_a_different_count_shown_to_one_client_breaks_its_share_channels():
-    # the count and digest enter the session id: a client told n' != n derives another
-    # session id, so the digests it signs do not verify for the server: its share-keys is
-    # refused and it leaves the session
+    # the count and digest enter the session id: a client told n' != n derives other channel
+    # keys, so it can open none of its neighbours' shares, and they report its own as
+    # unreadable (the server then drops it)
     server, clients, directories = keyed(30)
     victim = 4
     for i, directory in directories.items():
         if i == victim:
-            reply = clients[i].share_keys({**directory, "num_advertised": 20})
-            with pytest.raises(MessageRejected, match="not signed"):
-                server.receive_share_keys(reply)
-            continue
+            directory = {**directory, "num_advertised": 20}
         server.receive_share_keys(clients[i].share_keys(directory))
     assert clients[victim].session_size == 20
     assert clients[victim].session_id != clients[0].session_id
-    assert victim not in server.start_summation(choose_encoding(30, np.ones(D)))  # dropped
+    requests = server.start_summation(choose_encoding(30, np.ones(D)))
+    x = np.zeros(D)
+    with pytest.raises(ProtocolAborted, match="usable shares arrived from 0"):
+        clients[victim].masked_input(requests[victim], x, rng=np.random.default_rng(0))
+    neighbour = server.graph.neighbours(victim)[0]
+    reply = clients[neighbour].masked_input(requests[neighbour], x, rng=np.random.default_rng(0))
+    assert reply["rejected"] == (victim,)
 
 
 def test_another_digest_of_the_advertised_ids_also_breaks_the_channels():
     server, clients, directories = keyed(30)
     for i, directory in directories.items():
-        if i == 4:
-            reply = clients[i].share_keys({**directory, "advertised_digest": bytes(32)})
-            with pytest.raises(MessageRejected, match="not signed"):
-                server.receive_share_keys(reply)
-            continue
-        server.receive_share_keys(clients[i].share_keys(directory))
-    assert 4 not in server.start_summation(choose_encoding(30, np.ones(D)))  # dropped
+        forged = {**directory, "advertised_digest": bytes(32)} if i == 4 else directory
+        server.receive_share_keys(clients[i].share_keys(forged))
+    requests = server.start_summation(choose_encoding(30, np.ones(D)))
+    with pytest.raises(ProtocolAborted, match="usable shares arrived from 0"):
+        clients[4].masked_input(requests[4], np.zeros(D), rng=np.random.default_rng(0))
 
 
 def test_directory_with_keys_of_a_non_neighbour_is_refused():

@@ -18,7 +18,8 @@ neighbours; never itself) learns nothing about that client's secrets. Size ``(k,
 committed in round 0, reconstructed secrets are checked, and a client is named a cheater
 (``SumResult.cheaters``) only on evidence it signed (:mod:`fa_hetdp.secagg.evidence`: share
 digests signed by their dealer, unmask responses signed by their holder); a sender whose shares
-its holders cannot open is dropped with the reason (``SumResult.reasons``), not the holders. ``"malicious-server"``: a consistency round with
+its holders cannot open is dropped with the reason (``SumResult.reasons``), not the holders.
+``"malicious-server"``: a consistency round with
 Ed25519 signatures on the survivor list (:mod:`fa_hetdp.secagg.consistency`,
 :meth:`SecAggServer.consistency_request`, :meth:`SecAggClient.sign_survivors`), complete graph,
 ``t >= min_signatures(n, gamma)``, and a PKI: a roster of Ed25519 identity keys

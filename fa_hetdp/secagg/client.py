@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from . import crypto
 from .consistency import check_safe, check_signatures, consistency_payload
@@ -160,16 +161,19 @@ class SecAggClient:
         self.pending_unmask: int | None = None
         self.dropped_peers: set[int] = set()
         self._loaded: dict[bytes, crypto.PrivateKey] = {}  # in memory only
+        self._signing_key: Ed25519PrivateKey | None = None  # in memory only
 
     # ------------------------------------------------------------------ helpers
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the loaded key objects and the identity key (round 0 only)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_loaded", "_identity")}
+        skip = ("_loaded", "_identity", "_signing_key")
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._loaded = {}
         self._identity = b""
+        self._signing_key = None
 
     def _private(self, raw: bytes) -> bytes | crypto.PrivateKey:
         """Return the loaded key object of a private key made in round 0, else the raw bytes.
@@ -177,6 +181,13 @@ class SecAggClient:
         Loading costs one scalar multiplication; a client restored from bytes loads again.
         """
         return self._loaded.get(raw, raw)
+
+    def _sign(self, message: bytes) -> bytes:
+        """Sign with the round-0 signing key (loaded once per process, like the X25519 keys)."""
+        key = self._signing_key
+        if key is None:
+            key = self._signing_key = Ed25519PrivateKey.from_private_bytes(self.signing_sk)
+        return key.sign(message)
 
     @property
     def complete(self) -> bool:
@@ -353,9 +364,7 @@ class SecAggClient:
             digests.append(share_digests(session_id, me, holder, dealt))
         ciphertexts = crypto.seal_many(send_keys, plaintexts, aads)
         recipients = neighbours
-        signature = crypto.sign(
-            self.signing_sk, dealer_payload(session_id, me, recipients, digests)
-        )
+        signature = self._sign(dealer_payload(session_id, me, recipients, digests))
         self.session_id = session_id
         self.num_advertised, self.advertised_digest = msg.num_advertised, msg.advertised_digest
         self.peer_mask_pks, self.receive_keys = peer_mask, receive_keys
@@ -504,14 +513,17 @@ class SecAggClient:
             if len(plaintext) != 16 + expected or plaintext[:16] != pair:
                 rejected.append(sender)
                 continue
-            table = np.frombuffer(body, dtype="<u4")
-            if (
-                int(table.max()) >= PRIME
-                or share_digests(self.session_id, sender, self.client_id, body) != digest
-            ):
+            if share_digests(self.session_id, sender, self.client_id, body) != digest:
                 rejected.append(sender)
                 continue
             held[sender] = body
+        opened = [s for s in msg.senders if s in held and s not in self.held_shares]
+        if opened:  # every share must lie in [0, p): one vectorised pass, then who is out
+            table = np.frombuffer(b"".join(held[s] for s in opened), dtype="<u4")
+            over = table.reshape(len(opened), -1).max(axis=1) >= PRIME
+            for sender in np.asarray(opened)[over].tolist():
+                del held[sender]
+                rejected.append(int(sender))
         alive = tuple(sorted(set(msg.senders) - set(rejected)))
         if len(alive) < self.threshold:
             raise ProtocolAborted(
@@ -563,7 +575,7 @@ class SecAggClient:
         if me not in survivors or not set(survivors) <= self.peer_signing_pks.keys():
             raise MessageRejected(f"client {me}: survivor list omits it or names unknown ids.")
         payload = consistency_payload(self.session_id, msg.summation, survivors)
-        signature = crypto.sign(self.signing_sk, payload)
+        signature = self._sign(payload)
         self.signed[msg.summation] = survivors
         return ConsistencyResponse(
             session=self.session, sender=me, summation=msg.summation, signature=signature
@@ -620,8 +632,7 @@ class SecAggClient:
 
         seed_shares = rows(seed_owners, self.num_summations + s)
         key_shares = rows(key_owners, s)
-        signature = crypto.sign(
-            self.signing_sk,
+        signature = self._sign(
             unmask_payload(
                 self.session_id, s, me, seed_owners, seed_shares, key_owners, key_shares
             ),

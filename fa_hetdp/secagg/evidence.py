@@ -4,10 +4,13 @@ A client is named a cheater only on something it signed with its round-0 Ed25519
 (present in every session; authenticated by the roster in malicious-server sessions):
 
 - a dealer signs, in round 1, one SHA-256 digest per share it deals (:func:`share_digests`,
-  :func:`dealer_payload`); the server checks the signature before it forwards anything, and
-  each holder checks the shares it opens against its digests (a mismatch is reported, not
-  revealed);
+  :func:`dealer_payload`); the server forwards each holder its digests, and the holder checks
+  the shares it opens against them (a mismatch is reported, not revealed);
 - a holder signs every unmask response (:func:`unmask_payload`).
+
+The server checks a signature only when it needs it as evidence (at most one per dealer and
+per holder and summation, in :class:`secagg.recovery.ShareRecovery`): the honest path costs no
+verification.
 
 A revealed share whose digest differs from the one its dealer signed for that holder convicts
 the holder (both signatures are on record); shares that all match their dealer's signed
@@ -19,6 +22,7 @@ coalition below ``t`` could use.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Sequence
@@ -40,24 +44,39 @@ __all__ = [
 
 DIGEST_BYTES = 32
 SHARE_BYTES = LIMBS * 4  # one share of one 256-bit secret: LIMBS little-endian uint32
+_HEAD = struct.Struct("<QQQ")
+
+
+@functools.lru_cache(maxsize=8)
+def _prefix(session_id: bytes) -> hashlib._Hash:
+    """Return the hash state after the domain and the session id (copied per digest)."""
+    return hashlib.sha256(
+        crypto.DOMAIN + b"/share-digest" + struct.pack("<Q", len(session_id)) + session_id
+    )
 
 
 def share_digest(session_id: bytes, dealer: int, holder: int, index: int, share: bytes) -> bytes:
-    """Return the digest of the share of secret ``index`` that ``dealer`` dealt ``holder``."""
-    h = hashlib.sha256(crypto.DOMAIN + b"/share-digest")
-    h.update(struct.pack("<Q", len(session_id)) + session_id)
-    h.update(struct.pack("<QQQ", dealer, holder, index))
-    h.update(share)
+    """Return the digest of the share of secret ``index`` that ``dealer`` dealt ``holder``.
+
+    ``SHA-256(domain, session id, dealer, holder, index, share)``, fixed-size fields.
+    """
+    h = _prefix(session_id).copy()
+    h.update(_HEAD.pack(dealer, holder, index) + share)
     return h.digest()
 
 
 def share_digests(session_id: bytes, dealer: int, holder: int, body: bytes) -> bytes:
-    """Return the digests of every share in one holder's ``body`` (secrets x LIMBS uint32)."""
-    count = len(body) // SHARE_BYTES
-    return b"".join(
-        share_digest(session_id, dealer, holder, m, body[m * SHARE_BYTES : (m + 1) * SHARE_BYTES])
-        for m in range(count)
-    )
+    """Return the digests of every share in one holder's ``body`` (secrets x LIMBS uint32).
+
+    The same bytes as :func:`share_digest` for each secret in turn.
+    """
+    base, pack = _prefix(session_id), _HEAD.pack
+    out = []
+    for m in range(len(body) // SHARE_BYTES):
+        h = base.copy()
+        h.update(pack(dealer, holder, m) + body[m * SHARE_BYTES : (m + 1) * SHARE_BYTES])
+        out.append(h.digest())
+    return b"".join(out)
 
 
 def dealer_payload(

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import crypto
 from .errors import MessageRejected, ProtocolAborted
-from .evidence import DIGEST_BYTES, share_digest
+from .evidence import DIGEST_BYTES, dealer_payload, share_digest, unmask_payload
 from .shamir import LIMBS, reconstruct, reconstruct_each
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ class ShareRecovery:
         self.reasons = server.reasons
         self.keys = server.keys
         self.digests = server.digests
+        self.dealt = server.dealt
+        self._signed: dict[tuple[str, int], bool] = {}
         self.session = server.session
         self.session_id = server.session_id
         self.summation = server.summation
@@ -99,6 +101,32 @@ class ShareRecovery:
     def _name(self, client: int, reason: str) -> None:
         self.cheaters.add(client)
         self.reasons[client] = f"named: {reason}"
+
+    def signed(self, role: Literal["dealer", "holder"], client: int) -> bool:
+        """Whether ``client``'s digests (dealer) or unmask response (holder) are signed by it.
+
+        Checked only when needed as evidence, once each per summation.
+        """
+        key = (role, client)
+        if key not in self._signed:
+            public = self.keys[client].signing_key
+            if role == "dealer":
+                recipients, digests, signature = self.dealt[client]
+                payload = dealer_payload(self.session_id, client, recipients, digests)
+            else:
+                r = self.responses[client]
+                signature = r.signature
+                payload = unmask_payload(
+                    self.session_id,
+                    r.summation,
+                    client,
+                    r.seed_owners,
+                    r.seed_shares,
+                    r.key_owners,
+                    r.key_shares,
+                )
+            self._signed[key] = crypto.verify_signature(public, payload, signature)
+        return self._signed[key]
 
     def _dealt(self, owner: int, sender: int, kind: Literal["seed", "key"], row: Any) -> bool:
         """Whether ``sender``'s share of ``owner``'s secret is the one ``owner`` signed for it."""
@@ -149,12 +177,13 @@ class ShareRecovery:
         for sender, row in shares:
             if self._dealt(owner, sender, kind, row):
                 verified.append((sender, row))
-            else:  # its signed response contradicts the dealer's signed digest
-                self._name(
+            elif self.signed("dealer", owner) and self.signed("holder", sender):
+                self._name(  # its signed response contradicts the dealer's signed digest
                     sender,
                     f"its signed unmask share of client {owner}'s {what} in summation "
                     f"{self.summation} differs from the share client {owner} signed for it",
                 )
+            # else: unsigned, so not provably the sender's: the share is dropped, no one named
         if len(verified) < t:
             raise ProtocolAborted(
                 f"summation {self.summation}: {len(verified)} verified shares of client "
@@ -174,11 +203,12 @@ class ShareRecovery:
                 "is dropped from later summations",
             )
             return secret
-        self._name(
-            owner,
-            f"the shares of its {what} that it signed (summation {self.summation}) do not "
-            "lie on one polynomial that opens its commitment",
-        )
+        if self.signed("dealer", owner):
+            self._name(
+                owner,
+                f"the shares of its {what} that it signed (summation {self.summation}) do not "
+                "lie on one polynomial that opens its commitment",
+            )
         seed = hashlib.sha256(self.session_id + struct.pack("<QQ", owner, self.summation))
         rng = np.random.default_rng(int.from_bytes(seed.digest()[:8], "little"))  # public
         for _ in range(_SEARCH_TRIES):
@@ -188,7 +218,7 @@ class ShareRecovery:
                 return found
         raise ProtocolAborted(
             f"summation {self.summation}: no {t} of the {len(verified)} shares client {owner} "
-            f"signed open its {what}; client {owner} is named; aborting."
+            f"dealt open its {what}; aborting."
         )
 
     def reconstruct(self, owners: Sequence[int], kind: Literal["seed", "key"]) -> dict[int, bytes]:

@@ -26,7 +26,7 @@ from .consistency import consistency_payload
 from .crypto import U64Array
 from .encoding import FixedPointEncoding, FloatArray, U32Array
 from .errors import EncodingError, MessageRejected, ProtocolAborted
-from .evidence import DIGEST_BYTES, dealer_payload, unmask_payload
+from .evidence import DIGEST_BYTES
 from .graph import Neighbours, choose_graph
 from .messages import (
     AdvertiseKeys,
@@ -173,7 +173,8 @@ class SecAggServer:
         self.cheaters: set[int] = set()
         self.excluded: set[int] = set()  # dropped for cause from later summations
         self.reasons: dict[int, str] = {}
-        self.digests: dict[tuple[int, int], bytes] = {}  # (dealer, holder) -> signed digests
+        self.digests: dict[tuple[int, int], bytes] = {}  # (dealer, holder) -> share digests
+        self.dealt: dict[int, tuple[tuple[int, ...], tuple[bytes, ...], bytes]] = {}
         self.complaints: dict[int, set[int]] = {}  # sender -> holders that rejected its shares
         self.signatures: dict[int, bytes] = {}
 
@@ -329,11 +330,11 @@ class SecAggServer:
             raise MessageRejected(
                 f"client {msg.sender}'s share digests must be {width} bytes per recipient."
             )
-        payload = dealer_payload(self.session_id, msg.sender, msg.recipients, msg.digests)
-        if not crypto.verify_signature(self.keys[msg.sender].signing_key, payload, msg.signature):
-            raise MessageRejected(
-                f"client {msg.sender}'s share digests are not signed by its round-0 signing key."
-            )
+        if len(msg.signature) != crypto.SIGNATURE_BYTES:
+            raise MessageRejected(f"client {msg.sender}'s share digests carry no signature.")
+        # the signature is checked when it is needed as evidence (ShareRecovery), not here:
+        # a holder checks the shares against the digests either way
+        self.dealt[msg.sender] = (msg.recipients, msg.digests, msg.signature)
         self.share_senders.add(msg.sender)
         for recipient, blob, digest in zip(
             msg.recipients, msg.ciphertexts, msg.digests, strict=True
@@ -576,19 +577,6 @@ class SecAggServer:
                     f"client {msg.sender} sent a {name} share {int(table.max())} outside "
                     f"[0, {PRIME})."
                 )
-        payload = unmask_payload(
-            self.session_id,
-            msg.summation,
-            msg.sender,
-            msg.seed_owners,
-            msg.seed_shares,
-            msg.key_owners,
-            msg.key_shares,
-        )
-        if not crypto.verify_signature(self.keys[msg.sender].signing_key, payload, msg.signature):
-            raise MessageRejected(  # not provably the sender's: unused, and nobody named
-                f"unmask response of client {msg.sender} is not signed by its signing key."
-            )
         self.responses[msg.sender] = msg
 
     def finish_summation(self) -> SumResult:
