@@ -52,7 +52,17 @@ def resign(client, reply):
     return {**reply, "signature": crypto.sign(client.signing_sk, payload)}
 
 
-def _run(n, t, *, dealers=None, advertise=None, share_reply=None, unmask_reply=None, seed=0):
+def _run(
+    n,
+    t,
+    *,
+    dealers=None,
+    advertise=None,
+    share_reply=None,
+    masked_reply=None,
+    unmask_reply=None,
+    seed=0,
+):
     """One summation over clients ``0 .. n-1`` on the complete graph, with deviations.
 
     ``dealers``: client -> patched ``share``; ``advertise``/``share_reply``/``unmask_reply``:
@@ -80,7 +90,7 @@ def _run(n, t, *, dealers=None, advertise=None, share_reply=None, unmask_reply=N
         requests = server.start_summation(choose_encoding(n, np.full(D, 10.0)))
         for i, request in requests.items():
             reply = clients[i].masked_input(request, x[i], rng=np.random.default_rng(i))
-            server.receive_masked_input(reply)
+            server.receive_masked_input(masked_reply(i, reply) if masked_reply else reply)
         unmask = server.unmask_requests()
         for i in server.survivors:
             reply = clients[i].unmask(unmask[i])
@@ -167,3 +177,54 @@ def test_an_unsigned_unmask_response_is_dropped_without_blame(field):
     (first, _), x = _run(8, 4, unmask_reply=forge)
     assert first.cheaters == ()
     assert np.array_equal(first.sum, x.sum(axis=0))
+
+
+def test_a_holder_that_reports_every_sender_is_dropped_itself_not_them():
+    # Client 5 reports every sender's shares as unreadable (a lie). Dropping the reported
+    # senders would let one client stop the run; the server drops one client of each
+    # reported pair, the one party to the most reports: client 5 alone.
+    def lie(i, reply):
+        if i != 5 or reply["summation"] != 0:
+            return reply
+        return {**reply, "rejected": [j for j in range(8) if j != 5]}
+
+    (first, second), x = _run(8, 4, masked_reply=lie)
+    keep = [i for i in range(8) if i != 5]
+    assert first.survivors == tuple(keep) and first.cheaters == ()
+    assert "it reported the shares of" in first.reasons[5]
+    assert set(first.reasons) == {5}
+    assert np.array_equal(first.sum, x[keep].sum(axis=0))
+    assert np.array_equal(second.sum, x[keep].sum(axis=0))
+
+
+def test_a_dealer_garbling_one_holders_shares_costs_one_client_of_the_pair():
+    # Client 6 garbles only its ciphertext to client 2: one of the pair leaves (the sender,
+    # on the tie), the run goes on, and the sum is right.
+    def garble(i, reply):
+        if i != 6:
+            return reply
+        blobs = list(reply["ciphertexts"])
+        k = list(reply["recipients"]).index(2)
+        blobs[k] = bytes([blobs[k][0] ^ 1]) + blobs[k][1:]
+        return {**reply, "ciphertexts": blobs}
+
+    (first, _), x = _run(8, 4, share_reply=garble)
+    assert set(first.reasons) == {6} and "holders [2]" in first.reasons[6]
+    keep = [i for i in range(8) if i != 6]
+    assert np.array_equal(first.sum, x[keep].sum(axis=0))
+
+
+def test_a_bad_share_with_a_bad_signature_is_dropped_without_naming_its_sender():
+    # holder 0 sends a bad seed share but its response does not verify: not provably its own,
+    # so the share is left out and nobody is named; the sum still completes
+    def shift(client, reply):
+        if client.client_id != 0:
+            return reply
+        shares = reply["seed_shares"].copy()
+        shares[:, 0, 0] = (shares[:, 0, 0].astype(np.int64) + 7) % shamir.PRIME
+        return {**reply, "seed_shares": shares}  # the signature no longer matches
+
+    (first, second), x = _run(10, 4, unmask_reply=shift)
+    assert first.cheaters == () and first.reasons == {}
+    assert np.array_equal(first.sum, x.sum(axis=0))
+    assert np.array_equal(second.sum, x.sum(axis=0))

@@ -176,6 +176,7 @@ class SecAggServer:
         self.digests: dict[tuple[int, int], bytes] = {}  # (dealer, holder) -> share digests
         self.dealt: dict[int, tuple[tuple[int, ...], tuple[bytes, ...], bytes]] = {}
         self.complaints: dict[int, set[int]] = {}  # sender -> holders that rejected its shares
+        self.reports_dropped: set[int] = set()  # one of every reported pair (_resolve_reports)
         self.signatures: dict[int, bytes] = {}
 
     @property
@@ -449,16 +450,45 @@ class SecAggServer:
                 self.complaints.setdefault(j, set()).add(msg.sender)
 
     # ------------------------------------------------------------------ round 3
-    def _close_masked(self) -> None:
-        for j, holders in self.complaints.items():  # dropped, nobody named (see evidence)
-            self.excluded.add(j)
+    def _resolve_reports(self) -> None:
+        """Drop one client of every reported pair (holder, sender); name nobody.
+
+        A holder that reports a sender's shares unreadable masked without it, the sender with
+        it: one of the two must leave the session, and which one lied (or whether the route
+        garbled them) is not known. Greedy vertex cover of the reports: the client party to
+        the most reports leaves first (the sender on a tie), so one deviating client, whether
+        it garbles its shares to many holders or reports many senders, costs the session
+        itself and at most one honest client.
+        """
+        edges = {(h, j) for j, holders in self.complaints.items() for h in holders}
+        while edges:
+            degree: dict[int, int] = {}
+            for h, j in edges:
+                degree[h] = degree.get(h, 0) + 1
+                degree[j] = degree.get(j, 0) + 1
+            accused = {j for _, j in edges}
+            out = max(sorted(degree), key=lambda c: (degree[c], c in accused))
+            reporters = sorted(h for h, j in edges if j == out)
+            reported = sorted(j for h, j in edges if h == out)
+            why = []
+            if reporters:
+                why.append(f"holders {reporters[:5]} could not open its shares (unreadable)")
+            if reported:
+                why.append(f"it reported the shares of {reported[:5]} unreadable")
+            self.reports_dropped.add(out)
+            self.excluded.add(out)
             self.reasons.setdefault(
-                j,
-                f"holders {sorted(holders)[:5]} could not open its shares or found them unlike "
-                "its signed digests (unreadable); dropped without blame: the sender or the "
-                "route may be at fault",
+                out,
+                "; ".join(why) + "; dropped without blame (one of each reporting pair must "
+                "leave: their masks no longer cancel; the sender, the holder or the route may "
+                "be at fault)",
             )
-        survivors = tuple(sorted(c for c in self.inputs if c not in self.complaints))
+            edges = {(h, j) for h, j in edges if out not in (h, j)}
+
+    def _close_masked(self) -> None:
+        if self.summation == 0:
+            self._resolve_reports()
+        survivors = tuple(sorted(c for c in self.inputs if c not in self.reports_dropped))
         if len(survivors) < self.threshold:
             self.phase = "aborted"
             raise ProtocolAborted(
