@@ -251,12 +251,11 @@ def aborted(config: dict[str, Any], start: Any) -> dict[str, Any]:
 def test_malicious_server_mode_without_a_roster_refuses_to_start_on_every_node(
     tmp_path: Path,
 ) -> None:
-    # no roster, no identity key, no gamma floor in the node config: every node's first
-    # handler stops with the one line that says what to provide, and the run aborts
-    config = run_config(
-        tmp_path, scenario_file(tmp_path, 6), **{"secagg-threat-model": "malicious-server"}
-    )
-    document = aborted(config, lambda: run(config, 6))
+    # each node pins malicious-server but has no roster, identity key or gamma floor: its
+    # first handler stops with the one line that says what to provide, and the run aborts
+    config = run_config(tmp_path, scenario_file(tmp_path, 6))
+    pinned = {5000 + i: {"secagg-threat-model": "malicious-server"} for i in range(6)}
+    document = aborted(config, lambda: run_nodes(config, 6, pinned))
     reasons = document["steps"][0]["dropouts"].values()
     assert len(reasons) == 6
     assert all("needs node-config secagg-roster, secagg-identity-key" in r for r in reasons)
@@ -337,3 +336,23 @@ def test_one_node_with_garbled_share_ciphertexts_is_dropped_with_its_reason(
     unmask = next(s for s in document["steps"] if s["step"] == UNMASK_STEP[1])
     assert "unreadable" in unmask["dropouts"]["5002"]
     assert_matches_reference(document, config)
+
+
+def test_a_malicious_server_simulation_without_rosters_uses_seeded_identities(
+    tmp_path: Path,
+) -> None:
+    # mode = "simulation", no node holds a roster or pins the mode: the nodes sign and check
+    # with identities derived from the seed (no protection, the same code path), and the run
+    # equals its twin; a node whose key is not the one its partition derives is refused
+    from fa_hetdp.flower.settings import RunSettings, node_secagg, simulation_identities
+
+    config = run_config(
+        tmp_path, scenario_file(tmp_path, 10), **{"secagg-threat-model": "malicious-server"}
+    )
+    document = run(config, 10)
+    assert document["status"] == "success"
+    assert_matches_reference(document, config)
+    settings = RunSettings.from_run_config(config)
+    own = node_secagg({}, settings, (3, 10))
+    keys, roster = simulation_identities(settings.seed or 0, 10)
+    assert own.identity == keys[3] and own.roster == roster

@@ -237,12 +237,13 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     else:
         records, labels = client_records(settings.scenario, pid, num)
         x = summarise(records, labels, summary)  # computed here from its own records
-    own = node_secagg(context.node_config, settings)  # the node's, never the server's
+    own = node_secagg(context.node_config, settings, (pid, num))  # the node's own keys
     if own.roster is not None:
         log.info(
             "fa-hetdp: secagg roster %s: %d members, SHA-256 %s (compare it out of band); "
             "threat model %s, gamma floor %g",
-            context.node_config.get(NodeConfig.ROSTER),
+            context.node_config.get(NodeConfig.ROSTER)
+            or "(simulation: from the seed, no protection)",
             len(own.roster.members),
             own.roster.sha256,
             own.threat_model,

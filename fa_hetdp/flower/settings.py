@@ -15,6 +15,7 @@ client's generator with ``SeedSequence(seed, spawn_key=(partition_id,))`` and th
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
-from fa_hetdp.secagg.identity import Roster, load_identity_key
+from fa_hetdp.secagg.identity import Roster, load_identity_key, public_identity
 from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "RunSettings",
     "dropout_partitions",
     "node_secagg",
+    "simulation_identities",
 ]
 
 #: spawn key of the server's generator in simulation (client streams use their partition id).
@@ -467,8 +469,30 @@ class NodeSecAgg:
     roster: Roster | None
 
 
-def node_secagg(node_config: Mapping[str, Any], settings: RunSettings) -> NodeSecAgg:
+def simulation_identities(seed: int, count: int) -> tuple[dict[int, bytes], Roster]:
+    """Return identity keys of partitions ``0 .. count-1`` derived from ``seed``, and their roster.
+
+    ``mode = "simulation"`` only, for nodes that neither hold a roster nor pin the threat
+    model: the keys are public (anyone with the seed derives them), so a malicious-server
+    simulation runs every signature and check of the mode and protects nothing.
+    """
+    keys = {
+        i: hashlib.sha256(f"fa-hetdp simulation identity/{seed}/{i}".encode()).digest()
+        for i in range(count)
+    }
+    roster = Roster.build({f"partition-{i}": public_identity(k) for i, k in keys.items()})
+    return keys, roster
+
+
+def node_secagg(
+    node_config: Mapping[str, Any], settings: RunSettings, partition: tuple[int, int] = (-1, 0)
+) -> NodeSecAgg:
     """Read a node's secure-aggregation keys (:class:`~fa_hetdp.flower.steps.NodeConfig`).
+
+    ``partition`` is the node's ``(partition-id, num-partitions)``: in ``mode =
+    "simulation"`` a node that neither holds a roster nor pins the threat model in its own
+    node config joins a malicious-server run with :func:`simulation_identities` (no
+    protection: the keys follow from the seed).
 
     Raises
     ------
@@ -502,6 +526,21 @@ def node_secagg(node_config: Mapping[str, Any], settings: RunSettings) -> NodeSe
             f"node-config needs both {NodeConfig.ROSTER} and {NodeConfig.IDENTITY_KEY} (the "
             "federation's roster and this owner's identity key on it), or neither."
         )
+    pid, count = partition
+    simulated = (
+        model == "malicious-server"
+        and settings.mode == "simulation"
+        and settings.seed is not None
+        and roster_path is None
+        and key_path is None
+        and not own
+        and 0 <= pid < count
+    )
+    if simulated:
+        assert settings.seed is not None  # for mypy: checked above
+        keys, simulated_roster = simulation_identities(settings.seed, count)
+        gamma = max(floor, settings.corrupt_fraction)
+        return NodeSecAgg(model, gamma, keys[pid], simulated_roster)
     if model == "malicious-server":
         missing = [
             key
