@@ -24,9 +24,9 @@ a public point between clip(mu') and 1/2: what ``private_statistics`` runs with 
 given); ``recommended, D''-heavy split`` (the same
 with ``split = {mean: 1, weighted: 2, dispersion: 4, q: 2}``, an allocation picked by hand);
 ``a-c, planned split`` and ``recommended, planned split``: the same settings with the split of
-:func:`fa_hetdp.stats.split.planned_split` (the planner's full error model minimised over the
-budget shares, public assumptions only: n, d, the settings, typical within-vector variance 1/12;
-chosen before the data are seen).
+:func:`planned_split.planned_split` (``benchmarks/planned_split.py``: the planner's full error
+model minimised over the budget shares, public assumptions only: n, d, the settings, typical
+within-vector variance 1/12; chosen before the data are seen).
 
 The last table splits the error of ``Q''`` (recommended row) into its two sources: the
 broadcast's error ``B (mu_bar' - mu_bar)^2`` (the weighted release of stage 1; it biases
@@ -40,12 +40,12 @@ import time
 from typing import Any
 
 import numpy as np
+from planned_split import planned_split
 from utility_bench import DELTA, EPSILON, SEED, digits_clients
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.simulate import BatchResult, private_statistics_batch
 from fa_hetdp.stats.exact import i_squared
-from fa_hetdp.stats.split import planned_split
 
 N = 1797
 HEAVY = {"mean": 1.0, "weighted": 2.0, "dispersion": 4.0, "q": 2.0}

@@ -1,5 +1,8 @@
 """A budget split chosen by the accuracy planner's full error model (no data, no closed form).
 
+Benchmark code, not part of the library: ``goal_bench.py`` measures it and
+``tests/test_planned_split.py`` checks it (through ``tests/support``).
+
 The default Gaussian-DP split (:func:`fa_hetdp.protocol.plan.release_weights`) minimises a
 weighted sum of the releases' noise variances, ``u_k`` proportional to ``Delta_k sqrt(a_k)``.
 That closed form sees each statistic's error through its own release only; the planner's model

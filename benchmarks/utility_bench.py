@@ -38,8 +38,9 @@ The settings (issue 9, item 3; ``docs/privacy.md``):
 continuous Gaussian at the same ``(epsilon, delta)``, ``n`` and ``d``, across bits per
 coordinate (the modulus ``2^b`` of the secure sum): one release of the sum of ``n`` vectors in
 ``[0, 1]^d`` (L2 sensitivity ``sqrt(d)``), each discrete setting calibrated by
-:func:`~fa_hetdp.dp.discrete_calibration.calibrate_discrete` and run end to end by
-:class:`~fa_hetdp.dp.ddg.DiscreteSum` (rounding, exact noise shares, ``Z_2^b``, decoding).
+:func:`discrete_reference.calibrate_discrete` and run end to end by
+:class:`discrete_reference.DiscreteSum` (``benchmarks/discrete_reference.py``: rounding, exact
+noise shares, ``Z_2^b``, decoding).
 Cells: measured mean squared error per coordinate divided by the AGM Gaussian's ``sigma^2``
 (exact calibration, Thm 2.10); the ``RDP Gaussian`` column is the continuous Gaussian
 calibrated with the same RDP accountant, which separates the accounting's looseness from the
@@ -60,11 +61,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from discrete_reference import discrete_sum
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.dp.calibration import calibrate_sigma
-from fa_hetdp.dp.ddg import discrete_sum
 from fa_hetdp.dp.discrete_accounting import zcdp_rho_for
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.simulate import private_statistics_batch

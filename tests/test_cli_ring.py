@@ -12,6 +12,7 @@ from fa_hetdp.cli.checks import check_ring, ring_problems
 from fa_hetdp.cli.main import main
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.dp.lattice import choose_lattice
+from fa_hetdp.dp.mechanisms import get_mechanism
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.secagg.encoding import choose_encoding
 
@@ -53,7 +54,9 @@ def test_the_numbers_really_overflow_32_bits() -> None:
     # words, and a bound of W = 1e6 for n clients needs > 2^31 at any scale >= 1.
     assert HUGE * 2**12 > 2**31
     with pytest.raises(PrivacyParameterError, match=r"cannot hold the sum of n=600000"):
-        choose_lattice("ddg", [0.01], [1.0], n=HUGE, modulus_bits=32, failure_probability=1e-30)
+        choose_lattice(
+            get_mechanism("ddg"), [0.01], [1.0], n=HUGE, modulus_bits=32, failure_probability=1e-30
+        )
     with pytest.raises(ValueError, match="could wrap in Z_2\\^32"):
         choose_encoding(HUGE, 1e6, modulus_bits=32)
     choose_encoding(HUGE, 1e6, modulus_bits=64)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.replay import reference_statistics
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import InMemoryTransport
 
@@ -24,7 +25,6 @@ from fa_hetdp.config.scenario import load_scenario
 from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import UNSET, RunSettings
 from fa_hetdp.protocol.recommended import recommended_config
-from fa_hetdp.protocol.replay import reference_statistics
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
 ROOT = Path(__file__).resolve().parent.parent

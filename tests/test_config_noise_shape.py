@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.replay import reference_statistics
 from test_flower_helpers import run_config, scenario_file
 from test_server_strategy import InMemoryTransport
 
@@ -26,7 +27,6 @@ from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import UNSET, RunSettings
-from fa_hetdp.protocol.replay import reference_statistics
 from fa_hetdp.report.results import result_to_dict, sigmas_section
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 

@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.dp.ddg: the distributed discrete sum end to end, and a privacy audit."""
+"""Tests for benchmarks/discrete_reference.py: the discrete sum end to end, and a privacy audit."""
 
 from __future__ import annotations
 
@@ -7,10 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from scipy import stats
+from support import benchmark_module
 from threshold_audit import threshold_epsilon_lower_bound
 
-from fa_hetdp.dp.ddg import DiscreteSum, discrete_sum
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
+
+_reference = benchmark_module("discrete_reference")
+DiscreteSum, discrete_sum = _reference.DiscreteSum, _reference.discrete_sum
 
 ALPHA = 0.01  # significance level of the statistical tests below (fixed seeds, no redraws)
 

@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.dp.discrete_calibration (gamma, noise, wrap-around)."""
+"""Tests for benchmarks/discrete_reference.py's calibration (gamma, noise, wrap-around)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ import math
 
 import numpy as np
 import pytest
+from support import benchmark_module
 
 from fa_hetdp.dp.calibration import calibrate_sigma
-from fa_hetdp.dp.discrete_calibration import DiscreteKind, calibrate_discrete, noise_tail
 from fa_hetdp.errors import PrivacyParameterError
+
+_reference = benchmark_module("discrete_reference")
+calibrate_discrete, noise_tail = _reference.calibrate_discrete, _reference.noise_tail
+DiscreteKind = str
 
 
 @pytest.mark.parametrize("kind", ["ddg", "skellam"])

@@ -19,7 +19,7 @@ from test_server_strategy import run
 
 from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.dp.accounting import privacy_spent
-from fa_hetdp.dp.discrete_calibration import DEFAULT_WRAP_PROBABILITY
+from fa_hetdp.dp.lattice import DEFAULT_WRAP_PROBABILITY
 from fa_hetdp.dp.mechanisms import get_mechanism
 from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.flower.settings import RunSettings

@@ -2,7 +2,8 @@
 
 Small digits scenarios written to a temporary directory, the run config of the app with test
 overrides, and the check that a seeded run equals its in-process twin
-(:func:`fa_hetdp.protocol.replay.reference_statistics`) up to the fixed-point encoding error.
+(:func:`support.replay.reference_statistics`, test support code) up to the fixed-point
+encoding error.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.replay import reference_statistics
 
 from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.protocol.replay import reference_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

@@ -20,15 +20,13 @@ from fa_hetdp._types import Mechanism
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import ReleaseSpec, plan_budget, privacy_spent
 from fa_hetdp.dp.discrete import as_rational_variance
-from fa_hetdp.dp.discrete_calibration import DEFAULT_WRAP_PROBABILITY, noise_tail
 from fa_hetdp.dp.lattice import (
+    DEFAULT_WRAP_PROBABILITY,
     MAX_LATTICE,
     Lattice,
     choose_lattice,
     discretise,
-    integer_tail,
     lattice_step,
-    sum_tail,
 )
 from fa_hetdp.dp.mechanisms import get_mechanism
 from fa_hetdp.errors import PrivacyParameterError
@@ -87,7 +85,9 @@ def test_rounding_is_unbiased_and_adjacent() -> None:
     # No noise: R(v/gamma) is floor or floor + 1 with the right frequency (binomial, ALPHA).
     gamma = np.full(20_000, 0.25)
     lattice = Lattice("ddg", gamma, np.zeros(gamma.size), gamma, 1, 64, 1e-9, gamma, gamma, 1e-9)
-    out = discretise("ddg", np.full(gamma.size, 0.3), lattice, rng=np.random.default_rng(5))
+    out = discretise(
+        get_mechanism("ddg"), np.full(gamma.size, 0.3), lattice, rng=np.random.default_rng(5)
+    )
     assert set(np.unique(out)) <= {0.25, 0.5}
     ups = int(np.count_nonzero(out == 0.5))
     assert stats.binomtest(ups, gamma.size, 0.2).pvalue > ALPHA
@@ -96,7 +96,12 @@ def test_rounding_is_unbiased_and_adjacent() -> None:
 def test_step_is_the_fine_rule_when_the_ring_is_roomy() -> None:
     s = np.array([1e-3, 0.5, 40.0])
     lat = choose_lattice(
-        "ddg", s, np.array([1.0, 1.0, 100.0]), n=1000, modulus_bits=64, failure_probability=1e-30
+        get_mechanism("ddg"),
+        s,
+        np.array([1.0, 1.0, 100.0]),
+        n=1000,
+        modulus_bits=64,
+        failure_probability=1e-30,
     )
     np.testing.assert_array_equal(lat.gamma, lattice_step(s))
     assert lat.refusal_probability == pytest.approx(3 * 1000 * 1e-30)
@@ -106,22 +111,28 @@ def test_step_is_the_fine_rule_when_the_ring_is_roomy() -> None:
 def test_step_coarsens_to_fit_a_small_ring_within_the_accounting(kind: Mechanism) -> None:
     # n = 20000 weighted coordinates (bound W = 100) do not fit Z_2^32 at 2^-12.
     n, s, b = 20_000, np.array([0.01, 0.5]), np.array([1.0, 100.0])
-    lat = choose_lattice(kind, s, b, n=n, modulus_bits=32, failure_probability=1e-30)
+    lat = choose_lattice(get_mechanism(kind), s, b, n=n, modulus_bits=32, failure_probability=1e-30)
     assert lat.gamma[1] > MAX_LATTICE
     assert np.all(lat.gamma <= MAX_LATTICE * b) and np.all(lat.gamma <= s / 16.0)
     np.testing.assert_array_equal(np.exp2(np.round(np.log2(lat.gamma))), lat.gamma)
     # the SUM fits: n ceil(b/gamma) + ceil(H) < 2^31, H the n shares' tail at q/k (q = 1e-9)
-    total = n * np.ceil(b / lat.gamma) + np.ceil([sum_tail(kind, u, n, 0.5e-9) for u in lat.units])
+    total = n * np.ceil(b / lat.gamma) + np.ceil(
+        [get_mechanism(kind).sum_tail(u, n, 0.5e-9) for u in lat.units]
+    )
     assert np.all(total < 2.0**31)
     np.testing.assert_array_equal(lat.sum_bounds, lat.gamma * total)
     half = lat.gamma / 2  # the next finer step would not fit
-    finer = n * np.ceil(b / half) + np.ceil([sum_tail(kind, u, n, 0.5e-9) for u in s / half])
+    finer = n * np.ceil(b / half) + np.ceil(
+        [get_mechanism(kind).sum_tail(u, n, 0.5e-9) for u in s / half]
+    )
     assert np.all((finer >= 2.0**31) | (lat.gamma == lattice_step(s)))
 
 
 def test_step_refusal_names_n_the_bound_and_the_ring() -> None:
     with pytest.raises(PrivacyParameterError, match=r"Z_2\^32.*n=1000000.*bounded by 1 plus"):
-        choose_lattice("ddg", [0.01], [1.0], n=10**6, modulus_bits=32, failure_probability=1e-30)
+        choose_lattice(
+            get_mechanism("ddg"), [0.01], [1.0], n=10**6, modulus_bits=32, failure_probability=1e-30
+        )
     # n = 600 000 unweighted coordinates need n 2^12 > 2^31 words of data alone at 2^-12
     plan = plan_protocol(ProtocolConfig(1.0, 1e-5, mechanism="ddg"), n=600_000, d=4)
     with pytest.raises(PrivacyParameterError, match="n=600000"):
@@ -150,7 +161,12 @@ def _audit(kind: Mechanism, noise_factor: float, trials: int = 200_000) -> tuple
     claimed = privacy_spent(budget).epsilon
     share = budget.sigma("mean") * noise_factor / math.sqrt(n)
     one = choose_lattice(
-        kind, [share], [1.0], n=n, modulus_bits=64, failure_probability=ENCODING_FAILURE_PROBABILITY
+        get_mechanism(kind),
+        [share],
+        [1.0],
+        n=n,
+        modulus_bits=64,
+        failure_probability=ENCODING_FAILURE_PROBABILITY,
     )
     size = trials * n
     lattice = Lattice(
@@ -170,7 +186,11 @@ def _audit(kind: Mechanism, noise_factor: float, trials: int = 200_000) -> tuple
     y = []
     for first in (0.0, 1.0):
         others[:, 0] = first
-        y.append(discretise(kind, others.reshape(-1), lattice, rng=rng).reshape(trials, n).sum(1))
+        y.append(
+            discretise(get_mechanism(kind), others.reshape(-1), lattice, rng=rng)
+            .reshape(trials, n)
+            .sum(1)
+        )
     y0, y1 = y
     thresholds = np.quantile(y1, np.linspace(0.5, 0.9999, 60))
     best = threshold_epsilon_lower_bound(y0, y1, thresholds, delta=1e-5, alpha=ALPHA)
@@ -205,19 +225,17 @@ def test_sum_decodes_exactly_within_its_noise_room_and_wraps_beyond(kind: Mechan
     # n = 10 000 shares of scale 9.7 (the synthetic-10k stage-1 share at epsilon = 1): n one-share
     # 12-sd tails would need > 2^31 words; the sum's tail fits with room to spare.
     n, b, s = 10_000, np.array([1.0, 100.0]), np.array([9.7, 970.0])
-    lat = choose_lattice(kind, s, b, n=n, modulus_bits=32, failure_probability=1e-33)
-    shares = [integer_tail(kind, u, 1e-33) for u in lat.units]
+    lat = choose_lattice(get_mechanism(kind), s, b, n=n, modulus_bits=32, failure_probability=1e-33)
+    shares = [get_mechanism(kind).integer_tail(u, 1e-33) for u in lat.units]
     assert np.all(n * (lat.data_words + np.ceil(shares)) >= 2.0**31)  # the old rule: refused
     big_h = lat.sum_bounds / lat.gamma - n * lat.data_words  # ceil(H_j), lattice steps
-    np.testing.assert_array_equal(big_h, np.ceil([sum_tail(kind, u, n, 0.5e-9) for u in lat.units]))
+    np.testing.assert_array_equal(
+        big_h, np.ceil([get_mechanism(kind).sum_tail(u, n, 0.5e-9) for u in lat.units])
+    )
     assert np.all(big_h <= lat.noise_room)
     for h, u in zip(big_h, lat.units, strict=True):  # the reported bound covers |noise| > H
         v = float(as_rational_variance(u * u))
-        assert (
-            noise_tail("ddg", math.sqrt(v), n, h)
-            if kind == "ddg"
-            else noise_tail("skellam", v, n, h) <= 0.5e-9
-        )
+        assert get_mechanism(kind).tail_probability(v, n, h) <= 0.5e-9
     assert lat.wrap_probability == DEFAULT_WRAP_PROBABILITY
     encoding = FixedPointEncoding(
         scales=1.0 / lat.gamma,
@@ -312,12 +330,14 @@ def test_reported_variance_bounds_the_integer_pipelines_error(kind: Mechanism) -
     for share, bits in ((1e-3, 64), (0.3, 64), (9.7, 32), (970.0, 32)):
         n = 10_000
         lat = choose_lattice(
-            kind, [share], [100.0], n=n, modulus_bits=bits, failure_probability=1e-9
+            get_mechanism(kind), [share], [100.0], n=n, modulus_bits=bits, failure_probability=1e-9
         )
         gamma, units = float(lat.gamma[0]), float(lat.units[0])
         error = n * gamma**2 * (0.25 + float(as_rational_variance(units**2)))
         assert error <= float(mech.variance(math.sqrt(n) * share))
     # and the old dithered figure s^2 + gamma^2/12 would under-state the worst case
-    lat = choose_lattice(kind, [0.01], [1.0], n=1, modulus_bits=64, failure_probability=1e-9)
+    lat = choose_lattice(
+        get_mechanism(kind), [0.01], [1.0], n=1, modulus_bits=64, failure_probability=1e-9
+    )
     worst = float(lat.gamma[0]) ** 2 * (0.25 + float(as_rational_variance(lat.units[0] ** 2)))
     assert worst > 0.01**2 + float(lattice_step(0.01)) ** 2 / 12.0

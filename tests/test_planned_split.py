@@ -1,4 +1,4 @@
-"""The planned split (fa_hetdp.stats.split): deterministic, data-free, never worse than the
+"""The planned split (benchmarks/planned_split.py): deterministic, data-free, never worse than the
 closed form under the planner's model."""
 
 from __future__ import annotations
@@ -7,13 +7,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import benchmark_module
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.simulate import private_statistics_batch
 from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.stats.planner import accuracy_of_plan
-from fa_hetdp.stats.split import planned_split, split_objective
+
+_split = benchmark_module("planned_split")
+planned_split, split_objective = _split.planned_split, _split.split_objective
 
 ASSUME = DataAssumptions.stated(within_variance=1.0 / 12.0)
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.replay import reference_statistics
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
 from fa_hetdp.cli.cluster import FlowerCluster
 from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.protocol.replay import reference_statistics
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.report.results import result_to_dict
 

@@ -202,9 +202,14 @@ class Integer:
 
 @dataclass(frozen=True)
 class Options:
-    """One of a fixed set of names."""
+    """One of a set of names: a fixed tuple, or a registry's names read at each check."""
 
-    values: tuple[str, ...]
+    source: tuple[str, ...] | Callable[[], tuple[str, ...]]
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """Return the allowed names now (a registry's are read at each call)."""
+        return self.source() if callable(self.source) else self.source
 
     def accepts_type(self, value: object) -> bool:
         """Whether ``value`` has this constraint's type."""
@@ -266,7 +271,7 @@ FIELDS: Final[Mapping[str, Field]] = {
     # privacy
     "epsilon": Field((Real(low=0.0, low_open=True),)),
     "delta": Field((Real(low=0.0, high=1.0, low_open=True, high_open=True),)),
-    "mechanism": Field((Options(mechanism_names()),)),
+    "mechanism": Field((Options(mechanism_names),)),  # the registry, including added ones
     "placement": Field((Options(PLACEMENTS),)),
     "composition": Field((Options(COMPOSITIONS),)),
     "profile": Field((Options(PROFILES),)),

@@ -52,7 +52,7 @@ from fa_hetdp.dp.calibration import (
     _check_positive,
     weak_privacy_label,
 )
-from fa_hetdp.dp.mechanisms import PrivacyEvent, get_mechanism
+from fa_hetdp.dp.mechanisms import DiscreteMechanism, PrivacyEvent, get_mechanism
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
 
 __all__ = [
@@ -502,7 +502,7 @@ def _calibrate(
                     mu_share=mu_k,
                 )
             )
-    if mech.name in ("ddg", "skellam"):
+    if isinstance(mech, DiscreteMechanism):
         labels.append(f"{mech.description}; accounting: {mech.accounting}")
     uncounted = [r.name for r in items if not r.counts_for_privacy]
     if uncounted:

@@ -2,7 +2,7 @@
 
 What the server sees is the *sum* of the clients' integer vectors plus the sum of their integer
 noise shares (in ``Z_m``; the wrap-around is bounded separately, see
-:mod:`fa_hetdp.dp.discrete_calibration`). The releases are described by events that record what
+:mod:`fa_hetdp.dp.lattice`). The releases are described by events that record what
 happened (dp-accounting's ``dp_event`` style) and an accountant that composes their Renyi
 divergences and converts the total to ``(epsilon, delta)``:
 

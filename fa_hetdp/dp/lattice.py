@@ -1,9 +1,12 @@
 """The lattice of a discrete noise share: its step ``gamma`` and the integer pipeline.
 
-A distributed ``"ddg"`` or ``"skellam"`` client sends, per coordinate ``j``,
+A client of a distributed discrete mechanism (:class:`~fa_hetdp.dp.mechanisms.DiscreteMechanism`:
+``"ddg"``, ``"skellam"``, or one registered later) sends, per coordinate ``j``,
 ``gamma_j (R(v_j/gamma_j) + Z_j)``: ``R`` the unbiased randomized rounding
 (``floor(y) + Bernoulli(y - floor(y))``) of its contribution ``v_j`` in lattice units and
-``Z_j`` its exact integer noise share of scale ``s_j/gamma_j`` (:mod:`fa_hetdp.dp.discrete`).
+``Z_j`` its exact integer noise share of scale ``s_j/gamma_j`` (the mechanism's
+``sample_integers``). The functions here take the mechanism itself (:class:`IntegerNoise`:
+its sampler and its tails), never its name.
 The secure-aggregation encoding at scale ``1/gamma_j`` then carries exactly the integers
 ``R + Z mod 2^m`` (:func:`discretise`; the encoding's own rounding is the identity on the
 lattice), so what is summed and released is the modular sum of the discrete mechanism's
@@ -15,25 +18,23 @@ The step (:func:`choose_lattice`), a power of two per coordinate, is the finest 
   ``2^floor(log2 min(s_j/16, 2^-12))``;
 - the finest step at which the SUM of ``n`` contributions fits the ring,
   ``n ceil(b_j/gamma_j) + ceil(H_j) < 2^(m-1)``, ``H_j`` the tail of the summed noise of ``n``
-  shares at ``q/k`` (:func:`sum_tail`): the union bound over the ``k`` noisy coordinates keeps
-  the probability that some coordinate of the sum leaves the signed range -- the only way it
-  wraps -- below the stated ``q`` (default
-  :data:`~fa_hetdp.dp.discrete_calibration.DEFAULT_WRAP_PROBABILITY`, as :class:`DiscreteSum
-  <fa_hetdp.dp.ddg.DiscreteSum>`). A sum of ``n`` discrete Gaussian shares is
-  ``n v``-subgaussian (Canonne, Kamath & Steinke 2020; subgaussian parameters add), a sum of
-  Skellam shares is Skellam (its Chernoff bound); the rounded data lie in
-  ``[-n ceil(b/gamma), n ceil(b/gamma)]``, so the signed read of the modular sum is exact
-  whenever the summed noise is within ``2^(m-1) - 1 - n ceil(b_j/gamma_j) >= H_j``
-  (:attr:`Lattice.wrap_probability` bounds the rest: the noise grows like ``sqrt(n)``, not
-  ``n``);
+  shares at ``q/k`` (the mechanism's ``sum_tail``): the union bound over the ``k`` noisy
+  coordinates keeps the probability that some coordinate of the sum leaves the signed range --
+  the only way it wraps -- below the stated ``q`` (default :data:`DEFAULT_WRAP_PROBABILITY`).
+  A sum of ``n`` discrete Gaussian shares is ``n v``-subgaussian (Canonne, Kamath & Steinke
+  2020; subgaussian parameters add), a sum of Skellam shares is Skellam (its Chernoff bound);
+  the rounded data lie in ``[-n ceil(b/gamma), n ceil(b/gamma)]``, so the signed read of the
+  modular sum is exact whenever the summed noise is within
+  ``2^(m-1) - 1 - n ceil(b_j/gamma_j) >= H_j`` (:attr:`Lattice.wrap_probability` bounds the
+  rest: the noise grows like ``sqrt(n)``, not ``n``);
 
 and it is refused (:class:`~fa_hetdp.errors.PrivacyParameterError` naming ``n``, the bound and
 the ring) when that needs ``gamma_j > s_j/16`` (too few lattice steps of noise: the DDG sum's
 ``tau`` and Skellam's extra term assume ``>= 16``) or ``gamma_j > 2^-12 beta_j``.
 
 Each client also states its own bound ``gamma (ceil(b_j/gamma) + ceil(h_j))``, ``h_j`` the
-ONE share's tail at the failure probability ``p`` (:func:`integer_tail`): a value beyond it is
-refused by the encoding (a client-side failure, probability at most ``n k p``,
+ONE share's tail at the failure probability ``p`` (the mechanism's ``integer_tail``): a value
+beyond it is refused by the encoding (a client-side failure, probability at most ``n k p``,
 :attr:`Lattice.refusal_probability`); it no longer sizes the ring.
 
 Accounting (:data:`SENSITIVITY_INFLATION`). ``beta_j`` is the largest move of coordinate ``j``
@@ -52,29 +53,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp._types import FloatArray
-from fa_hetdp.dp.discrete import as_rational_variance, sample_discrete_gaussian, sample_skellam
-from fa_hetdp.dp.discrete_calibration import DEFAULT_WRAP_PROBABILITY, noise_tail
+from fa_hetdp._types import FloatArray, IntArray
+from fa_hetdp.dp.discrete import as_rational_variance
 from fa_hetdp.errors import PrivacyParameterError
 
 __all__ = [
+    "DEFAULT_WRAP_PROBABILITY",
     "MAX_LATTICE",
     "MIN_SHARE_UNITS",
     "ROUNDING_VARIANCE_BOUND",
     "SENSITIVITY_INFLATION",
+    "IntegerNoise",
     "Lattice",
     "choose_lattice",
     "discretise",
-    "integer_tail",
     "lattice_step",
-    "sum_tail",
 ]
 
+DEFAULT_WRAP_PROBABILITY: Final = 1e-9
+"""Default limit on the probability that some coordinate of the sum wraps around ``Z_m``."""
 MAX_LATTICE: Final = 2.0**-12
 """Coarsest step per unit of coordinate bound (bounds the rounding's sensitivity inflation)."""
 MIN_SHARE_UNITS: Final = 16.0
@@ -100,52 +102,29 @@ def lattice_step(scale: npt.ArrayLike) -> FloatArray:
     return out
 
 
-def integer_tail(kind: str, units: float, failure_probability: float) -> float:
-    """``h`` with ``P(|Z| > h) <= p`` for one integer share of scale ``units`` (lattice steps).
+class IntegerNoise(Protocol):
+    """What the lattice needs of a discrete mechanism.
 
-    ``"ddg"``: ``units sqrt(2 ln(2/p))`` (a discrete Gaussian is ``units^2``-subgaussian, CKS
-    2020); ``"skellam"``: grown until its Chernoff bound holds
-    (:func:`~fa_hetdp.dp.discrete_calibration.noise_tail`).
+    :class:`~fa_hetdp.dp.mechanisms.DiscreteMechanism` implements it. ``name`` is recorded in
+    the :class:`Lattice`; :meth:`sample_integers` draws the exact integer shares;
+    :meth:`integer_tail` and :meth:`sum_tail` bound one share's and the sum's tail (lattice
+    steps).
     """
-    if units <= 0.0:
-        return 0.0
-    p = float(failure_probability)
-    h = units * math.sqrt(2.0 * math.log(2.0 / p))
-    if kind == "skellam":  # its Chernoff tail is heavier: grow h until it holds
-        while noise_tail("skellam", units * units, 1, h) > p:
-            h *= 1.1
-    return h
 
+    @property
+    def name(self) -> str:
+        """The mechanism's registry name."""
 
-def sum_tail(kind: str, units: float, shares: int, wrap_probability: float) -> float:
-    """``H`` with ``P(|Z_1 + ... + Z_n| > H) <= q`` for ``n = shares`` integer shares.
+    def sample_integers(
+        self, variance: float, count: int | tuple[int, ...], *, rng: np.random.Generator
+    ) -> IntArray:
+        """Draw ``count`` integer shares of ``variance`` (lattice units)."""
 
-    Each share is drawn at the variance ``v = (units)^2`` rounded up
-    (:func:`~fa_hetdp.dp.discrete.as_rational_variance`). ``"ddg"``: the sum is
-    ``n v``-subgaussian (CKS 2020; subgaussian parameters add), ``H = sqrt(2 n v ln(2/q))``;
-    ``"skellam"``: the sum is ``Sk(n v)``, ``H`` the smallest value (to a relative ``2^-20``)
-    at which its two-sided Chernoff bound
-    (:func:`~fa_hetdp.dp.discrete_calibration.noise_tail`) is ``<= q``.
-    """
-    if units <= 0.0 or shares < 1:
-        return 0.0
-    q = float(wrap_probability)
-    v = float(as_rational_variance(units * units))
-    h = math.sqrt(2.0 * shares * v * math.log(2.0 / q))
-    if kind != "skellam":
-        return h
-    low = h  # the Chernoff bound of a Skellam sum is heavier than the subgaussian one
-    while noise_tail("skellam", v, shares, h) > q:
-        low, h = h, h * 1.5
-    for _ in range(40):  # bisect [low, h]: the bound holds at h
-        mid = 0.5 * (low + h)
-        if noise_tail("skellam", v, shares, mid) > q:
-            low = mid
-        else:
-            h = mid
-        if h - low <= h * 2.0**-20:
-            break
-    return h
+    def integer_tail(self, units: float, failure_probability: float) -> float:
+        """``h`` with ``P(|Z| > h) <= p`` for one share of scale ``units``."""
+
+    def sum_tail(self, units: float, shares: int, wrap_probability: float) -> float:
+        """``H`` with ``P(|Z_1 + ... + Z_n| > H) <= q`` for ``n = shares`` shares."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +133,8 @@ class Lattice:
 
     Attributes
     ----------
-    kind : {"ddg", "skellam"}
-        The integer noise.
+    kind : str
+        The discrete mechanism's name (its integer noise).
     gamma : FloatArray, shape (k,)
         Step per coordinate, a power of two: the encoding's scale is ``1/gamma``.
     units : FloatArray, shape (k,)
@@ -172,7 +151,7 @@ class Lattice:
         ``ceil(b/gamma)``: a rounded contribution lies in ``[-data_words, data_words]``.
     sum_bounds : FloatArray, shape (k,)
         The stated bound on the sum of ``n`` values, ``gamma (n ceil(b/gamma) + ceil(H))``,
-        ``H`` the summed noise's tail at ``wrap_limit/k`` (:func:`sum_tail`); below
+        ``H`` the summed noise's tail at ``wrap_limit/k`` (``sum_tail``); below
         ``gamma 2^(m-1)``.
     wrap_limit : float
         ``q``: the ring is sized so that some coordinate of the sum wraps with probability at
@@ -223,7 +202,7 @@ class Lattice:
 
 
 def choose_lattice(
-    kind: str,
+    noise: IntegerNoise,
     share_scale: npt.ArrayLike,
     bound: npt.ArrayLike,
     *,
@@ -237,8 +216,8 @@ def choose_lattice(
 
     Parameters
     ----------
-    kind : {"ddg", "skellam"}
-        The integer noise (its tail bound).
+    noise : IntegerNoise
+        The discrete mechanism (its tail bounds; its name is recorded).
     share_scale : array_like, shape (k,)
         One client's noise-share scale per coordinate (data units; 0: no noise).
     bound : array_like, shape (k,)
@@ -263,15 +242,10 @@ def choose_lattice(
     b = np.broadcast_to(np.asarray(bound, dtype=np.float64), s.shape)
     beta = b if move_bound is None else np.broadcast_to(np.asarray(move_bound, float), s.shape)
     q = float(wrap_probability)
-    if (
-        kind not in ("ddg", "skellam")
-        or int(n) < 1
-        or not 0.0 < failure_probability < 1.0
-        or not 0.0 < q < 1.0
-    ):
+    if int(n) < 1 or not 0.0 < failure_probability < 1.0 or not 0.0 < q < 1.0:
         raise PrivacyParameterError(
-            f"choose_lattice needs kind 'ddg' or 'skellam', n >= 1, 0 < p < 1 and 0 < q < 1; "
-            f"got kind={kind!r}, n={n!r}, p={failure_probability!r}, q={wrap_probability!r}."
+            f"choose_lattice needs n >= 1, 0 < p < 1 and 0 < q < 1; got n={n!r}, "
+            f"p={failure_probability!r}, q={wrap_probability!r}."
         )
     room = 2.0 ** (int(modulus_bits) - 1)
     per_coordinate = q / max(1, int(np.count_nonzero(s > 0.0)))  # the union bound's share
@@ -281,17 +255,26 @@ def choose_lattice(
         key = (float(s[j]), float(b[j]), float(beta[j]))
         if key not in cache:
             cache[key] = _coordinate(
-                kind, *key, n=int(n), room=room, p=failure_probability, q=per_coordinate
+                noise, *key, n=int(n), room=room, p=failure_probability, q=per_coordinate
             )
         out[:, j] = cache[key]
     gamma, units, stated, data, sums = out
     return Lattice(
-        kind, gamma, units, stated, int(n), int(modulus_bits), failure_probability, data, sums, q
+        noise.name,
+        gamma,
+        units,
+        stated,
+        int(n),
+        int(modulus_bits),
+        failure_probability,
+        data,
+        sums,
+        q,
     )
 
 
 def _coordinate(
-    kind: str, s: float, b: float, beta: float, *, n: int, room: float, p: float, q: float
+    noise: IntegerNoise, s: float, b: float, beta: float, *, n: int, room: float, p: float, q: float
 ) -> tuple[float, float, float, float, float]:
     """``(gamma, s/gamma, stated bound, ceil(b/gamma), sum bound)`` of one coordinate."""
     if s > 0.0:
@@ -302,8 +285,8 @@ def _coordinate(
     while True:
         units = s / gamma
         data = math.ceil(b / gamma)
-        words = data + math.ceil(integer_tail(kind, units, p))
-        total = n * data + math.ceil(sum_tail(kind, units, n, q))  # Eq.: n B + H < 2^(m-1)
+        words = data + math.ceil(noise.integer_tail(units, p))
+        total = n * data + math.ceil(noise.sum_tail(units, n, q))  # Eq.: n B + H < 2^(m-1)
         if total < room and words <= _FLOAT_EXACT:
             return gamma, units, gamma * words, float(data), gamma * total
         gamma *= 2.0
@@ -325,7 +308,7 @@ def _coordinate(
 
 
 def discretise(
-    kind: str, values: npt.ArrayLike, lattice: Lattice, *, rng: np.random.Generator
+    noise: IntegerNoise, values: npt.ArrayLike, lattice: Lattice, *, rng: np.random.Generator
 ) -> FloatArray:
     """Return ``gamma (R(v/gamma) + Z)``: the contribution rounded onto the lattice plus its share.
 
@@ -346,10 +329,6 @@ def discretise(
         where = lattice.units == units
         variance = float(as_rational_variance(float(units) ** 2))
         count = int(np.count_nonzero(where))
-        if kind == "ddg":
-            z = sample_discrete_gaussian(variance, count, rng=rng)
-        else:
-            z = sample_skellam(variance, count, rng=rng)
-        integers[where] += z
+        integers[where] += noise.sample_integers(variance, count, rng=rng)
     out: FloatArray = lattice.gamma * integers
     return out

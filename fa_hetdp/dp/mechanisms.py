@@ -20,10 +20,14 @@ The registry is keyed by the ``mechanism`` setting of
 :class:`~fa_hetdp.config.protocol.ProtocolConfig`: Gaussian noise with the analytic
 (``"agm"``, paper Thm 2.10) and the classical (``"cgm"``, paper Thm 2.9) calibration, and the
 distributed discrete mechanisms ``"ddg"`` (discrete Gaussian shares, Kairouz, Liu & Steinke,
-ICML 2021) and ``"skellam"`` (Skellam shares, Agarwal, Kairouz & Liu, NeurIPS 2021),
-:class:`DiscreteMechanism`. A new mechanism is a :class:`NoiseMechanism` subclass plus one
-line in :data:`_REGISTRY` below (and its name in :data:`fa_hetdp._types.Mechanism`, which
-the tests check against :func:`mechanism_names`).
+ICML 2021, :class:`DiscreteGaussianMechanism`) and ``"skellam"`` (Skellam shares, Agarwal,
+Kairouz & Liu, NeurIPS 2021, :class:`SkellamMechanism`): sibling subclasses of
+:class:`DiscreteMechanism`, which holds what they share (the lattice, the dither, the zCDP
+calibration and conversion) while each holds its own sampler, tail bound and accounting
+factor. A new mechanism is a subclass (of :class:`DiscreteMechanism` for a distributed
+discrete one) plus its registration, :func:`register_mechanism`; config validation, the plan,
+the accountant and the report read the registry. A built-in one is also listed in
+:data:`fa_hetdp._types.Mechanism` (the static type), checked at import.
 
 Discrete mechanisms in the protocol (:class:`DiscreteMechanism`). A client's contribution is
 carried on a public lattice ``gamma Z`` per coordinate (:mod:`fa_hetdp.dp.lattice`):
@@ -63,7 +67,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -71,7 +74,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
-from fa_hetdp._types import COMPOSITIONS, MECHANISMS, Composition, FloatArray
+from fa_hetdp._types import COMPOSITIONS, MECHANISMS, Composition, FloatArray, IntArray
 from fa_hetdp.dp.calibration import (
     _check_positive,
     achieved_delta,
@@ -91,20 +94,23 @@ from fa_hetdp.dp.lattice import (
     Lattice,
     choose_lattice,
     discretise,
-    integer_tail,
     lattice_step,
 )
 from fa_hetdp.errors import PrivacyParameterError
 
 __all__ = [
     "DiscreteEvent",
+    "DiscreteGaussianMechanism",
     "DiscreteMechanism",
     "GaussianEvent",
     "GaussianMechanism",
     "NoiseMechanism",
     "PrivacyEvent",
+    "SkellamMechanism",
     "get_mechanism",
     "mechanism_names",
+    "register_mechanism",
+    "unregister_mechanism",
 ]
 
 SKELLAM_EXTRA: Final = 1.0 + 7.0 / 512.0
@@ -374,7 +380,7 @@ class GaussianMechanism(NoiseMechanism):
 
 
 class DiscreteMechanism(NoiseMechanism):
-    """Distributed discrete noise: ``"ddg"`` (discrete Gaussian) or ``"skellam"`` shares.
+    """The base of the distributed discrete mechanisms: what they share, and their hooks.
 
     The scale is the noise standard deviation in data units, as for the Gaussian. A client's
     share goes onto its contribution's lattice (:meth:`add_share`, the integer pipeline);
@@ -382,27 +388,87 @@ class DiscreteMechanism(NoiseMechanism):
     :func:`~fa_hetdp.dp.lattice.lattice_step` (the dithered law; module docstring).
     ``composition="gdp"`` composes the releases' zCDP (not Gaussian DP) and ``"basic"`` gives
     each release its own ``(epsilon_k, delta_k)`` through the same zCDP conversion.
+
+    A subclass is one mechanism (the pattern of diffprivlib: the base holds the lattice, the
+    dither, the zCDP calibration and conversion; the subclass its law). It sets the class
+    attributes :attr:`name`, :attr:`description`, :attr:`accounting`, :attr:`factor`,
+    :attr:`law` and :attr:`integers`, and implements
+
+    - :meth:`sample_integers` -- its exact integer sampler;
+    - :meth:`tail_probability` -- a bound on the tail of a sum of its shares (sizes the ring
+      and each client's stated bound through :meth:`integer_tail` and :meth:`sum_tail`,
+      which search on it unless the subclass has a closed form);
+
+    and is registered with :func:`register_mechanism`. Its :attr:`factor` is its accounting:
+    the release of a sum with noise ``sigma`` (data units) is ``rho``-zCDP with
+    ``rho = factor (Delta/sigma)^2/2`` whenever each share has at least
+    :data:`~fa_hetdp.dp.lattice.MIN_SHARE_UNITS` lattice steps of noise (its subclass states
+    why).
     """
 
-    def __init__(self, kind: str) -> None:
-        if kind not in ("ddg", "skellam"):
-            raise PrivacyParameterError(f"discrete kind must be 'ddg' or 'skellam', got {kind!r}.")
-        self.name = kind
-        self.compositions = ("basic", "gdp")
-        if kind == "ddg":
-            self.description = "distributed discrete Gaussian (Kairouz-Liu-Steinke 2021)"
-            self.factor = SENSITIVITY_INFLATION**2
-            self.accounting = (
-                "zCDP of the sum of discrete Gaussians (KLS 2021 Prop. 14), composed and "
-                "converted by CKS 2020 Prop. 12"
-            )
-        else:
-            self.description = "distributed Skellam (Agarwal-Kairouz-Liu 2021)"
-            self.factor = SENSITIVITY_INFLATION**2 * SKELLAM_EXTRA
-            self.accounting = (
-                "zCDP of the Skellam mechanism (AKL 2021 Thm 3.5), composed and converted "
-                "by CKS 2020 Prop. 12"
-            )
+    factor: float
+    """``rho = factor (Delta/sigma)^2/2`` of a release (the accounting and calibration hook)."""
+    law: str
+    """The integer law of variance ``v`` in words for labels, e.g. ``"N_Z(0, v)"``."""
+    integers: str
+    """The integers' name for labels, e.g. ``"discrete Gaussian"``."""
+    compositions: tuple[str, ...] = ("basic", "gdp")
+
+    @abstractmethod
+    def sample_integers(
+        self, variance: float, count: int | tuple[int, ...], *, rng: np.random.Generator
+    ) -> IntArray:
+        """Draw ``count`` integer shares of ``variance`` (lattice units, a short rational).
+
+        ``variance`` comes from :func:`~fa_hetdp.dp.discrete.as_rational_variance`; an exact
+        sampler draws that law exactly from the generator's words.
+        """
+
+    @abstractmethod
+    def tail_probability(self, variance: float, shares: int, h: float) -> float:
+        """Bound on ``P(|Z_1 + ... + Z_shares| > h)`` for shares of ``variance`` (lattice units)."""
+
+    def integer_tail(self, units: float, failure_probability: float) -> float:
+        """``h`` with ``P(|Z| > h) <= p`` for one share of scale ``units`` (lattice steps).
+
+        Starts at the subgaussian ``units sqrt(2 ln(2/p))`` and grows by 10 % until
+        :meth:`tail_probability` holds (a closed form may override it).
+        """
+        if units <= 0.0:
+            return 0.0
+        p = float(failure_probability)
+        h = units * math.sqrt(2.0 * math.log(2.0 / p))
+        while self.tail_probability(units * units, 1, h) > p:
+            h *= 1.1
+        return h
+
+    def sum_tail(self, units: float, shares: int, wrap_probability: float) -> float:
+        """``H`` with ``P(|Z_1 + ... + Z_n| > H) <= q`` for ``n = shares`` integer shares.
+
+        Each share is drawn at the variance ``v = units^2`` rounded up
+        (:func:`~fa_hetdp.dp.discrete.as_rational_variance`). Starts at the subgaussian
+        ``sqrt(2 n v ln(2/q))``, grows until :meth:`tail_probability` holds, and bisects to
+        the smallest such value within a relative ``2^-20`` (a closed form may override it).
+        """
+        if units <= 0.0 or shares < 1:
+            return 0.0
+        q = float(wrap_probability)
+        v = float(as_rational_variance(units * units))
+        h = math.sqrt(2.0 * shares * v * math.log(2.0 / q))
+        low = h
+        while self.tail_probability(v, shares, h) > q:
+            low, h = h, h * 1.5
+        if low == h:
+            return h
+        for _ in range(40):  # bisect [low, h]: the bound holds at h
+            mid = 0.5 * (low + h)
+            if self.tail_probability(v, shares, mid) > q:
+                low = mid
+            else:
+                h = mid
+            if h - low <= h * 2.0**-20:
+                break
+        return h
 
     def noise_label(self, variance: str, *, share: bool = False) -> str:
         """``Z``, the exact integer noise of ``<variance>/gamma^2``, on the lattice ``gamma Z``.
@@ -411,8 +477,7 @@ class DiscreteMechanism(NoiseMechanism):
         lattice (what the clients send, :mod:`fa_hetdp.dp.lattice`); otherwise the dithered
         ``gamma (U - 1/2 + Z)`` of the summed paths and the server's central noise.
         """
-        law = "N_Z(0, v)" if self.name == "ddg" else "Sk(v)"
-        kind = "discrete Gaussian" if self.name == "ddg" else "Skellam"
+        law, kind = self.law, self.integers
         if share:
             return (
                 f"{law} {kind} integers, v = ({variance})/gamma^2, to its contribution rounded "
@@ -458,15 +523,12 @@ class DiscreteMechanism(NoiseMechanism):
         for value in np.unique(s[s > 0.0]):
             where = s == value
             step = float(gamma[where][0])
-            # >= 256 lattice steps squared, rounded up to a short rational (both kinds): a
+            # >= 256 lattice steps squared, rounded up to a short rational (every kind): a
             # scale computed from a broadcast that differs in its last bits draws the same
             # integers (Skellam's Poisson sampler is continuous in its mean).
             variance_units = float(as_rational_variance((float(value) / step) ** 2))
             count = int(np.count_nonzero(where))
-            if self.name == "ddg":
-                z = sample_discrete_gaussian(variance_units, count, rng=rng)
-            else:
-                z = sample_skellam(variance_units, count, rng=rng)
+            z = self.sample_integers(variance_units, count, rng=rng)
             out[where] = step * (dither[where] + z)
         return out
 
@@ -474,20 +536,22 @@ class DiscreteMechanism(NoiseMechanism):
         """Return ``s^2 (1 + 2^-16 + 2^-10)``: an upper bound on the error's variance, any path.
 
         ``s`` is the summed noise's scale of the shares that arrived (``s^2 = sum s_i^2``).
-        Noise: ``Var N_Z(0, v) <= v`` and Skellam's is ``v``, drawn at ``v`` rounded up within
-        a relative ``2^-16`` (:func:`~fa_hetdp.dp.discrete.as_rational_variance`). Rounding:
-        on the integer pipeline each client's randomized rounding has variance at most
-        ``gamma_i^2/4`` with ``gamma_i <= s_i/16`` (:func:`~fa_hetdp.dp.lattice.choose_lattice`
-        never coarsens beyond it), so the sum's is at most ``s^2/1024``; the dithered draw
-        (:meth:`sample`) adds ``gamma^2/12 <= s^2/3072``. (The dithered ``s^2 + gamma^2/12``
-        alone could under-state the integer pipeline's error by up to a relative ``2^-10``.)
+        Noise: the integer share's variance is at most ``v`` (``Var N_Z(0, v) <= v``,
+        Skellam's is ``v``; a subclass whose is larger overrides this), drawn at ``v`` rounded
+        up within a relative ``2^-16`` (:func:`~fa_hetdp.dp.discrete.as_rational_variance`).
+        Rounding: on the integer pipeline each client's randomized rounding has variance at
+        most ``gamma_i^2/4`` with ``gamma_i <= s_i/16``
+        (:func:`~fa_hetdp.dp.lattice.choose_lattice` never coarsens beyond it), so the sum's
+        is at most ``s^2/1024``; the dithered draw (:meth:`sample`) adds
+        ``gamma^2/12 <= s^2/3072``. (The dithered ``s^2 + gamma^2/12`` alone could
+        under-state the integer pipeline's error by up to a relative ``2^-10``.)
         """
         s = np.asarray(scale, dtype=np.float64)
         out: FloatArray = s * s * (1.0 + 2.0**-16 + ROUNDING_VARIANCE_BOUND)
         return out
 
     def tail_bound(self, scale: float | npt.ArrayLike, failure_probability: float) -> FloatArray:
-        """``gamma (1/2 + h)``, ``h`` the integer noise's tail at ``p`` (subgaussian / Chernoff)."""
+        """``gamma (1/2 + h)``, ``h`` the integer noise's tail at ``p`` (:meth:`integer_tail`)."""
         p = float(failure_probability)
         if not 0.0 < p < 1.0:
             raise PrivacyParameterError(
@@ -498,7 +562,7 @@ class DiscreteMechanism(NoiseMechanism):
         out = np.zeros(s.shape, dtype=np.float64)
         for value in np.unique(s[s > 0.0]):  # one tail per distinct scale (a stage has few)
             step = float(lattice_step(value))
-            out[s == value] = step * (0.5 + integer_tail(self.name, float(value) / step, p))
+            out[s == value] = step * (0.5 + self.integer_tail(float(value) / step, p))
         return out
 
     def choose_lattice(
@@ -513,7 +577,7 @@ class DiscreteMechanism(NoiseMechanism):
     ) -> Lattice:
         """Return the clients' lattice for shares of ``scale`` (:func:`.lattice.choose_lattice`)."""
         return choose_lattice(
-            self.name,
+            self,
             scale,
             bound,
             n=n,
@@ -545,28 +609,156 @@ class DiscreteMechanism(NoiseMechanism):
                 "the noise share's scale differs from the lattice's: choose the lattice for "
                 "this stage's share scale (protocol.client.stage_lattice)."
             )
-        return discretise(self.name, v, lattice, rng=rng)
+        return discretise(self, v, lattice, rng=rng)
 
     def event(self, scale: float, sensitivity: float) -> DiscreteEvent:
         """:class:`DiscreteEvent`: ``rho = factor (Delta/sigma)^2/2`` for the summed ``sigma``."""
         return DiscreteEvent(sigma=float(scale), sensitivity=float(sensitivity), factor=self.factor)
 
 
-_REGISTRY: Final[Mapping[str, NoiseMechanism]] = {
-    "agm": GaussianMechanism("agm"),
-    "cgm": GaussianMechanism("cgm"),
-    "ddg": DiscreteMechanism("ddg"),
-    "skellam": DiscreteMechanism("skellam"),
-}
-"""Every registered mechanism by its ``mechanism`` setting (add a line per new module)."""
+class DiscreteGaussianMechanism(DiscreteMechanism):
+    """``"ddg"``: discrete Gaussian shares ``N_Z(0, v)`` (Kairouz, Liu & Steinke, ICML 2021).
+
+    Accounting: with ``s/gamma >= 16`` per share the sum's ``tau`` (KLS 2021 Thm 1) is below
+    ``1e-1090``, so its RDP is ``alpha rho`` with ``rho`` of the rounding-inflated Gaussian
+    (Prop. 14, Eq. (17)): :attr:`factor` is the inflation squared. Tails: a discrete Gaussian
+    is ``v``-subgaussian (Canonne, Kamath & Steinke 2020) and subgaussian parameters add.
+    """
+
+    name = "ddg"
+    description = "distributed discrete Gaussian (Kairouz-Liu-Steinke 2021)"
+    accounting = (
+        "zCDP of the sum of discrete Gaussians (KLS 2021 Prop. 14), composed and "
+        "converted by CKS 2020 Prop. 12"
+    )
+    factor = SENSITIVITY_INFLATION**2
+    law = "N_Z(0, v)"
+    integers = "discrete Gaussian"
+
+    def sample_integers(
+        self, variance: float, count: int | tuple[int, ...], *, rng: np.random.Generator
+    ) -> IntArray:
+        """Draw with CKS 2020's exact sampler (:func:`.discrete.sample_discrete_gaussian`)."""
+        return sample_discrete_gaussian(variance, count, rng=rng)
+
+    def tail_probability(self, variance: float, shares: int, h: float) -> float:
+        """``2 exp(-h^2/(2 n v))``: the sum of ``n`` shares is ``n v``-subgaussian."""
+        if h <= 0:
+            return 1.0
+        return min(1.0, 2.0 * math.exp(-(h * h) / (2.0 * shares * variance)))
+
+    def integer_tail(self, units: float, failure_probability: float) -> float:
+        """``units sqrt(2 ln(2/p))``: where the subgaussian bound equals ``p``."""
+        if units <= 0.0:
+            return 0.0
+        return units * math.sqrt(2.0 * math.log(2.0 / float(failure_probability)))
+
+    def sum_tail(self, units: float, shares: int, wrap_probability: float) -> float:
+        """``sqrt(2 n v ln(2/q))``, ``v = units^2`` rounded up as drawn."""
+        if units <= 0.0 or shares < 1:
+            return 0.0
+        v = float(as_rational_variance(units * units))
+        return math.sqrt(2.0 * shares * v * math.log(2.0 / float(wrap_probability)))
+
+
+class SkellamMechanism(DiscreteMechanism):
+    """``"skellam"``: Skellam shares ``Sk(v)`` (Agarwal, Kairouz & Liu, NeurIPS 2021).
+
+    Accounting: its RDP (AKL 2021 Thm 3.5, with ``Delta_1 <= Delta_2^2`` for integer vectors
+    and ``gamma <= sigma/16``) is at most :data:`SKELLAM_EXTRA` times the Gaussian's, so
+    :attr:`factor` is the inflation squared times that. Tails: a sum of Skellam shares is
+    Skellam, bounded by its two-sided Chernoff bound (heavier than the subgaussian one, so
+    :meth:`integer_tail` and :meth:`sum_tail` search on it).
+    """
+
+    name = "skellam"
+    description = "distributed Skellam (Agarwal-Kairouz-Liu 2021)"
+    accounting = (
+        "zCDP of the Skellam mechanism (AKL 2021 Thm 3.5), composed and converted "
+        "by CKS 2020 Prop. 12"
+    )
+    factor = SENSITIVITY_INFLATION**2 * SKELLAM_EXTRA
+    law = "Sk(v)"
+    integers = "Skellam"
+
+    def sample_integers(
+        self, variance: float, count: int | tuple[int, ...], *, rng: np.random.Generator
+    ) -> IntArray:
+        """Draw differences of two Poissons (:func:`~fa_hetdp.dp.discrete.sample_skellam`)."""
+        return sample_skellam(variance, count, rng=rng)
+
+    def tail_probability(self, variance: float, shares: int, h: float) -> float:
+        """Twice the Chernoff bound of ``Sk(n v)``: ``exp(mu (sqrt(1 + r^2) - 1) - h asinh r)``."""
+        if h <= 0:
+            return 1.0
+        mu = shares * variance
+        r = h / mu
+        return min(1.0, 2.0 * math.exp(mu * (math.sqrt(1.0 + r * r) - 1.0) - h * math.asinh(r)))
+
+
+_BUILTIN: Final[tuple[NoiseMechanism, ...]] = (
+    GaussianMechanism("agm"),
+    GaussianMechanism("cgm"),
+    DiscreteGaussianMechanism(),
+    SkellamMechanism(),
+)
+_REGISTRY: dict[str, NoiseMechanism] = {m.name: m for m in _BUILTIN}
+"""Every registered mechanism by its ``mechanism`` setting: the built-ins, then any added by
+:func:`register_mechanism`. Config validation, the plan, the accountant and the report all
+read it (:func:`get_mechanism`, :func:`mechanism_names`)."""
 
 if tuple(_REGISTRY) != MECHANISMS:  # pragma: no cover - a registration mistake
     raise RuntimeError(
-        f"registered mechanisms {tuple(_REGISTRY)} differ from fa_hetdp._types.MECHANISMS "
+        f"built-in mechanisms {tuple(_REGISTRY)} differ from fa_hetdp._types.MECHANISMS "
         f"{MECHANISMS}; add the new name to fa_hetdp._types.Mechanism."
     )
-if any(c not in COMPOSITIONS for m in _REGISTRY.values() for c in m.compositions):
-    raise RuntimeError("a registered mechanism lists an unknown composition")  # pragma: no cover
+
+
+def register_mechanism(mechanism: NoiseMechanism) -> NoiseMechanism:
+    """Add ``mechanism`` to the registry under its :attr:`~NoiseMechanism.name`; return it.
+
+    From then on the name is an allowed ``mechanism`` setting everywhere (config validation,
+    :func:`fa_hetdp.private_statistics`, the plan and the report read the registry). A
+    built-in one is also a name of :data:`fa_hetdp._types.Mechanism` (the static type).
+
+    Raises
+    ------
+    PrivacyParameterError
+        If the name is taken or empty, or the mechanism lists an unknown composition.
+    """
+    name = getattr(mechanism, "name", None)
+    if not isinstance(mechanism, NoiseMechanism) or not isinstance(name, str) or not name:
+        raise PrivacyParameterError(
+            f"register_mechanism needs a NoiseMechanism with a non-empty name, got {mechanism!r}."
+        )
+    if name in _REGISTRY:
+        raise PrivacyParameterError(
+            f"mechanism {name!r} is already registered; the registered ones are "
+            f"{mechanism_names()}."
+        )
+    unknown = [c for c in mechanism.compositions if c not in COMPOSITIONS]
+    if unknown:
+        raise PrivacyParameterError(
+            f"mechanism {name!r} lists unknown compositions {unknown}; allowed: {COMPOSITIONS}."
+        )
+    _REGISTRY[name] = mechanism
+    return mechanism
+
+
+def unregister_mechanism(name: str) -> None:
+    """Remove a mechanism added by :func:`register_mechanism` (the built-ins stay).
+
+    Raises
+    ------
+    PrivacyParameterError
+        If ``name`` is a built-in or not registered.
+    """
+    if name in MECHANISMS:
+        raise PrivacyParameterError(f"mechanism {name!r} is built-in and cannot be removed.")
+    if _REGISTRY.pop(name, None) is None:
+        raise PrivacyParameterError(
+            f"mechanism {name!r} is not registered; the registered ones are {mechanism_names()}."
+        )
 
 
 def mechanism_names() -> tuple[str, ...]:

@@ -109,7 +109,7 @@ def stage_lattice(
     floor histogram, at :attr:`~ProtocolPlan.floor_share_std` per bucket), the
     contributions' bounds, the session size ``plan.n`` and the ring ``Z_2^modulus_bits``;
     the ring holds the sum of ``plan.n`` contributions except with probability
-    :data:`~fa_hetdp.dp.discrete_calibration.DEFAULT_WRAP_PROBABILITY`
+    :data:`~fa_hetdp.dp.lattice.DEFAULT_WRAP_PROBABILITY`
     (:attr:`~fa_hetdp.dp.lattice.Lattice.wrap_probability`). The accounting's move bound
     ``beta`` is the contribution bound (1 for the ``"paper"`` profile, whose sensitivities
     drop ``W``; the histogram's 0/1).

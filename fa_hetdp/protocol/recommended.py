@@ -48,7 +48,7 @@ when the given settings turn that off and do not name a ``dispersion_center``,
 :func:`recommended_config` keeps ``"broadcast"``.
 
 The split stays ProtocolConfig's closed form: the split that minimises the planner's full error
-model (:func:`fa_hetdp.stats.split.planned_split`) was measured on the goal figures and did not
+model (``benchmarks/planned_split.py``) was measured on the goal figures and did not
 improve the worst one (per-coordinate ``D''``: 31.2 % -> 31.3 %), so it is not part of these
 settings."""
 

@@ -1,5 +1,8 @@
 """The in-process twin of a seeded Flower run, for checking simulations and test deployments.
 
+Test support code (``tests/support``): the Flower tests compare a run with it; it is not part
+of the library or its wheel.
+
 A run with ``mode = "simulation"`` is reproducible: client ``i`` draws from
 ``SeedSequence(seed, spawn_key=(i,))`` (its noise share, then the stochastic rounding of the
 fixed-point encoding, first in stage 1 then in stage 2) and the server from
