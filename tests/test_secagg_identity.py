@@ -269,3 +269,41 @@ def test_the_guarantee_names_what_the_malicious_server_mode_assumes():
     honest = choose_parameters(20, gamma=0.1, delta=0.0).guarantee()
     assert "forwards every public key as received" in honest
     assert "roster" not in honest
+
+
+def test_an_honest_but_curious_sparse_session_checks_the_roster_too():
+    # with a roster, every client checks its neighbours' signatures (O(k) keys shown)
+    x = _inputs(24)
+    identities, roster = in_process_identities(24)
+    result = run_in_process(
+        x,
+        threshold=4,
+        neighbours=6,
+        rng=np.random.default_rng(2),
+        identities=identities,
+        roster=roster,
+    )
+    assert np.array_equal(result.sum, x.sum(axis=0))
+
+
+def test_the_node_floor_is_checked_again_at_every_unmask_request():
+    # the floor is the client's own: raised between rounds (the node's config read again),
+    # the next unmask request is refused although the setup passed
+    from fa_hetdp.secagg.errors import UnmaskRefused
+    from fa_hetdp.secagg.inprocess import InProcessSession
+
+    session = InProcessSession(
+        9, threshold=6, num_summations=1, neighbours="complete", rng=np.random.default_rng(0)
+    )
+    server, clients = session.server, session.clients
+    requests = server.start_summation(choose_encoding(9, np.full(D, 100.0)))
+    x = _inputs(9)
+    for i, request in requests.items():
+        server.receive_masked_input(
+            clients[i].masked_input(request, x[i], rng=np.random.default_rng(i))
+        )
+    unmask = server.unmask_requests()
+    clients[0].gamma = 0.5  # needs t >= min_private_threshold(9, 8, 0.5) > 6
+    with pytest.raises(UnmaskRefused, match=re.escape("guards against gamma = 0.5")):
+        clients[0].unmask(unmask[0])
+    assert clients[1].unmask(unmask[1])["seed_owners"]
