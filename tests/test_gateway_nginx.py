@@ -244,6 +244,7 @@ def test_nginx_forwards_http_1_0_and_chunked_bodies(
     assert recorded.recorded.body_bytes == [3, 70000]
 
 
+@pytest.mark.slow  # ~5 s (measured): two refused requests, each read until nginx closes
 def test_nginx_refuses_bodies_over_the_cap(nginx: Nginx, recorded: RecordingUpstream) -> None:
     head = request_bytes("POST", "/v1/fleet/push-object").replace(
         b"Content-Length: 0", f"Content-Length: {256 * MiB}".encode()

@@ -194,6 +194,7 @@ def _strict_json(path: Path) -> dict:
     return json.loads(path.read_text(), parse_constant=no_constants)
 
 
+@pytest.mark.slow  # ~20 s (measured): the whole quick reproduction
 def test_reproduce_quick_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "repro"
     code = main(["reproduce", "--quick", "--repeats", "6", "--out", str(out), "--no-progress"])
