@@ -11,6 +11,7 @@ over TLS; every allowlisted route does reach it, with its exact path.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,6 +208,47 @@ def test_invalid_tls_handshakes_reach_nothing(
     assert status(good) == 200 and tls_upstream.recorded.snapshot() == [
         ("POST", "/v1/fleet/get-run")
     ]
+
+
+def _tls_request_with_finished(port: int, context: ssl.SSLContext, request: bytes) -> bytes:
+    """Send the client's TLS Finished message and ``request`` in one write; return the reply.
+
+    The gateway then receives the request in the same read that completes the handshake.
+    """
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    reply = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                incoming.write(sock.recv(65536))
+        tls.write(request)
+        sock.sendall(outgoing.read())  # Finished + request together
+        while data := sock.recv(65536):
+            incoming.write(data)
+            try:
+                while chunk := tls.read(65536):
+                    reply += chunk
+            except ssl.SSLWantReadError:
+                continue
+            break  # read() gave b"": the gateway's close_notify, the reply is complete
+    return bytes(reply)
+
+
+def test_a_request_that_arrives_with_the_tls_finished_message_is_served(
+    tls_gateway: GatewayProcess, tls_upstream: RecordingUpstream, tls: Tls
+) -> None:
+    tls_upstream.recorded.clear()
+    for _ in range(5):
+        reply = _tls_request_with_finished(
+            tls_gateway.port, tls.client_context(), request_bytes("POST", "/v1/fleet/get-run")
+        )
+        assert status(reply) == 200, reply[:300]
+    assert tls_upstream.recorded.snapshot() == [("POST", "/v1/fleet/get-run")] * 5
 
 
 @pytest.mark.parametrize("opening", [b"", _CLIENT_HELLO_HEAD], ids=["silent", "half-hello"])

@@ -99,7 +99,8 @@ class GatewaySettings:
     max_connections
         Open client connections at most; one more is answered 503 and closed.
     header_timeout
-        Seconds a connection has to send a complete request line and headers.
+        Seconds a connection has to finish its TLS handshake, and again to send a complete
+        request line and headers.
     keep_alive_timeout
         Seconds an idle connection is kept open between requests.
     body_timeout
@@ -421,7 +422,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--header-timeout",
         type=float,
         default=10.0,
-        help="seconds a connection has to send a request line and its headers (default: 10)",
+        help="seconds a connection has to finish its TLS handshake, and again to send a "
+        "request line and its headers (default: 10)",
     )
     parser.add_argument(
         "--keep-alive-timeout",

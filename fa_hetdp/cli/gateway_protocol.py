@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import ssl
-from typing import Final
+from typing import Any, Final
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -60,6 +60,11 @@ def guarded_protocol(
         _handshake: asyncio.Task[None] | None = None
         _raw: asyncio.Transport | None = None
         _refused = False
+        _lost = False
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._early = bytearray()
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             if len(self.connections) >= max_connections:
@@ -81,25 +86,41 @@ def guarded_protocol(
         async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
             try:
                 secure = await self.loop.start_tls(
-                    raw, self, context, server_side=True, ssl_handshake_timeout=header_timeout
+                    raw,
+                    self,
+                    context,
+                    server_side=True,
+                    ssl_handshake_timeout=header_timeout,
+                    ssl_shutdown_timeout=header_timeout,
                 )
             except Exception:  # a failed, late or broken handshake: nothing to serve
                 secure = None
             self._handshake = None
-            if secure is None or not isinstance(secure, asyncio.Transport):
+            if secure is None or not isinstance(secure, asyncio.Transport) or self._lost:
                 self.connections.discard(self)
                 raw.abort()
                 return
             super().connection_made(secure)
             self._arm()
+            if self._early:  # what arrived with the end of the handshake
+                early, self._early = bytes(self._early), bytearray()
+                self.data_received(early)
+
+        def _in_handshake(self) -> bool:
+            return self._raw is not None and self.transport is None
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            if not self._refused:
-                super().connection_lost(exc)
+            if self._refused:
+                return
+            if self._in_handshake():  # before start_tls returned: nothing was set up
+                self._lost = True
+                self.connections.discard(self)
+                return
+            super().connection_lost(exc)
 
         def shutdown(self) -> None:
-            if self._raw is not None and self.transport is None:  # still in the handshake
+            if self._raw is not None and self._in_handshake():
                 if self._handshake is not None:
                     self._handshake.cancel()
                 self.connections.discard(self)
@@ -109,6 +130,11 @@ def guarded_protocol(
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
+                return
+            if self._in_handshake():
+                # The TLS layer delivers data that came with the client's Finished message
+                # before start_tls returns: keep it until the connection is set up.
+                self._early += data
                 return
             super().data_received(data)
             self._follow()
