@@ -182,7 +182,14 @@ def _with(path: str, value: Any) -> dict[str, Any]:
     return raw
 
 
-_DELETE = object()
+class _Deleted:
+    """The key is left out (a stable repr: pytest-xdist workers must collect the same ids)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Deleted()
 
 
 def test_valid_base() -> None:
