@@ -131,6 +131,13 @@ def test_a_stalled_body_gets_408(gateway: GatewayProcess) -> None:
     assert status(reply) == 408 and b"stalled for 1 s" in reply, reply[:300]
 
 
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(4096)
+    except OSError:
+        return b""
+
+
 def _open_slow(port: int, count: int) -> list[socket.socket]:
     partial = b"POST /v1/fleet/get-run HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
     socks = []
@@ -201,17 +208,23 @@ def test_past_the_connection_cap_new_connections_get_503_and_the_gateway_holds(
     gateway = GatewayProcess(upstream.address, *args, home=home, nofile=256)
     try:
         gateway.wait_ready()
-        socks = _open_slow(gateway.port, 300)
+        # 300 connections, silent until the gateway has had its say (so that a refusal is
+        # not lost to a reset of unread bytes); then the held ones send partial headers.
+        socks = [socket.create_connection(("127.0.0.1", gateway.port)) for _ in range(300)]
         try:
-            time.sleep(0.5)
-            refused = sum(
-                1
-                for sock in socks
-                if select.select([sock], [], [], 0)[0] and b" 503 " in sock.recv(4096)
-            )
-            assert refused >= 300 - 96 - 5, refused  # beyond the cap: 503 at once
+            busy: set[socket.socket] = set()
+            guard = time.monotonic() + 60
+            while len(busy) < 300 - 96 and time.monotonic() < guard:
+                readable, _, _ = select.select([s for s in socks if s not in busy], [], [], 0.5)
+                busy.update(s for s in readable if b" 503 " in _recv(s))
+            assert len(busy) == 300 - 96  # exactly the connections beyond the cap
+            held = [s for s in socks if s not in busy]
+            for sock in held:
+                with contextlib.suppress(OSError):  # the deadline may have closed it already
+                    sock.sendall(b"POST /v1/fleet/get-run HTTP/1.1\r\nHost: x\r\n")
+                sock.setblocking(False)
             # a SuperNode retries like flwr's client does until it is served
-            statuses = []
+            statuses: list[int] = []
             while not statuses or statuses[-1] != 200:
                 statuses.append(
                     status(exchange(gateway.port, request_bytes("POST", "/v1/fleet/get-run")))
@@ -219,7 +232,7 @@ def test_past_the_connection_cap_new_connections_get_503_and_the_gateway_holds(
                 assert set(statuses) <= {200, 503} and len(statuses) < 200, statuses
                 if statuses[-1] != 200:
                     time.sleep(0.2)
-            still_open, _ = _trickle_until_closed(socks, guard=60)
+            still_open, _ = _trickle_until_closed(held, guard=60)
             assert still_open == 0
             assert gateway.proc.poll() is None
         finally:
