@@ -211,3 +211,21 @@ def test_limits_must_be_positive() -> None:
     )
     with pytest.raises(ConfigError, match="--max-connections: must be > 0"):
         settings.check()
+
+
+def test_a_request_without_a_raw_target_is_refused(upstream: str) -> None:
+    """The filter never falls back to the decoded path (an ASGI server without raw_path)."""
+    settings = GatewaySettings(host="127.0.0.1", port=1, superlink=upstream, insecure=True)
+    app = create_gateway_app(settings)
+    sent: list[dict[str, object]] = []
+    scope = {"type": "http", "method": "POST", "path": "/v1/fleet/get-run", "headers": []}
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    assert sent[0]["status"] == 400
+    assert b"no raw request target" in sent[1]["body"]  # type: ignore[operator]

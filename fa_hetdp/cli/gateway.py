@@ -241,7 +241,10 @@ class FleetGateway:
     async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         import httpx
 
-        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        raw_path = scope.get("raw_path")  # the target as sent; never the decoded "path"
+        if not isinstance(raw_path, bytes):
+            await _answer(send, Refusal(400, "the server passed no raw request target"))
+            return
         verdict = screen(scope["method"], raw_path, scope.get("query_string", b""))
         if isinstance(verdict, Refusal):
             allow = [(b"allow", b"POST")] if verdict.status == 405 else []
@@ -314,8 +317,9 @@ def _too_large(route: FleetRoute, cap: int, what: str) -> Refusal:
 
 
 def _reply_headers(reply: httpx.Response) -> list[tuple[bytes, bytes]]:
-    keep = _HOP_BY_HOP - {"content-length"}
-    return [(k, v) for k, v in reply.headers.raw if k.decode("latin-1").lower() not in keep]
+    """Return the SuperLink's reply headers less hop-by-hop ones and those uvicorn sets."""
+    drop = (_HOP_BY_HOP - {"content-length"}) | {"date", "server"}
+    return [(k, v) for k, v in reply.headers.raw if k.decode("latin-1").lower() not in drop]
 
 
 def create_gateway_app(settings: GatewaySettings) -> FleetGateway:
