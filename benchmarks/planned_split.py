@@ -6,7 +6,7 @@ Benchmark code, not part of the library: ``goal_bench.py`` measures it and
 The default Gaussian-DP split (:func:`fa_hetdp.protocol.plan.release_weights`) minimises a
 weighted sum of the releases' noise variances, ``u_k`` proportional to ``Delta_k sqrt(a_k)``.
 That closed form sees each statistic's error through its own release only; the planner's model
-(:func:`~fa_hetdp.stats.planner.accuracy_of_plan`) also has the terms one release causes in
+(:func:`~fa_hetdp.accuracy.planner.accuracy_of_plan`) also has the terms one release causes in
 another statistic -- the broadcast's error ``B (mu_bar' - mu_bar)^2`` in ``Q''`` (the weighted
 release), the bias ``(clip(mu') - mu)^2`` in ``D''`` (the mean release) -- and the stage-2
 bounds of the broadcast. :func:`planned_split` minimises that full model numerically.
@@ -35,12 +35,12 @@ import numpy as np
 from scipy.optimize import minimize
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.floor import FLOOR_RELEASE
 from fa_hetdp.protocol.plan import TYPICAL_WITHIN_VARIANCE
-from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
-from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
 
 __all__ = ["RELATIVE_KEYS", "PlannedSplit", "planned_split", "split_objective"]
 
@@ -98,7 +98,7 @@ def planned_split(
     config : ProtocolConfig
         The run's settings (``composition = "gdp"``, ``profile = "bounded"``); its ``split``
         is ignored (the result replaces it). The adaptive floor, if on, is the one the planner
-        predicts from ``assumptions`` (:func:`~fa_hetdp.stats.assumptions.planned_protocol`).
+        predicts from ``assumptions`` (:func:`~fa_hetdp.accuracy.assumptions.planned_protocol`).
     n, d : int
         Number of clients and coordinates (public).
     assumptions : DataAssumptions, optional

@@ -7,6 +7,8 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 
 from __future__ import annotations
 
+from fa_hetdp.accuracy.metrics import emse, expected_mse
+from fa_hetdp.accuracy.planner import plan_accuracy
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
@@ -33,8 +35,6 @@ from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import TrueStatistics, true_statistics
-from fa_hetdp.stats.metrics import emse, expected_mse
-from fa_hetdp.stats.planner import plan_accuracy
 
 __version__ = "0.1.0"
 

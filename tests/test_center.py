@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fa_hetdp.accuracy.intervals import coverage, noise_confidence_intervals
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import ConfigError
@@ -26,7 +27,6 @@ from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.protocol.server import estimate_stage1, estimate_stage2
 from fa_hetdp.protocol.simulate import private_statistics_batch
-from fa_hetdp.stats.intervals import coverage, noise_confidence_intervals
 
 SHAPES = ("uniform", "per_coordinate")
 
@@ -196,7 +196,7 @@ def test_center_travels_from_the_scenario_to_the_grid_and_the_flower_settings(
 def test_expected_mse_includes_the_correction(digits: np.ndarray, shape: NoiseShape) -> None:
     # expected_mse (the engine's analytic column) at the optimal centre against 2000 repeats
     # (fixed seed; the Monte-Carlo s.e. of the measured MSE is about 1 %): within 10 %.
-    from fa_hetdp.stats.metrics import expected_mse
+    from fa_hetdp.accuracy.metrics import expected_mse
 
     cfg = ProtocolConfig(1.0, 1e-5, noise_shape=shape, dispersion_center="optimal")
     b = private_statistics_batch(digits, cfg, repeats=2000, rng=np.random.default_rng(4))

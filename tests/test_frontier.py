@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
+from fa_hetdp.accuracy.planner import accuracy_of_plan
 from fa_hetdp.experiments import frontier as fr
 from fa_hetdp.protocol.plan import plan_protocol
-from fa_hetdp.stats.planner import accuracy_of_plan
 
 TOLERANCE = 0.10
 """Measured / planned per-coordinate RMSE must lie in [0.9, 1.1] (seeded; 100 repeats x 64

@@ -1,4 +1,4 @@
-"""Tests for fa_hetdp.stats.metrics and .intervals (EMSE, expected MSE, TMSE, intervals)."""
+"""Tests for fa_hetdp.accuracy.metrics and .intervals (EMSE, expected MSE, TMSE, intervals)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,12 @@ import pytest
 from scipy import integrate, stats
 from sklearn.datasets import load_digits
 
-from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.plan import plan_protocol
-from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
-from fa_hetdp.stats.exact import true_statistics
-from fa_hetdp.stats.intervals import (
+from fa_hetdp.accuracy.intervals import (
     coverage,
     noise_confidence_intervals,
     paper_confidence_intervals,
 )
-from fa_hetdp.stats.metrics import (
+from fa_hetdp.accuracy.metrics import (
     batch_emse,
     clipped_gaussian_moment,
     emse,
@@ -27,6 +22,11 @@ from fa_hetdp.stats.metrics import (
     paper_tmse,
     squared_error,
 )
+from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.plan import plan_protocol
+from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
+from fa_hetdp.stats.exact import true_statistics
 
 CORE = ("mean", "dispersion", "weighted_mean", "q")
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from support import benchmark_module
 
+from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.planner import accuracy_of_plan
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.simulate import private_statistics_batch
-from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
-from fa_hetdp.stats.planner import accuracy_of_plan
 
 _split = benchmark_module("planned_split")
 planned_split, split_objective = _split.planned_split, _split.split_objective

@@ -1,4 +1,4 @@
-"""Tests of :mod:`fa_hetdp.stats.planner`: the data-free planner against Monte-Carlo errors.
+"""Tests of :mod:`fa_hetdp.accuracy.planner`: the data-free planner against Monte-Carlo errors.
 
 Each grid point runs the in-process batch path (:func:`private_statistics_batch`, seed 1) with
 ``R = 2000`` repeats. The Monte-Carlo standard error of a measured RMSE is about
@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from fa_hetdp import ProtocolConfig, plan_accuracy, private_statistics_batch, true_statistics
+from fa_hetdp.accuracy.assumptions import DataAssumptions
+from fa_hetdp.accuracy.inverses import min_clients, min_epsilon
+from fa_hetdp.accuracy.planner import accuracy_of_plan
 from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.recommended import recommended_config
-from fa_hetdp.stats.assumptions import DataAssumptions
 from fa_hetdp.stats.exact import within_variance
-from fa_hetdp.stats.inverses import min_clients, min_epsilon
-from fa_hetdp.stats.planner import accuracy_of_plan
 
 REPEATS = 2000
 TOLERANCE = 0.10

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import fa_hetdp
+from fa_hetdp.accuracy.inverses import min_clients, min_epsilon
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.recommended import RECOMMENDED_SETTINGS, recommended_config
-from fa_hetdp.stats.inverses import min_clients, min_epsilon
 
 EPS, DELTA = 1.0, 1e-5
 

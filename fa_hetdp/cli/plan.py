@@ -1,6 +1,6 @@
 """``fa-hetdp plan``: the expected error of every statistic before any data exist.
 
-Prints :func:`fa_hetdp.stats.planner.plan_accuracy` as a table (or JSON) -- with no settings
+Prints :func:`fa_hetdp.accuracy.planner.plan_accuracy` as a table (or JSON) -- with no settings
 given, for the recommended settings (:mod:`fa_hetdp.protocol.recommended`), what
 :func:`fa_hetdp.private_statistics` runs -- and with
 ``--target`` the smallest number of clients (``--solve n``) or the smallest epsilon
@@ -14,12 +14,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.inverses import min_clients, min_epsilon
+from fa_hetdp.accuracy.planner import SCALARS, AccuracyPlan, accuracy_of_plan, plan_accuracy
 from fa_hetdp.config.center import DISPERSION_CENTERS
 from fa_hetdp.config.noise import NOISE_SHAPES
 from fa_hetdp.report.results import format_accuracy_plan
-from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
-from fa_hetdp.stats.inverses import min_clients, min_epsilon
-from fa_hetdp.stats.planner import SCALARS, AccuracyPlan, accuracy_of_plan, plan_accuracy
 from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 __all__ = ["add_arguments", "run_accuracy", "run_command", "run_plan_lines"]
@@ -30,7 +30,7 @@ def run_accuracy(run_config: Mapping[str, object], dim: int) -> AccuracyPlan:
 
     The scenario's ``[assumptions]`` (public knowledge about the data; those it does not state
     take conservative defaults, recorded) and the run's protocol, with the adaptive floor
-    predicted from them (:func:`~fa_hetdp.stats.assumptions.planned_protocol`): the same plan
+    predicted from them (:func:`~fa_hetdp.accuracy.assumptions.planned_protocol`): the same plan
     the server stores in the result under ``released.plan``.
 
     Parameters

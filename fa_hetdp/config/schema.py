@@ -325,7 +325,7 @@ class AssumptionsSpec:
     """``[assumptions]``: what is publicly known about the data, for the accuracy plan only.
 
     None of it reaches the protocol or its privacy; the plan printed before a run
-    (:mod:`fa_hetdp.stats.assumptions`) uses what is stated and says what it had to assume.
+    (:mod:`fa_hetdp.accuracy.assumptions`) uses what is stated and says what it had to assume.
 
     Parameters
     ----------

@@ -171,7 +171,7 @@ def comparison_table(comparisons: Sequence[Comparison], *, title: str) -> Table:
             "EMSE ratios with 95 % delta-method intervals (log scale, independent Monte-Carlo "
             "runs). 'expected': 1 for distributed/central (the summed shares have the central "
             "noise's distribution); for AGM/CGM the ratio of the analytic expected MSEs "
-            "(fa_hetdp.stats.metrics.expected_mse)."
+            "(fa_hetdp.accuracy.metrics.expected_mse)."
         ),
     )
 

@@ -7,7 +7,7 @@ One *cell* of the grid is a total budget ``epsilon`` with a ``mechanism`` (AGM /
 
 - the EMSE (Monte-Carlo mean over repeats of the coordinate-mean squared error, Section 4) and
   its standard deviation over repeats,
-- the analytic expected MSE (:func:`fa_hetdp.stats.metrics.expected_mse`),
+- the analytic expected MSE (:func:`fa_hetdp.accuracy.metrics.expected_mse`),
 - the paper's TMSE (Cor. 3.4, 3.5, 3.10, 3.11 on the realised noise) and its SD,
 - the CMSE (the EMSE of the central-placement cell with the same ε, mechanism and composition),
 - the ratios EMSE / expected, EMSE / TMSE, distributed / central,
@@ -69,7 +69,7 @@ def _metric_values(
     realised Z_3 enters them), so they are stored under ``"i2_extra"`` then and under ``"i2"``
     otherwise. The noise-based intervals for I² are built on I²''.
     """
-    from fa_hetdp.stats import intervals, metrics
+    from fa_hetdp.accuracy import intervals, metrics
 
     truth = batch.truth
     plan = batch.plan

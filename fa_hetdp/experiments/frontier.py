@@ -3,7 +3,7 @@
 For each statistic, the smallest number of clients ``n`` whose expected per-coordinate RMSE is
 at most a target -- 10 % of the statistic's typical value (``mu'``, ``D''``, ``mu_bar'``,
 ``Q''``), or 0.1 absolute for ``I2''`` (a tenth of its range; its typical value here is 0) --
-from the data-free planner (:mod:`fa_hetdp.stats.planner`, its inverse), at d = 64 and
+from the data-free planner (:mod:`fa_hetdp.accuracy.planner`, its inverse), at d = 64 and
 d = 3072 over a grid of ε, and checked against measured points: in-process runs
 (:func:`~fa_hetdp.protocol.simulate.private_statistics_batch`) at the planned ``n``.
 
@@ -33,12 +33,12 @@ from typing import Final
 import numpy as np
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.accuracy.assumptions import DataAssumptions
+from fa_hetdp.accuracy.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics_batch
-from fa_hetdp.stats.assumptions import DataAssumptions
 from fa_hetdp.stats.exact import true_statistics
-from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.stats.registry import paper_label
 
 __all__ = [

@@ -263,7 +263,7 @@ def ratio_tables(result: ExperimentResult, *, epsilon: float) -> tuple[Table, Ta
             row_header="mechanism",
             note=note
             + " TMSE = Cor. 3.5 (D), Cor. 3.11 (Q) and the paper's I² corollary as written, "
-            "evaluated on the noise actually drawn (fa_hetdp.stats.metrics.paper_tmse); "
+            "evaluated on the noise actually drawn (fa_hetdp.accuracy.metrics.paper_tmse); "
             "1 would mean "
             "the corollary predicts the error.",
         ),
@@ -350,7 +350,7 @@ def expected_ratio_table(result: ExperimentResult, *, epsilon: float) -> Table:
         values,
         row_header="statistic",
         note=(
-            f"{result.name}: expected MSE from fa_hetdp.stats.metrics.expected_mse "
+            f"{result.name}: expected MSE from fa_hetdp.accuracy.metrics.expected_mse "
             "(exact for μ' and "
             "D''; delta method for μ̄', Q'', I²). Monte-Carlo relative standard error of a ratio "
             f"≈ SD / (EMSE · √{result.grid.repeats}). The last two columns give the range of the "
@@ -499,8 +499,8 @@ def coverage_table(result: ExperimentResult, *, epsilon: float) -> Table:
         note=(
             "Fraction of (repeat, coordinate) pairs whose interval contains the true value. "
             "'paper' = Thm 3.6 (D), 3.9 (Q), 3.14 (I²) as written; 'ours' = intervals from the "
-            "public noise distribution (fa_hetdp.stats.metrics.noise_confidence_intervals). — = no "
-            "interval defined for that statistic."
+            "public noise distribution (fa_hetdp.accuracy.metrics.noise_confidence_intervals). "
+            "— = no interval defined for that statistic."
         ),
     )
 

@@ -1,8 +1,8 @@
 """The recommended settings: what the Python API and the planner use when told nothing else.
 
 One place defines them. :func:`fa_hetdp.private_statistics` runs, and
-:func:`fa_hetdp.plan_accuracy`, :func:`~fa_hetdp.stats.inverses.min_clients` and
-:func:`~fa_hetdp.stats.inverses.min_epsilon` plan, :func:`recommended_config` of the settings
+:func:`fa_hetdp.plan_accuracy`, :func:`~fa_hetdp.accuracy.inverses.min_clients` and
+:func:`~fa_hetdp.accuracy.inverses.min_epsilon` plan, :func:`recommended_config` of the settings
 they were given, so a plan made with nothing but ``n, d`` and the budget is the plan of the run
 made with nothing but the data and the budget.
 

@@ -2,8 +2,8 @@
 
 Never a bare private number: every value goes out with its 95 % interval from the known noise,
 the noise on the statistic's own scale and the noise-dominated flag
-(:func:`fa_hetdp.stats.releases.released_values`), and the accuracy plan it was expected to
-meet (:func:`fa_hetdp.stats.planner.plan_accuracy`).
+(:func:`fa_hetdp.accuracy.releases.released_values`), and the accuracy plan it was expected to
+meet (:func:`fa_hetdp.accuracy.planner.plan_accuracy`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from fa_hetdp.protocol.plan import ProtocolPlan, honest_shares_label
-from fa_hetdp.protocol.server import PrivateStatistics
-from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
-from fa_hetdp.stats.planner import AccuracyPlan, accuracy_of_plan
-from fa_hetdp.stats.releases import (
+from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.planner import AccuracyPlan, accuracy_of_plan
+from fa_hetdp.accuracy.releases import (
     NOISE_DOMINATED_COVER,
     SCALAR_DISPLAY,
     ReleasedValue,
     released_values,
 )
+from fa_hetdp.protocol.plan import ProtocolPlan, honest_shares_label
+from fa_hetdp.protocol.server import PrivateStatistics
 
 __all__ = [
     "EXACT_COUNTS_NOTE",
@@ -73,7 +73,7 @@ def statistics_section(
         The plan they were computed under.
     accuracy : AccuracyPlan, optional
         The accuracy plan made before the run (stored under ``"plan"``); default: the plan
-        :func:`~fa_hetdp.stats.assumptions.planned_protocol` predicts under ``assumptions``.
+        :func:`~fa_hetdp.accuracy.assumptions.planned_protocol` predicts under ``assumptions``.
     assumptions : DataAssumptions, optional
         The public assumptions of that default plan (a scenario's ``[assumptions]``); default:
         none stated (conservative defaults, recorded as such).
@@ -128,7 +128,7 @@ def _fmt(x: float) -> str:
 
 
 def format_released(values: tuple[ReleasedValue, ...]) -> list[str]:
-    """Print-ready lines of :func:`~fa_hetdp.stats.releases.released_values` (see below)."""
+    """Print-ready lines of :func:`~fa_hetdp.accuracy.releases.released_values` (see below)."""
     rows = [
         (
             rv.display,
@@ -160,7 +160,7 @@ def format_section(section: Mapping[str, Any], truth: Mapping[str, float] | None
     statistic's own scale and the noise-dominated flag -- never a bare private number. A
     per-coordinate statistic is summarised by its coordinate average with the interval and
     the noise std *of that average* (stored under ``"average"``;
-    :func:`~fa_hetdp.stats.intervals.average_intervals`) and the count of noise-dominated
+    :func:`~fa_hetdp.accuracy.intervals.average_intervals`) and the count of noise-dominated
     coordinates. ``truth`` (coordinate averages and scalars by key) adds a "true" column.
     """
     rows = []

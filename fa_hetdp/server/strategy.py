@@ -52,6 +52,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from fa_hetdp.accuracy.assumptions import scenario_assumptions
 from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import AggregationError, FaHetdpError, PrivacyParameterError
 from fa_hetdp.flower.limits import step_limits
@@ -90,7 +91,6 @@ from fa_hetdp.server.results import (
     secagg_section,
     write_result,
 )
-from fa_hetdp.stats.assumptions import scenario_assumptions
 from fa_hetdp.stats.registry import STATISTICS
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.

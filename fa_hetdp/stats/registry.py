@@ -7,7 +7,7 @@ table, the metrics, the result files, the ``summary`` of the results) is read fr
 (:class:`~fa_hetdp.stats.exact.TrueStatistics`); its private formula in
 :mod:`fa_hetdp.protocol.server` (``estimate_stage2``, vectorised, and a field of the result)
 plus the same field on :class:`~fa_hetdp.protocol.simulate.BatchResult`; and its expected
-error in :mod:`fa_hetdp.stats.metrics`.
+error in :mod:`fa_hetdp.accuracy.metrics`.
 """
 
 from __future__ import annotations

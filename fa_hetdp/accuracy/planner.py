@@ -3,7 +3,7 @@
 :func:`plan_accuracy` needs ``n``, ``d``, the privacy settings and a few *public assumptions*
 about the data (:class:`DataAssumptions`); it never sees client data. It calibrates the run
 exactly as the protocol would (:func:`~fa_hetdp.protocol.plan.plan_protocol`, so every utility
-lever of the plan flows in) and evaluates the error model of :mod:`fa_hetdp.stats.metrics` on a
+lever of the plan flows in) and evaluates the error model of :mod:`fa_hetdp.accuracy.metrics` on a
 *model population* described by the assumptions: every coordinate has mean ``m``, dispersion
 ``D`` and every client the within-vector variance ``v`` (weight ``w = 1/max(v, v_min)``), so
 ``B = n w``, ``Q = n w D`` and ``I^2 = max(0, 1 - (n - 1)/Q)``.
@@ -18,11 +18,11 @@ Two errors are given per statistic (``docs/design.md``, error metrics):
   exactly given the model, by Gauss-Hermite quadrature over the shared noise of ``B'``.
 
 With ``adaptive_floor``, stages 1-2 are planned at the floor predicted for the model
-(:func:`~fa_hetdp.stats.assumptions.planned_protocol`); the histogram's budget share counts.
+(:func:`~fa_hetdp.accuracy.assumptions.planned_protocol`); the histogram's budget share counts.
 
 The scalars ``total_dispersion = sum_j D''_j`` and ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``
 are planned too (``i2_total`` with a normal approximation of ``sum_j Q''_j`` given ``B'``).
-:func:`~fa_hetdp.stats.inverses.min_clients` and :func:`~fa_hetdp.stats.inverses.min_epsilon`
+:func:`~fa_hetdp.accuracy.inverses.min_clients` and :func:`~fa_hetdp.accuracy.inverses.min_epsilon`
 invert the planner for a target error.
 """
 
@@ -36,14 +36,14 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.accuracy.assumptions import Assumed, DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.intervals import i2_slope
+from fa_hetdp.accuracy.metrics import centred_dispersion_moments, clipped_gaussian_moment
+from fa_hetdp.accuracy.releases import MAX_UNIT_SD, NOISE_DOMINATED_COVER, SCALAR_DISPLAY
 from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
-from fa_hetdp.stats.assumptions import Assumed, DataAssumptions, planned_protocol
-from fa_hetdp.stats.intervals import i2_slope
-from fa_hetdp.stats.metrics import centred_dispersion_moments, clipped_gaussian_moment
 from fa_hetdp.stats.registry import STATISTICS
-from fa_hetdp.stats.releases import MAX_UNIT_SD, NOISE_DOMINATED_COVER, SCALAR_DISPLAY
 
 __all__ = [
     "SCALARS",
@@ -86,7 +86,7 @@ class PlannedError:
         square over the coordinates): what a run reports as its noise sd, under the same name.
     judged : bool
         Whether ``typical`` follows from stated assumptions
-        (:meth:`~fa_hetdp.stats.assumptions.DataAssumptions.judged`); if not, it is a default
+        (:meth:`~fa_hetdp.accuracy.assumptions.DataAssumptions.judged`); if not, it is a default
         that no one stated and the plan does not judge the statistic against it.
     range_width : float
         Width of the statistic's range (``inf`` if unbounded): an error above it is too large
@@ -109,7 +109,7 @@ class PlannedError:
         Judged against a stated, non-zero typical value. Without one (not stated, or 0: no
         signal to compare with) the rule of a released value applies to the expected
         interval: ``+- z RMSE`` (95 %) covers at least
-        :data:`~fa_hetdp.stats.releases.NOISE_DOMINATED_COVER` of the statistic's range
+        :data:`~fa_hetdp.accuracy.releases.NOISE_DOMINATED_COVER` of the statistic's range
         (noise-dominated whatever the data).
         """
         if self.judged and self.typical != 0.0:
@@ -292,7 +292,7 @@ def _ratio_moments(mod: _Model) -> tuple[FloatArray, list[FloatArray], FloatArra
     """Per node of the noise of ``B'``: ``E[delta^k | b]``, ``delta = mu_bar' - mu_bar``.
 
     Given ``b``, ``A'/B~`` is ``N(B m/B~, (s_2/B~)^2)`` exactly, clipped to ``[0, 1]``
-    (``B~ = max(B + b, n w_min)``; as in :func:`fa_hetdp.stats.metrics.expected_mse`).
+    (``B~ = max(B + b, n w_min)``; as in :func:`fa_hetdp.accuracy.metrics.expected_mse`).
     Returns (node weights (K,), [moments 1..4, each (K, d)], locations (K, d), scales (K,)).
     """
     z, p = _hermite(_GH_B)
@@ -371,12 +371,12 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
       ``E[(clip(m + Y) - m)^2]`` whole and divides the variance by ``d``. At the optimal
       centre ``a`` (``dispersion_center``) the error ``(m - a)^2 - (c - a)^2`` replaces
       ``(m - c)^2`` and the factors are those of ``a``
-      (:func:`~fa_hetdp.stats.metrics.centred_dispersion_moments`).
+      (:func:`~fa_hetdp.accuracy.metrics.centred_dispersion_moments`).
     - ``mu_bar'``: ``E[delta^2]``; average ``E_b[E[delta|b]^2 + Var(delta|b)/d]`` (the shared
       noise of ``B'`` does not average out).
     - ``Q''``: ``B^2 E[delta^4] + s_4^2``; average
       ``E_b[B^2 (E[delta^2|b]^2 + Var(delta^2|b)/d)] + s_4^2/d``.
-    - ``I2''``: quadrature over ``(b, A', Z)`` as :func:`fa_hetdp.stats.metrics.expected_mse`;
+    - ``I2''``: quadrature over ``(b, A', Z)`` as :func:`fa_hetdp.accuracy.metrics.expected_mse`;
       average as for ``mu_bar'``; ``I2'''`` adds ``s_5^2`` (``s_5^2/d``).
 
     Parameters

@@ -1,4 +1,4 @@
-"""Public assumptions about client data, for the accuracy planner (:mod:`fa_hetdp.stats.planner`).
+"""Public assumptions about client data, for the planner (:mod:`fa_hetdp.accuracy.planner`).
 
 The planner never sees data; what it knows about the data is a :class:`DataAssumptions`:
 a typical within-vector variance (hence the weights), coordinate means, the coordinate spread

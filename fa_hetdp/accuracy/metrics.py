@@ -12,7 +12,7 @@
   corollary, ``cor:msenoisyisquared``) evaluated on the realised noise, *as written*. They are
   wrong (Cor. 3.11 averages per-client terms where the error of ``Q''`` is their sum, so it
   misses by orders of magnitude); they are kept, labelled, to reproduce the paper's tables.
-- **Confidence intervals** live in :mod:`fa_hetdp.stats.intervals`.
+- **Confidence intervals** live in :mod:`fa_hetdp.accuracy.intervals`.
 
 The statistics are those of :data:`fa_hetdp.stats.registry.STATISTICS`. Theorem numbers are
 the paper's (see ``docs/design.md``); where they may be ambiguous the LaTeX label is given

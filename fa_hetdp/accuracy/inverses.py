@@ -1,9 +1,9 @@
 """Inverses of the accuracy planner: the fewest clients or the least epsilon for a target error.
 
-:func:`min_clients` and :func:`min_epsilon` search :func:`~fa_hetdp.stats.planner.accuracy_of_plan`
-(the expected error falls with ``n`` and with ``epsilon``), planning each candidate with the
-recommended settings (:func:`~fa_hetdp.protocol.recommended.recommended_config`) unless told
-otherwise.
+:func:`min_clients` and :func:`min_epsilon` search
+:func:`~fa_hetdp.accuracy.planner.accuracy_of_plan` (the expected error falls with ``n`` and
+with ``epsilon``), planning each candidate with the recommended settings
+(:func:`~fa_hetdp.protocol.recommended.recommended_config`) unless told otherwise.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.planner import SCALARS, AccuracyPlan, Scope, accuracy_of_plan
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.recommended import recommended_config
-from fa_hetdp.stats.assumptions import DataAssumptions, planned_protocol
-from fa_hetdp.stats.planner import SCALARS, AccuracyPlan, Scope, accuracy_of_plan
 from fa_hetdp.stats.registry import statistic
 
 __all__ = ["min_clients", "min_epsilon"]
