@@ -22,6 +22,7 @@ from fa_hetdp.cli.checks import check_ring
 from fa_hetdp.cli.cluster import ClusterError, run_simulation
 from fa_hetdp.cli.paths import check_writable_folder
 from fa_hetdp.cli.plan import run_plan_lines
+from fa_hetdp.cli.setting_flags import add_setting_flags, flag_settings
 from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
@@ -75,19 +76,9 @@ class RunSetup:
     steps: int = len(STEP_LABELS)
 
 
-#: The flags that override a scenario setting, by canonical setting name (None = not given).
-FLAG_SETTINGS: tuple[str, ...] = (
-    "epsilon",
-    "delta",
-    "mechanism",
-    "placement",
-    "composition",
-    "adaptive_floor",
-    "noise_shape",
-    "dispersion_center",
-    "seed",
-    "on_degraded",
-)
+#: The flags that override a scenario setting and are not declared settings (those are
+#: :func:`fa_hetdp.cli.setting_flags.flag_settings`), by canonical name (None = not given).
+FLAG_SETTINGS: tuple[str, ...] = ("seed", "on_degraded")
 
 
 def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, object]:
@@ -103,7 +94,8 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
     ConfigError
         Before anything starts.
     """
-    given = {name: getattr(args, name, None) for name in FLAG_SETTINGS}
+    flags = {s.name: str(s.flag) for s in flag_settings()}
+    given = {name: getattr(args, name, None) for name in (*flags, *FLAG_SETTINGS)}
     given = {name: value for name, value in given.items() if value is not None}
     problems: list[Problem] = []
     raw = {key: UNSET.get(key, "") for key in RUN_CONFIG_KEYS.values()}
@@ -125,6 +117,8 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
     values["run_timeout"] = args.timeout
 
     def key(name: str) -> str:
+        if name in given and name in flags:
+            return flags[name]
         if name in given or name == "run_timeout":
             return "--" + name.removeprefix("run_").replace("_", "-")
         return run_config_key(name)
@@ -437,34 +431,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     def allowed(name: str) -> str:
         return ", ".join(c.describe() for c in FIELDS[name].constraints)
 
-    parser.add_argument(
-        "--epsilon", type=float, help=f"total privacy budget ε ({allowed('epsilon')})"
-    )
-    parser.add_argument("--delta", type=float, help=f"total δ ({allowed('delta')})")
-    parser.add_argument("--mechanism", help=f"calibration ({allowed('mechanism')})")
-    parser.add_argument("--placement", help=f"where the noise is added ({allowed('placement')})")
-    parser.add_argument("--composition", help=f"budget split ({allowed('composition')})")
-    parser.add_argument(
-        "--adaptive-floor",
-        dest="adaptive_floor",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="choose the variance floor from a stage-0 noisy histogram of the clients' "
-        "within-vector variances (5 %% of the budget; default: the scenario's)",
-    )
-    parser.add_argument(
-        "--noise-shape",
-        dest="noise_shape",
-        help="stage-2 noise: one sigma for every coordinate, or per coordinate from its "
-        f"public broadcast bound ({allowed('noise_shape')}; default: the scenario's)",
-    )
-    parser.add_argument(
-        "--dispersion-center",
-        dest="dispersion_center",
-        help="centre of the dispersion summand: the broadcast clip(mu'), or a public point "
-        "between it and 1/2 that minimises the predicted error of D'' "
-        f"({allowed('dispersion_center')}; default: the scenario's)",
-    )
+    add_setting_flags(parser, default="the scenario's")  # --epsilon, --mechanism, ...
     parser.add_argument("--seed", type=int, help=f"simulation seed ({allowed('seed')})")
     parser.add_argument(
         "--on-degraded",

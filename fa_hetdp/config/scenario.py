@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
+from fa_hetdp.config.constraints import Real
 from fa_hetdp.config.rules import ConfigError, type_name, validate
 from fa_hetdp.config.schema import (
     AssumptionsSpec,
@@ -38,6 +39,7 @@ from fa_hetdp.config.schema import (
     SecAggSpec,
 )
 from fa_hetdp.config.sections import DATA_KEYS, MISSING, Checker, check_data
+from fa_hetdp.config.settings import SETTINGS, Setting, settings_in
 from fa_hetdp.errors import ScenarioError
 
 __all__ = [
@@ -48,33 +50,20 @@ __all__ = [
     "scenarios_dir",
 ]
 
-_SECTIONS: Final[dict[str, frozenset[str]]] = {
-    "scenario": frozenset({"name", "description"}),
-    "data": DATA_KEYS,
-    "privacy": frozenset(
-        {
-            "epsilon",
-            "delta",
-            "mechanism",
-            "composition",
-            "profile",
-            "split",
-            "variance_floor",
-            "extra_i2_noise",
-            "min_honest_clients",
-            "statistics",
-            "broadcast_bounds",
-            "adaptive_floor",
-            "floor_quantile",
-            "noise_shape",
-            "dispersion_center",
-        }
-    ),
-    "protocol": frozenset({"placement"}),
-    "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
-    "experiment": frozenset({"repeats", "seed"}),
-    "assumptions": frozenset({"within_variance", "coordinate_mean", "spread", "i2", "source"}),
-}
+
+def _sections() -> dict[str, frozenset[str]]:
+    """Return the keys allowed in each section (the declared settings' read at each call)."""
+    return {
+        "scenario": frozenset({"name", "description"}),
+        "data": DATA_KEYS,
+        "privacy": frozenset({"split", *(s.name for s in settings_in("privacy"))}),
+        "protocol": frozenset(s.name for s in settings_in("protocol")),
+        "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
+        "experiment": frozenset({"repeats", "seed"}),
+        "assumptions": frozenset({"within_variance", "coordinate_mean", "spread", "i2", "source"}),
+    }
+
+
 _IGNORED_SECTIONS: Final[frozenset[str]] = frozenset({"derived"})  # written by to_dict()
 
 
@@ -108,9 +97,10 @@ def scenario_from_dict(
         raise ConfigError(
             "scenario", [("(top level)", f"must be a table of tables, got {type_name(raw)}")]
         )
-    for unknown in sorted(set(raw) - set(_SECTIONS) - _IGNORED_SECTIONS):
-        c.fail(unknown, "unknown section; allowed: " + ", ".join(_SECTIONS))
-    tables = {section: c.table(raw, section, keys) for section, keys in _SECTIONS.items()}
+    sections = _sections()
+    for unknown in sorted(set(raw) - set(sections) - _IGNORED_SECTIONS):
+        c.fail(unknown, "unknown section; allowed: " + ", ".join(sections))
+    tables = {section: c.table(raw, section, keys) for section, keys in sections.items()}
 
     # [scenario]
     sc = tables["scenario"]
@@ -154,25 +144,11 @@ def _assumptions(c: Checker, table: Mapping[str, Any]) -> AssumptionsSpec:
     return AssumptionsSpec(**values, source=source)
 
 
-# Where each setting of the declared rules lives in a scenario file, and its default.
+# Where each setting of the declared rules lives in a scenario file, and its default: the
+# declared settings (fa_hetdp.config.settings) first, then the sections not declared there yet.
 _SA: Final = SecAggSpec()  # the [secagg] defaults
-_SETTINGS: Final[dict[str, tuple[str, Any]]] = {
-    "epsilon": ("privacy.epsilon", MISSING),
-    "delta": ("privacy.delta", MISSING),
-    "mechanism": ("privacy.mechanism", "agm"),
-    "composition": ("privacy.composition", "gdp"),
-    "profile": ("privacy.profile", "bounded"),
-    "variance_floor": ("privacy.variance_floor", 0.01),
-    "extra_i2_noise": ("privacy.extra_i2_noise", True),
-    "min_honest_clients": ("privacy.min_honest_clients", None),
+_OTHER_SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "split": ("privacy.split", None),
-    "statistics": ("privacy.statistics", None),
-    "broadcast_bounds": ("privacy.broadcast_bounds", True),
-    "adaptive_floor": ("privacy.adaptive_floor", False),
-    "floor_quantile": ("privacy.floor_quantile", 0.1),
-    "noise_shape": ("privacy.noise_shape", "uniform"),
-    "dispersion_center": ("privacy.dispersion_center", "broadcast"),
-    "placement": ("protocol.placement", "distributed"),
     "threshold": ("secagg.threshold", _SA.threshold),
     "neighbours": ("secagg.neighbours", "complete"),
     "dropout_fraction": ("secagg.dropout_fraction", 0.0),
@@ -186,12 +162,30 @@ _SETTINGS: Final[dict[str, tuple[str, Any]]] = {
     "repeats": ("experiment.repeats", 100),
     "seed": ("experiment.seed", 0),
 }
-_GRID_SETTINGS: Final[tuple[str, ...]] = ("epsilon", "mechanism", "placement")
-_SECAGG_SETTINGS: Final = tuple(n for n, (k, _) in _SETTINGS.items() if k.startswith("secagg."))
-_REQUIRED: Final[dict[str, str]] = {
-    "epsilon": "required: a number > 0 or an array of them (the grid)",
-    "delta": "required: a number in (0, 1), e.g. 1e-5",
-}
+_SECAGG_SETTINGS: Final = tuple(
+    n for n, (k, _) in _OTHER_SETTINGS.items() if k.startswith("secagg.")
+)
+
+
+def _declared() -> dict[str, tuple[str, Any]]:
+    """Return every setting's ``(dotted key, default)``; MISSING: required."""
+    declared: dict[str, tuple[str, Any]] = {}
+    for s in SETTINGS.values():
+        declared[s.name] = (s.scenario_key, MISSING if s.required is not None else s.default)
+        if s.name == "min_honest_clients":  # the order problems are reported in
+            declared["split"] = _OTHER_SETTINGS["split"]
+    return {**declared, **_OTHER_SETTINGS}
+
+
+def _spec_value(setting: Setting, value: Any) -> Any:
+    """Return a checked value as the spec holds it (a grid and an array as tuples, floats)."""
+    real = isinstance(setting.rule.constraints[0], Real)
+    if setting.grid:
+        items = value if isinstance(value, list | tuple) else [value]
+        return tuple(float(v) if real else v for v in items)
+    if isinstance(value, list):
+        return tuple(value)
+    return float(value) if real and value is not None else value
 
 
 def _settings(
@@ -200,18 +194,20 @@ def _settings(
     """Check [privacy], [protocol], [secagg] and [experiment] with the declared rules."""
     values: dict[str, Any] = {}
     keys: dict[str, str] = {"num_clients": "data.num_clients"}
-    for name, (key, default) in _SETTINGS.items():
+    declared = _declared()
+    for name, (key, default) in declared.items():
         section, entry = key.split(".")
         keys[name] = key
         if entry in tables[section]:
             values[name] = tables[section][entry]
         elif default is MISSING:
-            c.fail(key, _REQUIRED[name])
+            c.fail(key, str(SETTINGS[name].required))
         else:
             values[name] = default
     if isinstance(data, DataSpec):
         values["num_clients"] = data.num_clients
-    problems = validate(values, keys, lists=_GRID_SETTINGS)
+    grids = [s.name for s in SETTINGS.values() if s.grid]
+    problems = validate(values, keys, lists=grids)
     c.errors.extend(problems)
     bad = {key for key, _ in problems}
 
@@ -226,29 +222,32 @@ def _settings(
         return tuple(v) if isinstance(v, list) else (v,)
 
     privacy: Any = MISSING
-    names = ("epsilon", "delta", "mechanism", "composition", "profile", "variance_floor")
-    levers: tuple[str, ...] = ("statistics", "broadcast_bounds", "adaptive_floor")
-    levers = (*levers, "floor_quantile", "noise_shape", "dispersion_center")
-    if all(ok(n) for n in (*names, "extra_i2_noise", "min_honest_clients", "split", *levers)):
+    in_privacy = list(settings_in("privacy"))
+    if ok("split") and all(ok(s.name) for s in in_privacy):
         split = values["split"]
+        spec_fields = {f.name for f in dataclasses.fields(PrivacySpec)}
+        given: dict[str, Any] = {}
+        extra: list[tuple[str, Any]] = []
+        for setting in in_privacy:
+            value = _spec_value(setting, values[setting.name])
+            attr = setting.name + "s" if setting.grid else setting.name
+            if attr in spec_fields:
+                given[attr] = value
+            else:  # a declared setting the spec has no field of: kept by name
+                extra.append((setting.name, value))
         privacy = PrivacySpec(
-            epsilons=tuple(float(e) for e in grid("epsilon")),
-            delta=float(values["delta"]),
-            mechanisms=grid("mechanism"),
-            composition=values["composition"],
-            profile=values["profile"],
+            **given,
             split=None if split is None else tuple((k, float(split[k])) for k in sorted(split)),
-            variance_floor=float(values["variance_floor"]),
-            extra_i2_noise=values["extra_i2_noise"],
-            min_honest_clients=values["min_honest_clients"],
-            statistics=None if values["statistics"] is None else tuple(values["statistics"]),
-            broadcast_bounds=values["broadcast_bounds"],
-            adaptive_floor=values["adaptive_floor"],
-            floor_quantile=float(values["floor_quantile"]),
-            noise_shape=values["noise_shape"],
-            dispersion_center=values["dispersion_center"],
+            extra=tuple(extra),
         )
-    protocol = ProtocolSpec(placements=grid("placement")) if ok("placement") else MISSING
+    protocol: Any = MISSING
+    if all(ok(s.name) for s in settings_in("protocol")):
+        protocol = ProtocolSpec(
+            **{
+                s.name + "s" if s.grid else s.name: _spec_value(s, values[s.name])
+                for s in settings_in("protocol")
+            }
+        )
     secagg: Any = MISSING
     if all(ok(n) for n in _SECAGG_SETTINGS):
         secagg = SecAggSpec(

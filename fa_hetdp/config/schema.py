@@ -7,6 +7,7 @@ A :class:`Scenario` is built only by :func:`fa_hetdp.config.scenario.scenario_fr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -170,6 +171,9 @@ class PrivacySpec:
     dispersion_center : {"broadcast", "optimal"}
         Centre of the dispersion summand: the broadcast ``clip(mu')`` (default in scenarios)
         or the public optimal centre (lever c; :mod:`fa_hetdp.config.center`).
+    extra : tuple of (str, value) pairs
+        The declared settings (:data:`fa_hetdp.config.settings.SETTINGS`) this class has no
+        field of, by name (:meth:`Scenario.setting` reads every setting).
     """
 
     epsilons: tuple[float, ...]
@@ -187,6 +191,7 @@ class PrivacySpec:
     floor_quantile: float = 0.1
     noise_shape: NoiseShape = "uniform"
     dispersion_center: DispersionCenter = "broadcast"
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def split_mapping(self) -> dict[str, float] | None:
         """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
@@ -406,6 +411,22 @@ class Scenario:
         """Number of clients n."""
         return self.data.num_clients
 
+    def setting(self, name: str) -> Any:
+        """Return this scenario's value of declared setting ``name`` (a grid's first value).
+
+        Raises
+        ------
+        KeyError
+            ``name`` is not a setting of ``[privacy]`` or ``[protocol]``.
+        """
+        for spec in (self.privacy, self.protocol):
+            names = {f.name for f in dataclasses.fields(spec)}
+            if name in names:
+                return getattr(spec, name)
+            if f"{name}s" in names:  # a grid: epsilons, mechanisms, placements
+                return getattr(spec, f"{name}s")[0]
+        return dict(self.privacy.extra)[name]
+
     def grid(self) -> tuple[GridPoint, ...]:
         """Return every (epsilon, mechanism, placement) combination, epsilon varying slowest."""
         return tuple(
@@ -478,6 +499,7 @@ class Scenario:
         privacy["floor_quantile"] = p.floor_quantile
         privacy["noise_shape"] = p.noise_shape
         privacy["dispersion_center"] = p.dispersion_center
+        privacy.update(p.extra)
         secagg: dict[str, Any] = {
             "threshold": self.secagg.threshold,
             "neighbours": self.secagg.neighbours,

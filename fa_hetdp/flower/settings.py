@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -27,6 +27,7 @@ from fa_hetdp.config.rules import Problem, raise_problems, validate
 from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
+from fa_hetdp.config.settings import SETTINGS, Setting
 from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
 from fa_hetdp.secagg.identity import Roster, load_identity_key, public_identity
 from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
@@ -46,23 +47,31 @@ SERVER_STREAM: Final = 2**32
 #: spawn key of the simulated-dropout choice.
 DROPOUT_STREAM: Final = 2**32 + 1
 
-#: Values that mean "take it from the scenario".
-UNSET: Final[Mapping[str, object]] = {
+
+class _Derived(Mapping[str, Any]):
+    """A read-only mapping computed at each access (from the declared settings' table)."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
+        self._build = build
+
+    def __getitem__(self, key: str) -> Any:
+        return self._build()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._build())
+
+    def __len__(self) -> int:
+        return len(self._build())
+
+
+def _declared_run_settings() -> list[Setting]:
+    return [s for s in SETTINGS.values() if s.run_config is not None]
+
+
+#: The "unset" values of the keys that are not declared settings (yet).
+_OTHER_UNSET: Final[Mapping[str, object]] = {
     "seed": -1,
     "num-clients": 0,
-    "epsilon": 0.0,
-    "delta": 0.0,
-    "mechanism": "",
-    "placement": "",
-    "composition": "",
-    "profile": "",
-    "variance-floor": 0.0,
-    "extra-i2-noise": "",
-    "min-honest-clients": 0,
-    "adaptive-floor": "",
-    "floor-quantile": 0.0,
-    "noise-shape": "",
-    "dispersion-center": "",
     "secagg-threshold": 0.0,
     "secagg-neighbours": -1,
     "dropout-fraction": -1.0,
@@ -77,6 +86,14 @@ UNSET: Final[Mapping[str, object]] = {
     "secagg-modulus-bits": 0,
 }
 
+#: Values that mean "take it from the scenario" (the declared settings' ``unset``, then the rest).
+UNSET: Final[Mapping[str, object]] = _Derived(
+    lambda: {
+        **{str(s.run_config): s.unset for s in _declared_run_settings()},
+        **_OTHER_UNSET,
+    }
+)
+
 Mode = Literal["simulation", "deployment"]
 
 # Which step a simulated dropout fails at, per scenario dropout stage: "stageK" drops before
@@ -89,24 +106,10 @@ _DROP_STEP: Final = {
 }
 
 
-#: Run-config key of each setting of :data:`fa_hetdp.config.rules.FIELDS` it can override.
-RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
+_OTHER_KEYS: Final[Mapping[str, str]] = {
     "mode": "mode",
     "seed": "seed",
     "num_clients": "num-clients",
-    "epsilon": "epsilon",
-    "delta": "delta",
-    "mechanism": "mechanism",
-    "placement": "placement",
-    "composition": "composition",
-    "profile": "profile",
-    "variance_floor": "variance-floor",
-    "extra_i2_noise": "extra-i2-noise",
-    "min_honest_clients": "min-honest-clients",
-    "adaptive_floor": "adaptive-floor",
-    "floor_quantile": "floor-quantile",
-    "noise_shape": "noise-shape",
-    "dispersion_center": "dispersion-center",
     "threshold": "secagg-threshold",
     "neighbours": "secagg-neighbours",
     "dropout_fraction": "dropout-fraction",
@@ -122,24 +125,20 @@ RUN_CONFIG_KEYS: Final[Mapping[str, str]] = {
     "modulus_bits": "secagg-modulus-bits",
 }
 
-_KINDS: Final[Mapping[str, type]] = {
+#: Run-config key of each setting of :data:`fa_hetdp.config.rules.FIELDS` it can override.
+RUN_CONFIG_KEYS: Final[Mapping[str, str]] = _Derived(
+    lambda: {
+        **{k: _OTHER_KEYS[k] for k in ("mode", "seed", "num_clients")},  # the order reported
+        **{s.name: str(s.run_config) for s in _declared_run_settings()},
+        **_OTHER_KEYS,
+    }
+)
+
+_OTHER_KINDS: Final[Mapping[str, type]] = {
     "scenario": str,
     "mode": str,
     "seed": int,
     "num-clients": int,
-    "epsilon": float,
-    "delta": float,
-    "mechanism": str,
-    "placement": str,
-    "composition": str,
-    "profile": str,
-    "variance-floor": float,
-    "extra-i2-noise": str,
-    "min-honest-clients": int,
-    "adaptive-floor": str,
-    "floor-quantile": float,
-    "noise-shape": str,
-    "dispersion-center": str,
     "secagg-threshold": float,
     "secagg-neighbours": int,
     "dropout-fraction": float,
@@ -157,6 +156,15 @@ _KINDS: Final[Mapping[str, type]] = {
     "result-path": str,
     "progress-path": str,
 }
+
+
+def _kinds() -> dict[str, type]:
+    """Return the Flower type of every run-config key (the declared settings' first)."""
+    head = {k: _OTHER_KINDS[k] for k in ("scenario", "mode", "seed", "num-clients")}
+    declared = {str(s.run_config): s.run_kind for s in _declared_run_settings()}
+    return {**head, **declared, **_OTHER_KINDS}
+
+
 _OPTIONAL: Final = frozenset({"progress-path"})
 _KIND_NAMES: Final = {str: "a string", int: "an integer", float: "a number"}
 #: What a key allows, where its type alone does not say it (added to a type problem).
@@ -173,7 +181,7 @@ def run_config_key(name: str) -> str:
 def _read(config: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
     """Read every key with its Flower type; type problems go to ``problems``."""
     raw: dict[str, Any] = {}
-    for key, kind in _KINDS.items():
+    for key, kind in _kinds().items():
         value = config.get(key, UNSET.get(key, "" if key in _OPTIONAL else None))
         if value is None:
             problems.append((f"run-config.{key}", "missing (see [tool.flwr.app.config])"))
@@ -199,23 +207,11 @@ def resolve_overrides(
     ``secagg-threshold`` >= 2 with no fractional part is a count of shares; ``seed = -1`` in
     deployment mode means "no seed".
     """
-    privacy, secagg = scenario.privacy, scenario.secagg
+    secagg = scenario.secagg
     from_scenario: dict[str, Any] = {
+        **{s.name: scenario.setting(s.name) for s in _declared_run_settings()},
         "seed": scenario.experiment.seed,
         "num_clients": scenario.num_clients,
-        "epsilon": privacy.epsilons[0],
-        "delta": privacy.delta,
-        "mechanism": privacy.mechanisms[0],
-        "placement": scenario.protocol.placements[0],
-        "composition": privacy.composition,
-        "profile": privacy.profile,
-        "variance_floor": privacy.variance_floor,
-        "extra_i2_noise": privacy.extra_i2_noise,
-        "min_honest_clients": privacy.min_honest_clients,
-        "adaptive_floor": privacy.adaptive_floor,
-        "floor_quantile": privacy.floor_quantile,
-        "noise_shape": privacy.noise_shape,
-        "dispersion_center": privacy.dispersion_center,
         "threshold": secagg.threshold,
         "neighbours": secagg.neighbours,
         "dropout_fraction": secagg.dropout_fraction,
@@ -239,7 +235,7 @@ def resolve_overrides(
             else:
                 values[name] = from_scenario[name]
             continue
-        if name in ("extra_i2_noise", "adaptive_floor"):
+        if name in SETTINGS and SETTINGS[name].is_boolean():
             if value not in ("true", "false"):
                 problems.append(
                     (run_config_key(name), f"must be '', 'true' or 'false', got {value!r}")
@@ -251,8 +247,11 @@ def resolve_overrides(
         elif name == "threshold" and value >= 2 and float(value).is_integer():
             value = int(value)
         values[name] = value
-    # Not a run-config key: the scenario's, for the rules of noise_shape and dispersion_center.
-    values["broadcast_bounds"] = privacy.broadcast_bounds
+    # Declared settings without a run-config key (broadcast_bounds, statistics): the scenario's
+    # (the rules of noise_shape and dispersion_center read broadcast_bounds).
+    for setting in SETTINGS.values():
+        if setting.run_config is None:
+            values[setting.name] = scenario.setting(setting.name)
     return values
 
 
@@ -306,6 +305,9 @@ class RunSettings:
         :func:`fa_hetdp.config.secagg.resolve_modulus_bits`: run config
         ``secagg-modulus-bits``, else the scenario's ``[secagg] modulus_bits``, else the
         mechanism's default (32 for ddg and skellam, 64 for the Gaussian mechanisms).
+    settings : Mapping[str, Any]
+        The resolved value of each declared setting that ``protocol`` has no field of
+        (:data:`fa_hetdp.config.settings.SETTINGS`), by name.
     """
 
     scenario: Scenario
@@ -329,6 +331,7 @@ class RunSettings:
     security_bits: float = 40.0
     correctness_bits: float = 20.0
     modulus_bits: int = 64
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def secagg_parameters(self) -> SecAggParameters:
         """Return this run's ``(k, t)`` with its guarantee (``.guarantee()``: in words).
@@ -386,24 +389,15 @@ class RunSettings:
             eta=float(values["correctness_bits"]),
             threat_model=values["threat_model"],
         )
+        declared: dict[str, Any] = {
+            s.name: float(v) if s.run_kind is float and v is not None else v
+            for s in SETTINGS.values()
+            for v in (values[s.name],)
+        }
         protocol = ProtocolConfig(
-            epsilon=float(values["epsilon"]),
-            delta=float(values["delta"]),
-            mechanism=values["mechanism"],
-            placement=values["placement"],
-            composition=values["composition"],
-            profile=values["profile"],
-            variance_floor=float(values["variance_floor"]),
-            extra_i2_noise=values["extra_i2_noise"],
-            min_honest_clients=values["min_honest_clients"],
+            **{name: v for name, v in declared.items() if SETTINGS[name].protocol},
             corrupt_fraction=float(values["corrupt_fraction"]),  # its shares are not counted
             split=scenario.privacy.split_mapping(),
-            statistics=scenario.privacy.statistics,
-            broadcast_bounds=values["broadcast_bounds"],
-            adaptive_floor=values["adaptive_floor"],
-            floor_quantile=float(values["floor_quantile"]),
-            noise_shape=values["noise_shape"],
-            dispersion_center=values["dispersion_center"],
         )
         progress = raw.get("progress-path", "")
         return cls(
@@ -428,6 +422,7 @@ class RunSettings:
             security_bits=float(values["security_bits"]),
             correctness_bits=float(values["correctness_bits"]),
             modulus_bits=resolve_modulus_bits(values["modulus_bits"], values["mechanism"]),
+            settings={name: v for name, v in declared.items() if not SETTINGS[name].protocol},
         )
 
 

@@ -1,0 +1,333 @@
+"""Every privacy setting, declared once: :data:`SETTINGS`.
+
+One :class:`Setting` holds what the entry points need to know about a setting: its rule (the
+constraints of :mod:`fa_hetdp.config.constraints`), its default, its key in a scenario file
+(``privacy.<name>``), its run-config key (kebab-case, with the value that means "take the
+scenario's"), its ``fa-hetdp run`` flag, its help line, and whether it changes the privacy
+of a run. Everything else is derived from the table:
+
+- the validator's :data:`fa_hetdp.config.rules.FIELDS` (and
+  :func:`~fa_hetdp.config.rules.check_value` for a setting added later);
+- the keys and defaults of a scenario's ``[privacy]`` and ``[protocol]`` sections
+  (:func:`fa_hetdp.config.scenario.scenario_from_dict`);
+- the run-config keys, their types and their "unset" values
+  (:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`);
+- the flags of ``fa-hetdp run`` (:func:`fa_hetdp.cli.setting_flags.add_setting_flags`);
+- :class:`~fa_hetdp.config.protocol.ProtocolConfig`'s defaults (checked by a test) and the
+  recommended settings of :mod:`fa_hetdp.protocol.recommended`;
+- the ``[privacy]`` table of ``scenarios/README.md`` (:func:`markdown_table`; a test checks
+  the file against it; ``python -m fa_hetdp.config.settings`` prints it).
+
+A new setting is one entry here, the field of the object that carries it
+(:class:`~fa_hetdp.config.protocol.ProtocolConfig`) and the code that uses it;
+``tests/test_settings_declared_once.py`` adds one in a test and finds it everywhere. What is
+not in the table yet: ``[secagg]``, ``[data]``, ``[experiment]`` and the run-only keys
+(``mode``, timeouts, ``on-degraded``) keep their own lists in those modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES
+from fa_hetdp.config.center import DISPERSION_CENTERS
+from fa_hetdp.config.constraints import Boolean, Field, Integer, Options, Real
+from fa_hetdp.config.noise import NOISE_SHAPES
+from fa_hetdp.config.statistics import STATISTICS_SUBSET
+from fa_hetdp.dp.mechanisms import mechanism_names
+
+__all__ = ["NOT_RECOMMENDED", "SETTINGS", "Setting", "markdown_table", "settings_in"]
+
+
+class _NotRecommended:
+    """The recommended value of a setting with none of its own (its default applies)."""
+
+    def __repr__(self) -> str:
+        return "NOT_RECOMMENDED"
+
+
+NOT_RECOMMENDED: Final[Any] = _NotRecommended()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting, as every entry point names and checks it.
+
+    Parameters
+    ----------
+    name : str
+        The canonical name (``ProtocolConfig`` field, ``[privacy]`` key, key of the rules).
+    rule : Field
+        The constraints one value must meet (the validator's entry).
+    default : Any
+        The value when a scenario or ``ProtocolConfig`` leaves it out (``required``: none).
+    help : str
+        One line: what it does (the CLI help, the docs table).
+    section : str
+        The scenario section that holds it (``privacy`` or ``protocol``).
+    run_config : str or None
+        Its ``[tool.flwr.app.config]`` key (kebab-case); None: not overridable per run.
+    unset : Any
+        The run-config value that means "the scenario's" (``0``, ``-1`` or ``""``).
+    flag : str or None
+        Its ``fa-hetdp run`` flag; None: none.
+    grid : bool
+        A scenario may give a list of values (one run per value).
+    privacy : bool
+        Its value changes the privacy of a run (the budget, the noise, what is released).
+    protocol : bool
+        A field of :class:`~fa_hetdp.config.protocol.ProtocolConfig`.
+    recommended : Any
+        The value :mod:`fa_hetdp.protocol.recommended` (``private_statistics``) uses instead
+        of the default (:data:`NOT_RECOMMENDED`: the default).
+    required : str or None
+        The message when a scenario leaves it out (None: optional, the default applies).
+    doc_type, doc_default : str or None
+        Wording of the docs table's type and default columns (None: derived).
+    """
+
+    name: str
+    rule: Field
+    default: Any
+    help: str
+    section: str = "privacy"
+    run_config: str | None = None
+    unset: Any = None
+    flag: str | None = None
+    grid: bool = False
+    privacy: bool = True
+    protocol: bool = True
+    recommended: Any = NOT_RECOMMENDED
+    required: str | None = None
+    doc_type: str | None = None
+    doc_default: str | None = None
+
+    @property
+    def scenario_key(self) -> str:
+        """The dotted key in a scenario file, e.g. ``privacy.epsilon``."""
+        return f"{self.section}.{self.name}"
+
+    @property
+    def run_kind(self) -> type:
+        """The Flower run-config type of its key (booleans are ``"true"``/``"false"``/``""``)."""
+        first = self.rule.constraints[0]
+        if isinstance(first, Real):
+            return float
+        if isinstance(first, Integer):
+            return int
+        return str
+
+    def is_boolean(self) -> bool:
+        """Whether the value is ``true`` or ``false``."""
+        return isinstance(self.rule.constraints[0], Boolean)
+
+    def allowed(self) -> str:
+        """Return what the rule allows, in words (e.g. ``one of agm, cgm, ddg, skellam``)."""
+        return ", ".join(c.describe() for c in self.rule.constraints)
+
+
+def _d(name: str, rule: Field, default: Any, help: str, **kw: Any) -> Setting:
+    return Setting(name=name, rule=rule, default=default, help=help, **kw)
+
+
+def _run(name: str, unset: Any) -> dict[str, Any]:
+    return {"run_config": name.replace("_", "-"), "unset": unset}
+
+
+SETTINGS: Final[dict[str, Setting]] = {
+    s.name: s
+    for s in (
+        _d(
+            "epsilon",
+            Field((Real(low=0.0, low_open=True),)),
+            None,
+            "total privacy budget ε; an array is a grid, one run per value",
+            required="required: a number > 0 or an array of them (the grid)",
+            grid=True,
+            flag="--epsilon",
+            doc_type="float > 0, or array of them, *required*",
+            **_run("epsilon", 0.0),
+        ),
+        _d(
+            "delta",
+            Field((Real(low=0.0, high=1.0, low_open=True, high_open=True),)),
+            None,
+            "total δ",
+            required="required: a number in (0, 1), e.g. 1e-5",
+            flag="--delta",
+            doc_type="float in (0, 1), *required*",
+            **_run("delta", 0.0),
+        ),
+        _d(
+            "mechanism",
+            Field((Options(mechanism_names),)),  # the registry, including added ones
+            "agm",
+            "calibration: the analytic (Balle & Wang) or classical Gaussian mechanism (cgm is "
+            "not DP for ε ≥ 1: a labelled baseline), or distributed discrete Gaussian or "
+            "Skellam noise (docs/privacy.md, zCDP accounting)",
+            grid=True,
+            flag="--mechanism",
+            doc_type="`agm` \\| `cgm` \\| `ddg` \\| `skellam`, or array",
+            **_run("mechanism", ""),
+        ),
+        _d(
+            "composition",
+            Field((Options(COMPOSITIONS),)),
+            "gdp",
+            "budget split: compose exactly as Gaussian DP (about 2× smaller σ at the same "
+            "budget; not with cgm) or by basic composition (the paper's; its reproduction "
+            "scenarios state it)",
+            flag="--composition",
+            **_run("composition", ""),
+        ),
+        _d(
+            "profile",
+            Field((Options(PROFILES),)),
+            "bounded",
+            "sensitivities of sums with bounded weights, or the paper's (flagged: not DP for "
+            "the weighted stages)",
+            **_run("profile", ""),
+        ),
+        _d(
+            "variance_floor",
+            Field((Real(low=0.0, high=0.25, low_open=True),)),
+            0.01,
+            "v_min: weights are 1 / max(s_i², v_min), so W = 1 / v_min",
+            doc_type="float in (0, 1/4]",
+            **_run("variance_floor", 0.0),
+        ),
+        _d(
+            "extra_i2_noise",
+            Field((Boolean(),)),
+            True,
+            "the paper's third noise stage I²''' (Thm 3.13; buys no privacy, adds error)",
+            **_run("extra_i2_noise", ""),
+        ),
+        _d(
+            "min_honest_clients",
+            Field((Integer(minimum=1),), optional=True),
+            None,
+            "t: each client adds a noise share of variance σ²/t, so the t honest shares "
+            "alone carry σ²",
+            doc_type="integer in 1 … n − ⌈γn⌉",
+            doc_default="n − ⌈γn⌉ (γ = `[secagg] corrupt_fraction`)",
+            **_run("min_honest_clients", 0),
+        ),
+        _d(
+            "statistics",
+            Field((STATISTICS_SUBSET,), optional=True),
+            None,
+            "the statistics you need: releases none of them depends on are not made (no "
+            "noise, no budget) and the statistics they would feed are NaN (docs/privacy.md)",
+            doc_type="array of `mean`, `dispersion`, `weighted_mean`, `q`, `i2`, `i2_extra`",
+            doc_default="all",
+        ),
+        _d(
+            "broadcast_bounds",
+            Field((Boolean(),)),
+            True,
+            "stage-2 noise calibrated to the bounds the public broadcast allows "
+            "(‖max(c, 1−c)²‖₂, up to 4× less noise) instead of √d (the paper's; its "
+            "scenarios set false)",
+        ),
+        _d(
+            "adaptive_floor",
+            Field((Boolean(),)),  # issue 9 lever d (fa_hetdp.protocol.floor)
+            False,
+            "choose the variance floor from a stage-0 noisy histogram of the clients' "
+            "within-vector variances (5 % of the budget; docs/privacy.md (d)), never below "
+            "variance_floor",
+            recommended=True,
+            flag="--adaptive-floor",
+            **_run("adaptive_floor", ""),
+        ),
+        _d(
+            "floor_quantile",
+            Field((Real(low=0.0, high=0.5, low_open=True),)),
+            0.1,
+            "the floor rule's quantile: at most about this fraction of the clients are floored",
+            doc_type="number in (0, 0.5]",
+            **_run("floor_quantile", 0.0),
+        ),
+        _d(
+            "noise_shape",
+            Field((Options(NOISE_SHAPES),)),  # issue 9, lever c (config.noise)
+            "uniform",
+            "stage-2 noise: one σ for every coordinate, or σ_j ∝ max(c_j, 1−c_j) from the "
+            "public broadcast c (same privacy, least summed noise variance; docs/privacy.md "
+            "(c′)); needs broadcast_bounds and agm or cgm",
+            recommended="per_coordinate",
+            flag="--noise-shape",
+            **_run("noise_shape", ""),
+        ),
+        _d(
+            "dispersion_center",
+            Field((Options(DISPERSION_CENTERS),)),  # lever c (config.center)
+            "broadcast",
+            "centre of the dispersion summand: the broadcast c = clip(μ′, 0, 1), or a public "
+            "a between c and 1/2 that minimises the predicted error of D″ (post-processing; "
+            "docs/privacy.md (c″)); needs broadcast_bounds, any mechanism",
+            recommended="optimal",
+            flag="--dispersion-center",
+            **_run("dispersion_center", ""),
+        ),
+        _d(
+            "placement",
+            Field((Options(PLACEMENTS),)),
+            "distributed",
+            "where the noise is added: clients add noise shares before masking (the paper's "
+            "EMSE), or the server adds it after unmasking (the paper's CMSE)",
+            section="protocol",
+            grid=True,
+            flag="--placement",
+            doc_type="`distributed` \\| `central`, or array",
+            **_run("placement", ""),
+        ),
+    )
+}
+"""The declared settings, by canonical name, in the order the docs list them."""
+
+
+def settings_in(section: str) -> Iterator[Setting]:
+    """Yield the declared settings of scenario section ``section`` (read at each call)."""
+    return (s for s in list(SETTINGS.values()) if s.section == section)
+
+
+def _default_text(setting: Setting) -> str:
+    if setting.doc_default is not None:
+        return setting.doc_default
+    if setting.required is not None:
+        return ""
+    value = setting.default
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"`{value}`"
+    return str(value)
+
+
+def _type_text(setting: Setting) -> str:
+    if setting.doc_type is not None:
+        return setting.doc_type
+    first = setting.rule.constraints[0]
+    if isinstance(first, Options):
+        return " \\| ".join(f"`{v}`" for v in first.values)
+    if isinstance(first, Boolean):
+        return "boolean"
+    return setting.allowed()
+
+
+def markdown_table(section: str = "privacy") -> str:
+    """Return the docs table of ``section``'s settings (``scenarios/README.md`` holds it)."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    lines += [
+        f"| `{s.name}` | {_type_text(s)} | {_default_text(s)} | {s.help} |"
+        for s in settings_in(section)
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - prints the docs table
+    print(markdown_table())

@@ -1,0 +1,128 @@
+"""Every privacy setting is declared once (issue 18, item 1).
+
+One :class:`~fa_hetdp.config.settings.Setting` in :data:`~fa_hetdp.config.settings.SETTINGS`
+is all a new setting needs to reach the validator, the scenario file, the Flower run-config
+reader, the CLI flags of ``fa-hetdp run`` and the documented table: the test registers one
+(``test_knob``) and finds it, with its default and its rule, everywhere, with no other change.
+The tables that cannot be computed at run time (``scenarios/README.md``'s and
+``pyproject.toml``'s ``[tool.flwr.app.config]``) are checked against the declarations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fa_hetdp.config.constraints import Field, Integer
+from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.config.rules import ConfigError, validate
+from fa_hetdp.config.scenario import scenario_from_dict
+from fa_hetdp.config.settings import SETTINGS, Setting, markdown_table
+from fa_hetdp.flower.settings import RunSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+
+KNOB = Setting(
+    name="test_knob",
+    rule=Field((Integer(minimum=1),)),
+    default=3,
+    help="a knob that only this test declares",
+    run_config="test-knob",
+    unset=0,
+    flag="--test-knob",
+    protocol=False,
+)
+
+
+@pytest.fixture
+def knob(monkeypatch: pytest.MonkeyPatch) -> Setting:
+    """Register ``test_knob`` in the table, and nowhere else."""
+    monkeypatch.setitem(SETTINGS, KNOB.name, KNOB)
+    return KNOB
+
+
+def _scenario(**privacy: Any) -> dict[str, Any]:
+    return {
+        "data": {"dataset": "digits", "num_clients": 20},
+        "privacy": {"epsilon": 1.0, "delta": 1e-5, **privacy},
+        "experiment": {"repeats": 1, "seed": 0},
+    }
+
+
+def test_the_validator_applies_the_declared_rule(knob: Setting) -> None:
+    assert validate({"test_knob": 2}, {}) == []
+    assert validate({"test_knob": 0}, {}) == [("test_knob", "must be >= 1, got 0")]
+
+
+def test_a_scenario_file_takes_the_key_with_its_default_and_rule(knob: Setting) -> None:
+    assert scenario_from_dict(_scenario()).setting("test_knob") == 3  # the declared default
+    assert scenario_from_dict(_scenario(test_knob=7)).setting("test_knob") == 7
+    with pytest.raises(ConfigError, match=r"privacy\.test_knob: must be >= 1, got 0"):
+        scenario_from_dict(_scenario(test_knob=0))
+
+
+def _run_config(**overrides: Any) -> dict[str, Any]:
+    return {**APP_CONFIG, "mode": "simulation", **overrides}
+
+
+def test_the_run_config_reader_overrides_it_by_its_kebab_key(knob: Setting) -> None:
+    unset = RunSettings.from_run_config(_run_config())
+    assert unset.settings["test_knob"] == 3  # unset (absent or 0): the scenario's, its default
+    assert RunSettings.from_run_config(_run_config(**{"test-knob": 5})).settings["test_knob"] == 5
+    with pytest.raises(ConfigError, match=r"run-config\.test-knob: must be >= 1, got -2"):
+        RunSettings.from_run_config(_run_config(**{"test-knob": -2}))
+    with pytest.raises(ConfigError, match=r"run-config\.test-knob: must be an integer"):
+        RunSettings.from_run_config(_run_config(**{"test-knob": "x"}))
+
+
+def test_the_cli_has_its_flag_with_its_help_line(knob: Setting) -> None:
+    from fa_hetdp.cli.run import add_arguments, check_flags
+
+    parser = argparse.ArgumentParser(prog="fa-hetdp run")
+    add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert "--test-knob" in text
+    assert "a knob that only this test declares (an integer >= 1" in text
+    scenario = scenario_from_dict(_scenario())
+    args = parser.parse_args(["--test-knob", "0"])
+    with pytest.raises(ConfigError, match=r"--test-knob: must be >= 1, got 0"):
+        check_flags(args, scenario)
+
+
+def test_the_docs_table_lists_it_with_its_default(knob: Setting) -> None:
+    rows = [line for line in markdown_table().splitlines() if "`test_knob`" in line]
+    assert rows == ["| `test_knob` | an integer >= 1 | 3 | a knob that only this test declares |"]
+
+
+# --------------------------------------------------------------------------------------------
+# The files that cannot be derived at run time agree with the declarations
+# --------------------------------------------------------------------------------------------
+
+
+def test_scenarios_readme_holds_the_generated_table() -> None:
+    text = (ROOT / "scenarios" / "README.md").read_text()
+    start, end = "<!-- settings:privacy:start -->", "<!-- settings:privacy:end -->"
+    assert start in text and end in text, "scenarios/README.md lost its generated table markers"
+    shown = text.split(start, 1)[1].split(end, 1)[0].strip()
+    assert shown == markdown_table().strip(), (
+        "scenarios/README.md's [privacy] table is out of date: paste "
+        "`python -m fa_hetdp.config.settings` between the markers"
+    )
+
+
+def test_pyproject_lists_every_run_config_key_at_its_unset_value() -> None:
+    for setting in SETTINGS.values():
+        if setting.run_config is not None:
+            assert APP_CONFIG.get(setting.run_config) == setting.unset, setting.run_config
+
+
+def test_protocol_config_defaults_are_the_declared_ones() -> None:
+    config = ProtocolConfig(epsilon=1.0, delta=1e-5)
+    for setting in SETTINGS.values():
+        if setting.protocol and setting.required is None:
+            assert getattr(config, setting.name) == setting.default, setting.name
