@@ -37,9 +37,9 @@ import numpy as np
 
 from fa_hetdp.accuracy.inverses import min_clients
 from fa_hetdp.accuracy.planner import plan_accuracy
+from fa_hetdp.config.partition import clear_partition_cache, partition_scenario
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.scenario import scenario_from_dict
-from fa_hetdp.data.partition import clear_partition_cache, partition_scenario
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 
 EPSILON = 1.0

@@ -20,9 +20,9 @@ from support.replay import reference_statistics
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import InMemoryTransport
 
+from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario
-from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import UNSET, RunSettings
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.server.strategy import HeterogeneityStrategy

@@ -22,10 +22,10 @@ from test_flower_helpers import run_config, scenario_file
 from test_server_strategy import InMemoryTransport
 
 from fa_hetdp import private_statistics
+from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.data.catalog import load_dataset
-from fa_hetdp.data.partition import partition_scenario
 from fa_hetdp.flower.settings import UNSET, RunSettings
 from fa_hetdp.report.results import result_to_dict, sigmas_section
 from fa_hetdp.server.strategy import HeterogeneityStrategy

@@ -17,7 +17,7 @@ import pytest
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import run
 
-from fa_hetdp.data.partition import partition_scenario
+from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.dp.lattice import DEFAULT_WRAP_PROBABILITY
 from fa_hetdp.dp.mechanisms import get_mechanism

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from support.replay import reference_statistics
 
-from fa_hetdp.data.partition import partition_scenario
+from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.flower.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Tests of fa_hetdp.data.partition: label skew, Dirichlet and uniform samples, client vectors."""
+"""Tests of fa_hetdp.config.partition: label skew, Dirichlet and uniform samples, client vectors."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
-from fa_hetdp.config.schema import Scenario
-from fa_hetdp.data.catalog import load_dataset
-from fa_hetdp.data.dataset import Dataset
-from fa_hetdp.data.partition import (
+from fa_hetdp.config.partition import (
     clear_partition_cache,
     client_vector,
     partition_rng,
     partition_scenario,
     scenario_dataset,
 )
+from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+from fa_hetdp.config.schema import Scenario
+from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.data.dataset import Dataset
 from fa_hetdp.data.sampling import (
     clients_per_label,
     sample_dirichlet,
@@ -363,7 +363,7 @@ def test_client_vector_same_in_another_process() -> None:
     # Flower client processes each compute the partition; they must agree.
     code = (
         "from fa_hetdp.config.scenario import load_scenario\n"
-        "from fa_hetdp.data.partition import client_vector\n"
+        "from fa_hetdp.config.partition import client_vector\n"
         "print(client_vector(load_scenario('digits/digits-skew10'), 42, 100).tobytes().hex())\n"
     )
     out = subprocess.run(

@@ -19,7 +19,7 @@ from support.replay import reference_statistics
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
 from fa_hetdp.cli.cluster import FlowerCluster
-from fa_hetdp.data.partition import partition_scenario
+from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.flower.settings import RunSettings
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.report.results import result_to_dict

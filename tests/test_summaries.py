@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fa_hetdp.config.rules import CROSS_RULES
-from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
-from fa_hetdp.data.catalog import load_dataset
-from fa_hetdp.data.partition import (
+from fa_hetdp.config.partition import (
     client_records,
     client_summary,
     partition_scenario,
 )
+from fa_hetdp.config.rules import CROSS_RULES
+from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.data.sampling import sample_uniform
 from fa_hetdp.data.summaries import (
     ClientSummary,

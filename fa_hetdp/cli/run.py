@@ -211,8 +211,8 @@ def check_paths(args: argparse.Namespace) -> None:
 
 def prepare(args: argparse.Namespace) -> RunSetup:
     """Load the scenario, check the flags, build the run-config overrides and the truth."""
+    from fa_hetdp.config.partition import partition_scenario
     from fa_hetdp.config.scenario import default_scenario, load_scenario
-    from fa_hetdp.data.partition import partition_scenario
     from fa_hetdp.stats.exact import true_statistics
 
     name = str(args.scenario)

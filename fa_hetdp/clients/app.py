@@ -58,8 +58,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 import fa_hetdp
-from fa_hetdp.cli.check_data import load_checked
-from fa_hetdp.data.partition import client_records, client_summary
+from fa_hetdp.config.partition import client_records, client_summary
+from fa_hetdp.data.check import load_checked
 from fa_hetdp.data.summaries import summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.flower.limits import step_limits
@@ -121,7 +121,7 @@ def load_vector(path: str) -> np.ndarray:
 
     One row is the client's vector ``x_i``; several rows are averaged (docs/design.md: a
     client holding several records contributes their mean). The pre-flight check of
-    ``fa-hetdp check-data`` runs first (:func:`fa_hetdp.cli.check_data.load_checked`): NaN,
+    ``fa-hetdp check-data`` runs first (:func:`fa_hetdp.data.check.load_checked`): NaN,
     shape and values outside ``[0, 1]`` stop the node before the first round, and the error
     the coordinator sees names the kind of problem only (no value, no position).
     """

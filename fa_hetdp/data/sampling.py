@@ -16,7 +16,7 @@ over go one each to the labels with the largest fractional parts ``n r_j / sum(r
 ties broken by the lower label. The counts always sum to ``n`` and differ from the exact
 quotas by less than one.
 
-Every sampler takes a keyword-only ``rng``; :mod:`fa_hetdp.data.partition` samples a scenario's
+Every sampler takes a keyword-only ``rng``; :mod:`fa_hetdp.config.partition` samples a scenario's
 clients with them.
 """
 

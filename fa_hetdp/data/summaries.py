@@ -23,7 +23,7 @@ nothing else, and the summary is still one vector in [0, 1]^k. The sensitivities
 ``docs/design.md`` (section 4) hold with d replaced by k (``docs/privacy.md``).
 
 :func:`summarise` is the one implementation: the partition of a scenario applies it to every
-client (:mod:`fa_hetdp.data.partition`), and a Flower client applies it to its own records.
+client (:mod:`fa_hetdp.config.partition`), and a Flower client applies it to its own records.
 """
 
 from __future__ import annotations

@@ -352,7 +352,8 @@ def run_scenario(
     ----------
     scenario
         A validated :class:`fa_hetdp.config.scenario.Scenario`; its clients come from
-        :func:`fa_hetdp.data.partition.partition_scenario` (the same partition the Flower apps use).
+        :func:`fa_hetdp.config.partition.partition_scenario` (the partition the Flower apps
+        use).
     progress
         Show a progress bar (default: when stderr is a terminal).
     grid
@@ -367,7 +368,7 @@ def run_scenario(
     DatasetError
         The scenario's data files are missing or corrupt (raised before any cell runs).
     """
-    from fa_hetdp.data.partition import partition_scenario
+    from fa_hetdp.config.partition import partition_scenario
 
     spec = grid if grid is not None else grid_from_scenario(scenario)
     partition = partition_scenario(scenario)

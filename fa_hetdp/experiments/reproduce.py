@@ -192,7 +192,7 @@ def run_reproduction(
     ScenarioError, DatasetError
         Missing scenarios or data files, raised before any measurement.
     """
-    from fa_hetdp.data.partition import partition_scenario
+    from fa_hetdp.config.partition import partition_scenario
     from fa_hetdp.experiments.engine import run_scenario
     from fa_hetdp.experiments.grid import GridSpec
 

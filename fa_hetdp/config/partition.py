@@ -6,6 +6,9 @@
 the same partition. Each client's vector is the scenario's summary of its records
 (:mod:`fa_hetdp.data.summaries`, :func:`client_summary`); a Flower client takes its own
 records (:func:`client_records`) and computes that summary itself.
+
+It lives in ``config``, not ``data``, because it reads a :class:`Scenario`: ``config`` builds on
+``data`` and ``data`` imports nothing of ``config`` (the layers of docs/design.md).
 """
 
 from __future__ import annotations
