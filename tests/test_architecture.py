@@ -11,7 +11,12 @@ collide with other projects'). The rules are stated per component:
   the launcher (``fa_hetdp/cli/``) import ``flwr``;
 - nothing imports the bare names ``server``, ``clients`` or ``secagg`` (only the install names);
 - no tracked file refers to the design notes that live outside the repository (the
-  repository's own is ``docs/design.md``).
+  repository's own is ``docs/design.md``);
+- the layers (:data:`LAYERS`, drawn in ``docs/design.md``): every module of ``fa_hetdp``
+  belongs to exactly one declared layer, and imports only from its own package or from a
+  layer below; packages that share a layer do not import each other. ``TYPE_CHECKING``
+  imports count like any other: an annotation that names an upper layer is a dependency on it
+  (the docs and ``mypy`` resolve it), so it is refused too.
 
 Imports inside functions, relative imports and ``importlib.import_module("...")`` calls with
 a literal name count. Each rule is also run on a planted tree, so it is known to fail.
@@ -20,6 +25,7 @@ a literal name count. Each rule is also run on a planted tree, so it is known to
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -48,6 +54,40 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 }
 #: Inside fa_hetdp, the only modules (files, or folders ending in "/") that may import flwr.
 FLWR_ALLOWED_IN_FA_HETDP = ("fa_hetdp/flower/wire.py", "fa_hetdp/cli/")
+
+#: The layers, bottom first: each a tuple of the packages (or top-level modules) on it. A module
+#: may import its own package and anything on a lower layer, nothing on its layer's other
+#: packages and nothing above. ``fa_hetdp`` itself (``__init__``: the public names) sits on the
+#: layer of the facade, above what it re-exports. The same order is drawn in docs/design.md.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("fa_hetdp._types", "fa_hetdp.errors"),  # foundation: array types, exceptions
+    ("fa_hetdp.dp", "fa_hetdp.secagg"),  # the leaves: noise and secure aggregation
+    ("fa_hetdp.data",),  # datasets, readers, client summaries, data checks
+    ("fa_hetdp.config",),  # settings, scenarios, the one validator
+    ("fa_hetdp.stats",),  # statistics: exact formulas, the registry
+    ("fa_hetdp.protocol",),  # the protocol by role: plan, client, server, simulation
+    ("fa_hetdp.accuracy",),  # planner, assumptions, expected errors, intervals, inverses
+    ("fa_hetdp",),  # the facade: the public names of fa_hetdp/__init__.py
+    ("fa_hetdp.report",),  # tables, figures, result files
+    ("fa_hetdp.experiments",),  # the experiment engine, reproduction, benchmarks of noise
+    ("fa_hetdp.flower",),  # what both Flower apps share: settings, steps, the codec
+    ("fa_hetdp.clients", "fa_hetdp.server"),  # the two Flower apps
+    ("fa_hetdp.cli",),  # the fa-hetdp command: argparse and the process supervisor
+)
+#: Upward imports allowed for now, each with its reason; the test fails when one is gone, so
+#: the list only shrinks. (importer module, imported module prefix)
+LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("fa_hetdp.protocol.server", "fa_hetdp.accuracy.intervals"): (
+        "PrivateStatistics.confidence_intervals(), the README's one-call intervals of a result,"
+        " imports the intervals inside the method (and their type for its annotation); the"
+        " intervals read the result and its plan, so they stay in accuracy"
+    ),
+    ("fa_hetdp.config.statistics", "fa_hetdp.stats.registry"): (
+        "the `statistics` setting's allowed values are the registry's keys; the registry has no"
+        " import of the project and moves below config when the table of statistics is one record"
+        " per statistic (issue 18 item 3)"
+    ),
+}
 
 
 # ---------------------------------------------------------------------------- scanners
@@ -169,6 +209,65 @@ def tracked_files(root: Path) -> list[str]:
     return [name for name in listing.decode().split("\0") if name]
 
 
+def layer_units(layers: tuple[tuple[str, ...], ...] = LAYERS) -> dict[str, int]:
+    """Each declared package or module of :data:`LAYERS` -> the index of its layer."""
+    return {unit: index for index, layer in enumerate(layers) for unit in layer}
+
+
+def unit_of(name: str, units: Iterable[str]) -> str | None:
+    """The longest declared unit that ``name`` is or lies under, or None (outside fa_hetdp)."""
+    best: str | None = None
+    for unit in units:
+        if (name == unit or name.startswith(unit + ".")) and (
+            best is None or len(unit) > len(best)
+        ):
+            best = unit
+    return best
+
+
+def modules_without_layer(root: Path, layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """The files of fa_hetdp whose module no layer declares (only ``fa_hetdp`` itself claims
+    ``fa_hetdp/__init__.py``: a new sub-package or top-level module needs its own entry)."""
+    units = layer_units(layers)
+    out = []
+    for path in python_files(root):
+        module = module_name(root, path)
+        unit = unit_of(module, units)
+        if unit is None or (unit == "fa_hetdp" and module != "fa_hetdp"):
+            out.append(path.relative_to(root).as_posix())
+    return out
+
+
+def layer_violations(
+    root: Path,
+    layers: tuple[tuple[str, ...], ...] = LAYERS,
+    exceptions: Iterable[tuple[str, str]] = (),
+) -> list[str]:
+    """Every import that goes up :data:`LAYERS` or across a layer, as ``"file: module (why)"``."""
+    units = layer_units(layers)
+    allowed = set(exceptions)
+    out: list[str] = []
+    for path in python_files(root):
+        module = module_name(root, path)
+        source = unit_of(module, units)
+        if source is None:
+            continue  # reported by modules_without_layer
+        for name in sorted(imports_of(path, module)):
+            target = unit_of(name, units)
+            if target is None or target == source or (target == "fa_hetdp" and name != target):
+                # outside the project, its own package, or an attribute of the facade
+                # (``from fa_hetdp import __version__`` also yields ``fa_hetdp``, checked)
+                continue
+            if any(module == m and (name == p or name.startswith(p + ".")) for m, p in allowed):
+                continue
+            rel = path.relative_to(root).as_posix()
+            if units[target] > units[source]:
+                out.append(f"{rel}: imports {name} (layer {units[target]} above {units[source]})")
+            elif units[target] == units[source] and target != source:
+                out.append(f"{rel}: imports {name} (same layer, another package)")
+    return out
+
+
 # ---------------------------------------------------------------------------- the rules
 def test_apps_and_secagg_keep_their_import_boundaries() -> None:
     assert import_violations(ROOT) == []
@@ -189,6 +288,38 @@ def test_the_scanned_tree_is_the_project() -> None:
     assert any(f.startswith("fa_hetdp/secagg/") for f in files)
     wire = imports_of(ROOT / "fa_hetdp/flower/wire.py", "fa_hetdp.flower.wire")
     assert "flwr.app" in wire
+
+
+def test_no_import_goes_up_the_layers() -> None:
+    assert layer_violations(ROOT, exceptions=LAYER_EXCEPTIONS) == []
+
+
+def test_every_module_belongs_to_a_declared_layer() -> None:
+    assert modules_without_layer(ROOT) == []
+    units = layer_units()
+    assert len(units) == sum(len(layer) for layer in LAYERS)  # no unit on two layers
+
+
+def test_each_allowed_exception_still_exists() -> None:
+    # An exception that is no longer needed is removed, so the list only shrinks.
+    units = layer_units()
+    for module, prefix in LAYER_EXCEPTIONS:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        assert any(n == prefix or n.startswith(prefix + ".") for n in imports_of(path, module)), (
+            f"{module} no longer imports {prefix}: drop it from LAYER_EXCEPTIONS"
+        )
+        assert units[unit_of(prefix, units) or ""] > units[unit_of(module, units) or ""]
+
+
+def test_design_doc_draws_the_layers_in_the_enforced_order() -> None:
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    start = text.index("<!-- layers -->")
+    drawn = text[start : text.index("<!-- /layers -->", start)]
+    positions = [
+        [drawn.index(f"`{unit.removeprefix('fa_hetdp.')}`") for unit in layer] for layer in LAYERS
+    ]
+    for lower, upper in itertools.pairwise(positions):
+        assert max(lower) < min(upper)
 
 
 # ---------------------------------------------------------------------------- self-checks
@@ -322,3 +453,87 @@ def test_the_layout_names_link_to_the_packages() -> None:
         link = ROOT / name
         assert link.is_symlink(), f"{name} should link to fa_hetdp/{name}"
         assert link.resolve() == (ROOT / "fa_hetdp" / name).resolve()
+
+
+# ---------------------------------------------------------------------------- layer self-checks
+PLANTED_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("fa_hetdp.errors",),
+    ("fa_hetdp.dp", "fa_hetdp.secagg"),
+    ("fa_hetdp.stats",),
+    ("fa_hetdp.protocol",),
+    ("fa_hetdp",),
+    ("fa_hetdp.cli",),
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("fa_hetdp/stats/exact.py", "from fa_hetdp.protocol.plan import ProtocolPlan\n"),
+        ("fa_hetdp/stats/exact.py", "def f():\n    from ..protocol import plan\n"),
+        (
+            "fa_hetdp/stats/exact.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import fa_hetdp.cli.main\n",
+        ),
+        ("fa_hetdp/dp/rng.py", "from fa_hetdp.secagg import crypto\n"),
+        ("fa_hetdp/protocol/plan.py", "from fa_hetdp import plan_accuracy\n"),
+        ("fa_hetdp/errors.py", "import importlib\nimportlib.import_module('fa_hetdp.dp.rng')\n"),
+    ],
+    ids=["top-level", "relative-in-function", "type-checking", "same-layer", "facade", "dynamic"],
+)
+def test_layer_rule_catches_a_planted_upward_import(tmp_path: Path, name: str, text: str) -> None:
+    root = _plant(tmp_path, {name: text})
+    violations = layer_violations(root, PLANTED_LAYERS)
+    assert violations
+    assert all(v.startswith(f"{name}: imports ") for v in violations)
+
+
+def test_layer_rule_allows_downward_and_own_package_imports(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "fa_hetdp/__init__.py": "from fa_hetdp.protocol.plan import plan\n",
+            "fa_hetdp/protocol/plan.py": (
+                "from fa_hetdp.stats.exact import f\nfrom . import client\nimport numpy\n"
+                "from fa_hetdp.errors import E\n"
+            ),
+            "fa_hetdp/stats/exact.py": (
+                "from fa_hetdp.dp import rng\nfrom fa_hetdp.secagg import x\n"
+            ),
+            "fa_hetdp/cli/main.py": "from fa_hetdp import __version__\nimport fa_hetdp\n",
+        },
+    )
+    assert layer_violations(root, PLANTED_LAYERS) == []
+    assert (
+        layer_violations(root, PLANTED_LAYERS, exceptions=[("fa_hetdp.stats.exact", "fa_hetdp.dp")])
+        == []
+    )
+
+
+def test_layer_rule_allows_only_the_listed_exception(tmp_path: Path) -> None:
+    root = _plant(tmp_path, {"fa_hetdp/stats/exact.py": "import fa_hetdp.protocol.plan\n"})
+    assert (
+        layer_violations(
+            root, PLANTED_LAYERS, exceptions=[("fa_hetdp.stats.exact", "fa_hetdp.protocol")]
+        )
+        == []
+    )
+    assert layer_violations(
+        root, PLANTED_LAYERS, exceptions=[("fa_hetdp.stats.other", "fa_hetdp.protocol")]
+    )
+
+
+def test_a_package_without_a_layer_is_reported(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "fa_hetdp/__init__.py": "",
+            "fa_hetdp/stats/exact.py": "",
+            "fa_hetdp/newpkg/__init__.py": "",
+            "fa_hetdp/loose.py": "",
+        },
+    )
+    assert modules_without_layer(root, PLANTED_LAYERS) == [
+        "fa_hetdp/loose.py",
+        "fa_hetdp/newpkg/__init__.py",
+    ]
