@@ -126,3 +126,44 @@ def test_protocol_config_defaults_are_the_declared_ones() -> None:
     for setting in SETTINGS.values():
         if setting.protocol and setting.required is None:
             assert getattr(config, setting.name) == setting.default, setting.name
+
+
+# --------------------------------------------------------------------------------------------
+# Presets: a set of settings asked for by name (issue 18 item 1, "one set of defaults")
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_recommended_preset_is_what_private_statistics_runs() -> None:
+    from fa_hetdp.protocol.recommended import recommended_config
+
+    for settings in ({}, {"mechanism": "ddg"}, {"broadcast_bounds": False}):
+        preset = ProtocolConfig.preset("recommended", epsilon=1.0, delta=1e-5, **settings)
+        assert preset == recommended_config(epsilon=1.0, delta=1e-5, **settings)
+
+
+def test_the_paper_preset_names_the_papers_settings() -> None:
+    paper = ProtocolConfig.preset("paper", epsilon=1.0, delta=1e-5)
+    assert (paper.composition, paper.broadcast_bounds, paper.adaptive_floor) == ("basic", False, False)
+    assert ProtocolConfig.preset("paper", epsilon=1.0, delta=1e-5, composition="gdp").composition == "gdp"
+    with pytest.raises(ValueError, match="unknown preset 'fast'; allowed: recommended, paper"):
+        ProtocolConfig.preset("fast", epsilon=1.0, delta=1e-5)
+
+
+def test_a_scenario_asks_for_a_preset_by_name() -> None:
+    paper = scenario_from_dict(_scenario(preset="paper")).privacy
+    assert (paper.composition, paper.broadcast_bounds) == ("basic", False)
+    stated = scenario_from_dict(_scenario(preset="paper", composition="gdp")).privacy
+    assert stated.composition == "gdp"  # a key stated in the file wins over the preset
+    with pytest.raises(ConfigError, match=r"privacy\.preset: unknown value 'fast'"):
+        scenario_from_dict(_scenario(preset="fast"))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios" / "paper").glob("*.toml")))
+def test_paper_scenarios_ask_for_the_paper_preset_and_keep_their_settings(path: Path) -> None:
+    raw = tomllib.loads(path.read_text())
+    assert raw["privacy"].get("preset") == "paper"
+    with_preset = scenario_from_dict(raw).privacy
+    without = {**raw, "privacy": {k: v for k, v in raw["privacy"].items() if k != "preset"}}
+    assert with_preset == scenario_from_dict(without).privacy.__class__(
+        **{**scenario_from_dict(without).privacy.__dict__, "preset": "paper"}
+    )

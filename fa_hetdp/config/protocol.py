@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
 from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import check
+from fa_hetdp.config.settings import preset_values
 
 __all__ = ["ProtocolConfig"]
 
@@ -145,6 +147,24 @@ class ProtocolConfig:
             object.__setattr__(self, "split", {k: float(v) for k, v in dict(self.split).items()})
         if self.statistics is not None:
             object.__setattr__(self, "statistics", tuple(self.statistics))
+
+    @classmethod
+    def preset(cls, name: str, *, epsilon: float, delta: float, **settings: Any) -> ProtocolConfig:
+        """Return the settings of preset ``name`` with ``settings`` on top.
+
+        ``"recommended"`` is what :func:`fa_hetdp.private_statistics` runs; ``"paper"`` is
+        the paper's protocol (:data:`fa_hetdp.config.settings.PRESETS`). A setting of None
+        counts as not given; a preset lever the given settings rule out keeps its default
+        (:func:`~fa_hetdp.config.settings.preset_values`).
+
+        Examples
+        --------
+        >>> ProtocolConfig.preset("paper", epsilon=1.0, delta=1e-5).composition
+        'basic'
+        >>> ProtocolConfig.preset("recommended", epsilon=1.0, delta=1e-5).adaptive_floor
+        True
+        """
+        return cls(epsilon=epsilon, delta=delta, **preset_values(name, settings))
 
     def weight(self, name: str) -> float:
         """Relative budget weight of release ``name`` (1 unless given in ``split``)."""

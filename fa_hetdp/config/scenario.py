@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
-from fa_hetdp.config.constraints import Real
+from fa_hetdp.config.constraints import Options, Real
 from fa_hetdp.config.rules import ConfigError, type_name, validate
 from fa_hetdp.config.schema import (
     AssumptionsSpec,
@@ -39,7 +39,7 @@ from fa_hetdp.config.schema import (
     SecAggSpec,
 )
 from fa_hetdp.config.sections import DATA_KEYS, MISSING, Checker, check_data
-from fa_hetdp.config.settings import SETTINGS, Setting, settings_in
+from fa_hetdp.config.settings import PRESETS, SETTINGS, Setting, preset_values, settings_in
 from fa_hetdp.errors import ScenarioError
 
 __all__ = [
@@ -56,7 +56,7 @@ def _sections() -> dict[str, frozenset[str]]:
     return {
         "scenario": frozenset({"name", "description"}),
         "data": DATA_KEYS,
-        "privacy": frozenset({"split", *(s.name for s in settings_in("privacy"))}),
+        "privacy": frozenset({"split", "preset", *(s.name for s in settings_in("privacy"))}),
         "protocol": frozenset(s.name for s in settings_in("protocol")),
         "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
         "experiment": frozenset({"repeats", "seed"}),
@@ -167,14 +167,26 @@ _SECAGG_SETTINGS: Final = tuple(
 )
 
 
-def _declared() -> dict[str, tuple[str, Any]]:
-    """Return every setting's ``(dotted key, default)``; MISSING: required."""
+def _declared(preset: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Return every setting's ``(dotted key, default)``; MISSING: required.
+
+    ``preset``: the values of the ``[privacy] preset`` asked for, which replace the defaults.
+    """
     declared: dict[str, tuple[str, Any]] = {}
     for s in SETTINGS.values():
-        declared[s.name] = (s.scenario_key, MISSING if s.required is not None else s.default)
+        default = MISSING if s.required is not None else preset.get(s.name, s.default)
+        declared[s.name] = (s.scenario_key, default)
         if s.name == "min_honest_clients":  # the order problems are reported in
             declared["split"] = _OTHER_SETTINGS["split"]
     return {**declared, **_OTHER_SETTINGS}
+
+
+def _preset(c: Checker, privacy: Mapping[str, Any]) -> str | None:
+    """Return the ``[privacy] preset`` asked for (None: none, or a bad one, reported in ``c``)."""
+    if "preset" not in privacy:
+        return None
+    value = c.value_of(Options(tuple(PRESETS)), privacy["preset"], "privacy.preset")
+    return None if value is MISSING else str(value)
 
 
 def _spec_value(setting: Setting, value: Any) -> Any:
@@ -194,7 +206,9 @@ def _settings(
     """Check [privacy], [protocol], [secagg] and [experiment] with the declared rules."""
     values: dict[str, Any] = {}
     keys: dict[str, str] = {"num_clients": "data.num_clients"}
-    declared = _declared()
+    preset = _preset(c, tables["privacy"])
+    stated = {k: v for k, v in tables["privacy"].items() if not isinstance(v, list | dict)}
+    declared = _declared({} if preset is None else preset_values(preset, stated))
     for name, (key, default) in declared.items():
         section, entry = key.split(".")
         keys[name] = key
@@ -239,6 +253,7 @@ def _settings(
             **given,
             split=None if split is None else tuple((k, float(split[k])) for k in sorted(split)),
             extra=tuple(extra),
+            preset=preset,
         )
     protocol: Any = MISSING
     if all(ok(s.name) for s in settings_in("protocol")):

@@ -174,6 +174,10 @@ class PrivacySpec:
     extra : tuple of (str, value) pairs
         The declared settings (:data:`fa_hetdp.config.settings.SETTINGS`) this class has no
         field of, by name (:meth:`Scenario.setting` reads every setting).
+    preset : str or None
+        The preset the file asked for (``"paper"``, ``"recommended"``;
+        :data:`fa_hetdp.config.settings.PRESETS`): its values replaced the defaults of the
+        keys the file leaves out.
     """
 
     epsilons: tuple[float, ...]
@@ -192,6 +196,7 @@ class PrivacySpec:
     noise_shape: NoiseShape = "uniform"
     dispersion_center: DispersionCenter = "broadcast"
     extra: tuple[tuple[str, Any], ...] = ()
+    preset: str | None = None
 
     def split_mapping(self) -> dict[str, float] | None:
         """Return the split as a dict (for ``ProtocolConfig(split=...)``), or None."""
@@ -480,6 +485,7 @@ class Scenario:
         per_label = self.clients_per_label()
         p = self.privacy
         privacy: dict[str, Any] = {
+            **({"preset": p.preset} if p.preset is not None else {}),
             "epsilon": list(p.epsilons),
             "delta": p.delta,
             "mechanism": list(p.mechanisms),

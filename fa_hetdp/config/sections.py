@@ -76,6 +76,14 @@ class Checker:
             return MISSING
         return value
 
+    def value_of(self, constraint: Any, value: Any, key: str) -> Any:
+        """Check ``value`` against ``constraint`` (not a declared setting); MISSING if it fails."""
+        message = constraint.check(value)
+        if message is not None:
+            self.fail(key, message)
+            return MISSING
+        return value
+
     def get(
         self, table: Mapping[str, Any], name: str, field: str, key: str, default: Any = MISSING
     ) -> Any:

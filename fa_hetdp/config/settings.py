@@ -27,18 +27,27 @@ not in the table yet: ``[secagg]``, ``[data]``, ``[experiment]`` and the run-onl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES
-from fa_hetdp.config.center import DISPERSION_CENTERS
+from fa_hetdp.config.center import DISPERSION_CENTERS, dispersion_center_supported
 from fa_hetdp.config.constraints import Boolean, Field, Integer, Options, Real
-from fa_hetdp.config.noise import NOISE_SHAPES
+from fa_hetdp.config.noise import NOISE_SHAPES, noise_shape_supported
 from fa_hetdp.config.statistics import STATISTICS_SUBSET
 from fa_hetdp.dp.mechanisms import mechanism_names
 
-__all__ = ["NOT_RECOMMENDED", "SETTINGS", "Setting", "markdown_table", "settings_in"]
+__all__ = [
+    "NOT_RECOMMENDED",
+    "PRESETS",
+    "SETTINGS",
+    "Setting",
+    "markdown_table",
+    "preset_values",
+    "settings_in",
+]
 
 
 class _NotRecommended:
@@ -288,6 +297,67 @@ SETTINGS: Final[dict[str, Setting]] = {
     )
 }
 """The declared settings, by canonical name, in the order the docs list them."""
+
+
+PRESETS: Final[Mapping[str, Mapping[str, Any]]] = MappingProxyType(
+    {
+        # what fa_hetdp.private_statistics and the planner use (each setting's ``recommended``)
+        "recommended": MappingProxyType(
+            {
+                s.name: s.recommended
+                for s in SETTINGS.values()
+                if s.recommended is not NOT_RECOMMENDED
+            }
+        ),
+        # the paper's protocol (REPRODUCTION.md): basic composition, stage-2 bounds sqrt(d)
+        # and W sqrt(d), the fixed floor W = 1/v_min, uniform noise, the broadcast centre
+        "paper": MappingProxyType(
+            {
+                "composition": "basic",
+                "profile": "bounded",
+                "variance_floor": 0.01,
+                "extra_i2_noise": True,
+                "broadcast_bounds": False,
+                "adaptive_floor": False,
+                "noise_shape": "uniform",
+                "dispersion_center": "broadcast",
+            }
+        ),
+    }
+)
+"""Sets of settings asked for by name (``ProtocolConfig.preset``, ``[privacy] preset``)."""
+
+_LEVER_RULES: Final[Mapping[str, Callable[[Mapping[str, Any]], str | None]]] = {
+    "noise_shape": noise_shape_supported,
+    "dispersion_center": dispersion_center_supported,
+}
+"""The cross rule of each preset value that other settings can rule out."""
+
+
+def preset_values(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Return preset ``name``'s values with ``given`` on top (a None counts as not given).
+
+    A preset value that the given settings rule out (its cross rule refuses it, e.g.
+    ``noise_shape = "per_coordinate"`` with ``mechanism = "ddg"``) is left out, so the
+    setting's default applies; a value the caller gives is kept and checked as given.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one of :data:`PRESETS`.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}")
+    stated = {k: v for k, v in given.items() if v is not None}
+    preset = PRESETS[name]
+    defaults = {"mechanism": "agm", "broadcast_bounds": True}
+    seen = {**defaults, **preset, **stated}
+    kept = {
+        k: v
+        for k, v in preset.items()
+        if k in stated or k not in _LEVER_RULES or _LEVER_RULES[k](seen) is None
+    }
+    return {**kept, **stated}
 
 
 def settings_in(section: str) -> Iterator[Setting]:

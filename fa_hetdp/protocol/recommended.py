@@ -16,20 +16,17 @@ coordinate and the dispersion summand centred at the broadcast ``clip(mu', 0, 1)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any, Final
 
-from fa_hetdp.config.center import dispersion_center_supported
-from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.protocol import ProtocolConfig
+from fa_hetdp.config.settings import PRESETS
 
 __all__ = ["RECOMMENDED_SETTINGS", "recommended_config"]
 
-RECOMMENDED_SETTINGS: Final[Mapping[str, Any]] = MappingProxyType(
-    {"adaptive_floor": True, "noise_shape": "per_coordinate", "dispersion_center": "optimal"}
-)
-"""The fields where the recommended settings differ from ProtocolConfig's defaults.
+RECOMMENDED_SETTINGS: Final[Mapping[str, Any]] = PRESETS["recommended"]
+"""The fields where the recommended settings differ from ProtocolConfig's defaults (the
+``recommended`` of each declared setting, :data:`fa_hetdp.config.settings.PRESETS`).
 
 ``adaptive_floor``: on all 1797 digits clients it cuts the error of ``mu_bar'`` and ``Q''``
 several-fold (``benchmarks/README.md``, "Goal figures").
@@ -51,13 +48,6 @@ The split stays ProtocolConfig's closed form: the split that minimises the plann
 model (``benchmarks/planned_split.py``) was measured on the goal figures and did not
 improve the worst one (per-coordinate ``D''``: 31.2 % -> 31.3 %), so it is not part of these
 settings."""
-
-
-_RULES: Final[Mapping[str, Callable[[Mapping[str, Any]], str | None]]] = {
-    "noise_shape": noise_shape_supported,
-    "dispersion_center": dispersion_center_supported,
-}
-"""The cross rule of each recommended lever that other settings can rule out."""
 
 
 def recommended_config(*, epsilon: float, delta: float, **settings: Any) -> ProtocolConfig:
@@ -91,13 +81,4 @@ def recommended_config(*, epsilon: float, delta: float, **settings: Any) -> Prot
     >>> recommended_config(epsilon=1.0, delta=1e-5, broadcast_bounds=False).dispersion_center
     'broadcast'
     """
-    given = {k: v for k, v in settings.items() if v is not None}
-    # a recommended lever the given settings rule out (its own cross rule refuses it) is left
-    # at ProtocolConfig's default; a lever the caller names is kept and checked as given
-    seen = {"mechanism": "agm", "broadcast_bounds": True, **RECOMMENDED_SETTINGS, **given}
-    recommended = {
-        k: v
-        for k, v in RECOMMENDED_SETTINGS.items()
-        if k in given or k not in _RULES or _RULES[k](seen) is None
-    }
-    return ProtocolConfig(epsilon=epsilon, delta=delta, **{**recommended, **given})
+    return ProtocolConfig.preset("recommended", epsilon=epsilon, delta=delta, **settings)
