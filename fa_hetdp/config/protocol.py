@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
@@ -13,26 +13,6 @@ from fa_hetdp.config.rules import check
 from fa_hetdp.config.settings import preset_values
 
 __all__ = ["ProtocolConfig"]
-
-_FIELDS = (
-    "epsilon",
-    "delta",
-    "mechanism",
-    "placement",
-    "composition",
-    "profile",
-    "variance_floor",
-    "extra_i2_noise",
-    "min_honest_clients",
-    "corrupt_fraction",
-    "split",
-    "statistics",
-    "broadcast_bounds",
-    "adaptive_floor",
-    "floor_quantile",
-    "noise_shape",
-    "dispersion_center",
-)
 
 
 @dataclass(frozen=True)
@@ -139,7 +119,7 @@ class ProtocolConfig:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together
         # under the field names (``epsilon``, ``split.q``, ...).
         # (``corrupt_fraction`` None is "not stated": only a stated gamma is checked.)
-        values = {f: getattr(self, f) for f in _FIELDS}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
         if values["corrupt_fraction"] is None:
             del values["corrupt_fraction"]
         check("ProtocolConfig", values, {})
