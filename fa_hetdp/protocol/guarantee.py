@@ -24,7 +24,7 @@ guarantees") explains each part.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -147,6 +147,7 @@ def guarantee_of(
     spent: PrivacySpent | None = None,
     *,
     secagg: SecAggParameters | None = None,
+    caveats: Sequence[str] = (),
 ) -> Guarantee:
     """Return the guarantee of a run under ``plan`` that spent ``spent``.
 
@@ -158,6 +159,8 @@ def guarantee_of(
         What was spent (the noise that arrived); default: the plan with all noise arrived.
     secagg : SecAggParameters, optional
         The secure aggregation of a Flower run: its guarantee sentence joins the adversary.
+    caveats : sequence of str, optional
+        Caveats the caller knows of (a seeded simulation's), stated before the computed ones.
 
     Returns
     -------
@@ -171,15 +174,15 @@ def guarantee_of(
     epsilon = spent.epsilon
     if not reasons and (epsilon is None or not math.isfinite(epsilon)):
         reasons = ("a counted release received no noise (epsilon is infinite)",)
-    caveats: list[str] = []
+    notes: list[str] = list(caveats)
     if spent.degraded and not reasons:
-        caveats.append(
+        notes.append(
             f"degraded: noise shares missing; epsilon {epsilon:.4g} is more than the target "
             f"{plan.config.epsilon:g}"
         )
     weak = weak_privacy_label(plan.config.epsilon)
     if weak is not None and not reasons:
-        caveats.append(weak)
+        notes.append(weak)
     dp = not reasons
     return Guarantee(
         dp=dp,
@@ -190,5 +193,5 @@ def guarantee_of(
         honest_shares=None if plan.config.placement == "central" else plan.t,
         n=plan.n,
         not_dp_because=reasons,
-        caveats=tuple(caveats),
+        caveats=tuple(notes),
     )

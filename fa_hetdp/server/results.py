@@ -57,6 +57,7 @@ __all__ = [
     "read_result",
     "result_path",
     "secagg_section",
+    "simulation_caveats",
     "stage1_spent",
     "words_section",
     "write_result",
@@ -140,6 +141,30 @@ def stage1_spent(
     return {"mu": _number(mu), "guarantees": _pairs(plan, eps, delta_at)}
 
 
+def simulation_caveats(settings: RunSettings) -> tuple[str, ...]:
+    """Return what a seeded simulation does not protect, for the result's guarantee.
+
+    A ``mode = "simulation"`` run with a seed draws every noise share from that seed, so
+    anyone who knows it can remove the noise; a malicious-server simulation whose nodes hold no
+    roster also derives their identity keys from the seed
+    (:func:`fa_hetdp.flower.settings.simulation_identities`). The (epsilon, delta) is what the
+    protocol gives when the noise is secret, as in a deployment (CSPRNG noise, a roster).
+    """
+    if settings.mode != "simulation" or settings.seed is None:
+        return ()
+    caveats = [
+        f"seeded simulation (seed {settings.seed}): every noise share follows from the seed, "
+        "so the (epsilon, delta) describes the protocol, not a protection of these data; a "
+        "deployment draws its noise from a CSPRNG"
+    ]
+    if settings.threat_model == "malicious-server":
+        caveats.append(
+            "malicious-server simulation: nodes without a roster use identity keys derived "
+            "from the seed, so the key-substitution defence is exercised, not in force"
+        )
+    return tuple(caveats)
+
+
 def privacy_section(
     plan: ProtocolPlan,
     spent: PrivacySpent | None,
@@ -148,6 +173,7 @@ def privacy_section(
     stage1_fraction: float | None = None,
     floor_fraction: float | None = None,
     secagg: SecAggParameters | None = None,
+    caveats: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Return the document's ``privacy`` part.
 
@@ -170,10 +196,12 @@ def privacy_section(
         The stage-0 histogram's noise fraction, when it was released (``adaptive_floor``).
     secagg : SecAggParameters, optional
         The run's secure aggregation (:meth:`RunSettings.secagg_parameters`).
+    caveats : sequence of str, optional
+        What the run's settings weaken (:func:`simulation_caveats`), stated in the guarantee.
     """
     reasons = not_private_reasons(plan)
     section: dict[str, Any] = {"differentially_private": not reasons, "released": list(released)}
-    guarantee = guarantee_of(plan, spent, secagg=secagg).as_dict()
+    guarantee = guarantee_of(plan, spent, secagg=secagg, caveats=caveats).as_dict()
     if spent is None and guarantee["dp"]:  # not finished: "guarantees" below has the pair
         guarantee["epsilon"] = guarantee["delta"] = None
     section["guarantee"] = guarantee

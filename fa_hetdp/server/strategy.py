@@ -89,6 +89,7 @@ from fa_hetdp.server.results import (
     privacy_section,
     result_path,
     secagg_section,
+    simulation_caveats,
     write_result,
 )
 from fa_hetdp.stats.registry import STATISTICS
@@ -255,6 +256,7 @@ class HeterogeneityStrategy:
                 stage1_fraction=self._stage1_fraction,
                 floor_fraction=self._floor_fraction,
                 secagg=self.settings.secagg_parameters(),
+                caveats=simulation_caveats(self.settings),
             )
             document["differentially_private"] = privacy["differentially_private"]
             document["privacy"] = privacy
@@ -630,7 +632,13 @@ class HeterogeneityStrategy:
         sum2: SumResult,
     ) -> dict[str, Any]:
         secagg = self.settings.secagg_parameters()
-        privacy = privacy_section(plan, result.spent, released=self._released, secagg=secagg)
+        privacy = privacy_section(
+            plan,
+            result.spent,
+            released=self._released,
+            secagg=secagg,
+            caveats=simulation_caveats(self.settings),
+        )
         statistics: dict[str, list[float] | None] = {}
         for spec in STATISTICS:  # the table of statistics: key -> per-coordinate values
             values = getattr(result, spec.key)
