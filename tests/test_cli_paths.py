@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import fa_hetdp.experiments.bench_noise as bench_noise
-import fa_hetdp.experiments.reproduce as reproduce
+import fa_hetdp.cli.bench_noise as bench_noise
+import fa_hetdp.cli.reproduce as reproduce
 from fa_hetdp.cli.main import main
 from fa_hetdp.cli.paths import check_command_paths
 from fa_hetdp.config.rules import ConfigError

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fa_hetdp.data import download
+from fa_hetdp.cli import data as download
 from fa_hetdp.data.catalog import LABEL_COUNTS, default_data_root, load_dataset
 from fa_hetdp.data.dataset import Dataset
 from fa_hetdp.data.readers import read_cifar10, read_cifar100, read_fashion_mnist, read_idx

@@ -10,11 +10,11 @@ Each subcommand lives in its own module, which provides ``add_arguments(parser)`
 - ``fa-hetdp plan [-n N -d D ...]``      expected error of every statistic (no data)
   (:mod:`fa_hetdp.cli.plan`)
 - ``fa-hetdp reproduce``                 the paper's tables and figures
-  (:mod:`fa_hetdp.experiments.reproduce`)
+  (:mod:`fa_hetdp.cli.reproduce`)
 - ``fa-hetdp bench-noise SCENARIO``      distributed vs central noise, AGM vs CGM
-  (:mod:`fa_hetdp.experiments.bench_noise`)
+  (:mod:`fa_hetdp.cli.bench_noise`)
 - ``fa-hetdp data download NAME``        fetch a dataset with torchvision
-  (:mod:`fa_hetdp.data.download`)
+  (:mod:`fa_hetdp.cli.data`)
 - ``fa-hetdp check-data PATH``           a data owner's pre-flight check of its file
   (:mod:`fa_hetdp.cli.check_data`)
 - ``fa-hetdp fleet-gateway --listen H:P``  the SuperLink's Fleet API only, on a public address
@@ -39,11 +39,11 @@ _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("plan", "fa_hetdp.cli.plan", "expected error of every statistic, before any data exist"),
     (
         "reproduce",
-        "fa_hetdp.experiments.reproduce",
+        "fa_hetdp.cli.reproduce",
         "reproduce the paper's Tables 1-5 and Figure 1",
     ),
-    ("bench-noise", "fa_hetdp.experiments.bench_noise", "distributed vs central noise, AGM vs CGM"),
-    ("data", "fa_hetdp.data.download", "dataset utilities (download)"),
+    ("bench-noise", "fa_hetdp.cli.bench_noise", "distributed vs central noise, AGM vs CGM"),
+    ("data", "fa_hetdp.cli.data", "dataset utilities (download)"),
     (
         "check-data",
         "fa_hetdp.cli.check_data",

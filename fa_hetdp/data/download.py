@@ -1,4 +1,4 @@
-"""``fa-hetdp data download NAME [--root DIR]``: fetch a dataset in the layout fa-hetdp reads.
+"""Fetch a dataset in the layout fa-hetdp reads (the work of ``fa-hetdp data download``).
 
 Downloads with torchvision (the optional ``datasets`` extra) when it is installed, and
 otherwise prints what to download by hand and where to unpack it (from the dataset's record,
@@ -7,12 +7,10 @@ otherwise prints what to download by hand and where to unpack it (from the datas
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from fa_hetdp.data.catalog import (
-    DATA_ROOT_ENV,
     DOWNLOADABLE,
     dataset_info,
     default_data_root,
@@ -20,26 +18,7 @@ from fa_hetdp.data.catalog import (
 )
 from fa_hetdp.errors import DatasetError
 
-__all__ = ["add_arguments", "run_command"]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``fa-hetdp data download NAME [--root DIR]``."""
-    sub = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
-    download = sub.add_parser(
-        "download",
-        help="download a dataset with torchvision (the `datasets` extra)",
-        description=(
-            "Download CIFAR-10, CIFAR-100 or Fashion-MNIST into DIR in the layout fa-hetdp "
-            "reads. Needs torchvision: pip install 'fa-hetdp[datasets]'."
-        ),
-    )
-    download.add_argument("name", choices=[*DOWNLOADABLE, "digits"], help="dataset to download")
-    download.add_argument(
-        "--root",
-        default=None,
-        help=f"data directory (default: ${DATA_ROOT_ENV} or ./data)",
-    )
+__all__ = ["download"]
 
 
 def _manual_instructions(name: str, root: Path) -> str:
@@ -65,20 +44,21 @@ def _download_with_torchvision(name: str, root: Path) -> None:
         dataset_class(str(root), train=train, download=True)
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Run ``fa-hetdp data ...``; returns the exit code (0 ok, 1 torchvision missing)."""
-    if args.data_command != "download":  # pragma: no cover - argparse restricts the choices
-        raise DatasetError(f"unknown data action {args.data_command!r}; allowed: download")
-    name: str = args.name
+def download(name: str, root: str | Path | None = None) -> int:
+    """Fetch dataset ``name`` into ``root`` (default: ``$FA_HETDP_DATA`` or ``./data``).
+
+    What ``fa-hetdp data download`` runs (:mod:`fa_hetdp.cli.data`); returns the exit code
+    (0 ok, 1 torchvision missing: the manual steps are printed to stderr).
+    """
     if name == "digits":
         print("digits is embedded in scikit-learn; nothing to download.")
         return 0
-    root = Path(args.root) if args.root is not None else default_data_root()
+    folder = Path(root) if root is not None else default_data_root()
     try:
-        _download_with_torchvision(name, root)
+        _download_with_torchvision(name, folder)
     except ImportError:
-        print(_manual_instructions(name, root), file=sys.stderr)
+        print(_manual_instructions(name, folder), file=sys.stderr)
         return 1
-    dataset = load_dataset(name, root=root, split="all")
-    print(f"{name}: {dataset.size} images of dimension {dataset.dim} in {root.resolve()}")
+    dataset = load_dataset(name, root=folder, split="all")
+    print(f"{name}: {dataset.size} images of dimension {dataset.dim} in {folder.resolve()}")
     return 0

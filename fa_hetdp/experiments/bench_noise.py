@@ -23,7 +23,6 @@ basic composition and the AGM with both, so AGM / CGM compares like with like (b
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from fa_hetdp.report.tables import (
 )
 from fa_hetdp.stats.registry import paper_label
 
-__all__ = ["BENCH_STATISTICS", "Comparison", "add_arguments", "compare", "run_command"]
+__all__ = ["BENCH_STATISTICS", "Comparison", "bench_noise", "compare"]
 
 BENCH_STATISTICS: Final[tuple[str, ...]] = ("dispersion", "q", "i2")
 """Statistics compared: D'', Q'', I²''."""
@@ -230,30 +229,18 @@ def plot_comparisons(comparisons: Sequence[Comparison], path: Path, *, title: st
     return plot_ratio_bands(panels, path, title=title, reference=1.0, log_y=False)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``fa-hetdp bench-noise SCENARIO [--repeats N] [--quick] [--out DIR]``."""
-    parser.add_argument(
-        "scenario",
-        help="scenario file, or the name of a shipped scenario (e.g. quickstart)",
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=None, help="repeats per cell (default: the scenario's)"
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK_REPEATS} repeats and at most 3 values of ε (smoke test)",
-    )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="output folder (default: results/<scenario>/bench-noise)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+def bench_noise(
+    scenario_name: str | Path,
+    *,
+    repeats: int | None = None,
+    quick: bool = False,
+    out: str | Path | None = None,
+    progress: bool | None = None,
+) -> int:
+    """Run the benchmark on a scenario (a file, or a shipped scenario's name) and write it.
 
-
-def run_command(args: argparse.Namespace) -> int:
-    """Run the benchmark; returns 0 on success (errors raise :class:`FaHetdpError`).
+    What ``fa-hetdp bench-noise`` runs (:mod:`fa_hetdp.cli.bench_noise` maps its flags onto
+    these parameters); returns 0 on success (errors raise :class:`FaHetdpError`).
 
     A write that fails after the up-front check of ``--out`` loses nothing: the run's
     ``results.json`` content and the comparison table go to a fallback file, named on one
@@ -262,12 +249,11 @@ def run_command(args: argparse.Namespace) -> int:
     from fa_hetdp.config.scenario import load_scenario
     from fa_hetdp.errors import ScenarioError
 
-    scenario = load_scenario(args.scenario)  # validated before any work
-    repeats = args.repeats
+    scenario = load_scenario(scenario_name)  # validated before any work
     if repeats is not None and repeats < 2:
         raise ScenarioError(f"--repeats must be >= 2 for confidence intervals, got {repeats}")
     epsilons = tuple(scenario.privacy.epsilons)
-    if args.quick:
+    if quick:
         repeats = repeats if repeats is not None else QUICK_REPEATS
         if len(epsilons) > 3:
             epsilons = (epsilons[0], epsilons[len(epsilons) // 2], epsilons[-1])
@@ -285,9 +271,8 @@ def run_command(args: argparse.Namespace) -> int:
         placements=("distributed", "central"),
         compositions=("basic",) if composition == "basic" else ("basic", "gdp"),
     )
-    show = False if args.no_progress else None
-    result = run_scenario(scenario, progress=show, grid=grid)
-    out = Path(args.out) if args.out else Path("results") / scenario.name / "bench-noise"
+    result = run_scenario(scenario, progress=progress, grid=grid)
+    target = Path(out) if out else Path("results") / scenario.name / "bench-noise"
     comparisons = compare(result, composition=composition)
     title = (
         f"{result.name}: distributed vs central noise, AGM vs CGM (n={result.n}, d={result.d}, "
@@ -296,11 +281,11 @@ def run_command(args: argparse.Namespace) -> int:
     _print_table(comparisons, result)
     table = comparison_table(comparisons, title=title)
     try:
-        write_outputs(result, out)
-        csv_path, md_path = write_table(table, out)
-        png = plot_comparisons(comparisons, out / "bench_noise.png", title=title)
+        write_outputs(result, target)
+        csv_path, md_path = write_table(table, target)
+        png = plot_comparisons(comparisons, target / "bench_noise.png", title=title)
     except OSError as exc:  # after the up-front check (disk full, permission changed): keep it
         payload = {"results": result.to_dict(), "bench_noise": table_payload(table)}
-        return keep_result(payload, command="bench-noise", error=exc, target=out)
-    print(f"wrote {csv_path}, {md_path}, {png} and the run's results.json in {out}")
+        return keep_result(payload, command="bench-noise", error=exc, target=target)
+    print(f"wrote {csv_path}, {md_path}, {png} and the run's results.json in {target}")
     return 0

@@ -41,7 +41,6 @@ The paper's setting is in :mod:`fa_hetdp.experiments.paper`, the table builders 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -70,10 +69,9 @@ from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
 from fa_hetdp.stats.registry import paper_label
 
 __all__ = [
-    "add_arguments",
     "find_skew_scenarios",
+    "reproduce",
     "reproduction_payload",
-    "run_command",
     "run_reproduction",
     "write_reproduction",
 ]
@@ -365,49 +363,21 @@ def reproduction_payload(
     }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``fa-hetdp reproduce [--dataset D] [--root DIR] [--quick] [--out DIR]``."""
-    parser.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        default="digits",
-        help="dataset (default: the embedded digits; the paper's need their files under --root)",
-    )
-    parser.add_argument(
-        "--root",
-        default=None,
-        help="data directory in torchvision's layout (default: $FA_HETDP_DATA or ./data)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"{QUICK_REPEATS} repeats and ε in {{0.25, 1, 5}} (smoke test)",
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=None, help=f"repeats per cell (default {FULL_REPEATS})"
-    )
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="output folder (default: results/reproduce-<dataset>[-paper-profile][-quick])",
-    )
-    parser.add_argument(
-        "--profile",
-        choices=("bounded", "paper"),
-        default=None,
-        help="sensitivity profile (default: the scenarios' 'bounded'; 'paper' = the paper's "
-        "sensitivities, a labelled baseline that is not DP for the weighted stages)",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    parser.add_argument(
-        "--no-frontier",
-        action="store_true",
-        help="skip the utility frontier (frontier.png: clients needed for 10 %% error vs ε)",
-    )
+def reproduce(
+    dataset: str = "digits",
+    *,
+    root: str | None = None,
+    quick: bool = False,
+    repeats: int | None = None,
+    profile: Profile | None = None,
+    progress: bool | None = None,
+    out: str | Path | None = None,
+    frontier: bool = True,
+) -> int:
+    """Run the reproduction, write it, print Tables 1–3 and where everything was written.
 
-
-def run_command(args: argparse.Namespace) -> int:
-    """Run ``fa-hetdp reproduce``; prints Tables 1–3 and where everything was written.
+    What ``fa-hetdp reproduce`` runs (:mod:`fa_hetdp.cli.reproduce` maps its flags onto these
+    parameters); returns the exit code.
 
     A write that fails after the up-front check of ``--out`` loses nothing: the whole result
     (``reproduce.json``'s content) goes to a fallback file, named on one line, and the exit
@@ -415,39 +385,37 @@ def run_command(args: argparse.Namespace) -> int:
     """
     from fa_hetdp.errors import ScenarioError
 
-    if args.repeats is not None and args.repeats < 2:
-        raise ScenarioError(f"--repeats must be >= 2 (standard deviations), got {args.repeats}")
+    if repeats is not None and repeats < 2:
+        raise ScenarioError(f"--repeats must be >= 2 (standard deviations), got {repeats}")
     started = time.perf_counter()
     results = run_reproduction(
-        args.dataset,
-        root=args.root,
-        quick=args.quick,
-        repeats=args.repeats,
-        profile=args.profile,
-        progress=False if args.no_progress else None,
+        dataset,
+        root=root,
+        quick=quick,
+        repeats=repeats,
+        profile=profile,
+        progress=progress,
     )
-    suffix = ("-paper-profile" if args.profile == "paper" else "") + (
-        "-quick" if args.quick else ""
-    )
-    out = Path(args.out) if args.out else Path("results") / f"reproduce-{args.dataset}{suffix}"
+    suffix = ("-paper-profile" if profile == "paper" else "") + ("-quick" if quick else "")
+    target = Path(out) if out else Path("results") / f"reproduce-{dataset}{suffix}"
     try:
         written = write_reproduction(
             results,
-            out,
-            dataset=args.dataset,
-            quick=args.quick,
-            frontier=not getattr(args, "no_frontier", False),
+            target,
+            dataset=dataset,
+            quick=quick,
+            frontier=frontier,
         )
     except OSError as exc:  # after the up-front check (disk full, permission changed): keep it
         from fa_hetdp.experiments.outputs import keep_result
 
-        payload = reproduction_payload(results, dataset=args.dataset, quick=args.quick)
-        return keep_result(payload, command="reproduce", error=exc, target=out)
+        payload = reproduction_payload(results, dataset=dataset, quick=quick)
+        return keep_result(payload, command="reproduce", error=exc, target=target)
     for table in build_tables(results)[:3]:
         print(table.to_markdown())
     print(
-        f"{len(written)} files written to {out} in {time.perf_counter() - started:.1f} s "
-        f"(see {out / 'REPORT.md'})",
+        f"{len(written)} files written to {target} in {time.perf_counter() - started:.1f} s "
+        f"(see {target / 'REPORT.md'})",
         file=sys.stdout,
     )
     return 0
