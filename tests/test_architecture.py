@@ -74,6 +74,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fa_hetdp.clients", "fa_hetdp.server"),  # the two Flower apps
     ("fa_hetdp.cli",),  # the fa-hetdp command: argparse and the process supervisor
 )
+#: The only modules (files, or folders ending in "/") that may import argparse: the command line,
+#: and two ``python -m`` tools of packages that cannot import it (secagg stands alone; the dev
+#: certificates are the ServerApp's). experiments/ and data/ take typed parameters.
+ARGPARSE_ALLOWED = ("fa_hetdp/cli/", "fa_hetdp/secagg/identity.py", "fa_hetdp/server/certs.py")
 #: Upward imports allowed for now, each with its reason; the test fails when one is gone, so
 #: the list only shrinks. (importer module, imported module prefix)
 LAYER_EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -238,6 +242,21 @@ def modules_without_layer(root: Path, layers: tuple[tuple[str, ...], ...] = LAYE
     return out
 
 
+def argparse_outside_cli(root: Path) -> list[str]:
+    """The files of fa_hetdp outside :data:`ARGPARSE_ALLOWED` that import argparse."""
+    out = []
+    for path in python_files(root):
+        rel = path.relative_to(root).as_posix()
+        if any(rel == a or (a.endswith("/") and rel.startswith(a)) for a in ARGPARSE_ALLOWED):
+            continue
+        if any(
+            n == "argparse" or n.startswith("argparse.")
+            for n in imports_of(path, module_name(root, path))
+        ):
+            out.append(rel)
+    return out
+
+
 def layer_violations(
     root: Path,
     layers: tuple[tuple[str, ...], ...] = LAYERS,
@@ -292,6 +311,10 @@ def test_the_scanned_tree_is_the_project() -> None:
 
 def test_no_import_goes_up_the_layers() -> None:
     assert layer_violations(ROOT, exceptions=LAYER_EXCEPTIONS) == []
+
+
+def test_argparse_lives_in_the_cli() -> None:
+    assert argparse_outside_cli(ROOT) == []
 
 
 def test_every_module_belongs_to_a_declared_layer() -> None:
@@ -536,4 +559,20 @@ def test_a_package_without_a_layer_is_reported(tmp_path: Path) -> None:
     assert modules_without_layer(root, PLANTED_LAYERS) == [
         "fa_hetdp/loose.py",
         "fa_hetdp/newpkg/__init__.py",
+    ]
+
+
+def test_argparse_rule_catches_a_planted_parser(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "fa_hetdp/experiments/reproduce.py": "def f():\n    import argparse\n",
+            "fa_hetdp/data/download.py": "from argparse import Namespace\n",
+            "fa_hetdp/cli/reproduce.py": "import argparse\n",
+            "fa_hetdp/server/certs.py": "import argparse\n",
+        },
+    )
+    assert argparse_outside_cli(root) == [
+        "fa_hetdp/data/download.py",
+        "fa_hetdp/experiments/reproduce.py",
     ]
