@@ -30,7 +30,8 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
-from fa_hetdp.stats.exact import TrueStatistics
+from fa_hetdp.stats.exact import TrueStatistics, i_squared
+from fa_hetdp.stats.registry import derive, statistic, value_of
 
 __all__ = [
     "AVERAGE_CI_LABEL",
@@ -123,8 +124,8 @@ def true_value(truth: TrueStatistics, name: str) -> FloatArray:
         return np.asarray(np.sum(truth.dispersion), dtype=np.float64)
     if name == "i2_total":
         return summed_i_squared(float(np.sum(truth.q)), truth.n, truth.d)
-    key = "i2" if name == "i2_extra" else name
-    return np.asarray(getattr(truth, key), dtype=np.float64)
+    key = statistic(name).truth
+    return np.asarray(value_of(truth, key), dtype=np.float64)
 
 
 def _check_level(level: float) -> float:
@@ -254,10 +255,7 @@ def stage2_noise_stds(result: Result, plan: ProtocolPlan) -> tuple[FloatArray, F
 
 def summed_i_squared(q_sum: npt.ArrayLike, n: int, d: int) -> FloatArray:
     """Return ``max(0, 1 - (n - 1) d / sum_j Q_j)``, the ``I^2`` of the summed Q."""
-    q = np.asarray(q_sum, dtype=np.float64)
-    above = q > (n - 1) * d
-    out: FloatArray = np.where(above, 1.0 - (n - 1) * d / np.where(above, q, 1.0), 0.0)
-    return out
+    return i_squared(q_sum, n, d)
 
 
 def noise_confidence_intervals(
@@ -356,12 +354,8 @@ def noise_confidence_intervals(
     lower["q"] = q_lo
     upper["q"] = q_hi
 
-    def g(q: FloatArray) -> FloatArray:
-        above = q > (n - 1)
-        return np.where(above, 1.0 - (n - 1) / np.where(above, q, 1.0), 0.0)
-
-    lower["i2"] = g(q_lo)
-    upper["i2"] = g(q_hi)
+    lower["i2"] = i_squared(q_lo, n)  # the image under the monotone Q -> I^2
+    upper["i2"] = i_squared(q_hi, n)
     if result.i2_extra is not None:  # I2''' only adds noise to I2''; Q'' bounds I^2 already
         lower["i2_extra"], upper["i2_extra"] = lower["i2"], upper["i2"]
 
@@ -380,6 +374,8 @@ def noise_confidence_intervals(
     q_sum_lo, q_sum_hi, _ = _q_sum_bounds(result, plan, s4, b_lo, alpha)
     lower["i2_total"] = summed_i_squared(q_sum_lo, n, d)
     upper["i2_total"] = summed_i_squared(q_sum_hi, n, d)
+    derive(lower, n, "value")  # a derived statistic: the image of its source's interval
+    derive(upper, n, "value")
     return Intervals(lower=lower, upper=upper, level=level, label=NOISE_CI_LABEL)
 
 
@@ -508,6 +504,8 @@ def average_intervals(result: Result, plan: ProtocolPlan, *, level: float = 0.95
     upper["i2"] = np.clip(i2 + z * sd_i2, 0.0, 1.0)
     if result.i2_extra is not None:  # I2''' only adds noise to I2''; Q'' bounds I^2 already
         lower["i2_extra"], upper["i2_extra"] = lower["i2"], upper["i2"]
+    derive(lower, n, "value")  # affine: the average's interval maps like the coordinates'
+    derive(upper, n, "value")
     return Intervals(lower=lower, upper=upper, level=level, label=AVERAGE_CI_LABEL)
 
 

@@ -37,8 +37,13 @@ from fa_hetdp.protocol.center import ITERATIONS, center_given_total, center_scal
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
-from fa_hetdp.stats.exact import TrueStatistics, coordinate_averages, validate_clients
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.stats.exact import (
+    TrueStatistics,
+    coordinate_averages,
+    i_squared,
+    validate_clients,
+)
+from fa_hetdp.stats.registry import STATISTICS, derive, value_of
 
 __all__ = [
     "ExpectedMSE",
@@ -128,9 +133,9 @@ def batch_emse(result: BatchResult) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for spec in STATISTICS:
-        estimates = getattr(result, spec.key)
+        estimates = value_of(result, spec.key)
         if estimates is not None:
-            out[spec.key] = emse(estimates, getattr(result.truth, spec.truth))
+            out[spec.key] = emse(estimates, value_of(result.truth, spec.truth))
     return out
 
 
@@ -250,6 +255,10 @@ class ExpectedMSE:
         """Coordinate-averaged values by statistic name (the registry's order)."""
         out: dict[str, float] = {}
         for spec in STATISTICS:
+            if spec.derivation is not None:  # from its source's, in expected_mse
+                if spec.key in self.per_coordinate:
+                    out[spec.key] = float(np.mean(self.per_coordinate[spec.key]))
+                continue
             value: float | None = getattr(self, spec.key)
             if value is not None:
                 out[spec.key] = value
@@ -290,9 +299,7 @@ def _i2_quadrature(
             est = np.clip(locations[j, sl, None] + scales[j] * y_nodes, 0.0, 1.0)  # (c, Y)
             q_y = truth.q[sl, None] + b * (est - mb[:, None]) ** 2
             q_all = q_y[:, :, None] + s4[sl, None, None] * z_nodes  # (c, Y, Z)
-            above = q_all > (n - 1)
-            i2 = np.where(above, 1.0 - (n - 1) / np.where(above, q_all, 1.0), 0.0)
-            err = (i2 - truth.i2[sl, None, None]) ** 2
+            err = (i_squared(q_all, n) - truth.i2[sl, None, None]) ** 2
             acc += bw[j] * np.einsum("cyz,y,z->c", err, y_w, z_w)
         out[sl] = acc
     return out
@@ -380,6 +387,10 @@ def expected_mse(
         per["i2_extra"] = per["i2"] + variance(plan.sigma_i2)
         method["i2_extra"] = method["i2"] + " + sigma_5^2"
         i2_extra = float(np.mean(per["i2_extra"]))
+    derive(per, n, "mse")  # a derived statistic: slope^2 times its source's
+    for spec in STATISTICS:
+        if spec.derivation is not None and spec.key in per:
+            method[spec.key] = f"{method[spec.derivation.source]}, times the slope squared"
     return ExpectedMSE(
         mean=float(np.mean(per["mean"])),
         dispersion=float(np.mean(per["dispersion"])),

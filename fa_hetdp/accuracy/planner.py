@@ -43,7 +43,8 @@ from fa_hetdp.accuracy.releases import MAX_UNIT_SD, NOISE_DOMINATED_COVER, SCALA
 from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.stats.exact import i_squared
+from fa_hetdp.stats.registry import STATISTICS, derive
 
 __all__ = [
     "SCALARS",
@@ -208,13 +209,6 @@ class AccuracyPlan:
 # --------------------------------------------------------------------------- the model
 
 
-def _i2(q: FloatArray | float, n: int, d: int = 1) -> FloatArray:
-    """``max(0, 1 - (n - 1) d/Q)`` (Def. 3.12; ``d > 1`` for the summed Q)."""
-    q = np.asarray(q, dtype=np.float64)
-    above = q > (n - 1) * d
-    return np.where(above, 1.0 - (n - 1) * d / np.where(above, q, 1.0), 0.0)
-
-
 def _hermite(k: int) -> tuple[FloatArray, FloatArray]:
     nodes, weights = np.polynomial.hermite_e.hermegauss(k)
     return nodes, weights / weights.sum()
@@ -320,13 +314,13 @@ def _i2_moments(
     w = py[:, None] * pz[None, :]
     e1 = np.empty(loc.shape)
     e2 = np.empty(loc.shape)
-    truth = _i2(mod.q, mod.n)
+    truth = i_squared(mod.q, mod.n)
     for start in range(0, mod.d, 16):
         sl = slice(start, start + 16)
         est = np.clip(loc[:, sl, None] + scale[:, None, None] * y, 0.0, 1.0)  # (K, c, Y)
         q_y = mod.q[sl, None] + mod.b * (est - mod.m[sl, None]) ** 2
         q_all = q_y[..., None] + s4[:, sl, None, None] * zq  # (K, c, Y, Z)
-        err = _i2(q_all, mod.n) - truth[sl, None, None]
+        err = i_squared(q_all, mod.n) - truth[sl, None, None]
         e1[:, sl] = np.einsum("kcyz,yz->kc", err, w)
         e2[:, sl] = np.einsum("kcyz,yz->kc", err**2, w)
     return e1, e2
@@ -346,7 +340,7 @@ def _i2_total_mse(
     total = float(np.sum(mod.q))
     mean = total + mod.b * m2.sum(axis=1)
     var = mod.b**2 * np.maximum(m4 - m2**2, 0.0).sum(axis=1) + np.sum(s4**2, axis=1)
-    err = _i2(mean[:, None] + np.sqrt(var)[:, None] * z, n, d) - float(_i2(total, n, d))
+    err = i_squared(mean[:, None] + np.sqrt(var)[:, None] * z, n, d) - float(i_squared(total, n, d))
     return float(p @ ((err**2) @ pz))
 
 
@@ -419,7 +413,7 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     avg["i2"] = _average_mse(p, e1, e2, d)
     per["i2_extra"] = per["i2"] + mod.s5**2
     avg["i2_extra"] = avg["i2"] + mod.s5**2 / d
-    i2_true = float(np.mean(_i2(mod.q, n)))
+    i2_true = float(np.mean(i_squared(mod.q, n)))
     # delta method through the kink at the lower end of Q's interval, as a run reports it
     h = i2_slope(np.maximum(mod.q - _Z95 * s4, 0.0), n)
     noise = {
@@ -441,6 +435,12 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
         "i2": i2_true,
         "i2_extra": i2_true,
     }
+    widths_full: dict[str, Any] = {k: widths.get(k, 1.0) for k in per}
+    derive(per, n, "mse")  # a derived statistic: from its source's (Derivation)
+    derive(avg, n, "mse")
+    derive(noise, n, "noise")
+    derive(typical, n, "value")
+    derive(widths_full, n, "noise")  # the image of [0, width] has width slope * width
     rows = []
     for spec in STATISTICS:
         if spec.optional and not plan.config.extra_i2_noise:
@@ -451,12 +451,12 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
             PlannedError(
                 key=spec.key,
                 display=spec.display,
-                typical=typical[spec.key],
+                typical=float(typical[spec.key]),
                 rmse_coordinate=math.sqrt(per[spec.key]),
                 rmse_average=math.sqrt(avg[spec.key]),
                 noise_std=noise[spec.key],
-                judged=assumptions.judged(spec.key),
-                range_width=widths.get(spec.key, 1.0),
+                judged=assumptions.judged(spec.derivation.source if spec.derivation else spec.key),
+                range_width=float(widths_full[spec.key]),
             )
         )
     scalars = []
@@ -477,7 +477,7 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
         )
     if "q" in plan.releases and "weighted" in plan.releases:
         rmse = math.sqrt(_i2_total_mse(mod, p, m2, m4, s4))
-        typical_i2 = float(_i2(float(np.sum(mod.q)), n, d))
+        typical_i2 = float(i_squared(float(np.sum(mod.q)), n, d))
         sd_sum = np.sqrt(np.sum(s4**2, axis=1))  # per node of B'
         slope = i2_slope(np.maximum(float(np.sum(mod.q)) - _Z95 * sd_sum, 0.0), n, d)
         sd = min(math.sqrt(float(p @ (slope * sd_sum) ** 2)), MAX_UNIT_SD)

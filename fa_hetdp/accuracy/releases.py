@@ -35,7 +35,7 @@ from fa_hetdp.accuracy.intervals import (
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.stats.registry import STATISTIC_KEYS, STATISTICS, derive, value_of
 
 __all__ = [
     "MAX_UNIT_SD",
@@ -163,6 +163,8 @@ def _own_scale(
                 scales[key] = np.minimum(scales[key], MAX_UNIT_SD)
     per["i2_extra"] = np.sqrt(per["i2"] ** 2 + s5**2)
     avg["i2_extra"] = np.sqrt(avg["i2"] ** 2 + s5**2 / d)
+    derive(per, n, "noise")  # a derived statistic: its slope times its source's
+    derive(avg, n, "noise")
     return per, avg
 
 
@@ -185,7 +187,7 @@ def _ranges(result: Result, plan: ProtocolPlan) -> dict[str, tuple[FloatArray, F
     one = np.ones(())
     b_used = np.asarray(result.weighted_denominator, dtype=np.float64)
     q_high = b_used[..., None] / 4.0 if isinstance(result, BatchResult) else b_used / 4.0
-    return {
+    ranges = {
         "mean": (zero, one),
         "dispersion": (zero, one / 4.0),  # a variance of values in [0, 1]
         "weighted_mean": (zero, one),
@@ -195,6 +197,11 @@ def _ranges(result: Result, plan: ProtocolPlan) -> dict[str, tuple[FloatArray, F
         "total_dispersion": (zero, one * plan.d / 4.0),
         "i2_total": (zero, one),
     }
+    lows = {k: v[0] for k, v in ranges.items()}
+    highs = {k: v[1] for k, v in ranges.items()}
+    derive(lows, plan.n, "value")  # non-decreasing: the image of the source's range
+    derive(highs, plan.n, "value")
+    return {k: (lows[k], highs[k]) for k in lows}
 
 
 def released_values(
@@ -224,7 +231,7 @@ def released_values(
     names = [(s.key, s.display) for s in STATISTICS] + list(SCALAR_DISPLAY.items())
     out = []
     for key, display in names:
-        value = getattr(result, key)
+        value = value_of(result, key) if key in STATISTIC_KEYS else getattr(result, key)
         if value is None or key not in intervals.lower or np.all(np.isnan(value)):
             continue
         low, high = ranges[key]

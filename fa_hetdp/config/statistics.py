@@ -7,6 +7,7 @@ checks it the same way; what the subset does to the releases is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -19,7 +20,7 @@ __all__ = ["STATISTICS_SUBSET", "Subset"]
 class Subset:
     """A non-empty list of distinct names, each one of ``values``."""
 
-    values: tuple[str, ...]
+    values: Sequence[str]  # live: a registered statistic is allowed too
 
     def accepts_type(self, value: object) -> bool:
         """Whether ``value`` is a list or tuple (its items are checked by :meth:`check`)."""

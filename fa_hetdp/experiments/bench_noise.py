@@ -43,12 +43,15 @@ from fa_hetdp.report.tables import (
     ratio_confidence_interval,
     write_table,
 )
-from fa_hetdp.stats.registry import paper_label
+from fa_hetdp.stats.registry import keys_where, paper_label
 
 __all__ = ["BENCH_STATISTICS", "Comparison", "bench_noise", "compare"]
 
-BENCH_STATISTICS: Final[tuple[str, ...]] = ("dispersion", "q", "i2")
-"""Statistics compared: D'', Q'', I²''."""
+BENCH_STATISTICS: Final[Sequence[str]] = keys_where(
+    lambda s: s.release in ("dispersion", "q") and not s.optional
+)
+"""Statistics compared: those of the stage-2 releases, D'', Q'', I²'' (a live list read from
+the registry: a registered stage-2 statistic is compared too)."""
 QUICK_REPEATS: Final = 20
 
 

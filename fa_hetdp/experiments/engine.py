@@ -40,7 +40,10 @@ from fa_hetdp.dp.calibration import WeakPrivacyWarning
 from fa_hetdp.errors import BaselineWarning
 from fa_hetdp.experiments.grid import GridSpec, cell_seed, grid_from_scenario
 from fa_hetdp.experiments.results import CellResult, ExperimentResult
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.stats.registry import STATISTICS, keys_where, value_of
+
+_EXACT = keys_where(lambda s: s.truth == s.key)
+"""The exact statistics (those a private statistic estimates), live from the registry."""
 
 __all__ = ["run_grid", "run_scenario"]
 
@@ -138,10 +141,10 @@ def _measure_cell(
     emse_sd: dict[str, float] = {}
     for spec in STATISTICS:
         name = spec.key
-        estimates = getattr(batch, name, None)
+        estimates = value_of(batch, name)
         if estimates is None:
             continue
-        true_values = getattr(batch.truth, spec.truth)
+        true_values = value_of(batch.truth, spec.truth)
         per_repeat = _coordinate_mse(np.asarray(estimates, dtype=np.float64), true_values)
         emse[name] = float(np.mean(per_repeat))  # Section 4: EMSE
         emse_sd[name] = _sd(per_repeat)
@@ -332,8 +335,8 @@ def run_grid(
 
 def _truth_summary(truth: Any) -> dict[str, float]:
     summary: dict[str, float] = {}
-    for key in ("mean", "dispersion", "weighted_mean", "q", "i2"):
-        values = np.asarray(getattr(truth, key), dtype=np.float64)
+    for key in _EXACT:  # every exact statistic of the registry (I2''' estimates I^2)
+        values = np.asarray(value_of(truth, key), dtype=np.float64)
         summary[key] = float(np.mean(values))
         summary[f"min_{key}"] = float(np.min(values))
         summary[f"max_{key}"] = float(np.max(values))

@@ -39,7 +39,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics_batch
 from fa_hetdp.stats.exact import true_statistics
-from fa_hetdp.stats.registry import paper_label
+from fa_hetdp.stats.registry import keys_where, paper_label
 
 __all__ = [
     "DELTA",
@@ -55,8 +55,9 @@ __all__ = [
     "write_frontier",
 ]
 
-STATISTICS: Final[tuple[str, ...]] = ("mean", "dispersion", "weighted_mean", "q", "i2")
-"""The statistics on the frontier (registry keys)."""
+STATISTICS: Final[Sequence[str]] = keys_where(lambda s: not s.optional)
+"""The statistics on the frontier: every statistic of the registry but the optional ``I2'''``
+(a live list: a registered statistic is on it)."""
 
 TARGET: Final[float] = 0.10
 """Per-coordinate RMSE target: relative to the typical value, absolute for ``i2``."""

@@ -64,7 +64,7 @@ from fa_hetdp.protocol.layout import Stage, StageLayout, stage_layout
 from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import EncodingError
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE
-from fa_hetdp.stats.registry import STATISTIC_KEYS
+from fa_hetdp.stats.registry import RELEASES_NEEDED, STATISTIC_KEYS
 
 __all__ = [
     "ENCODING_FAILURE_PROBABILITY",
@@ -77,15 +77,9 @@ __all__ = [
     "release_weights",
 ]
 
-RELEASE_DEPENDENCIES: Final[Mapping[str, tuple[str, ...]]] = {
-    "mean": ("mean",),
-    "dispersion": ("mean", "dispersion"),  # D'' is centred at the broadcast mu'
-    "weighted_mean": ("weighted",),
-    "q": ("weighted", "q"),  # Q'' is centred at the broadcast mu_bar'
-    "i2": ("weighted", "q"),  # post-processing of Q''
-    "i2_extra": ("weighted", "q", "i2_extra"),  # and extra_i2_noise
-}
-"""The releases each statistic needs (keys of :data:`~fa_hetdp.stats.registry.STATISTICS`)."""
+RELEASE_DEPENDENCIES: Final[Mapping[str, tuple[str, ...]]] = RELEASES_NEEDED
+"""The releases each statistic needs (keys of :data:`~fa_hetdp.stats.registry.STATISTICS`;
+read from each record's ``needs``)."""
 
 TYPICAL_WITHIN_VARIANCE: Final = 1.0 / 12.0
 """Public assumption of the default split: a typical within-vector variance ``s_i^2`` (that of

@@ -359,6 +359,11 @@ class BatchResult:
     center: FloatArray | None = None
 
     @property
+    def n(self) -> int:
+        """Number of clients (of the data measured)."""
+        return self.truth.n
+
+    @property
     def repeats(self) -> int:
         """Number of repeats (the leading axis)."""
         return int(self.mean.shape[0])

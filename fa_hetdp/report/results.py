@@ -23,6 +23,8 @@ from fa_hetdp.accuracy.releases import (
 )
 from fa_hetdp.protocol.plan import ProtocolPlan, honest_shares_label
 from fa_hetdp.protocol.server import PrivateStatistics
+from fa_hetdp.stats.exact import i_squared
+from fa_hetdp.stats.registry import STATISTIC_KEYS, value_of
 
 __all__ = [
     "EXACT_COUNTS_NOTE",
@@ -46,7 +48,6 @@ EXACT_COUNTS_NOTE = (
 )
 
 #: The per-coordinate statistics of :class:`PrivateStatistics`, in export order.
-_VECTORS = ("mean", "dispersion", "weighted_mean", "q", "i2", "i2_extra")
 
 
 def _plain(values: np.ndarray) -> float | list[float]:
@@ -192,8 +193,8 @@ def released_truth(summary: Mapping[str, float]) -> dict[str, float]:
         out["i2_extra"] = out["i2"]
     if "dispersion" in out and "d" in out:
         out["total_dispersion"] = out["dispersion"] * out["d"]
-    if "q" in out and "n" in out and out["q"] > 0:
-        out["i2_total"] = max(0.0, 1.0 - (out["n"] - 1.0) / out["q"])
+    if "q" in out and "n" in out:
+        out["i2_total"] = float(i_squared(out["q"], int(out["n"])))
     return out
 
 
@@ -424,8 +425,8 @@ def result_to_dict(result: PrivateStatistics) -> dict[str, Any]:
     """
     spent = result.spent
     statistics: dict[str, list[float | None] | None] = {}
-    for key in _VECTORS:
-        values = getattr(result, key)
+    for key in STATISTIC_KEYS:  # every statistic of the table; a derived one from its source
+        values = value_of(result, key)
         statistics[key] = (
             None if values is None else [_number(v) for v in np.asarray(values, np.float64)]
         )

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.stats.registry import STATISTICS, value_of
 
 __all__ = [
     "MAX_WITHIN_VARIANCE",
@@ -230,26 +230,33 @@ def client_weights(x: FloatArray, *, variance_floor: float) -> tuple[FloatArray,
     return weights, int(np.count_nonzero(at_floor))
 
 
-def i_squared(q: FloatArray, n: int) -> FloatArray:
-    """``I^2 = max(0, 1 - (n-1)/Q)`` per coordinate (Def. 3.12).
+def i_squared(q: npt.ArrayLike, n: int, d: int = 1) -> FloatArray:
+    """``I^2 = max(0, 1 - (n-1) d/Q)`` elementwise (Def. 3.12): the one I^2 of the project.
+
+    Every I^2 (exact, private, batch, intervals, expected errors, planner, reports) is this
+    function; ``d > 1`` gives the I^2 of a Q summed over ``d`` coordinates (``i2_total``).
 
     Parameters
     ----------
-    q : FloatArray
+    q : array_like
         Cochran's Q (a sum), any shape; may be noisy and non-positive.
     n : int
         Number of clients.
+    d : int, default 1
+        Coordinates summed in ``q`` (1: one coordinate's Q).
 
     Returns
     -------
     FloatArray
-        ``I^2`` in ``[0, 1)``; 0 wherever ``Q <= n - 1`` (including ``Q <= 0``, where the
+        ``I^2`` in ``[0, 1)``; 0 wherever ``Q <= (n - 1) d`` (including ``Q <= 0``, where the
         formula is undefined -- the paper's convention "if Q < n-1 assume Q = n-1").
     """
-    q = np.asarray(q, dtype=np.float64)
-    above = q > (n - 1)
-    safe = np.where(above, q, 1.0)
-    return np.where(above, 1.0 - (n - 1) / safe, 0.0)  # Def. 3.12
+    values = np.asarray(q, dtype=np.float64)
+    null = (n - 1) * d
+    above = values > null
+    safe = np.where(above, values, 1.0)
+    out: FloatArray = np.where(above, 1.0 - null / safe, 0.0)  # Def. 3.12
+    return out
 
 
 @dataclass(frozen=True)
@@ -408,7 +415,7 @@ def coordinate_averages(stats: object) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for spec in STATISTICS:
-        values = getattr(stats, spec.key, None)
+        values = value_of(stats, spec.key)
         if values is None:
             if spec.optional:
                 continue
