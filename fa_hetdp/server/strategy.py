@@ -92,7 +92,7 @@ from fa_hetdp.server.results import (
     simulation_caveats,
     write_result,
 )
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.stats.registry import STATISTICS, value_of
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
 log = logging.getLogger("flwr.fa_hetdp.server")
@@ -641,7 +641,7 @@ class HeterogeneityStrategy:
         )
         statistics: dict[str, list[float] | None] = {}
         for spec in STATISTICS:  # the table of statistics: key -> per-coordinate values
-            values = getattr(result, spec.key)
+            values = value_of(result, spec.key)  # a derived one from its source
             statistics[spec.key] = None if values is None else _floats(values)
         return {
             "status": "success",

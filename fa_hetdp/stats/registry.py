@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
-from fa_hetdp._types import FloatArray
+FloatArray = npt.NDArray[np.float64]  # as fa_hetdp._types: the registry imports no project module
 
 __all__ = [
     "PAPER_STATISTICS",
