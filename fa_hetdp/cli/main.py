@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from fa_hetdp.cli.paths import check_command_paths
 from fa_hetdp.errors import FaHetdpError
+from fa_hetdp.extras import COMMAND_EXTRAS, require_extras
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("scenarios", "fa_hetdp.cli.scenarios", "list the shipped scenarios, one line each"),
@@ -87,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_command_paths(args)  # output folders, before any work
+        # The extras it needs (a lean install has none), then the output folders: before any work.
+        require_extras(*COMMAND_EXTRAS.get(args.command, ()), what=args.command)
+        check_command_paths(args)
         code: int = args._handler(args)
     except KeyboardInterrupt:
         # The Flower processes were stopped on the way out (FlowerCluster closes on any exit).
