@@ -3,7 +3,7 @@
 ``pip install fa-hetdp`` brings numpy, scipy, cryptography, scikit-learn (the embedded digits)
 and rich (progress and tables of ``reproduce``/``bench-noise``); Flower, Ray, the gateway's web
 stack and matplotlib come with the extras ``[flower]``, ``[gateway]`` and ``[plots]``
-(:data:`fa_hetdp.extras.EXTRAS`). Here a subprocess runs with a meta-path finder that refuses
+(:data:`fa_hetdp.cli.extras.EXTRAS`). Here a subprocess runs with a meta-path finder that refuses
 the extras' packages, as if they were not installed, and checks that every core module imports,
 that the in-process API runs on digits, that ``fa-hetdp --help``, ``plan`` and ``scenarios``
 work, and that a command needing an extra says which one on one line. The slow test installs
@@ -114,7 +114,7 @@ def test_core_dependencies_leave_the_extras_out() -> None:
 
 
 def test_each_extra_declares_the_packages_its_commands_import() -> None:
-    from fa_hetdp.extras import EXTRAS
+    from fa_hetdp.cli.extras import EXTRAS
 
     optional: dict[str, list[str]] = _pyproject()["optional-dependencies"]  # type: ignore[assignment]
     assert {"flower", "gateway", "plots", "datasets", "test"} <= set(optional)
@@ -198,7 +198,7 @@ COMMANDS_NEEDING_EXTRAS = ["run", "supernode", "fleet-gateway", "reproduce", "be
 
 
 def test_the_commands_that_need_an_extra_are_the_ones_tried_here() -> None:
-    from fa_hetdp.extras import COMMAND_EXTRAS
+    from fa_hetdp.cli.extras import COMMAND_EXTRAS
 
     assert sorted(COMMAND_EXTRAS) == sorted(COMMANDS_NEEDING_EXTRAS)
 

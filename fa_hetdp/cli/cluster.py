@@ -324,7 +324,7 @@ class FlowerCluster:
         if executable is None:
             raise ClusterError(
                 f"{argv[0]!r} is not on PATH (nor beside {sys.executable}); "
-                "install flwr in this environment (pip install fa-hetdp)."
+                'install flwr in this environment (pip install "fa-hetdp[flower]").'
             )
         log_path = self.logs / f"{name}.log"
         with log_path.open("wb") as log:

@@ -30,9 +30,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from fa_hetdp.cli.extras import COMMAND_EXTRAS, require_extras
 from fa_hetdp.cli.paths import check_command_paths
 from fa_hetdp.errors import FaHetdpError
-from fa_hetdp.extras import COMMAND_EXTRAS, require_extras
 
 _SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("scenarios", "fa_hetdp.cli.scenarios", "list the shipped scenarios, one line each"),
