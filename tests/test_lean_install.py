@@ -176,6 +176,27 @@ def test_private_statistics_runs_on_digits_without_the_extras(tmp_path: Path) ->
     assert ordered == "True"
 
 
+def test_a_figure_without_matplotlib_names_the_plots_extra(tmp_path: Path) -> None:
+    body = """
+    from fa_hetdp.report.tables import plot_emse_vs_epsilon, plot_frontier
+    for draw in (
+        lambda: plot_emse_vs_epsilon({"D": {"AGM": ([1.0], [0.1])}}, "e.png"),
+        lambda: plot_frontier({"D": {64: ([1.0], [10.0])}}, {}, "f.png"),
+    ):
+        try:
+            draw()
+        except ImportError as exc:
+            print(str(exc).replace(chr(10), " "))
+    """
+    done = _run_lean(body, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        assert 'pip install "fa-hetdp[plots]"' in line
+    assert not list(tmp_path.glob("*.png"))
+
+
 # ------------------------------------------------------------------------------ the CLI
 @pytest.mark.parametrize(
     ("argv", "shows"),

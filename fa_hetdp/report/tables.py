@@ -345,9 +345,16 @@ def ratio_confidence_interval(
 def _new_figure(
     ncols: int, *, width: float = 4.6, height: float = 3.8
 ) -> tuple[Figure, list[Axes]]:
-    # Local imports keep ``import fa_hetdp.report.tables`` cheap and never touch pyplot.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    # Local imports keep ``import fa_hetdp.report.tables`` cheap and never touch pyplot, and
+    # the core installs without matplotlib (the ``plots`` extra).
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(
+            f"figures need matplotlib, which is not installed ({exc}): "
+            'pip install "fa-hetdp[plots]"'
+        ) from exc
 
     figure = Figure(figsize=(width * ncols, height), layout="constrained")
     FigureCanvasAgg(figure)
@@ -554,9 +561,9 @@ def plot_frontier(
     """
     if not curves:
         raise ValueError("plot_frontier needs at least one panel")
+    figure, axes = _new_figure(len(curves), width=3.6, height=3.6)  # matplotlib is there
     from matplotlib.ticker import NullFormatter
 
-    figure, axes = _new_figure(len(curves), width=3.6, height=3.6)
     colours = ("tab:blue", "tab:orange", "tab:green", "tab:red")
     for ax, (panel_title, lines) in zip(axes, curves.items(), strict=True):
         colour_of: dict[int, str] = {}
