@@ -193,7 +193,12 @@ def run_command(args: argparse.Namespace) -> int:
     if program is None:
         raise ConfigError(
             "command line",
-            [("flower-supernode", f"not on PATH nor beside {sys.executable}; pip install flwr")],
+            [
+                (
+                    "flower-supernode",
+                    f'not on PATH nor beside {sys.executable}; pip install "fa-hetdp[flower]"',
+                )
+            ],
         )
     env = dict(os.environ)
     env["PATH"] = programs_path(env.get("PATH", ""))  # as fa-hetdp run gives its children
