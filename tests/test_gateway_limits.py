@@ -242,7 +242,6 @@ def test_past_the_connection_cap_new_connections_get_503_and_the_gateway_holds(
         gateway.stop()
 
 
-@pytest.mark.slow  # ~8 s (measured): starts a gateway process and waits for its refusal
 def test_too_few_file_descriptors_refuse_to_start_with_one_line(
     upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
