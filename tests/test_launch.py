@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from pathlib import Path
@@ -94,8 +93,9 @@ def test_read_progress_skips_partial_lines(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fa_hetdp_run_prints_the_table_and_cleans_up(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # the result is kept under ./results/
     scenario = scenario_file(tmp_path, 12, seed=4)
     workdir = tmp_path / "work"
     output = tmp_path / "copy.json"
@@ -115,7 +115,10 @@ def test_fa_hetdp_run_prints_the_table_and_cleans_up(
 
 
 @pytest.mark.slow
-def test_fa_hetdp_run_reports_an_abort(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fa_hetdp_run_reports_an_abort(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the result is kept under ./results/
     scenario = scenario_file(tmp_path, 6, extra="[secagg]\nthreshold = 5\ndropout_fraction = 0.5\n")
     scenario.write_text(scenario.read_text().replace("[secagg]\nthreshold = 0.6\n", ""))
     code = main(["run", str(scenario), "--workdir", str(tmp_path / "work")])
@@ -123,7 +126,11 @@ def test_fa_hetdp_run_reports_an_abort(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 1
     assert "threshold" in printed.err
     assert processes_with_home(tmp_path / "work" / "flwr-home") == []
-    assert os.path.exists(tmp_path / "work" / "result.json")
+    # the aborted run's document is kept under results/ and the failure names it
+    kept = list((tmp_path / "results").glob(f"{scenario.stem}-*.json"))
+    assert len(kept) == 1
+    assert json.loads(kept[0].read_text())["status"] == "aborted"
+    assert kept[0].name in printed.err + printed.out
 
 
 def test_print_result_lists_every_released_statistic_from_the_registry(
