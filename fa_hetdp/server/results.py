@@ -154,7 +154,7 @@ def simulation_caveats(settings: RunSettings) -> tuple[str, ...]:
         return ()
     caveats = [
         f"seeded simulation (seed {settings.seed}): every noise share follows from the seed, "
-        "so the (epsilon, delta) describes the protocol, not a protection of these data; a "
+        "so the privacy stated describes the protocol, not a protection of these data; a "
         "deployment draws its noise from a CSPRNG"
     ]
     if settings.threat_model == "malicious-server":
