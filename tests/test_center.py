@@ -91,7 +91,7 @@ def test_batch_centre_is_computed_per_repeat_and_the_correction_is_subtracted() 
 
 
 def test_broadcast_center_is_the_clipped_mean_and_the_scales_are_public() -> None:
-    plan = plan_protocol(ProtocolConfig(1.0, 1e-5), n=100, d=4)
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, dispersion_center="broadcast"), n=100, d=4)
     c = np.array([0.0, 0.1, 0.6, 1.0])
     np.testing.assert_array_equal(dispersion_center(c, plan), c)
     optimal = plan_protocol(ProtocolConfig(1.0, 1e-5, dispersion_center="optimal"), n=100, d=4)
@@ -160,7 +160,7 @@ def test_center_travels_from_the_scenario_to_the_grid_and_the_flower_settings(
     from fa_hetdp.flower.settings import RunSettings
 
     path = scenario_file(tmp_path, 20)
-    text = path.read_text().replace("delta = 1e-5", 'delta = 1e-5\ndispersion_center = "optimal"')
+    text = path.read_text().replace('center = "broadcast"', 'center = "optimal"')
     path.write_text(text)
     scenario = load_scenario(path)
     assert scenario.privacy.dispersion_center == "optimal"

@@ -70,7 +70,7 @@ def test_default_ring_of_ddg_is_refused_with_ring_reason_and_fix(tmp_path: Path)
     assert "Z_2^32 (the default for mechanism 'ddg')" in message
     assert "n=600000 clients" in message and "cannot hold the sum of n=600000" in message  # why
     assert "modulus_bits = 64" in message and "secagg-modulus-bits=64" in message  # the fix
-    assert "stage 1, 2" in message
+    assert "stage 0, 1, 2" in message  # stage 0: the adaptive floor, on by default
 
 
 @pytest.mark.parametrize("mechanism", ["ddg", "skellam"])

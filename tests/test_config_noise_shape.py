@@ -56,8 +56,9 @@ def _problems(**privacy: Any) -> dict[str, str]:
 # --------------------------------------------------------------------------- scenario files
 
 
-def test_scenario_default_is_uniform_and_per_coordinate_parses() -> None:
-    assert scenario_from_dict(_raw()).privacy.noise_shape == "uniform"
+def test_scenario_default_is_auto_and_per_coordinate_parses() -> None:
+    # "auto" (the default, issue 18): each run's ProtocolConfig resolves it for its mechanism
+    assert scenario_from_dict(_raw()).privacy.noise_shape == "auto"
     scenario = scenario_from_dict(_raw(noise_shape="per_coordinate"))
     assert scenario.privacy.noise_shape == "per_coordinate"
     # to_dict writes it and reads back equal
@@ -78,7 +79,8 @@ def test_scenario_refuses_per_coordinate_without_broadcast_bounds() -> None:
     assert set(problems) == {"privacy.noise_shape"}
     assert "needs broadcast_bounds=true" in problems["privacy.noise_shape"]
     # uniform noise without broadcast bounds stays allowed (the paper's scenarios)
-    assert scenario_from_dict(_raw(broadcast_bounds=False)).privacy.noise_shape == "uniform"
+    assert scenario_from_dict(_raw(broadcast_bounds=False)).privacy.noise_shape == "auto"
+    assert scenario_from_dict(_raw(noise_shape="uniform", broadcast_bounds=False))
 
 
 @pytest.mark.parametrize("mechanism", ["ddg", "skellam", ["agm", "ddg"]])

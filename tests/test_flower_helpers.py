@@ -38,6 +38,10 @@ num_clients = {num_clients}
 [privacy]
 epsilon = 1.0
 delta = 1e-5
+# the settings these tests' numbers were written for (the defaults before issue 18)
+adaptive_floor = false
+noise_shape = "uniform"
+dispersion_center = "broadcast"
 [secagg]
 threshold = 0.6
 [experiment]

@@ -51,8 +51,10 @@ MAIN_JOB = {
     "dispersion_center": "optimal",
     "extra_i2_noise": False,
 }
+QUICKSTART = {"adaptive_floor": False, "noise_shape": "uniform", "dispersion_center": "broadcast"}
+"""The settings scenarios/quickstart.toml states (the defaults before issue 18)."""
 CASES = [
-    ("digits100", {}),  # the quickstart's size: noise-dominated
+    ("digits100", QUICKSTART),  # the quickstart's size and settings: noise-dominated
     ("digits1797", MAIN_JOB),  # the main job's settings
     ("digits1797", {"epsilon": 4.0}),
     ("beta500x8", {}),

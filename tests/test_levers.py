@@ -42,7 +42,8 @@ def test_gdp_is_the_default_everywhere() -> None:
 
 def test_gdp_halves_sigma_at_the_same_budget() -> None:
     # Equal split over the four releases, eps = 1, delta = 1e-5: basic / gdp sigma ~ 1.96.
-    basic = plan_protocol(ProtocolConfig(1.0, 1e-5, composition="basic"), n=100, d=64)
+    basic_config = ProtocolConfig(1.0, 1e-5, composition="basic", adaptive_floor=False)
+    basic = plan_protocol(basic_config, n=100, d=64)
     gdp = plan_protocol(ProtocolConfig(1.0, 1e-5, split=EQUAL), n=100, d=64)
     for name in EQUAL:
         assert 1.85 <= basic.sigma(name) / gdp.sigma(name) <= 2.05, name
@@ -154,7 +155,8 @@ def test_optimal_weights_match_a_brute_force_optimiser() -> None:
 
 
 def test_default_gdp_split_is_the_optimal_one() -> None:
-    plan = plan_protocol(ProtocolConfig(1.0, 1e-5), n=100, d=64)
+    # the fixed floor W = 1/v_min = 100 (the adaptive floor, on by default, has its own release)
+    plan = plan_protocol(ProtocolConfig(1.0, 1e-5, adaptive_floor=False), n=100, d=64)
     mu = 1.0 / calibrate_sigma(1.0, 1e-5, 1.0, "agm")
     u = {
         r.name: (r.sensitivity / r.sigma) ** 2 for r in plan.budget.releases if r.counts_for_privacy
@@ -167,7 +169,8 @@ def test_default_gdp_split_is_the_optimal_one() -> None:
         assert u[name] / u["mean"] == pytest.approx(expected[name] / expected["mean"], rel=1e-9)
     assert u["weighted"] / u["mean"] == pytest.approx(100.0 / 12.0 * math.sqrt(65 / 64))
     # basic and an explicit split keep their weights
-    basic = plan_protocol(ProtocolConfig(1.0, 1e-5, composition="basic"), n=100, d=64)
+    basic_config = ProtocolConfig(1.0, 1e-5, composition="basic", adaptive_floor=False)
+    basic = plan_protocol(basic_config, n=100, d=64)
     assert {r.epsilon_share for r in basic.budget.releases if r.counts_for_privacy} == {0.25}
 
 
@@ -292,7 +295,9 @@ def test_per_coordinate_noise_needs_broadcast_bounds_and_gaussian_noise() -> Non
         ProtocolConfig(1.0, 1e-5, noise_shape="per_coordinate", mechanism="ddg")
     with pytest.raises(ConfigError, match="noise_shape"):
         ProtocolConfig(1.0, 1e-5, noise_shape="diagonal")  # type: ignore[arg-type]
-    assert ProtocolConfig(1.0, 1e-5).noise_shape == "uniform"  # scenarios keep it off
+    # the default, "auto", resolves to it where it is allowed and to uniform elsewhere
+    assert ProtocolConfig(1.0, 1e-5).noise_shape == "per_coordinate"
+    assert ProtocolConfig(1.0, 1e-5, mechanism="ddg").noise_shape == "uniform"
     # private_statistics recommends it, but not where it is refused
     x = np.random.default_rng(0).random((40, 4))
     r = private_statistics(x, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))

@@ -128,7 +128,14 @@ def test_plan_noise_vectors_follow_the_layout() -> None:
 def test_batch_uses_the_server_functions(placement: str) -> None:
     # repeats=1: the batch result equals the server's estimates of the same noisy sums.
     x = np.random.default_rng(2).random((30, 5))
-    config = ProtocolConfig(1.0, 1e-5, placement=placement)  # type: ignore[arg-type]
+    config = ProtocolConfig(
+        1.0,
+        1e-5,
+        placement=placement,
+        adaptive_floor=False,
+        noise_shape="uniform",
+        dispersion_center="broadcast",
+    )  # type: ignore[arg-type]
     batch = private_statistics_batch(x, config, repeats=1, rng=np.random.default_rng(7))
     plan, truth = batch.plan, batch.truth
     rng = np.random.default_rng(7)
@@ -157,7 +164,13 @@ def test_batch_uses_the_server_functions(placement: str) -> None:
 
 
 def test_estimates_are_vectorised_over_repeats() -> None:
-    plan = plan_protocol(ProtocolConfig(1.0, 1e-5), n=20, d=4)
+    plan = plan_protocol(
+        ProtocolConfig(
+            1.0, 1e-5, adaptive_floor=False, noise_shape="uniform", dispersion_center="broadcast"
+        ),
+        n=20,
+        d=4,
+    )
     sums = np.random.default_rng(4).random((3, plan.stage1_length)) * 20
     many = estimate_stage1(sums, plan, n=20)
     for r in range(3):

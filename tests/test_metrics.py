@@ -32,12 +32,26 @@ CORE = ("mean", "dispersion", "weighted_mean", "q")
 
 # Regime A: noise on every release comparable to the paper's, mu_bar' rarely clipped away
 # from the two all-zero pixel columns (s_2/B ~= 0.10 at eps = 10, v_min = 0.05).
-REGIME_A = ProtocolConfig(10.0, 1e-5, variance_floor=0.05)
+REGIME_A = ProtocolConfig(
+    10.0,
+    1e-5,
+    variance_floor=0.05,
+    adaptive_floor=False,
+    noise_shape="uniform",
+    dispersion_center="broadcast",
+)
 # Regime B: the (mu_bar' - mu_bar)^4 term dominates the error of Q'' (~370x the Q noise),
 # with s_2/B ~= 0.22: the regime where the paper's Cor. 3.11 misses by orders of magnitude.
 # Tuned under basic composition (the default before gdp), so it states it.
 REGIME_B = ProtocolConfig(
-    100.0, 1e-5, variance_floor=0.05, split={"weighted": 1.0, "q": 100.0}, composition="basic"
+    100.0,
+    1e-5,
+    variance_floor=0.05,
+    split={"weighted": 1.0, "q": 100.0},
+    composition="basic",
+    adaptive_floor=False,
+    noise_shape="uniform",
+    dispersion_center="broadcast",
 )
 
 
@@ -100,7 +114,13 @@ def test_expected_mse_dispersion_unclipped_formula() -> None:
     rng = np.random.default_rng(3)
     x = 0.4 + 0.2 * rng.random((400, 5))
     truth = true_statistics(x, variance_floor=0.01)
-    plan = plan_protocol(ProtocolConfig(50.0, 1e-5), n=400, d=5)
+    plan = plan_protocol(
+        ProtocolConfig(
+            50.0, 1e-5, adaptive_floor=False, noise_shape="uniform", dispersion_center="broadcast"
+        ),
+        n=400,
+        d=5,
+    )
     ex = expected_mse(truth, plan)
     tau = plan.sigma_mean / 400
     assert ex.mean == pytest.approx(tau**2, rel=1e-12)
@@ -109,13 +129,35 @@ def test_expected_mse_dispersion_unclipped_formula() -> None:
     assert np.all(s3 < plan.sigma_dispersion)
     assert ex.dispersion == pytest.approx(3 * tau**4 + np.mean((s3 / 400) ** 2), rel=1e-9)
     # per-coordinate noise: each coordinate's own sigma_j, and less noise in total
-    shaped = plan_protocol(ProtocolConfig(50.0, 1e-5, noise_shape="per_coordinate"), n=400, d=5)
+    shaped = plan_protocol(
+        ProtocolConfig(
+            50.0,
+            1e-5,
+            noise_shape="per_coordinate",
+            adaptive_floor=False,
+            dispersion_center="broadcast",
+        ),
+        n=400,
+        d=5,
+    )
     s3_j = shaped.stage2_sigmas(np.clip(truth.mean, 0, 1), truth.weighted_mean)["dispersion"]
     per_j = expected_mse(truth, shaped).per_coordinate["dispersion"]
     np.testing.assert_allclose(per_j, 3 * tau**4 + (s3_j / 400) ** 2, rtol=1e-6)
     assert np.mean(s3_j**2) <= np.mean(s3**2) * (1 + 1e-12)
     central = expected_mse(
-        truth, plan_protocol(ProtocolConfig(50.0, 1e-5, placement="central"), n=400, d=5)
+        truth,
+        plan_protocol(
+            ProtocolConfig(
+                50.0,
+                1e-5,
+                placement="central",
+                adaptive_floor=False,
+                noise_shape="uniform",
+                dispersion_center="broadcast",
+            ),
+            n=400,
+            d=5,
+        ),
     )
     assert central.as_dict() == pytest.approx(ex.as_dict(), rel=1e-12)
     assert expected_mse(truth, plan, noise_shares=200).mean == pytest.approx(tau**2 / 2)
@@ -127,7 +169,9 @@ def test_paper_tmse_expansions_match_direct_formulas() -> None:
     # written out literally (tolerance 1e-9 relative).
     rng = np.random.default_rng(11)
     x = rng.random((25, 4))
-    cfg = ProtocolConfig(2.0, 1e-5)
+    cfg = ProtocolConfig(
+        2.0, 1e-5, adaptive_floor=False, noise_shape="uniform", dispersion_center="broadcast"
+    )
     batch = private_statistics_batch(x, cfg, repeats=3, rng=np.random.default_rng(2))
     t = batch.truth
     got = paper_tmse(x, batch, t)
@@ -156,7 +200,9 @@ def test_paper_tmse_expansions_match_direct_formulas() -> None:
 def test_paper_confidence_interval_half_widths() -> None:
     rng = np.random.default_rng(4)
     x = rng.random((40, 3))
-    cfg = ProtocolConfig(1.0, 1e-5)
+    cfg = ProtocolConfig(
+        1.0, 1e-5, adaptive_floor=False, noise_shape="uniform", dispersion_center="broadcast"
+    )
     batch = private_statistics_batch(x, cfg, repeats=2, rng=np.random.default_rng(0))
     plan, t = batch.plan, batch.truth
     ci = paper_confidence_intervals(batch, plan, t)
@@ -212,7 +258,15 @@ def test_distributed_emse_equals_central_emse(digits_clients: np.ndarray) -> Non
     # Distributed: n = 500 client shares N(0, sigma^2/n) drawn and summed per repeat
     # (noise_draw="per_client"); central: one server draw N(0, sigma^2). 2000 repeats each,
     # independent seeds; MC SE of each ratio < 1.2 %, band > 4 SE (alpha ~ 1e-4).
-    central = ProtocolConfig(10.0, 1e-5, variance_floor=0.05, placement="central")
+    central = ProtocolConfig(
+        10.0,
+        1e-5,
+        variance_floor=0.05,
+        placement="central",
+        adaptive_floor=False,
+        noise_shape="uniform",
+        dispersion_center="broadcast",
+    )
     dist = private_statistics_batch(
         digits_clients,
         REGIME_A,
@@ -233,8 +287,24 @@ def test_agm_cgm_emse_ratio(digits_clients: np.ndarray) -> None:
     # eps = 0.5 < 1 so that CGM (Thm 2.9) is valid. The EMSE of mu' is (sigma_1/n)^2 exactly,
     # so EMSE_AGM/EMSE_CGM must equal (sigma_AGM/sigma_CGM)^2; 2000 x 64 draws give an MC SE
     # of ~0.6 % for the ratio; tolerance 5 % (alpha < 1e-6).
-    agm = ProtocolConfig(0.5, 1e-5, mechanism="agm", composition="basic")
-    cgm = ProtocolConfig(0.5, 1e-5, mechanism="cgm", composition="basic")
+    agm = ProtocolConfig(
+        0.5,
+        1e-5,
+        mechanism="agm",
+        composition="basic",
+        adaptive_floor=False,
+        noise_shape="uniform",
+        dispersion_center="broadcast",
+    )
+    cgm = ProtocolConfig(
+        0.5,
+        1e-5,
+        mechanism="cgm",
+        composition="basic",
+        adaptive_floor=False,
+        noise_shape="uniform",
+        dispersion_center="broadcast",
+    )
     b_agm = private_statistics_batch(
         digits_clients, agm, repeats=2000, rng=np.random.default_rng(5)
     )
@@ -271,7 +341,13 @@ def test_metrics_accept_a_single_result() -> None:
     x = rng.random((60, 5))
     res = private_statistics(x, epsilon=2.0, delta=1e-5, rng=np.random.default_rng(1))
     truth = true_statistics(x)
-    plan = plan_protocol(ProtocolConfig(2.0, 1e-5), n=60, d=5)
+    plan = plan_protocol(
+        ProtocolConfig(
+            2.0, 1e-5, adaptive_floor=False, noise_shape="uniform", dispersion_center="broadcast"
+        ),
+        n=60,
+        d=5,
+    )
     tm = paper_tmse(x, res, truth)
     assert np.shape(tm.q) == () and float(tm.q) >= 0.0
     ci = noise_confidence_intervals(res, plan)

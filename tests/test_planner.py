@@ -43,8 +43,12 @@ def _ratios(
     shape: NoiseShape = "uniform",
     center: DispersionCenter = "broadcast",
 ) -> dict[str, tuple[float, float]]:
-    config = ProtocolConfig(
-        epsilon=epsilon, delta=1e-5, noise_shape=shape, dispersion_center=center
+    config = ProtocolConfig(  # the fixed floor W = 1/v_min (true_statistics below uses it)
+        epsilon=epsilon,
+        delta=1e-5,
+        noise_shape=shape,
+        dispersion_center=center,
+        adaptive_floor=False,
     )
     truth = true_statistics(x, variance_floor=config.variance_floor)
     v = _typical_within_variance(x, config.variance_floor)

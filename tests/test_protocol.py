@@ -195,7 +195,14 @@ def test_central_client_path_equals_private_statistics(
     small_data: np.ndarray, center: DispersionCenter
 ) -> None:
     # optimal: the clients centre on Stage1Release.mu_prime_broadcast (the public centre)
-    cfg = ProtocolConfig(3.0, 1e-6, placement="central", dispersion_center=center)
+    cfg = ProtocolConfig(
+        3.0,
+        1e-6,
+        placement="central",
+        dispersion_center=center,
+        adaptive_floor=False,  # the client path here has no stage 0
+        noise_shape="uniform",
+    )
     _, (st1, res), _, _ = _client_path(small_data, cfg, client_seed=1, server_seed=42)
     moved = not np.allclose(st1.mu_prime_broadcast, np.clip(st1.mu_prime, 0.0, 1.0))
     assert moved == (center == "optimal")
@@ -204,7 +211,7 @@ def test_central_client_path_equals_private_statistics(
         epsilon=3.0,
         delta=1e-6,
         placement="central",
-        adaptive_floor=False,  # as ProtocolConfig's defaults
+        adaptive_floor=False,  # as the config above
         noise_shape="uniform",
         dispersion_center=center,
         rng=np.random.default_rng(42),
@@ -225,14 +232,19 @@ def test_batch_with_one_repeat_equals_in_process(
     # identities sum (x - m)^2 = sum (x - mu)^2 + n (mu - m)^2 (and the weighted analogue),
     # and each repeat's own broadcast for the stage-2 scale (per coordinate or not).
     cfg = ProtocolConfig(
-        0.5, 1e-5, placement=placement, noise_shape=shape, dispersion_center=center
+        0.5,
+        1e-5,
+        placement=placement,
+        noise_shape=shape,
+        dispersion_center=center,
+        adaptive_floor=False,
     )
     direct = private_statistics(
         small_data,
         epsilon=0.5,
         delta=1e-5,
         placement=placement,
-        adaptive_floor=False,  # as ProtocolConfig's defaults
+        adaptive_floor=False,  # as the config above
         noise_shape=shape,
         dispersion_center=center,
         rng=np.random.default_rng(5),
@@ -362,7 +374,10 @@ def test_summed_noise_matches_sum_of_client_shares() -> None:
     rng = np.random.default_rng(2024)
     n, d = 200, 8
     x = rng.random((n, d))
-    cfg = ProtocolConfig(1.0, 1e-5, min_honest_clients=100)
+    # the fixed floor and one stage-2 sigma (the batch path draws with the plan's own floor)
+    cfg = ProtocolConfig(
+        1.0, 1e-5, min_honest_clients=100, adaptive_floor=False, noise_shape="uniform"
+    )
     plan = plan_protocol(cfg, n=n, d=d)
     w, _ = client_weights(x, variance_floor=cfg.variance_floor)
     locals_ = [local_values(row, variance_floor=cfg.variance_floor) for row in x]

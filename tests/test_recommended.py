@@ -28,7 +28,7 @@ def test_recommended_is_protocol_defaults_plus_the_one_mapping() -> None:
     rec = recommended_config(epsilon=EPS, delta=DELTA)
     base = ProtocolConfig(EPS, DELTA)
     assert rec.adaptive_floor is True
-    assert base.adaptive_floor is False  # ProtocolConfig's own default stays (scenarios, paper)
+    assert base == rec  # one set of defaults (issue 18): ProtocolConfig's are the recommended
     for f in fields(ProtocolConfig):
         expected = RECOMMENDED_SETTINGS.get(f.name, getattr(base, f.name))
         assert getattr(rec, f.name) == expected, f.name

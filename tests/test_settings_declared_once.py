@@ -22,7 +22,7 @@ from fa_hetdp.config.constraints import Field, Integer
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import ConfigError, validate
 from fa_hetdp.config.scenario import scenario_from_dict
-from fa_hetdp.config.settings import SETTINGS, Setting, markdown_table
+from fa_hetdp.config.settings import PRESETS, SETTINGS, Setting, markdown_table
 from fa_hetdp.flower.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,14 +124,34 @@ def test_pyproject_lists_every_run_config_key_at_its_unset_value() -> None:
 
 def test_protocol_config_defaults_are_the_declared_ones() -> None:
     config = ProtocolConfig(epsilon=1.0, delta=1e-5)
+    resolved = {"noise_shape": "per_coordinate", "dispersion_center": "optimal"}  # of "auto"
     for setting in SETTINGS.values():
         if setting.protocol and setting.required is None:
-            assert getattr(config, setting.name) == setting.default, setting.name
+            expected = resolved[setting.name] if setting.default == "auto" else setting.default
+            assert getattr(config, setting.name) == expected, setting.name
 
 
 # --------------------------------------------------------------------------------------------
 # Presets: a set of settings asked for by name (issue 18 item 1, "one set of defaults")
 # --------------------------------------------------------------------------------------------
+
+
+def test_protocol_config_means_what_private_statistics_runs() -> None:
+    """One set of defaults: ``ProtocolConfig(ε, δ)`` is the recommended preset and the plan
+    of ``private_statistics(ε, δ)`` (issue 18 item 1)."""
+    from fa_hetdp import private_statistics
+
+    default = ProtocolConfig(epsilon=1.0, delta=1e-5)
+    assert default == ProtocolConfig.preset("recommended", epsilon=1.0, delta=1e-5)
+    values = [[0.1, 0.9, 0.5], [0.2, 0.8, 0.4], [0.3, 0.7, 0.6], [0.4, 0.6, 0.5]] * 5
+    result = private_statistics(values, epsilon=1.0, delta=1e-5, rng=0)
+    assert result.plan.config == default
+    # the levers a mechanism rules out resolve, once, to a value it allows ("auto")
+    ddg = ProtocolConfig(epsilon=1.0, delta=1e-5, mechanism="ddg")
+    assert (ddg.noise_shape, ddg.dispersion_center) == ("uniform", "optimal")
+    assert (default.noise_shape, default.dispersion_center) == ("per_coordinate", "optimal")
+    off = ProtocolConfig(epsilon=1.0, delta=1e-5, broadcast_bounds=False)
+    assert (off.noise_shape, off.dispersion_center) == ("uniform", "broadcast")
 
 
 def test_the_recommended_preset_is_what_private_statistics_runs() -> None:
@@ -164,6 +184,15 @@ def test_a_scenario_asks_for_a_preset_by_name() -> None:
 def test_paper_scenarios_ask_for_the_paper_preset_and_keep_their_settings(path: Path) -> None:
     raw = tomllib.loads(path.read_text())
     assert raw["privacy"].get("preset") == "paper"
-    without = {**raw, "privacy": {k: v for k, v in raw["privacy"].items() if k != "preset"}}
-    expected = dataclasses.replace(scenario_from_dict(without).privacy, preset="paper")
-    assert scenario_from_dict(raw).privacy == expected  # REPRODUCTION.md's settings unchanged
+    # REPRODUCTION.md's settings: the keys the file states, the rest from the preset (the
+    # defaults are not the paper's: adaptive floor, per-coordinate noise, optimal centre)
+    paper = {k: v for k, v in raw["privacy"].items() if k != "preset"}
+    stated = {**raw, "privacy": {**PRESETS["paper"], **paper}}
+    expected = dataclasses.replace(scenario_from_dict(stated).privacy, preset="paper")
+    privacy = scenario_from_dict(raw).privacy
+    assert privacy == expected
+    assert (privacy.adaptive_floor, privacy.noise_shape, privacy.dispersion_center) == (
+        False,
+        "uniform",
+        "broadcast",
+    )

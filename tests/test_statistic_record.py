@@ -148,7 +148,17 @@ def test_every_i_squared_agrees_with_the_one_function(seed: int) -> None:
     # the server's estimate (stage 2) and its scalar summary
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plan = plan_protocol(ProtocolConfig(epsilon=1.0, delta=1e-5), n=n, d=d)
+        plan = plan_protocol(
+            ProtocolConfig(
+                epsilon=1.0,
+                delta=1e-5,
+                adaptive_floor=False,
+                noise_shape="uniform",
+                dispersion_center="broadcast",
+            ),
+            n=n,
+            d=d,
+        )
     sums = np.concatenate([np.zeros((3, d)), q], axis=1)
     _close(estimate_stage2(sums, plan, n=n).i2, i_squared(q, n))
     _, i2_total = scalar_summaries(np.zeros((3, d)), q, n)

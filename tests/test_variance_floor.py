@@ -136,7 +136,7 @@ def test_plan_counts_the_histogram_and_its_sigma_does_not_depend_on_the_floor() 
     )
     assert privacy_spent(after.budget).epsilon == pytest.approx(1.0, rel=1e-9)
     # W = 12.5 instead of 100: the weighted release carries several times less noise
-    plain = plan_protocol(ProtocolConfig(1.0, 1e-5), n=500, d=16)
+    plain = plan_protocol(ProtocolConfig(1.0, 1e-5, adaptive_floor=False), n=500, d=16)
     assert after.sigma("weighted") < plain.sigma("weighted") / 4
     # basic composition: the histogram takes the same share of (epsilon, delta)
     basic = plan_protocol(
@@ -154,7 +154,7 @@ def test_missing_histogram_shares_degrade_the_claim() -> None:
 
 def test_floor_refused_where_it_does_not_apply() -> None:
     with pytest.raises(PrivacyParameterError, match="no adaptive floor"):
-        plan_protocol(ProtocolConfig(1.0, 1e-5), n=10, d=2, floor=0.05)
+        plan_protocol(ProtocolConfig(1.0, 1e-5, adaptive_floor=False), n=10, d=2, floor=0.05)
     config = ProtocolConfig(1.0, 1e-5, adaptive_floor=True, variance_floor=0.02)
     with pytest.raises(PrivacyParameterError, match="v_min"):
         plan_protocol(config, n=10, d=2, floor=0.01)  # never below the user's v_min
@@ -204,7 +204,9 @@ def test_private_statistics_uses_the_floor_by_default_and_reports_it_privately()
 
 def test_batch_groups_repeats_by_floor_and_keeps_the_truth_at_v_min() -> None:
     x = _data(300, 8, seed=6)
-    config = ProtocolConfig(1.0, 1e-5, adaptive_floor=True)
+    config = ProtocolConfig(
+        1.0, 1e-5, adaptive_floor=True, noise_shape="uniform", dispersion_center="broadcast"
+    )
     batch = private_statistics_batch(x, config, repeats=60, rng=np.random.default_rng(7))
     assert batch.floor_choice is not None
     assert batch.floor_choice.floor.shape == (60,)
@@ -265,7 +267,7 @@ def test_scenario_option_reaches_the_run_settings_and_the_grid(tmp_path: Path) -
 
     path = scenario_file(tmp_path, 20, extra="")
     text = path.read_text().replace(
-        "[privacy]\n", "[privacy]\nadaptive_floor = true\nfloor_quantile = 0.2\n"
+        "adaptive_floor = false\n", "adaptive_floor = true\nfloor_quantile = 0.2\n"
     )
     path.write_text(text)
     scenario = load_scenario(path)

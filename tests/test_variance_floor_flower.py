@@ -31,7 +31,7 @@ from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
 def _adaptive(tmp_path: Path, n: int, epsilon: float = 20.0) -> dict[str, object]:
     path = scenario_file(tmp_path, n)
     text = path.read_text().replace("epsilon = 1.0\n", f"epsilon = {epsilon}\n")
-    path.write_text(text.replace("[privacy]\n", "[privacy]\nadaptive_floor = true\n"))
+    path.write_text(text.replace("adaptive_floor = false\n", "adaptive_floor = true\n"))
     return run_config(tmp_path, path)
 
 

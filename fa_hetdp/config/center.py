@@ -10,12 +10,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
-__all__ = ["CENTER_FIELDS", "DISPERSION_CENTERS", "DispersionCenter", "dispersion_center_supported"]
+__all__ = [
+    "CENTER_FIELDS",
+    "DISPERSION_CENTERS",
+    "DispersionCenter",
+    "dispersion_center_supported",
+    "resolve_dispersion_center",
+]
 
-DispersionCenter = Literal["broadcast", "optimal"]
+DispersionCenter = Literal["broadcast", "optimal", "auto"]
 """``"broadcast"``: clients send ``(x - c)^2``, ``c = clip(mu', 0, 1)``; ``"optimal"``: they
 send ``(x - a)^2`` for a public centre ``a`` chosen from ``c`` and the plan's sigmas, and the
-server subtracts ``(c - a)^2``."""
+server subtracts ``(c - a)^2``; ``"auto"`` (the default): ``"optimal"`` where the other
+settings allow it, else ``"broadcast"`` (:func:`resolve_dispersion_center`, once, when the
+config is made)."""
 
 DISPERSION_CENTERS: Final[tuple[str, ...]] = get_args(DispersionCenter)
 
@@ -36,3 +44,15 @@ def dispersion_center_supported(v: Mapping[str, Any]) -> str | None:
         "dispersion_center='optimal' needs broadcast_bounds=true (the centre only lowers the "
         "broadcast-based stage-2 bounds); set dispersion_center='broadcast' or turn it on"
     )
+
+
+def resolve_dispersion_center(v: Mapping[str, Any]) -> str:
+    """Return the centre ``v`` asks for, ``"auto"`` resolved.
+
+    ``"auto"`` is ``"optimal"`` where :func:`dispersion_center_supported` allows it (with
+    ``broadcast_bounds``), else ``"broadcast"``; a stated value is kept.
+    """
+    if v["dispersion_center"] != "auto":
+        return str(v["dispersion_center"])
+    wanted = {**v, "dispersion_center": "optimal"}
+    return "optimal" if dispersion_center_supported(wanted) is None else "broadcast"

@@ -10,11 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
-__all__ = ["NOISE_SHAPES", "NOISE_SHAPE_FIELDS", "NoiseShape", "noise_shape_supported"]
+__all__ = [
+    "NOISE_SHAPES",
+    "NOISE_SHAPE_FIELDS",
+    "NoiseShape",
+    "noise_shape_supported",
+    "resolve_noise_shape",
+]
 
-NoiseShape = Literal["uniform", "per_coordinate"]
+NoiseShape = Literal["uniform", "per_coordinate", "auto"]
 """``"uniform"``: one stage-2 sigma for every coordinate; ``"per_coordinate"``: ``sigma_j``
-proportional to ``max(c_j, 1 - c_j)`` (``sqrt`` of the coordinate's broadcast bound)."""
+proportional to ``max(c_j, 1 - c_j)`` (``sqrt`` of the coordinate's broadcast bound);
+``"auto"`` (the default): ``"per_coordinate"`` where the other settings allow it, else
+``"uniform"`` (:func:`resolve_noise_shape`, once, when the config is made)."""
 
 NOISE_SHAPES: Final[tuple[str, ...]] = get_args(NoiseShape)
 
@@ -45,3 +53,15 @@ def noise_shape_supported(v: Mapping[str, Any]) -> str | None:
             f"mechanism={v['mechanism']!r}; use noise_shape='uniform'"
         )
     return None
+
+
+def resolve_noise_shape(v: Mapping[str, Any]) -> str:
+    """Return the noise shape ``v`` asks for, ``"auto"`` resolved.
+
+    ``"auto"`` is ``"per_coordinate"`` where :func:`noise_shape_supported` allows it (a
+    Gaussian mechanism with ``broadcast_bounds``), else ``"uniform"``; a stated value is kept.
+    """
+    if v["noise_shape"] != "auto":
+        return str(v["noise_shape"])
+    wanted = {**v, "noise_shape": "per_coordinate"}
+    return "per_coordinate" if noise_shape_supported(wanted) is None else "uniform"

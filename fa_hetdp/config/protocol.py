@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
-from fa_hetdp.config.center import DispersionCenter
-from fa_hetdp.config.noise import NoiseShape
+from fa_hetdp.config.center import DispersionCenter, resolve_dispersion_center
+from fa_hetdp.config.noise import NoiseShape, resolve_noise_shape
 from fa_hetdp.config.rules import check
 from fa_hetdp.config.settings import preset_values
 
@@ -75,26 +75,30 @@ class ProtocolConfig:
         Choose the variance floor from the data: a stage-0 noisy histogram of the clients'
         within-vector variances (its own share of the budget) picks a low quantile of them,
         never below ``variance_floor``, and ``W = 1/floor`` follows the data
-        (:mod:`fa_hetdp.protocol.floor`; ``docs/privacy.md``). Default False here (the
-        scenarios and the paper's settings keep ``W = 1/v_min``);
-        :func:`fa_hetdp.private_statistics` turns it on unless told otherwise.
+        (:mod:`fa_hetdp.protocol.floor`; ``docs/privacy.md``). Default True (the recommended
+        settings are the defaults, issue 18); the paper's preset sets it False
+        (``W = 1/v_min``).
     floor_quantile : float
         ``q`` in ``(0, 1/2]`` of the floor rule: at most about ``q n`` clients are floored
         (default 0.1; the rule's margin keeps the count well below, 3 % on digits).
-    noise_shape : {"uniform", "per_coordinate"}
-        With ``broadcast_bounds``: ``"uniform"`` (default) gives every coordinate of a stage-2
+    noise_shape : {"auto", "uniform", "per_coordinate"}
+        ``"auto"`` (default) becomes ``"per_coordinate"`` where allowed, else ``"uniform"``,
+        when the config is made (the field then holds the value used). With
+        ``broadcast_bounds``: ``"uniform"`` gives every coordinate of a stage-2
         release the same sigma, ``sigma_wc ||b||_2/sqrt(d)``; ``"per_coordinate"`` gives
         coordinate ``j`` the sigma ``sigma_wc sqrt(b_j sum_i b_i / d)``,
         ``b = max(c, 1 - c)^2``: the same privacy, the least summed per-coordinate noise
         variance (:meth:`fa_hetdp.protocol.plan.ProtocolPlan.stage2_factors`;
         ``docs/privacy.md``, lever c). Needs ``broadcast_bounds`` and a Gaussian mechanism
-        (``"agm"``/``"cgm"``); :func:`fa_hetdp.private_statistics` turns it on.
-    dispersion_center : {"broadcast", "optimal"}
-        With ``broadcast_bounds``: ``"broadcast"`` (default) centres the dispersion summand at
+        (``"agm"``/``"cgm"``).
+    dispersion_center : {"auto", "broadcast", "optimal"}
+        ``"auto"`` (default) becomes ``"optimal"`` where allowed (with ``broadcast_bounds``),
+        else ``"broadcast"``, when the config is made. ``"broadcast"`` centres the dispersion
+        summand at
         ``c = clip(mu', 0, 1)``; ``"optimal"`` at a public ``a`` between ``c`` and 1/2 chosen
         from ``c`` and the plan's sigmas (:func:`fa_hetdp.protocol.center.dispersion_center`):
         smaller bounds ``max(a, 1 - a)^2``, so less noise, and the server subtracts
-        ``(c - a)^2``. Any mechanism; :func:`fa_hetdp.private_statistics` turns it on.
+        ``(c - a)^2``. Any mechanism.
     """
 
     epsilon: float
@@ -110,16 +114,22 @@ class ProtocolConfig:
     split: Mapping[str, float] | None = field(default=None)
     statistics: tuple[str, ...] | None = None
     broadcast_bounds: bool = True
-    adaptive_floor: bool = False
+    adaptive_floor: bool = True
     floor_quantile: float = 0.1
-    noise_shape: NoiseShape = "uniform"
-    dispersion_center: DispersionCenter = "broadcast"
+    noise_shape: NoiseShape = "auto"
+    dispersion_center: DispersionCenter = "auto"
 
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together
         # under the field names (``epsilon``, ``split.q``, ...).
         # (``corrupt_fraction`` None is "not stated": only a stated gamma is checked.)
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        # "auto" levers resolve once, here, to the value the other settings allow (the plan
+        # and the result show the resolved value); a bad other setting is reported below.
+        values["noise_shape"] = resolve_noise_shape(values)
+        values["dispersion_center"] = resolve_dispersion_center(values)
+        object.__setattr__(self, "noise_shape", values["noise_shape"])
+        object.__setattr__(self, "dispersion_center", values["dispersion_center"])
         if values["corrupt_fraction"] is None:
             del values["corrupt_fraction"]
         check("ProtocolConfig", values, {})
@@ -132,7 +142,8 @@ class ProtocolConfig:
     def preset(cls, name: str, *, epsilon: float, delta: float, **settings: Any) -> ProtocolConfig:
         """Return the settings of preset ``name`` with ``settings`` on top.
 
-        ``"recommended"`` is what :func:`fa_hetdp.private_statistics` runs; ``"paper"`` is
+        ``"recommended"`` is the defaults, what ``ProtocolConfig(epsilon, delta)`` and
+        :func:`fa_hetdp.private_statistics` run; ``"paper"`` is
         the paper's protocol (:data:`fa_hetdp.config.settings.PRESETS`). A setting of None
         counts as not given; a preset lever the given settings rule out keeps its default
         (:func:`~fa_hetdp.config.settings.preset_values`).

@@ -375,7 +375,14 @@ _QUICKSTART: Final[dict[str, Any]] = {
         "description": "Embedded digits, 100 clients, 1:...:1 over 10 labels, epsilon = 1.",
     },
     "data": {"dataset": "digits", "num_clients": 100, "label_ratios": [1] * 10},
-    "privacy": {"epsilon": 1.0, "delta": 1e-5, "mechanism": "agm"},
+    "privacy": {
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "mechanism": "agm",
+        "adaptive_floor": False,  # quickstart.toml states the old defaults (its numbers)
+        "noise_shape": "uniform",
+        "dispersion_center": "broadcast",
+    },
     "protocol": {"placement": "distributed"},
     "experiment": {"repeats": 100, "seed": 0},
 }

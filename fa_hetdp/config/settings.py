@@ -16,7 +16,8 @@ of a run. Everything else is derived from the table:
 - :class:`~fa_hetdp.config.protocol.ProtocolConfig`'s defaults (checked by a test) and the
   recommended settings of :mod:`fa_hetdp.protocol.recommended`;
 - the ``[privacy]`` table of ``scenarios/README.md`` (:func:`markdown_table`; a test checks
-  the file against it; ``python -m fa_hetdp.config.settings`` prints it).
+  the file against it; ``python -m fa_hetdp.config.settings`` prints it and
+  ``python -m fa_hetdp.config.settings --write`` rewrites it between its markers).
 
 A new setting is one entry here, the field of the object that carries it
 (:class:`~fa_hetdp.config.protocol.ProtocolConfig`) and the code that uses it;
@@ -27,8 +28,11 @@ not in the table yet: ``[secagg]``, ``[data]``, ``[experiment]`` and the run-onl
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -244,11 +248,10 @@ SETTINGS: Final[dict[str, Setting]] = {
         _d(
             "adaptive_floor",
             Field((Boolean(),)),  # issue 9 lever d (fa_hetdp.protocol.floor)
-            False,
+            True,
             "choose the variance floor from a stage-0 noisy histogram of the clients' "
             "within-vector variances (5 % of the budget; docs/privacy.md (d)), never below "
-            "variance_floor",
-            recommended=True,
+            "variance_floor (false: W = 1/v_min, the paper's)",
             flag="--adaptive-floor",
             **_run("adaptive_floor", ""),
         ),
@@ -263,22 +266,22 @@ SETTINGS: Final[dict[str, Setting]] = {
         _d(
             "noise_shape",
             Field((Options(NOISE_SHAPES),)),  # issue 9, lever c (config.noise)
-            "uniform",
+            "auto",
             "stage-2 noise: one σ for every coordinate, or σ_j ∝ max(c_j, 1−c_j) from the "
             "public broadcast c (same privacy, least summed noise variance; docs/privacy.md "
-            "(c′)); needs broadcast_bounds and agm or cgm",
-            recommended="per_coordinate",
+            "(c′)); needs broadcast_bounds and agm or cgm; auto: per_coordinate where "
+            "allowed, else uniform (the plan and result show the value used)",
             flag="--noise-shape",
             **_run("noise_shape", ""),
         ),
         _d(
             "dispersion_center",
             Field((Options(DISPERSION_CENTERS),)),  # lever c (config.center)
-            "broadcast",
+            "auto",
             "centre of the dispersion summand: the broadcast c = clip(μ′, 0, 1), or a public "
             "a between c and 1/2 that minimises the predicted error of D″ (post-processing; "
-            "docs/privacy.md (c″)); needs broadcast_bounds, any mechanism",
-            recommended="optimal",
+            "docs/privacy.md (c″)); needs broadcast_bounds, any mechanism; auto: optimal "
+            "where allowed, else broadcast (the plan and result show the value used)",
             flag="--dispersion-center",
             **_run("dispersion_center", ""),
         ),
@@ -301,7 +304,9 @@ SETTINGS: Final[dict[str, Setting]] = {
 
 PRESETS: Final[Mapping[str, Mapping[str, Any]]] = MappingProxyType(
     {
-        # what fa_hetdp.private_statistics and the planner use (each setting's ``recommended``)
+        # the declared defaults: what ProtocolConfig(), a scenario that leaves a key out,
+        # fa_hetdp.private_statistics and the planner use (a setting's ``recommended``, if
+        # one is ever set apart from its default again, goes on top)
         "recommended": MappingProxyType(
             {
                 s.name: s.recommended
@@ -399,5 +404,47 @@ def markdown_table(section: str = "privacy") -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover - prints the docs table
+TABLE_START: Final = "<!-- settings:privacy:start -->"
+TABLE_END: Final = "<!-- settings:privacy:end -->"
+"""The markers around the generated table in ``scenarios/README.md``."""
+
+
+def write_table(path: Path) -> bool:
+    """Rewrite the table between the markers of ``path`` (atomically); return if it changed.
+
+    Raises
+    ------
+    ValueError
+        ``path`` does not hold both markers, in order.
+    """
+    text = path.read_text(encoding="utf-8")
+    head, sep, rest = text.partition(TABLE_START)
+    _, sep2, tail = rest.partition(TABLE_END)
+    if not sep or not sep2:
+        raise ValueError(f"{path} lacks the markers {TABLE_START} ... {TABLE_END}")
+    new = f"{head}{TABLE_START}\n{markdown_table()}\n{TABLE_END}{tail}"
+    if new == text:
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    os.replace(tmp, path)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the docs table, or with ``--write`` rewrite it in ``scenarios/README.md``."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--write"]:
+        path = Path(__file__).resolve().parents[2] / "scenarios" / "README.md"
+        changed = write_table(path)
+        print(f"{path.name}: {'table rewritten' if changed else 'table up to date'}")
+        return 0
+    if args:
+        print("usage: python -m fa_hetdp.config.settings [--write]", file=sys.stderr)
+        return 2
     print(markdown_table())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - the command line
+    raise SystemExit(main())

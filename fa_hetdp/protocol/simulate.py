@@ -230,9 +230,9 @@ floor_quantile, noise_shape, dispersion_center
         recommends, and what :func:`fa_hetdp.plan_accuracy` plans when given nothing else.
     adaptive_floor : bool, optional
         The adaptive variance floor (:mod:`fa_hetdp.protocol.floor`). Left out (None): on --
-        part of the recommended settings (``benchmarks/README.md``: on all 1797 digits
-        clients it cuts the error of ``mu_bar'`` and ``Q''`` several-fold), although
-        :class:`ProtocolConfig` defaults it to off. The same holds for
+        part of the recommended settings, :class:`ProtocolConfig`'s defaults
+        (``benchmarks/README.md``: on all 1797 digits clients it cuts the error of ``mu_bar'``
+        and ``Q''`` several-fold). The same holds for
         ``noise_shape = "per_coordinate"`` (on unless ``broadcast_bounds`` is off or the
         mechanism is discrete) and ``dispersion_center = "optimal"`` (on unless
         ``broadcast_bounds`` is off).
