@@ -111,8 +111,8 @@ def test_scenarios_readme_holds_the_generated_table() -> None:
     assert start in text and end in text, "scenarios/README.md lost its generated table markers"
     shown = text.split(start, 1)[1].split(end, 1)[0].strip()
     assert shown == markdown_table().strip(), (
-        "scenarios/README.md's [privacy] table is out of date: paste "
-        "`python -m fa_hetdp.config.settings` between the markers"
+        "scenarios/README.md's [privacy] table is out of date: run "
+        "`python -m fa_hetdp.config.settings --write`"
     )
 
 
@@ -196,3 +196,58 @@ def test_paper_scenarios_ask_for_the_paper_preset_and_keep_their_settings(path: 
         "uniform",
         "broadcast",
     )
+
+
+# --------------------------------------------------------------------------------------------
+# A new setting in three places: its declaration, the code that reads it, pyproject.toml
+# (issue 18 item 2): ProtocolConfig and private_statistics carry it without a field
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_setting_reaches_protocol_config_without_a_field(knob: Setting) -> None:
+    assert ProtocolConfig(epsilon=1.0, delta=1e-5).setting("test_knob") == 3  # its default
+    given = ProtocolConfig(epsilon=1.0, delta=1e-5, extra={"test_knob": 7})
+    assert given.setting("test_knob") == 7 and given.setting("mechanism") == "agm"
+    preset = ProtocolConfig.preset("recommended", epsilon=1.0, delta=1e-5, test_knob=5)
+    assert preset.setting("test_knob") == 5
+    with pytest.raises(ConfigError, match=r"test_knob: must be >= 1, got 0"):
+        ProtocolConfig(epsilon=1.0, delta=1e-5, extra={"test_knob": 0})
+    with pytest.raises(ConfigError, match=r"extra: unknown 'nope'; allowed: test_knob"):
+        ProtocolConfig(epsilon=1.0, delta=1e-5, extra={"nope": 1})
+    with pytest.raises(KeyError, match="unknown setting 'nope'"):
+        ProtocolConfig(epsilon=1.0, delta=1e-5).setting("nope")
+
+
+def test_private_statistics_takes_the_setting_by_name(knob: Setting) -> None:
+    from fa_hetdp import private_statistics
+
+    values = [[0.1, 0.9, 0.5], [0.2, 0.8, 0.4], [0.3, 0.7, 0.6], [0.4, 0.6, 0.5]] * 5
+    result = private_statistics(values, epsilon=1.0, delta=1e-5, rng=0, test_knob=6)
+    assert result.plan is not None and result.plan.config.setting("test_knob") == 6
+    with pytest.raises(ConfigError, match=r"test_knob: must be >= 1, got 0"):
+        private_statistics(values, epsilon=1.0, delta=1e-5, rng=0, test_knob=0)
+
+
+def test_a_scenario_and_a_run_config_carry_it_to_protocol_config(knob: Setting) -> None:
+    from fa_hetdp.experiments.engine import _config
+    from fa_hetdp.experiments.grid import grid_from_scenario
+
+    grid = grid_from_scenario(scenario_from_dict(_scenario(test_knob=4)))
+    assert _config(grid, 1.0, "agm", "distributed", "gdp").setting("test_knob") == 4
+    run = RunSettings.from_run_config(_run_config(**{"test-knob": 9}))
+    assert run.protocol.setting("test_knob") == 9
+
+
+def test_write_rewrites_the_marked_table(tmp_path: Path, knob: Setting) -> None:
+    from fa_hetdp.config.settings import TABLE_END, TABLE_START, write_table
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{TABLE_START}\nold table\n{TABLE_END}\nafter\n")
+    assert write_table(readme) is True
+    text = readme.read_text()
+    assert text == f"before\n{TABLE_START}\n{markdown_table()}\n{TABLE_END}\nafter\n"
+    assert "`test_knob`" in text
+    assert write_table(readme) is False  # up to date: untouched
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="lacks the markers"):
+        write_table(readme)

@@ -9,8 +9,8 @@ from typing import Any
 from fa_hetdp._types import Composition, Mechanism, Placement, Profile
 from fa_hetdp.config.center import DispersionCenter, resolve_dispersion_center
 from fa_hetdp.config.noise import NoiseShape, resolve_noise_shape
-from fa_hetdp.config.rules import check
-from fa_hetdp.config.settings import preset_values
+from fa_hetdp.config.rules import ConfigError, check
+from fa_hetdp.config.settings import SETTINGS, preset_values
 
 __all__ = ["ProtocolConfig"]
 
@@ -99,6 +99,10 @@ class ProtocolConfig:
         from ``c`` and the plan's sigmas (:func:`fa_hetdp.protocol.center.dispersion_center`):
         smaller bounds ``max(a, 1 - a)^2``, so less noise, and the server subtracts
         ``(c - a)^2``. Any mechanism.
+    extra : Mapping[str, Any]
+        The declared settings (:data:`fa_hetdp.config.settings.SETTINGS`) that have no field
+        here, by name: each given value, else its default, checked by its declared rule. Read
+        them with :meth:`setting`; a new setting needs no field (issue 18).
     """
 
     epsilon: float
@@ -118,12 +122,15 @@ class ProtocolConfig:
     floor_quantile: float = 0.1
     noise_shape: NoiseShape = "auto"
     dispersion_center: DispersionCenter = "auto"
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Every rule is declared in fa_hetdp.config.rules; problems are reported together
         # under the field names (``epsilon``, ``split.q``, ...).
         # (``corrupt_fraction`` None is "not stated": only a stated gamma is checked.)
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        extra = _extra_settings(self.extra)
+        object.__setattr__(self, "extra", extra)
         # "auto" levers resolve once, here, to the value the other settings allow (the plan
         # and the result show the resolved value); a bad other setting is reported below.
         values["noise_shape"] = resolve_noise_shape(values)
@@ -132,7 +139,7 @@ class ProtocolConfig:
         object.__setattr__(self, "dispersion_center", values["dispersion_center"])
         if values["corrupt_fraction"] is None:
             del values["corrupt_fraction"]
-        check("ProtocolConfig", values, {})
+        check("ProtocolConfig", {**values, **extra}, {})
         if self.split is not None:
             object.__setattr__(self, "split", {k: float(v) for k, v in dict(self.split).items()})
         if self.statistics is not None:
@@ -155,10 +162,58 @@ class ProtocolConfig:
         >>> ProtocolConfig.preset("recommended", epsilon=1.0, delta=1e-5).adaptive_floor
         True
         """
-        return cls(epsilon=epsilon, delta=delta, **preset_values(name, settings))
+        values = preset_values(name, settings)
+        extra = {k: values.pop(k) for k in list(values) if k not in _FIELDS}
+        return cls(epsilon=epsilon, delta=delta, **values, extra=extra)
+
+    def setting(self, name: str) -> Any:
+        """Return declared setting ``name``: its field, or its value in :attr:`extra`.
+
+        A setting declared in :data:`fa_hetdp.config.settings.SETTINGS` without a field here
+        is read this way (its default when not given), so a new setting needs no field.
+
+        Raises
+        ------
+        KeyError
+            ``name`` is neither a field nor a declared setting.
+
+        Examples
+        --------
+        >>> ProtocolConfig(epsilon=1.0, delta=1e-5).setting("mechanism")
+        'agm'
+        """
+        if name in _FIELDS and name != "extra":
+            return getattr(self, name)
+        if name in self.extra:
+            return self.extra[name]
+        raise KeyError(f"unknown setting {name!r}; declared: {', '.join(SETTINGS)}")
 
     def weight(self, name: str) -> float:
         """Relative budget weight of release ``name`` (1 unless given in ``split``)."""
         if self.split is None:
             return 1.0
         return float(self.split.get(name, 1.0))
+
+
+_FIELDS = frozenset(f.name for f in fields(ProtocolConfig))
+
+
+def _extra_settings(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the declared settings without a field: each given value, else its default.
+
+    Raises
+    ------
+    ConfigError
+        A key of ``given`` is a field or not a declared setting (checked values: by the
+        caller, with the rest).
+    """
+    unknown = sorted(k for k in given if k in _FIELDS or k not in SETTINGS)
+    if unknown:
+        allowed = ", ".join(n for n in SETTINGS if n not in _FIELDS) or "none declared"
+        names = ", ".join(map(repr, unknown))
+        raise ConfigError("ProtocolConfig", [("extra", f"unknown {names}; allowed: {allowed}")])
+    return {
+        s.name: given.get(s.name, s.default)
+        for s in SETTINGS.values()
+        if s.name not in _FIELDS and s.required is None
+    }

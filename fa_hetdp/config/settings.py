@@ -19,9 +19,13 @@ of a run. Everything else is derived from the table:
   the file against it; ``python -m fa_hetdp.config.settings`` prints it and
   ``python -m fa_hetdp.config.settings --write`` rewrites it between its markers).
 
-A new setting is one entry here, the field of the object that carries it
-(:class:`~fa_hetdp.config.protocol.ProtocolConfig`) and the code that uses it;
-``tests/test_settings_declared_once.py`` adds one in a test and finds it everywhere. What is
+A new setting is one entry here (``protocol=False``), the code that uses it (reading
+``ProtocolConfig.setting(name)``: :class:`~fa_hetdp.config.protocol.ProtocolConfig` carries it
+in ``extra``, and ``fa_hetdp.private_statistics`` takes it by name) and its line in
+``pyproject.toml``'s ``[tool.flwr.app.config]`` when it has a run-config key (Flower reads only
+the keys listed there; a test checks it); then ``python -m fa_hetdp.config.settings --write``
+regenerates the docs table. ``tests/test_settings_declared_once.py`` adds one in a test and
+finds it everywhere. What is
 not in the table yet: ``[secagg]``, ``[data]``, ``[experiment]`` and the run-only keys
 (``mode``, timeouts, ``on-degraded``) keep their own lists in those modules.
 """
@@ -91,7 +95,9 @@ class Setting:
     privacy : bool
         Its value changes the privacy of a run (the budget, the noise, what is released).
     protocol : bool
-        A field of :class:`~fa_hetdp.config.protocol.ProtocolConfig`.
+        A field of :class:`~fa_hetdp.config.protocol.ProtocolConfig`; False: carried in its
+        ``extra`` and read with ``ProtocolConfig.setting(name)`` (a new setting needs no
+        field).
     recommended : Any
         The value :mod:`fa_hetdp.protocol.recommended` (``private_statistics``) uses instead
         of the default (:data:`NOT_RECOMMENDED`: the default).

@@ -120,6 +120,7 @@ def _config(
         floor_quantile=grid.floor_quantile,
         noise_shape=grid.noise_shape,
         dispersion_center=grid.dispersion_center,
+        extra=dict(grid.extra),
     )
 
 

@@ -51,6 +51,10 @@ statistics, broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispe
         Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged (``corrupt_fraction``:
         the scenario's ``[secagg]`` gamma; the noise is calibrated to ``n - ceil(gamma n)``
         honest shares).
+    extra
+        The declared settings without a ProtocolConfig field, ``(name, value)`` pairs
+        (:attr:`fa_hetdp.config.schema.PrivacySpec.extra`): each cell's ``ProtocolConfig.extra``
+        (checked there).
     """
 
     epsilons: tuple[float, ...]
@@ -72,6 +76,7 @@ statistics, broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispe
     floor_quantile: float = 0.1
     noise_shape: NoiseShape = "uniform"
     dispersion_center: DispersionCenter = "broadcast"
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # The declared rules of fa_hetdp.config.rules, reported as ``grid.<attribute>``; the
@@ -227,4 +232,5 @@ def grid_from_scenario(
         floor_quantile=privacy.floor_quantile,
         noise_shape=privacy.noise_shape,
         dispersion_center=privacy.dispersion_center,
+        extra=privacy.extra,
     )

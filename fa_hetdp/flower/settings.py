@@ -396,6 +396,7 @@ class RunSettings:
         }
         protocol = ProtocolConfig(
             **{name: v for name, v in declared.items() if SETTINGS[name].protocol},
+            extra={name: v for name, v in declared.items() if not SETTINGS[name].protocol},
             corrupt_fraction=float(values["corrupt_fraction"]),  # its shares are not counted
             split=scenario.privacy.split_mapping(),
         )

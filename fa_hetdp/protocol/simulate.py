@@ -202,6 +202,7 @@ def private_statistics(
     noise_shape: NoiseShape | None = None,
     dispersion_center: DispersionCenter | None = None,
     rng: np.random.Generator | int | None = None,
+    **extra: Any,
 ) -> PrivateStatistics:
     """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
 
@@ -241,6 +242,10 @@ floor_quantile, noise_shape, dispersion_center
         for reproducible simulations); left out, a CSPRNG-backed generator
         (:func:`fa_hetdp.dp.rng.csprng_generator`: AES-256-CTR keyed from ``os.urandom``), as
         a real release needs.
+    **extra
+        Any other declared setting (:data:`fa_hetdp.config.settings.SETTINGS`) without a
+        :class:`ProtocolConfig` field; it reaches :meth:`ProtocolConfig.setting`. An
+        undeclared name is refused (:class:`~fa_hetdp.config.rules.ConfigError`).
 
     Returns
     -------
@@ -266,6 +271,7 @@ floor_quantile, noise_shape, dispersion_center
         floor_quantile=floor_quantile,
         noise_shape=noise_shape,
         dispersion_center=dispersion_center,
+        **extra,
     )
     rng = as_generator(rng)
     values, n_clipped = validate_clients(x)
