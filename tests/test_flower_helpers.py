@@ -91,6 +91,7 @@ def assert_matches_reference(document: dict[str, Any], config: Mapping[str, Any]
         settings.protocol,
         seed=int(document["seed"]),
         session_size=int(document["n"]),
+        stage0=document["partitions_in_sum"].get("stage0"),  # adaptive_floor only
         stage1=document["partitions_in_sum"]["stage1"],
         stage2=document["partitions_in_sum"]["stage2"],
         modulus_bits=settings.modulus_bits,  # a ddg/skellam lattice depends on the ring

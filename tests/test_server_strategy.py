@@ -273,3 +273,26 @@ def test_invalid_plan_aborts_with_its_reason(tmp_path: Path) -> None:
     assert json.loads(result.read_text()) == {"status": "success"}  # never replaced by a failure
     document = json.loads((tmp_path / "result-local-aborted.json").read_text())
     assert document["status"] == "aborted" and "min_honest_clients" in document["reason"]
+
+
+@pytest.mark.parametrize(("stage", "in_stage0"), [("stage1", 20), ("stage2", 20)])
+def test_adaptive_floor_run_with_dropouts_matches_its_twin(
+    tmp_path: Path, stage: str, in_stage0: int
+) -> None:
+    # A client that drops out in stage 1 was in the stage-0 histogram: the result names the
+    # stage-0 partitions, and the twin replays stage 0 over them (it used to take the stage-1
+    # set, so a stage-1 dropout made the twin differ; the Flower run was right).
+    scenario = scenario_file(tmp_path, 20)
+    scenario.write_text(
+        scenario.read_text().replace("adaptive_floor = false", "adaptive_floor = true")
+    )
+    config = run_config(
+        tmp_path,
+        scenario,
+        **{"dropout-fraction": 0.1, "dropout-stage": stage, "on-degraded": "release"},
+    )
+    document = run(config, 20)
+    assert document["status"] == "success"
+    assert len(document["partitions_in_sum"]["stage0"]) == in_stage0
+    assert document["clients_in_sum"]["stage2"] == 18
+    assert_matches_reference(document, config)

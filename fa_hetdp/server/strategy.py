@@ -180,6 +180,7 @@ class HeterogeneityStrategy:
         self._stage1_fraction: float | None = None
         self._floor_fraction: float | None = None  # adaptive_floor: stage 0's noise fraction
         self._floor: FloorChoice | None = None
+        self._stage0: list[int] | None = None  # adaptive_floor: partitions in the stage-0 sum
         self._session_k: int | None = None  # neighbours per client, once sampled
         self._session_d: int | None = None  # the agreed dimension, once reported
 
@@ -452,6 +453,7 @@ class HeterogeneityStrategy:
             spent0 = privacy_spent_of(plan, 1.0, 1.0, self._floor_fraction).epsilon
             if (refused := degraded_refusal(s, spent0, "stage 0")) is not None:
                 raise self.abort(refused)  # nothing released yet
+            self._stage0 = sorted(self.partitions.get(c, -1) for c in sum0.survivors)
             self._floor, plan = assemble_floor(sum0.sum, plan, noise_shares=n0, rng=self.rng, n=n0)
             self._plan, floor = plan, {Key.FLOOR: float(self._floor.floor)}
             v_floor = floor[Key.FLOOR]
@@ -653,6 +655,7 @@ class HeterogeneityStrategy:
             "min_honest_clients": plan.t,
             "clients_in_sum": {"stage1": len(sum1.survivors), "stage2": len(sum2.survivors)},
             "partitions_in_sum": {
+                **({} if self._stage0 is None else {"stage0": self._stage0}),
                 "stage1": sorted(self.partitions.get(c, -1) for c in sum1.survivors),
                 "stage2": sorted(self.partitions.get(c, -1) for c in sum2.survivors),
             },

@@ -53,6 +53,7 @@ def reference_statistics(
     *,
     seed: int,
     session_size: int | None = None,
+    stage0: Sequence[int] | None = None,
     stage1: Sequence[int] | None = None,
     stage2: Sequence[int] | None = None,
     modulus_bits: int = 64,
@@ -69,6 +70,9 @@ def reference_statistics(
         The run's seed.
     session_size : int or None
         ``n`` of the plan (clients invited to the session); default: all rows.
+    stage0 : sequence of int or None
+        ``adaptive_floor``: partition ids in the stage-0 histogram's sum (a client that drops
+        out in stage 1 is in it); default: the stage-1 set.
     stage1, stage2 : sequence of int or None
         Partition ids in the stage-1 / stage-2 sums; default: all rows / the stage-1 set.
     modulus_bits : {64, 32}
@@ -86,20 +90,23 @@ def reference_statistics(
     n_rows, d = x.shape
     in1 = sorted(range(n_rows) if stage1 is None else {int(i) for i in stage1})
     in2 = sorted(in1 if stage2 is None else {int(i) for i in stage2})
-    if not set(in2) <= set(in1):
-        raise InputDataError("stage-2 clients must be a subset of the stage-1 clients.")
+    in0 = in1 if stage0 is None else sorted({int(i) for i in stage0})
+    if not set(in2) <= set(in1) <= set(in0):
+        raise InputDataError(
+            "stage-2 clients must be a subset of stage 1's, and those of stage 0's."
+        )
     n = n_rows if session_size is None else int(session_size)
     plan = plan_protocol(config, n=n, d=d)
     server_rng = np.random.Generator(
         np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(SERVER_STREAM,)))
     )
-    rngs = {i: simulation_generator(seed, i) for i in in1}
+    rngs = {i: simulation_generator(seed, i) for i in in0}
     floor_fraction = 1.0
     if plan.adaptive:  # stage 0: the histogram of the s_i^2, then the plan at its floor
         size = plan.floor_edges.size + 1
         total0 = np.zeros(size)
         lattice0 = stage_lattice(plan, 0, modulus_bits=modulus_bits)
-        for i in in1:
+        for i in in0:
             valid = local_values(x[i], variance_floor=config.variance_floor).x
             total0 += floor_contribution(
                 valid,
@@ -110,8 +117,8 @@ def reference_statistics(
                 lattice=lattice0,
             )
             rngs[i].random(size)  # the stochastic rounding draws of the encoding
-        floor_fraction = plan.noise_fraction(len(in1))
-        _, plan = assemble_floor(total0, plan, noise_shares=len(in1), rng=server_rng, n=len(in1))
+        floor_fraction = plan.noise_fraction(len(in0))
+        _, plan = assemble_floor(total0, plan, noise_shares=len(in0), rng=server_rng, n=len(in0))
     local = {i: local_values(x[i], variance_floor=plan.variance_floor) for i in in1}
 
     total1 = np.zeros(plan.stage1_length)
