@@ -364,6 +364,7 @@ def test_noise_shape_travels_from_the_scenario_to_every_cell() -> None:
             compositions=("gdp",),
             placements=("distributed",),
             repeats=4,
+            noise_shape="uniform",
         ),
         progress=False,
     )

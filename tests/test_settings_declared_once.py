@@ -251,3 +251,17 @@ def test_write_rewrites_the_marked_table(tmp_path: Path, knob: Setting) -> None:
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="lacks the markers"):
         write_table(readme)
+
+
+def test_the_grid_defaults_are_the_declared_ones() -> None:
+    # GridSpec (the in-process engine's grid) had defaults of its own (adaptive floor off,
+    # uniform noise, broadcast centre) after ProtocolConfig's became the recommended ones.
+    import dataclasses
+
+    from fa_hetdp.config.settings import SETTINGS
+    from fa_hetdp.experiments.grid import GridSpec
+
+    grid = GridSpec(epsilons=(1.0,), delta=1e-5)
+    for field in dataclasses.fields(GridSpec):
+        if field.name in SETTINGS and field.default is not dataclasses.MISSING:
+            assert getattr(grid, field.name) == SETTINGS[field.name].default, field.name

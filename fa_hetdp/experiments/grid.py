@@ -25,6 +25,7 @@ from fa_hetdp._types import Composition, Mechanism, Placement, Profile
 from fa_hetdp.config.center import DispersionCenter
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.rules import cross_rule, raise_problems, validate
+from fa_hetdp.config.settings import SETTINGS
 
 __all__ = ["GridSpec", "cell_seed", "grid_from_scenario"]
 
@@ -48,7 +49,8 @@ class GridSpec:
         Seed of the :class:`numpy.random.SeedSequence` the cells' generators are spawned from.
     profile, variance_floor, extra_i2_noise, min_honest_clients, corrupt_fraction, split, \
 statistics, broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispersion_center
-        Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged (``corrupt_fraction``:
+        Passed to :class:`fa_hetdp.protocol.ProtocolConfig` unchanged, with its defaults (the
+        declared ones, :data:`fa_hetdp.config.settings.SETTINGS`) (``corrupt_fraction``:
         the scenario's ``[secagg]`` gamma; the noise is calibrated to ``n - ceil(gamma n)``
         honest shares).
     extra
@@ -64,18 +66,18 @@ statistics, broadcast_bounds, adaptive_floor, floor_quantile, noise_shape, dispe
     compositions: tuple[Composition, ...] = ("gdp",)
     repeats: int = 100
     seed: int = 0
-    profile: Profile = "bounded"
-    variance_floor: float = 0.01
-    extra_i2_noise: bool = True
+    profile: Profile = SETTINGS["profile"].default
+    variance_floor: float = SETTINGS["variance_floor"].default
+    extra_i2_noise: bool = SETTINGS["extra_i2_noise"].default
     min_honest_clients: int | None = None
     corrupt_fraction: float | None = None
     split: Mapping[str, float] | None = None
     statistics: tuple[str, ...] | None = None
-    broadcast_bounds: bool = True
-    adaptive_floor: bool = False
-    floor_quantile: float = 0.1
-    noise_shape: NoiseShape = "uniform"
-    dispersion_center: DispersionCenter = "broadcast"
+    broadcast_bounds: bool = SETTINGS["broadcast_bounds"].default
+    adaptive_floor: bool = SETTINGS["adaptive_floor"].default
+    floor_quantile: float = SETTINGS["floor_quantile"].default
+    noise_shape: NoiseShape = SETTINGS["noise_shape"].default
+    dispersion_center: DispersionCenter = SETTINGS["dispersion_center"].default
     extra: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:

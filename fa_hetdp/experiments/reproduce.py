@@ -221,6 +221,10 @@ def run_reproduction(
             corrupt_fraction=float(scenario.secagg.corrupt_fraction),
             split=privacy.split_mapping(),
             broadcast_bounds=privacy.broadcast_bounds,
+            adaptive_floor=privacy.adaptive_floor,  # the paper preset's: off, uniform, broadcast
+            floor_quantile=privacy.floor_quantile,
+            noise_shape=privacy.noise_shape,
+            dispersion_center=privacy.dispersion_center,
         )
         results[skew] = run_scenario(scenario, progress=progress, grid=grid)
     return results
