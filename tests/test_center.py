@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fa_hetdp.accuracy.intervals import coverage, noise_confidence_intervals
 from fa_hetdp.config.noise import NoiseShape
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import ConfigError
@@ -23,6 +22,7 @@ from fa_hetdp.protocol.center import (
     dispersion_center,
     optimal_center,
 )
+from fa_hetdp.protocol.intervals import coverage, noise_confidence_intervals
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.protocol.server import estimate_stage1, estimate_stage2

@@ -17,7 +17,7 @@ from fa_hetdp.experiments.engine import run_grid, run_scenario
 from fa_hetdp.experiments.grid import GridSpec, grid_from_scenario
 from fa_hetdp.experiments.outputs import CELL_CSV_FIXED_COLUMNS, write_outputs
 from fa_hetdp.experiments.results import load_results
-from fa_hetdp.stats.registry import STATISTIC_KEYS
+from fa_hetdp.registry import STATISTIC_KEYS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,7 +1,7 @@
 """The interval printed beside a coordinate average is the interval of that average.
 
 A report prints a per-coordinate statistic as its coordinate average; the interval beside it
-must be the average's own (:func:`fa_hetdp.accuracy.intervals.average_intervals`), not the
+must be the average's own (:func:`fa_hetdp.protocol.intervals.average_intervals`), not the
 average of the coordinates' bounds, which is about ``sqrt(d)`` = 8 times wider for ``mu'`` at
 ``d = 64``.
 
@@ -28,14 +28,14 @@ import numpy as np
 import pytest
 
 from fa_hetdp import ProtocolConfig, private_statistics, private_statistics_batch
-from fa_hetdp.accuracy.intervals import (
+from fa_hetdp.accuracy.releases import released_values
+from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.protocol.intervals import (
     average_coverage,
     average_intervals,
     noise_confidence_intervals,
     true_value,
 )
-from fa_hetdp.accuracy.releases import released_values
-from fa_hetdp.data.catalog import load_dataset
 from fa_hetdp.report.results import format_section, statistics_section
 
 REPEATS = 2000

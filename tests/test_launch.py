@@ -137,7 +137,7 @@ def test_print_result_lists_every_released_statistic_from_the_registry(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fa_hetdp.cli.run import RunSetup, print_result
-    from fa_hetdp.stats.registry import STATISTICS
+    from fa_hetdp.registry import STATISTICS
 
     monkeypatch.setenv("COLUMNS", "200")
     truth = {"mean": 0.5, "dispersion": 0.1, "weighted_mean": 0.4, "q": 30.0, "i2": 0.25}

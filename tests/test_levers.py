@@ -22,7 +22,7 @@ from fa_hetdp.protocol.bounds import broadcast_bound_norm, coordinate_bounds
 from fa_hetdp.protocol.client import local_values, stage1_contribution, stage2_contribution
 from fa_hetdp.protocol.plan import RELEASE_DEPENDENCIES, plan_protocol, release_weights
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
-from fa_hetdp.stats.registry import STATISTIC_KEYS
+from fa_hetdp.registry import STATISTIC_KEYS
 
 EQUAL = {"mean": 1.0, "weighted": 1.0, "dispersion": 1.0, "q": 1.0}
 

@@ -9,11 +9,6 @@ import pytest
 from scipy import integrate, stats
 from sklearn.datasets import load_digits
 
-from fa_hetdp.accuracy.intervals import (
-    coverage,
-    noise_confidence_intervals,
-    paper_confidence_intervals,
-)
 from fa_hetdp.accuracy.metrics import (
     batch_emse,
     clipped_gaussian_moment,
@@ -24,6 +19,11 @@ from fa_hetdp.accuracy.metrics import (
 )
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.intervals import (
+    coverage,
+    noise_confidence_intervals,
+    paper_confidence_intervals,
+)
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import true_statistics

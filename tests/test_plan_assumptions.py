@@ -20,10 +20,10 @@ import pytest
 
 from fa_hetdp import plan_accuracy, private_statistics
 from fa_hetdp.accuracy.assumptions import DataAssumptions, scenario_assumptions
-from fa_hetdp.accuracy.intervals import i2_slope, stage2_noise_stds, summed_q_bounds
 from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
+from fa_hetdp.protocol.intervals import i2_slope, stage2_noise_stds, summed_q_bounds
 from fa_hetdp.report.results import format_noise_comparison, format_section, statistics_section
 
 BASE = {

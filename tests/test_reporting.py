@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from fa_hetdp import ProtocolConfig, private_statistics, private_statistics_batch
-from fa_hetdp.accuracy.intervals import coverage, noise_confidence_intervals
 from fa_hetdp.accuracy.releases import released_values
 from fa_hetdp.data.catalog import load_dataset
+from fa_hetdp.protocol.intervals import coverage, noise_confidence_intervals
 from fa_hetdp.report.results import format_released, statistics_section
 from fa_hetdp.stats.exact import i_squared
 
@@ -159,7 +159,7 @@ def test_run_plan_lines_warn_for_the_quickstart() -> None:
 
 def test_quantile_on_the_ratio_grid_is_never_below_the_exact_one() -> None:
     # many distinct (scale, sd) pairs (per-coordinate noise over repeats) take the ratio grid
-    from fa_hetdp.accuracy.intervals import _bisect_quantile, _quantile_chi2_plus_normal
+    from fa_hetdp.protocol.intervals import _bisect_quantile, _quantile_chi2_plus_normal
 
     rng = np.random.default_rng(0)
     scale, sd = rng.random(3000) * 2.0 + 0.01, rng.random(3000) + 0.1

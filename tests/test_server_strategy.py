@@ -26,8 +26,8 @@ from fa_hetdp.flower.settings import RunSettings, dropout_partitions
 from fa_hetdp.flower.steps import STEPS
 from fa_hetdp.flower.wire import decode, encode
 from fa_hetdp.protocol.plan import plan_protocol
+from fa_hetdp.registry import STATISTIC_KEYS
 from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
-from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 
 class InMemoryTransport:

@@ -16,24 +16,24 @@ import numpy as np
 import pytest
 
 from fa_hetdp import plan_accuracy, private_statistics
-from fa_hetdp.accuracy.intervals import average_intervals, summed_i_squared
 from fa_hetdp.accuracy.metrics import batch_emse, expected_mse
 from fa_hetdp.accuracy.releases import released_values
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.experiments.engine import run_grid
 from fa_hetdp.experiments.grid import GridSpec
+from fa_hetdp.protocol.intervals import average_intervals, summed_i_squared
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.server import estimate_stage2, scalar_summaries
 from fa_hetdp.protocol.simulate import private_statistics_batch
-from fa_hetdp.report.results import released_truth, result_to_dict
-from fa_hetdp.stats.exact import i_squared, true_statistics
-from fa_hetdp.stats.registry import (
+from fa_hetdp.registry import (
     STATISTIC_KEYS,
     Derivation,
     StatisticSpec,
     registered,
     value_of,
 )
+from fa_hetdp.report.results import released_truth, result_to_dict
+from fa_hetdp.stats.exact import i_squared, true_statistics
 
 N, D = 40, 6
 

@@ -16,7 +16,7 @@ from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.accuracy.planner import SCALARS, AccuracyPlan, Scope, accuracy_of_plan
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.recommended import recommended_config
-from fa_hetdp.stats.registry import statistic
+from fa_hetdp.registry import statistic
 
 __all__ = ["min_clients", "min_epsilon"]
 

@@ -12,9 +12,9 @@
   corollary, ``cor:msenoisyisquared``) evaluated on the realised noise, *as written*. They are
   wrong (Cor. 3.11 averages per-client terms where the error of ``Q''`` is their sum, so it
   misses by orders of magnitude); they are kept, labelled, to reproduce the paper's tables.
-- **Confidence intervals** live in :mod:`fa_hetdp.accuracy.intervals`.
+- **Confidence intervals** live in :mod:`fa_hetdp.protocol.intervals`.
 
-The statistics are those of :data:`fa_hetdp.stats.registry.STATISTICS`. Theorem numbers are
+The statistics are those of :data:`fa_hetdp.registry.STATISTICS`. Theorem numbers are
 the paper's (see ``docs/design.md``); where they may be ambiguous the LaTeX label is given
 too.
 """
@@ -37,13 +37,13 @@ from fa_hetdp.protocol.center import ITERATIONS, center_given_total, center_scal
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
+from fa_hetdp.registry import STATISTICS, derive, value_of
 from fa_hetdp.stats.exact import (
     TrueStatistics,
     coordinate_averages,
     i_squared,
     validate_clients,
 )
-from fa_hetdp.stats.registry import STATISTICS, derive, value_of
 
 __all__ = [
     "ExpectedMSE",
@@ -128,7 +128,7 @@ def batch_emse(result: BatchResult) -> dict[str, float]:
     Returns
     -------
     dict[str, float]
-        Keys from :data:`~fa_hetdp.stats.registry.STATISTICS` (optional ones only when
+        Keys from :data:`~fa_hetdp.registry.STATISTICS` (optional ones only when
         present), each against its ``truth`` statistic.
     """
     out: dict[str, float] = {}

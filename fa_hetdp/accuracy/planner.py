@@ -37,14 +37,14 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.accuracy.assumptions import Assumed, DataAssumptions, planned_protocol
-from fa_hetdp.accuracy.intervals import i2_slope
 from fa_hetdp.accuracy.metrics import centred_dispersion_moments, clipped_gaussian_moment
 from fa_hetdp.accuracy.releases import MAX_UNIT_SD, NOISE_DOMINATED_COVER, SCALAR_DISPLAY
 from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
+from fa_hetdp.protocol.intervals import i2_slope
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.recommended import recommended_config
+from fa_hetdp.registry import STATISTICS, derive
 from fa_hetdp.stats.exact import i_squared
-from fa_hetdp.stats.registry import STATISTICS, derive
 
 __all__ = [
     "SCALARS",
@@ -75,7 +75,7 @@ class PlannedError:
     Attributes
     ----------
     key, display : str
-        Identifier (:data:`~fa_hetdp.stats.registry.STATISTICS` or :data:`SCALARS`) and name.
+        Identifier (:data:`~fa_hetdp.registry.STATISTICS` or :data:`SCALARS`) and name.
     typical : float
         The statistic's value in the model population (per coordinate; the scalar itself).
     rmse_coordinate : float

@@ -5,12 +5,12 @@
 statistic and scalar summary:
 
 - the value and its interval from the known noise
-  (:func:`~fa_hetdp.accuracy.intervals.noise_confidence_intervals`, coverage ``>= level``);
+  (:func:`~fa_hetdp.protocol.intervals.noise_confidence_intervals`, coverage ``>= level``);
 - the noise standard deviation *on the statistic's own scale* (``s_1/n`` for the mean, not
   the ``s_1`` of the released sum; delta method where the statistic is a ratio or ``I^2``);
 - for a per-coordinate statistic, its coordinate average (the number a report prints) with
   *that number's* interval and noise
-  (:func:`~fa_hetdp.accuracy.intervals.average_intervals`: the noise of the average, not the
+  (:func:`~fa_hetdp.protocol.intervals.average_intervals`: the noise of the average, not the
   average of the coordinates' bounds);
 - the statistic's range and a *noise-dominated* flag where the interval, cut to the range,
   covers at least :data:`NOISE_DOMINATED_COVER` of it: the value then says next to nothing.
@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.accuracy.intervals import (
+from fa_hetdp.protocol.intervals import (
     Intervals,
     average_intervals,
     i2_slope,
@@ -35,7 +35,7 @@ from fa_hetdp.accuracy.intervals import (
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
-from fa_hetdp.stats.registry import STATISTIC_KEYS, STATISTICS, derive, value_of
+from fa_hetdp.registry import STATISTIC_KEYS, STATISTICS, derive, value_of
 
 __all__ = [
     "MAX_UNIT_SD",
@@ -119,8 +119,8 @@ def _own_scale(
     ``mu'``: ``s_1/n``; ``D''``: ``s_3/n``; ``mu_bar' = A'/B'``: ``s_2 sqrt(1 + mu_bar'^2)/B'``
     (delta method, both noisy); ``Q''``: ``s_4``; ``I2''``: ``h s_4``, the delta method
     through the kink of ``max(0, 1 - (n - 1)/Q)`` with ``h`` its largest slope over the
-    coordinate's ``Q`` interval (:func:`~fa_hetdp.accuracy.intervals.i2_slope` at the lower end,
-    as :func:`~fa_hetdp.accuracy.intervals.average_intervals` uses it: never 0); ``I2'''`` adds
+    coordinate's ``Q`` interval (:func:`~fa_hetdp.protocol.intervals.i2_slope` at the lower end,
+    as :func:`~fa_hetdp.protocol.intervals.average_intervals` uses it: never 0); ``I2'''`` adds
     ``s_5`` in quadrature; the scalars ``total_dispersion`` ``sqrt(sum_j s_3j^2)/n`` and
     ``i2_total`` the slope at the lower end of the interval of ``sum_j Q_j`` times
     ``sqrt(sum_j s_4j^2)``. The coordinate average's noise sums over the coordinates,

@@ -19,8 +19,8 @@ from fa_hetdp.accuracy.inverses import min_clients, min_epsilon
 from fa_hetdp.accuracy.planner import SCALARS, AccuracyPlan, accuracy_of_plan, plan_accuracy
 from fa_hetdp.config.center import DISPERSION_CENTERS
 from fa_hetdp.config.noise import NOISE_SHAPES
+from fa_hetdp.registry import STATISTIC_KEYS
 from fa_hetdp.report.results import format_accuracy_plan
-from fa_hetdp.stats.registry import STATISTIC_KEYS
 
 __all__ = ["add_arguments", "run_accuracy", "run_command", "run_plan_lines"]
 

@@ -35,8 +35,8 @@ from fa_hetdp.flower.steps import (
     Event,
 )
 from fa_hetdp.protocol.guarantee import Guarantee
+from fa_hetdp.registry import STATISTICS
 from fa_hetdp.report.results import format_noise_comparison, format_section, released_truth
-from fa_hetdp.stats.registry import STATISTICS
 
 __all__ = [
     "DEFAULT_SCENARIO",

@@ -63,7 +63,7 @@ class ProtocolConfig:
         None (default): the optimal split of :func:`fa_hetdp.protocol.plan.release_weights`
         under ``"gdp"``, equal weights under ``"basic"``.
     statistics : tuple of str or None
-        The statistics the user needs (keys of :data:`fa_hetdp.stats.registry.STATISTIC_KEYS`);
+        The statistics the user needs (keys of :data:`fa_hetdp.registry.STATISTIC_KEYS`);
         None (default) = all. Releases no needed statistic depends on are not made (no noise,
         no budget) and the statistics they would feed come back as NaN, labelled
         (:data:`fa_hetdp.protocol.plan.RELEASE_DEPENDENCIES`).

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fa_hetdp.stats.registry import STATISTIC_KEYS
+from fa_hetdp.registry import STATISTIC_KEYS
 
 __all__ = ["STATISTICS_SUBSET", "Subset"]
 

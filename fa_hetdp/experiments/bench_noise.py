@@ -36,6 +36,7 @@ from fa_hetdp.experiments.engine import run_scenario
 from fa_hetdp.experiments.grid import grid_from_scenario
 from fa_hetdp.experiments.outputs import keep_result, table_payload, write_outputs
 from fa_hetdp.experiments.results import CellResult, ExperimentResult
+from fa_hetdp.registry import keys_where, paper_label
 from fa_hetdp.report.tables import (
     RatioInterval,
     Table,
@@ -43,7 +44,6 @@ from fa_hetdp.report.tables import (
     ratio_confidence_interval,
     write_table,
 )
-from fa_hetdp.stats.registry import keys_where, paper_label
 
 __all__ = ["BENCH_STATISTICS", "Comparison", "bench_noise", "compare"]
 

@@ -40,7 +40,7 @@ from fa_hetdp.dp.calibration import WeakPrivacyWarning
 from fa_hetdp.errors import BaselineWarning
 from fa_hetdp.experiments.grid import GridSpec, cell_seed, grid_from_scenario
 from fa_hetdp.experiments.results import CellResult, ExperimentResult
-from fa_hetdp.stats.registry import STATISTICS, keys_where, value_of
+from fa_hetdp.registry import STATISTICS, keys_where, value_of
 
 _EXACT = keys_where(lambda s: s.truth == s.key)
 """The exact statistics (those a private statistic estimates), live from the registry."""
@@ -72,7 +72,8 @@ def _metric_values(
     realised Z_3 enters them), so they are stored under ``"i2_extra"`` then and under ``"i2"``
     otherwise. The noise-based intervals for I² are built on I²''.
     """
-    from fa_hetdp.accuracy import intervals, metrics
+    from fa_hetdp.accuracy import metrics
+    from fa_hetdp.protocol import intervals
 
     truth = batch.truth
     plan = batch.plan

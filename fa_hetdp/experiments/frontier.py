@@ -38,8 +38,8 @@ from fa_hetdp.accuracy.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.simulate import private_statistics_batch
+from fa_hetdp.registry import keys_where, paper_label
 from fa_hetdp.stats.exact import true_statistics
-from fa_hetdp.stats.registry import keys_where, paper_label
 
 __all__ = [
     "DELTA",

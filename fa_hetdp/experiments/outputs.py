@@ -26,9 +26,9 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.experiments.results import ExperimentResult
+from fa_hetdp.registry import statistic
 from fa_hetdp.report.files import json_ready, write_json_atomic, write_text_atomic
 from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
-from fa_hetdp.stats.registry import statistic
 
 __all__ = [
     "CELL_CSV_FIXED_COLUMNS",

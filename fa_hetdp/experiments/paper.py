@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from fa_hetdp.stats.registry import PAPER_STATISTICS, paper_label
+from fa_hetdp.registry import PAPER_STATISTICS, paper_label
 
 __all__ = [
     "DATASETS",
@@ -44,7 +44,7 @@ PAPER_COLUMNS: Final[tuple[tuple[str, str], ...]] = tuple(
 """``(key, column label)`` of the paper's statistics, read from the statistics registry.
 
 The private estimates the paper's tables report (D'', Q'', I²''') under the paper's names
-(Dispersion, Q, I²); see :data:`fa_hetdp.stats.registry.PAPER_STATISTICS`.
+(Dispersion, Q, I²); see :data:`fa_hetdp.registry.PAPER_STATISTICS`.
 """
 
 I2_NO_EXTRA_LABEL: Final = f"{paper_label('i2')} (no 3rd noise)"

@@ -23,8 +23,8 @@ from fa_hetdp.experiments.paper import (
     skew_level,
 )
 from fa_hetdp.experiments.results import ExperimentResult
+from fa_hetdp.registry import paper_label
 from fa_hetdp.report.tables import Table, mean_percentage_change, ratio_confidence_interval
-from fa_hetdp.stats.registry import paper_label
 
 __all__ = [
     "build_tables",

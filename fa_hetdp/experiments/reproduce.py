@@ -64,9 +64,9 @@ from fa_hetdp.experiments.paper import (
 )
 from fa_hetdp.experiments.paper_tables import build_tables, figure1_panels
 from fa_hetdp.experiments.results import ExperimentResult
+from fa_hetdp.registry import paper_label
 from fa_hetdp.report.files import write_json_atomic, write_text_atomic
 from fa_hetdp.report.tables import Table, plot_emse_vs_epsilon, write_table
-from fa_hetdp.stats.registry import paper_label
 
 __all__ = [
     "find_skew_scenarios",

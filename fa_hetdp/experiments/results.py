@@ -1,6 +1,6 @@
 """The results of a grid run: one :class:`CellResult` per cell in an :class:`ExperimentResult`.
 
-Every per-statistic mapping is keyed by the keys of :data:`fa_hetdp.stats.registry.STATISTICS`
+Every per-statistic mapping is keyed by the keys of :data:`fa_hetdp.registry.STATISTICS`
 measured in the run. :meth:`ExperimentResult.to_dict` is the content of ``results.json``
 (:func:`fa_hetdp.experiments.outputs.write_outputs`); :func:`load_results` reads it back.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.experiments.grid import GridSpec
-from fa_hetdp.stats.registry import STATISTICS
+from fa_hetdp.registry import STATISTICS
 
 __all__ = [
     "NOT_PRIVATE_NOTE",
@@ -44,7 +44,7 @@ class CellResult:
     """Error metrics of one grid cell (one ε, mechanism, placement, composition).
 
     Every mapping is keyed by the statistic keys of
-    :data:`fa_hetdp.stats.registry.STATISTICS` present in the run (``i2_extra`` only with
+    :data:`fa_hetdp.registry.STATISTICS` present in the run (``i2_extra`` only with
     ``extra_i2_noise``); NaN marks a metric that does not exist for a
     statistic (e.g. no paper TMSE for μ̄' alone, no CMSE before the central cell has run).
 
@@ -233,7 +233,7 @@ class ExperimentResult:
         metric
             A per-statistic attribute of :class:`CellResult` (``"emse"``, ``"tmse"``, ...).
         statistic
-            A key of :data:`fa_hetdp.stats.registry.STATISTICS`.
+            A key of :data:`fa_hetdp.registry.STATISTICS`.
         mechanism, placement, composition
             The line to extract; skipped cells give NaN.
         """

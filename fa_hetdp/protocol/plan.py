@@ -61,10 +61,10 @@ from fa_hetdp.protocol.floor import (
     uses_adaptive_floor,
 )
 from fa_hetdp.protocol.layout import Stage, StageLayout, stage_layout
+from fa_hetdp.registry import RELEASES_NEEDED, STATISTIC_KEYS
 from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import EncodingError
 from fa_hetdp.stats.exact import MAX_WITHIN_VARIANCE
-from fa_hetdp.stats.registry import RELEASES_NEEDED, STATISTIC_KEYS
 
 __all__ = [
     "ENCODING_FAILURE_PROBABILITY",
@@ -78,7 +78,7 @@ __all__ = [
 ]
 
 RELEASE_DEPENDENCIES: Final[Mapping[str, tuple[str, ...]]] = RELEASES_NEEDED
-"""The releases each statistic needs (keys of :data:`~fa_hetdp.stats.registry.STATISTICS`;
+"""The releases each statistic needs (keys of :data:`~fa_hetdp.registry.STATISTICS`;
 read from each record's ``needs``)."""
 
 TYPICAL_WITHIN_VARIANCE: Final = 1.0 / 12.0

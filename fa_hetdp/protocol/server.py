@@ -40,7 +40,7 @@ from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count, plan_protoco
 from fa_hetdp.stats.exact import coordinate_averages, i_squared
 
 if TYPE_CHECKING:
-    from fa_hetdp.accuracy.intervals import Intervals
+    from fa_hetdp.protocol.intervals import Intervals
 
 __all__ = [
     "PrivateStatistics",
@@ -187,14 +187,14 @@ class PrivateStatistics:
     def confidence_intervals(self, level: float = 0.95) -> Intervals:
         """Intervals of every statistic and scalar from the known noise (coverage ``>= level``).
 
-        See :func:`fa_hetdp.accuracy.intervals.noise_confidence_intervals`.
+        See :func:`fa_hetdp.protocol.intervals.noise_confidence_intervals`.
 
         Raises
         ------
         InputDataError
             If the result does not carry its plan.
         """
-        from fa_hetdp.accuracy.intervals import noise_confidence_intervals  # stats builds on this
+        from fa_hetdp.protocol.intervals import noise_confidence_intervals  # it reads this module
 
         if self.plan is None:
             raise InputDataError("this result carries no plan; its intervals need the plan.")

@@ -23,8 +23,8 @@ from fa_hetdp.accuracy.releases import (
 )
 from fa_hetdp.protocol.plan import ProtocolPlan, honest_shares_label
 from fa_hetdp.protocol.server import PrivateStatistics
+from fa_hetdp.registry import STATISTIC_KEYS, value_of
 from fa_hetdp.stats.exact import i_squared
-from fa_hetdp.stats.registry import STATISTIC_KEYS, value_of
 
 __all__ = [
     "EXACT_COUNTS_NOTE",
@@ -161,7 +161,7 @@ def format_section(section: Mapping[str, Any], truth: Mapping[str, float] | None
     statistic's own scale and the noise-dominated flag -- never a bare private number. A
     per-coordinate statistic is summarised by its coordinate average with the interval and
     the noise std *of that average* (stored under ``"average"``;
-    :func:`~fa_hetdp.accuracy.intervals.average_intervals`) and the count of noise-dominated
+    :func:`~fa_hetdp.protocol.intervals.average_intervals`) and the count of noise-dominated
     coordinates. ``truth`` (coordinate averages and scalars by key) adds a "true" column.
     """
     rows = []

@@ -79,6 +79,7 @@ from fa_hetdp.protocol.server import (
     privacy_spent_of,
 )
 from fa_hetdp.protocol.sum_range import check_sum_range
+from fa_hetdp.registry import STATISTICS, value_of
 from fa_hetdp.report.results import sigmas_section, statistics_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
@@ -92,7 +93,6 @@ from fa_hetdp.server.results import (
     simulation_caveats,
     write_result,
 )
-from fa_hetdp.stats.registry import STATISTICS, value_of
 
 #: Flower's logger (a child of ``flwr``): ``flwr log`` and ``flwr run --stream`` show it.
 log = logging.getLogger("flwr.fa_hetdp.server")

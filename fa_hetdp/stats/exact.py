@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.stats.registry import STATISTICS, value_of
+from fa_hetdp.registry import STATISTICS, value_of
 
 __all__ = [
     "MAX_WITHIN_VARIANCE",
@@ -407,7 +407,7 @@ def statistics_of_validated(
 
 
 def coordinate_averages(stats: object) -> dict[str, float]:
-    """Means over all axes of every statistic of :data:`~fa_hetdp.stats.registry.STATISTICS`.
+    """Means over all axes of every statistic of :data:`~fa_hetdp.registry.STATISTICS`.
 
     ``stats`` is anything with the statistics as attributes (true, private, batched, or their
     errors); an optional statistic (``i2_extra``) that is missing or None is left out. Keys in

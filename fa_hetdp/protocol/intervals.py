@@ -30,8 +30,8 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import BatchResult
+from fa_hetdp.registry import derive, statistic, value_of
 from fa_hetdp.stats.exact import TrueStatistics, i_squared
-from fa_hetdp.stats.registry import derive, statistic, value_of
 
 __all__ = [
     "AVERAGE_CI_LABEL",
