@@ -381,3 +381,15 @@ def test_a_hostile_server_cannot_make_a_client_decode_much(tmp_path: Path) -> No
     finally:
         tracemalloc.stop()
     assert peak < 16 * MIB
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"__b__": [0, 4]}, {"__il__": [0, 1]}, {"__a__": [0, "<f8", [1]]}],
+    ids=["bytes", "int-list", "array"],
+)
+def test_a_document_that_is_one_reference_is_not_a_mapping(document: dict[str, Any]) -> None:
+    # It used to reach an assert (AssertionError, or nothing under python -O), not a
+    # WireFormatError that drops the sender.
+    with pytest.raises(WireFormatError, match="not a mapping"):
+        decode(_message(document, bytes(8)))

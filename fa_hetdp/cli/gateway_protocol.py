@@ -77,7 +77,9 @@ def guarded_protocol(
                 super().connection_made(transport)  # type: ignore[arg-type]
                 self._arm()
                 return
-            assert isinstance(transport, asyncio.Transport)
+            if not isinstance(transport, asyncio.Transport):  # no stream: no TLS to start
+                transport.close()
+                return
             self._raw = transport
             transport.pause_reading()  # until start_tls puts the TLS layer in between
             self.connections.add(self)  # counted while the handshake runs

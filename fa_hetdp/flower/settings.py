@@ -523,18 +523,18 @@ def node_secagg(
             "federation's roster and this owner's identity key on it), or neither."
         )
     pid, count = partition
+    seed = settings.seed
     simulated = (
         model == "malicious-server"
         and settings.mode == "simulation"
-        and settings.seed is not None
+        and seed is not None
         and roster_path is None
         and key_path is None
         and not own
         and 0 <= pid < count
     )
-    if simulated:
-        assert settings.seed is not None  # for mypy: checked above
-        keys, simulated_roster = simulation_identities(settings.seed, count)
+    if simulated and seed is not None:
+        keys, simulated_roster = simulation_identities(seed, count)
         gamma = max(floor, settings.corrupt_fraction)
         return NodeSecAgg(model, gamma, keys[pid], simulated_roster)
     if model == "malicious-server":

@@ -217,8 +217,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 class _Budget:
     """The blob ranges and bytes a document's references would materialise (pass 1)."""
 
-    def __init__(self, blob: bytes) -> None:
-        self.blob = blob
+    def __init__(self) -> None:
         self.ranges: list[tuple[int, int]] = []
         self.total = 0
 
@@ -270,15 +269,16 @@ def _decode(content: RecordDict, limits: Limits) -> dict[str, Any]:
         raise WireFormatError(f"message document is not JSON: {exc}") from exc
     if not isinstance(tree, dict):
         raise WireFormatError("message document is not a mapping")
-    budget = _Budget(blob)
-    _walk(tree, budget, None)  # pass 1: validate, add up; nothing copied
+    budget = _Budget()
+    _walk(tree, budget, blob)  # pass 1: validate, add up; nothing copied
     budget.check(limits.decoded)
     result = _walk(tree, None, blob)  # pass 2: build
-    assert isinstance(result, dict)
+    if not isinstance(result, dict):  # e.g. a top-level blob reference
+        raise WireFormatError("message document is not a mapping")
     return result
 
 
-def _walk(value: Any, budget: _Budget | None, blob: bytes | None, depth: int = 0) -> Any:
+def _walk(value: Any, budget: _Budget | None, blob: bytes, depth: int = 0) -> Any:
     """Validate ``value`` into ``budget`` (pass 1) or build it from ``blob`` (pass 2)."""
     if isinstance(value, (list, dict)) and depth >= MAX_DEPTH:
         raise WireFormatError(f"message nests deeper than {MAX_DEPTH} levels")
@@ -315,41 +315,39 @@ def _walk(value: Any, budget: _Budget | None, blob: bytes | None, depth: int = 0
                 raise WireFormatError(f"unhashable key in message: {exc}") from exc
             out[key] = value
         return out
-    data = budget.blob if budget is not None else blob
-    assert data is not None  # pass 2 is given the blob
     if marker == "__b__":
-        offset, length = _slice(data, inner)
+        offset, length = _slice(blob, inner)
         if budget is not None:
             budget.take(offset, length, length + ITEM_OVERHEAD)
             return None
-        return data[offset : offset + length]
+        return blob[offset : offset + length]
     if marker == "__bl__":
         if not isinstance(inner, list) or len(inner) != 3:
             raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
         offset, size, count = inner
         if type(count) is not int or count < 0 or type(size) is not int or size < 1:
             raise WireFormatError(f"malformed bytes-list reference {_short(inner)}")
-        _slice(data, [offset, size * count])
+        _slice(blob, [offset, size * count])
         if budget is not None:
             budget.take(offset, size * count, count * (size + ITEM_OVERHEAD) + ITEM_OVERHEAD)
             return []  # a list placeholder (a tuple may hold it)
-        return [data[offset + i * size : offset + (i + 1) * size] for i in range(count)]
+        return [blob[offset + i * size : offset + (i + 1) * size] for i in range(count)]
     if marker == "__il__":
         if not isinstance(inner, list) or len(inner) != 2:
             raise WireFormatError(f"malformed int-list reference {_short(inner)}")
         spec = [inner[0], _INT64.str, [inner[1]]]
         if budget is not None:
-            offset, nbytes, _ = _array_range(data, spec)
+            offset, nbytes, _ = _array_range(blob, spec)
             budget.take(offset, nbytes, (nbytes // 8) * ITEM_OVERHEAD + ITEM_OVERHEAD)
             return []  # a list placeholder (a tuple may hold it)
-        return _array(data, spec).tolist()
+        return _array(blob, spec).tolist()
     if marker == "__a__":
         if budget is not None:
-            offset, nbytes, ndim = _array_range(data, inner)
+            offset, nbytes, ndim = _array_range(blob, inner)
             budget.take(offset, nbytes, nbytes + ARRAY_OVERHEAD + 16 * ndim)
             return None
-        return _array(data, inner)
-    raise AssertionError(marker)  # pragma: no cover (the markers are all handled above)
+        return _array(blob, inner)
+    raise WireFormatError(f"unknown reference {_short(marker)}")  # pragma: no cover
 
 
 def _array_range(blob: bytes, spec: Any) -> tuple[int, int, int]:

@@ -470,11 +470,11 @@ def result_labels(
     """Return the plan's labels plus the run's caveats (degraded noise, clamped ``B'``)."""
     labels = list(plan.labels)
     if spent.degraded and spent.epsilon is not None and spent.delta is not None:
-        full = privacy_spent(plan.budget)
-        assert full.epsilon is not None  # a DP plan states its epsilon
+        full = privacy_spent(plan.budget).epsilon
+        than = "" if full is None else f", more than eps={full:.4g} with all shares"
         labels.append(
             f"degraded: noise shares missing; privacy spent eps={spent.epsilon:.4g} at "
-            f"delta={spent.delta:.3g}, more than eps={full.epsilon:.4g} with all shares"
+            f"delta={spent.delta:.3g}{than}"
         )
     if clamped and "weighted" in plan.releases:
         labels.append("weighted mean: B' fell below its public lower bound n*w_min and was clamped")

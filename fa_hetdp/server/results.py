@@ -211,15 +211,18 @@ def privacy_section(
     section["target_epsilon"] = plan.config.epsilon
     section["target_delta"] = plan.config.delta
     if spent is not None:
-        # a DP plan states both numbers (PrivacySpent: None only when not DP)
-        assert spent.epsilon is not None and spent.delta_at_target_epsilon is not None
+        epsilon, delta_at = spent.epsilon, spent.delta_at_target_epsilon
+        if epsilon is None or delta_at is None:  # what was released is not DP after all
+            section["differentially_private"] = False
+            section["not_private_because"] = list(spent.not_dp) or ["no epsilon holds"]
+            return section
         section.update(
             {
-                "guarantees": _pairs(plan, spent.epsilon, spent.delta_at_target_epsilon),
-                "epsilon_spent": _number(spent.epsilon),
+                "guarantees": _pairs(plan, epsilon, delta_at),
+                "epsilon_spent": _number(epsilon),
                 "delta": spent.delta,
                 "mu": _number(spent.mu),
-                "delta_at_target_epsilon": spent.delta_at_target_epsilon,
+                "delta_at_target_epsilon": delta_at,
                 "degraded": spent.degraded,
                 "composition": spent.accounting,  # how the releases were composed
                 "per_release": [
