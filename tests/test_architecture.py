@@ -231,6 +231,16 @@ def modules_without_layer(root: Path, layers: tuple[tuple[str, ...], ...] = LAYE
     return out
 
 
+def asserts_in_library(root: Path) -> list[str]:
+    """``file:line`` of every ``assert`` statement in the packages (gone under python -O)."""
+    out = []
+    for path in python_files(root):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        rel = path.relative_to(root).as_posix()
+        out += [f"{rel}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.Assert)]
+    return out
+
+
 def argparse_outside_cli(root: Path) -> list[str]:
     """The files of fa_hetdp outside :data:`ARGPARSE_ALLOWED` that import argparse."""
     out = []
@@ -300,6 +310,16 @@ def test_the_scanned_tree_is_the_project() -> None:
 
 def test_no_import_goes_up_the_layers() -> None:
     assert layer_violations(ROOT, exceptions=LAYER_EXCEPTIONS) == []
+
+
+def test_no_assert_in_library_code() -> None:
+    # An assert vanishes under python -O: library code raises a project error instead.
+    assert asserts_in_library(ROOT) == []
+
+
+def test_assert_rule_catches_a_planted_assert(tmp_path: Path) -> None:
+    root = _plant(tmp_path, {"fa_hetdp/ok.py": "x = 1\n", "fa_hetdp/bad.py": "assert True\n"})
+    assert asserts_in_library(root) == ["fa_hetdp/bad.py:1"]
 
 
 def test_argparse_lives_in_the_cli() -> None:
