@@ -110,11 +110,16 @@ def coverage(intervals: Intervals, truth: TrueStatistics) -> dict[str, float]:
     dict[str, float]
         Coverage by statistic name.
     """
+    return _coverage(intervals, truth, average=False)
+
+
+def _coverage(intervals: Intervals, truth: TrueStatistics, *, average: bool) -> dict[str, float]:
+    """Fraction of intervals holding the truth (its coordinate average with ``average``)."""
     out: dict[str, float] = {}
     for name, low in intervals.lower.items():
-        true = true_value(truth, name)
-        high = intervals.upper[name]
-        out[name] = float(np.mean((low <= true) & (true <= high)))
+        exact = true_value(truth, name)
+        true = np.mean(exact) if average else exact
+        out[name] = float(np.mean((low <= true) & (true <= intervals.upper[name])))
     return out
 
 
@@ -524,8 +529,4 @@ def average_coverage(intervals: Intervals, truth: TrueStatistics) -> dict[str, f
     dict[str, float]
         Coverage by statistic name.
     """
-    out: dict[str, float] = {}
-    for name, low in intervals.lower.items():
-        true = float(np.mean(true_value(truth, name)))
-        out[name] = float(np.mean((low <= true) & (true <= intervals.upper[name])))
-    return out
+    return _coverage(intervals, truth, average=True)
