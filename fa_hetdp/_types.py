@@ -24,11 +24,14 @@ Placement = Literal["distributed", "central"]
 """Where the noise is added: by every client before masking, or by the server after."""
 Profile = Literal["bounded", "paper"]
 """Sensitivities: ``"bounded"`` (DP) or ``"paper"`` (weights ignored; not DP)."""
+PrivacyUnit = Literal["client", "record"]
+"""What neighbouring datasets differ in: one client's data, or one record of one client."""
 
 MECHANISMS: Final[tuple[str, ...]] = get_args(Mechanism)
 COMPOSITIONS: Final[tuple[str, ...]] = get_args(Composition)
 PLACEMENTS: Final[tuple[str, ...]] = get_args(Placement)
 PROFILES: Final[tuple[str, ...]] = get_args(Profile)
+PRIVACY_UNITS: Final[tuple[str, ...]] = get_args(PrivacyUnit)
 
 RELEASE_NAMES: Final[tuple[str, ...]] = ("mean", "weighted", "dispersion", "q", "i2_extra")
 """Names of the noisy releases, in protocol order (see :mod:`fa_hetdp.protocol`)."""

@@ -56,8 +56,8 @@ def _sections() -> dict[str, frozenset[str]]:
     return {
         "scenario": frozenset({"name", "description"}),
         "data": DATA_KEYS,
-        "privacy": frozenset({"split", "preset", *(s.name for s in settings_in("privacy"))}),
-        "protocol": frozenset(s.name for s in settings_in("protocol")),
+        "privacy": frozenset({"split", "preset", *(s.entry for s in settings_in("privacy"))}),
+        "protocol": frozenset(s.entry for s in settings_in("protocol")),
         "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
         "experiment": frozenset({"repeats", "seed"}),
         "assumptions": frozenset({"within_variance", "coordinate_mean", "spread", "i2", "source"}),

@@ -25,6 +25,7 @@ from fa_hetdp.config.secagg import (
     resolve_modulus_bits,
     secagg_parameters,
 )
+from fa_hetdp.config.settings import SETTINGS
 from fa_hetdp.data.dataset import Split
 from fa_hetdp.data.summaries import SummaryKind
 from fa_hetdp.secagg.params import SecAggParameters, ThreatModel
@@ -374,6 +375,11 @@ class AssumptionsSpec:
         return out
 
 
+def _entry(name: str) -> str:
+    """Return a declared setting's key in its scenario section (``privacy_unit``: ``unit``)."""
+    return SETTINGS[name].entry if name in SETTINGS else name
+
+
 @dataclass(frozen=True)
 class GridPoint:
     """One point of a scenario's grid: epsilon x mechanism x placement."""
@@ -505,7 +511,7 @@ class Scenario:
         privacy["floor_quantile"] = p.floor_quantile
         privacy["noise_shape"] = p.noise_shape
         privacy["dispersion_center"] = p.dispersion_center
-        privacy.update(p.extra)
+        privacy.update({_entry(name): value for name, value in p.extra})
         secagg: dict[str, Any] = {
             "threshold": self.secagg.threshold,
             "neighbours": self.secagg.neighbours,

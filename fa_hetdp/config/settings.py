@@ -40,7 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PROFILES
+from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PRIVACY_UNITS, PROFILES
 from fa_hetdp.config.center import DISPERSION_CENTERS, dispersion_center_supported
 from fa_hetdp.config.constraints import Boolean, Field, Integer, Options, Real
 from fa_hetdp.config.noise import NOISE_SHAPES, noise_shape_supported
@@ -105,6 +105,9 @@ class Setting:
         The message when a scenario leaves it out (None: optional, the default applies).
     doc_type, doc_default : str or None
         Wording of the docs table's type and default columns (None: derived).
+    key : str or None
+        Its key in the scenario section when that differs from ``name`` (``privacy_unit`` is
+        ``[privacy] unit``); None: ``name``.
     """
 
     name: str
@@ -122,11 +125,17 @@ class Setting:
     required: str | None = None
     doc_type: str | None = None
     doc_default: str | None = None
+    key: str | None = None
+
+    @property
+    def entry(self) -> str:
+        """Its key inside the scenario section (``key``, else ``name``)."""
+        return self.name if self.key is None else self.key
 
     @property
     def scenario_key(self) -> str:
         """The dotted key in a scenario file, e.g. ``privacy.epsilon``."""
-        return f"{self.section}.{self.name}"
+        return f"{self.section}.{self.entry}"
 
     @property
     def run_kind(self) -> type:
@@ -290,6 +299,31 @@ SETTINGS: Final[dict[str, Setting]] = {
             "where allowed, else broadcast (the plan and result show the value used)",
             flag="--dispersion-center",
             **_run("dispersion_center", ""),
+        ),
+        _d(
+            "privacy_unit",
+            Field((Options(PRIVACY_UNITS),)),  # issue 19 item 1 (docs/privacy.md, unit)
+            "client",
+            "what the privacy protects: one client with all its records (replace one client), "
+            "or one record of one client (replace one record; needs min_records, each "
+            'client\'s count is public; docs/privacy.md, "Unit of privacy")',
+            key="unit",
+            flag="--privacy-unit",
+            protocol=False,
+            **_run("privacy_unit", ""),
+        ),
+        _d(
+            "min_records",
+            Field((Integer(minimum=2),), optional=True),
+            None,
+            "public lower bound on every client's record count (privacy_unit = record: one "
+            "record moves a client's mean by at most 1/min_records per coordinate); every "
+            "client must hold at least this many",
+            doc_type="integer ≥ 2",
+            doc_default="none (required with unit = `record`)",
+            flag="--min-records",
+            protocol=False,
+            **_run("min_records", 0),
         ),
         _d(
             "placement",
