@@ -10,11 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
+import fa_hetdp
+from fa_hetdp._types import FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import scenario_from_dict
+from fa_hetdp.dp.accounting import privacy_spent
+from fa_hetdp.errors import PrivacyParameterError
+from fa_hetdp.protocol.bounds import stage2_factor
+from fa_hetdp.protocol.guarantee import UNIT_OF_PRIVACY, guarantee_of, unit_of_privacy
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.record_bounds import (
+    dispersion_record_bound,
+    mean_record_bound,
+    q_record_bound,
+    record_sensitivities,
+    weighted_record_bound,
+)
+from fa_hetdp.report.results import result_to_dict
 
 
 def _scenario(**privacy: Any) -> dict[str, Any]:
@@ -65,3 +81,216 @@ def test_protocol_config_checks_the_unit() -> None:
         ProtocolConfig(epsilon=1.0, delta=1e-5, extra={"privacy_unit": "row"})
     config = ProtocolConfig(epsilon=1.0, delta=1e-5, extra={"privacy_unit": "record"})
     assert config.setting("privacy_unit") == "record"
+
+
+# --------------------------------------------------------------------------------------------
+# The record-level bounds against random record replacements (brute force)
+# --------------------------------------------------------------------------------------------
+
+
+def _summands(records: FloatArray, c: FloatArray, cbar: FloatArray, floor: float) -> FloatArray:
+    """One client's summand of every release ``[x, w x, w, (x - c)^2, w (x - cbar)^2]``.
+
+    ``records`` has shape (..., m, d): the client's vector is their mean, its weight
+    ``1/max(s^2, floor)`` with ``s^2`` the within-vector variance (ddof 0), as the client does.
+    """
+    x = records.mean(axis=-2)
+    s2 = x.var(axis=-1)
+    w = 1.0 / np.maximum(s2, floor)
+    return np.concatenate(
+        [x, w[..., None] * x, w[..., None], (x - c) ** 2, w[..., None] * (x - cbar) ** 2], axis=-1
+    )
+
+
+def _boxes(d: int, m: int, floor: float, c: FloatArray, cbar: FloatArray) -> FloatArray:
+    """The per-coordinate bounds of :mod:`fa_hetdp.protocol.record_bounds`, same layout."""
+    per, dw = weighted_record_bound(floor, m)
+    return np.concatenate(
+        [
+            np.full(d, mean_record_bound(m)),
+            np.full(d, per),
+            [dw],
+            dispersion_record_bound(c, m),
+            q_record_bound(cbar, floor, m),
+        ]
+    )
+
+
+def _random_records(rng: np.random.Generator, shape: tuple[int, ...], kind: int) -> FloatArray:
+    if kind == 0:
+        return rng.random(shape)
+    if kind == 1:  # corners: the largest moves
+        return rng.integers(0, 2, shape).astype(np.float64)
+    base = rng.random((*shape[:-2], 1, shape[-1]))  # a near-constant client: weight near W
+    return np.clip(base + 0.05 * rng.standard_normal(shape), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("m", [2, 3, 5, 12])
+@pytest.mark.parametrize("floor", [0.01, 0.04, 0.25])
+def test_no_record_replacement_beats_a_bound(m: int, floor: float) -> None:
+    rng = np.random.default_rng(1900 + 10 * m + int(100 * floor))
+    worst = 0.0
+    for d in (1, 2, 3, 6):
+        for kind in range(3):
+            trials = 3000
+            records = _random_records(rng, (trials, m, d), kind)
+            new = _random_records(rng, (trials, d), kind if kind < 2 else 0)
+            replaced = records.copy()
+            replaced[:, 0, :] = new  # the replaced record (the order of records is irrelevant)
+            c, cbar = rng.random((2, trials, d))
+            c[: trials // 3] = rng.integers(0, 2, (trials // 3, d))  # c at a corner: a = 1
+            change = np.abs(
+                _summands(replaced, c, cbar, floor) - _summands(records, c, cbar, floor)
+            )
+            bound = np.stack([_boxes(d, m, floor, c[t], cbar[t]) for t in range(trials)])
+            assert np.all(change <= bound * (1 + 1e-12) + 1e-12), (d, kind)
+            ratio = np.where(bound > 0, change / np.where(bound > 0, bound, 1.0), 0.0)
+            worst = max(worst, float(ratio.max()))
+    assert worst > 0.9  # some replacement comes close to a bound (the mean's is attained)
+
+
+def _client(mean: list[float], first: list[float], m: int) -> FloatArray:
+    """``m`` records whose first is ``first`` and whose mean is ``mean`` (all in [0, 1])."""
+    rest = (np.asarray(mean) * m - np.asarray(first)) / (m - 1)
+    assert np.all((rest >= 0) & (rest <= 1))
+    return np.vstack([first, np.tile(rest, (m - 1, 1))])
+
+
+@pytest.mark.parametrize(
+    ("release", "before", "first", "after", "factor"),
+    [
+        # s from sqrt(v) = 0.1 to 0.1 + 1/m: the weight drops by exactly its bound
+        ("w", [0.4, 0.6], [1.0, 0.0], [0.0, 1.0], 1.0),
+        # the mean moves by 1/m on every coordinate: attained
+        ("x", [0.5, 0.5], [0.0, 0.0], [1.0, 1.0], 1.0),
+        # x from 1 - 1/m to 1 at c = 0: (2a - 1/m)/m, attained
+        ("disp", [0.9, 0.9], [0.0, 0.0], [1.0, 1.0], 1.0),
+        # a client near 1 whose spread grows from the floor: within a factor 2 of the bound
+        ("wx", [0.8, 1.0], [1.0, 1.0], [0.0, 1.0], 0.5),
+        ("q", [0.8, 1.0], [1.0, 1.0], [0.0, 1.0], 0.5),
+    ],
+)
+def test_each_bound_is_nearly_attained(
+    release: str, before: list[float], first: list[float], after: list[float], factor: float
+) -> None:
+    m, floor, d = 10, 0.01, 2
+    records = _client(before, first, m)
+    replaced = records.copy()
+    replaced[0] = after
+    c = np.zeros(d)  # a = 1 on every coordinate
+    change = np.abs(_summands(replaced, c, c, floor) - _summands(records, c, c, floor))
+    bound = _boxes(d, m, floor, c, c)
+    parts = {"x": slice(0, d), "wx": slice(d, 2 * d), "w": slice(2 * d, 2 * d + 1)}
+    parts |= {"disp": slice(2 * d + 1, 3 * d + 1), "q": slice(3 * d + 1, 4 * d + 1)}
+    ratio = float(np.max(change[parts[release]] / bound[parts[release]]))
+    assert factor - 1e-9 <= ratio <= 1.0 + 1e-9, ratio
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------------
+
+
+def _plan(n: int = 20, d: int = 16, **settings: Any) -> ProtocolPlan:
+    extra = {k: settings.pop(k) for k in ("privacy_unit", "min_records") if k in settings}
+    return plan_protocol(ProtocolConfig(1.0, 1e-5, extra=extra, **settings), n=n, d=d)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"composition": "basic"}, {"statistics": ("i2",)}, {"adaptive_floor": False}],
+)
+def test_the_client_unit_plans_exactly_today_s_protocol(settings: dict[str, Any]) -> None:
+    today = _plan(**settings)
+    stated = _plan(privacy_unit="client", **settings)
+    assert stated.budget == today.budget and stated.labels == today.labels
+    d, w = 16, 100.0  # v_min = 0.01: the sensitivities of design.md section 4
+    expected = {"mean": d**0.5, "weighted": w * (d + 1) ** 0.5, "dispersion": d**0.5}
+    expected |= {"q": w * d**0.5, "floor": 2**0.5, "i2_extra": d**0.5 / 20}
+    for release in today.budget.releases:
+        assert release.sensitivity == expected[release.name], release.name
+    c = np.linspace(0.0, 1.0, d)
+    got = stated.stage2_factors((c, c[::-1]))
+    assert all(np.array_equal(v, today.stage2_factors((c, c[::-1]))[k]) for k, v in got.items())
+
+
+def test_the_record_unit_uses_the_record_level_sensitivities() -> None:
+    plan = _plan(privacy_unit="record", min_records=1000, adaptive_floor=False)
+    expected = record_sensitivities(16, variance_floor=0.01, min_records=1000)
+    for release in plan.budget.releases:
+        if release.name != "i2_extra":
+            assert release.sensitivity == pytest.approx(expected[release.name], rel=1e-15)
+    assert expected["mean"] == pytest.approx(4.0 / 1000)
+    today = _plan(adaptive_floor=False)
+    assert plan.sigma("mean") < today.sigma("mean") / 100  # m = 1000: far less noise
+    assert any("record-level privacy" in label for label in plan.labels)
+    assert privacy_spent(plan.budget).epsilon == pytest.approx(1.0, rel=1e-6)  # the same budget
+
+
+def test_the_record_unit_keeps_the_histogram_at_sqrt_2() -> None:
+    plan = _plan(privacy_unit="record", min_records=50)
+    assert {r.name: r.sensitivity for r in plan.budget.releases}["floor"] == 2**0.5
+
+
+def test_the_record_unit_needs_min_records() -> None:
+    with pytest.raises(PrivacyParameterError, match=r"privacy_unit='record' needs min_records"):
+        _plan(privacy_unit="record")
+    with pytest.raises(PrivacyParameterError, match="profile='bounded'"):
+        _plan(privacy_unit="record", min_records=10, profile="paper")
+
+
+@pytest.mark.parametrize("shape", ["uniform", "per_coordinate"])
+@pytest.mark.parametrize("m", [2, 3, 40])
+def test_record_stage2_noise_keeps_the_planned_mu_at_every_broadcast(shape: str, m: int) -> None:
+    # The release is mu-GDP with mu^2 = sum_j b_j^2 / sigma_j^2 over its box b (the record
+    # bounds at the broadcast): it must equal the planned (Delta_wc / sigma_wc)^2, whatever c.
+    plan = _plan(privacy_unit="record", min_records=m, adaptive_floor=False, noise_shape=shape)
+    rng = np.random.default_rng(m)
+    mu_b, bar_b = rng.random((2, 50, 16))
+    sigmas = plan.stage2_sigmas(mu_b, bar_b)
+    v = plan.variance_floor
+    boxes = {"dispersion": dispersion_record_bound(mu_b, m), "q": q_record_bound(bar_b, v, m)}
+    for name, box in boxes.items():
+        planned = {r.name: r.sensitivity for r in plan.budget.releases}[name] / plan.sigma(name)
+        mu = np.sqrt(np.sum(box**2 / sigmas[name] ** 2, axis=-1))
+        np.testing.assert_allclose(mu, planned, rtol=1e-12)
+    # The client unit's factor max(c, 1 - c)^2 on the record box of the dispersion overspends.
+    box = boxes["dispersion"]
+    planned = {r.name: r.sensitivity for r in plan.budget.releases}["dispersion"]
+    wrong_sigma = plan.sigma("dispersion") * stage2_factor(mu_b, shape=shape)
+    wrong = np.sqrt(np.sum(box**2 / wrong_sigma**2, axis=-1))
+    assert wrong.max() > 1.05 * planned / plan.sigma("dispersion")
+
+
+# --------------------------------------------------------------------------------------------
+# Every result states its unit
+# --------------------------------------------------------------------------------------------
+
+
+def test_every_surface_states_the_record_unit() -> None:
+    from fa_hetdp.cli.run import privacy_lines
+    from fa_hetdp.server.results import privacy_section
+
+    x = np.random.default_rng(0).random((30, 8))
+    result = fa_hetdp.private_statistics(
+        x, epsilon=1.0, delta=1e-5, privacy_unit="record", min_records=100, rng=1
+    )
+    sentence = unit_of_privacy("record", 100)
+    assert sentence.startswith("one record of one client") and "min_records = 100" in sentence
+    assert result.guarantee.unit_of_privacy == sentence  # Python
+    assert sentence in repr(result.guarantee)
+    assert result_to_dict(result)["guarantee"]["unit_of_privacy"] == sentence  # JSON
+    assert f"unit of privacy: {sentence}" in result.guarantee.lines()  # what the CLI prints
+    plan = _plan(privacy_unit="record", min_records=100)
+    section = privacy_section(plan, privacy_spent(plan.budget), released=[], secagg=None)
+    assert section["guarantee"]["unit_of_privacy"] == sentence  # the Flower result document
+    lines = privacy_lines({"status": "success", "privacy": section})
+    assert any(sentence in line for line in lines), lines
+
+
+def test_the_client_unit_keeps_today_s_sentence() -> None:
+    plan = _plan(privacy_unit="client")
+    assert guarantee_of(plan).unit_of_privacy == UNIT_OF_PRIVACY == unit_of_privacy("client")
+    assert UNIT_OF_PRIVACY.startswith("one client with all its records")
+    with pytest.raises(ValueError, match="'record' with min_records"):
+        unit_of_privacy("record")

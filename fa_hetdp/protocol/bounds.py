@@ -28,6 +28,7 @@ __all__ = [
     "broadcast_bound_norm",
     "coordinate_bounds",
     "expected_square_factor",
+    "shape_factor",
     "stage2_factor",
 ]
 
@@ -67,7 +68,20 @@ def stage2_factor(center: npt.ArrayLike, *, shape: str) -> FloatArray:
     FloatArray, shape (..., d)
         Factors in ``[1/4, 1]``; either shape keeps the release's ``mu`` as planned.
     """
-    b = coordinate_bounds(center)
+    return shape_factor(coordinate_bounds(center), shape=shape)
+
+
+def shape_factor(bounds: npt.ArrayLike, *, shape: str) -> FloatArray:
+    """Per-coordinate noise factor from per-coordinate bounds ``b`` over their worst case.
+
+    ``b`` in ``(0, 1]`` (shape ``(..., d)``): ``sqrt(mean_i b_i^2)`` on every coordinate
+    (``"uniform"``) or ``sqrt(b_j sum_i b_i / d)`` (``"per_coordinate"``); either keeps
+    ``mu = Delta_wc / sigma_wc`` for the box ``[-b, b]`` scaled by the worst case (the module
+    docstring's argument holds for any box). :func:`stage2_factor` is the client unit's
+    ``b = max(c, 1 - c)^2``; the record unit's ``b`` is
+    :func:`fa_hetdp.protocol.record_bounds.record_stage2_bounds`.
+    """
+    b = np.asarray(bounds, dtype=np.float64)
     d = b.shape[-1]
     if shape == "per_coordinate":
         out: FloatArray = np.sqrt(b * np.sum(b, axis=-1, keepdims=True) / d)

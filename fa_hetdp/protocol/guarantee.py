@@ -8,8 +8,10 @@ secure-aggregation parameters; every result reads it: the Python result
 ``fa-hetdp run`` prints (:meth:`Guarantee.lines`). ``docs/privacy.md`` ("What a result
 guarantees") explains each part.
 
-- ``unit_of_privacy``: :data:`UNIT_OF_PRIVACY` -- one client with all its records, neighbouring
-  datasets differ by replacing one client, ``n`` is public.
+- ``unit_of_privacy``: :func:`unit_of_privacy` of the plan's ``privacy_unit`` --
+  :data:`UNIT_OF_PRIVACY` (``"client"``: one client with all its records, neighbouring
+  datasets differ by replacing one client, ``n`` is public) or the record sentence
+  (``"record"``: one record of one client, every client holding at least ``min_records``).
 - ``adversary``: who is trusted. Distributed placement: the server is honest-but-curious or
   malicious (the secure-aggregation sentence of
   :meth:`fa_hetdp.secagg.params.SecAggParameters.guarantee` when the run has one), and at most
@@ -33,13 +35,46 @@ from fa_hetdp.dp.calibration import weak_privacy_label
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.secagg.params import SecAggParameters
 
-__all__ = ["UNIT_OF_PRIVACY", "Guarantee", "guarantee_of"]
+__all__ = [
+    "RECORD_UNIT_OF_PRIVACY",
+    "UNIT_OF_PRIVACY",
+    "Guarantee",
+    "guarantee_of",
+    "unit_of_privacy",
+]
 
 UNIT_OF_PRIVACY: Final = (
     "one client with all its records; replace-one neighbouring datasets (one client's data "
     "replaced by any other); n public"
 )
-"""What the differential privacy protects (``docs/privacy.md``, "Unit of privacy")."""
+"""What the differential privacy protects under ``privacy_unit = "client"`` (the default;
+``docs/privacy.md``, "Unit of privacy")."""
+
+RECORD_UNIT_OF_PRIVACY: Final = (
+    "one record of one client; replace-one neighbouring datasets (one record of one client "
+    "replaced by any other record in [0, 1]^d); every client holds at least min_records = {m} "
+    "records; n and the clients' record counts public; k records of one client together are "
+    "protected only as a group (k times the GDP mu)"
+)
+"""The sentence of ``privacy_unit = "record"`` (``{m}``: ``min_records``)."""
+
+
+def unit_of_privacy(unit: str, min_records: int | None = None) -> str:
+    """Return the sentence of ``unit`` (``"client"`` or ``"record"``, with ``min_records``).
+
+    Raises
+    ------
+    ValueError
+        An unknown unit, or ``"record"`` without ``min_records``.
+    """
+    if unit == "client":
+        return UNIT_OF_PRIVACY
+    if unit == "record" and min_records is not None:
+        return RECORD_UNIT_OF_PRIVACY.format(m=int(min_records))
+    raise ValueError(
+        f"unit of privacy {unit!r} with min_records={min_records!r}: allowed are 'client', "
+        "or 'record' with min_records >= 2"
+    )
 
 
 @dataclass(frozen=True)
@@ -53,7 +88,7 @@ class Guarantee:
     epsilon, delta : float or None
         One valid pair: ``epsilon`` at the target ``delta`` (None when not DP).
     unit_of_privacy : str
-        :data:`UNIT_OF_PRIVACY`.
+        :func:`unit_of_privacy` of the plan's unit (:data:`UNIT_OF_PRIVACY` for a client).
     adversary : str
         The adversary the guarantee holds against, in words.
     honest_shares : int or None
@@ -188,7 +223,9 @@ def guarantee_of(
         dp=dp,
         epsilon=float(epsilon) if dp and epsilon is not None else None,
         delta=float(spent.delta) if dp and spent.delta is not None else None,
-        unit_of_privacy=UNIT_OF_PRIVACY,
+        unit_of_privacy=unit_of_privacy(
+            plan.privacy_unit, plan.min_records if plan.privacy_unit == "record" else None
+        ),
         adversary=_adversary(plan, secagg),
         honest_shares=None if plan.config.placement == "central" else plan.t,
         n=plan.n,

@@ -51,7 +51,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, optimal_weights, plan_budget
 from fa_hetdp.dp.mechanisms import DiscreteMechanism, NoiseMechanism, get_mechanism
 from fa_hetdp.errors import BaselineWarning, InputDataError, PrivacyParameterError
-from fa_hetdp.protocol.bounds import stage2_factor
+from fa_hetdp.protocol.bounds import shape_factor, stage2_factor
 from fa_hetdp.protocol.floor import (
     FLOOR_BUDGET_SHARE,
     FLOOR_RELEASE,
@@ -61,6 +61,7 @@ from fa_hetdp.protocol.floor import (
     uses_adaptive_floor,
 )
 from fa_hetdp.protocol.layout import Stage, StageLayout, stage_layout
+from fa_hetdp.protocol.record_bounds import record_sensitivities, record_stage2_bounds
 from fa_hetdp.registry import RELEASES_NEEDED, STATISTIC_KEYS
 from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import EncodingError
@@ -193,6 +194,25 @@ class ProtocolPlan:
         return self.config.variance_floor if self.floor is None else self.floor
 
     @property
+    def privacy_unit(self) -> str:
+        """``"client"`` or ``"record"``: what neighbouring federations differ in."""
+        return str(self.config.setting("privacy_unit"))
+
+    @property
+    def min_records(self) -> int:
+        """``m``, the public lower bound on every client's record count (record unit).
+
+        Raises
+        ------
+        PrivacyParameterError
+            Under the client unit (no record count is used).
+        """
+        m = self.config.setting("min_records")
+        if self.privacy_unit != "record" or m is None:
+            raise PrivacyParameterError("min_records is used only with privacy_unit='record'.")
+        return int(m)
+
+    @property
     def max_weight(self) -> float:
         """``W = 1/v_floor``, the largest weight."""
         return 1.0 / self.variance_floor
@@ -289,6 +309,14 @@ class ProtocolPlan:
             one = np.ones(mu_b.shape)
             return {"dispersion": one, "q": one.copy()}
         shape = self.config.noise_shape
+        if self.privacy_unit == "record":  # the record-level box (docs/privacy.md, unit)
+            m, v = self.min_records, self.variance_floor
+            return {
+                k: shape_factor(
+                    record_stage2_bounds(c, k, variance_floor=v, min_records=m), shape=shape
+                )
+                for k, c in (("dispersion", mu_b), ("q", weighted_b))
+            }
         return {
             "dispersion": stage2_factor(mu_b, shape=shape),
             "q": stage2_factor(weighted_b, shape=shape),
@@ -513,6 +541,11 @@ def _release_specs(
         "dispersion": math.sqrt(d),  # Thm 3.3
         "q": w * math.sqrt(d),  # Thm 3.8: Q''
     }
+    if config.setting("privacy_unit") == "record":
+        # One record of one client replaced (docs/privacy.md, "Unit of privacy");
+        # plan_protocol has checked min_records and refused the paper profile.
+        m = int(config.setting("min_records"))
+        sensitivity = record_sensitivities(d, variance_floor=v_floor, min_records=m)
     needed = needed_releases(config)
     counted = {k: v for k, v in sensitivity.items() if k in needed}
     optimal = config.split is None and config.composition == "gdp"
@@ -535,6 +568,34 @@ def _release_specs(
             )
         )
     return specs
+
+
+def _unit_labels(config: ProtocolConfig) -> tuple[str, ...]:
+    """Check the unit's settings; the plan line of the record unit (none for the client).
+
+    Raises
+    ------
+    PrivacyParameterError
+        The record unit without ``min_records``, or with the ``"paper"`` profile.
+    """
+    if config.setting("privacy_unit") != "record":
+        return ()
+    m = config.setting("min_records")
+    if m is None:
+        raise PrivacyParameterError(
+            "privacy_unit='record' needs min_records, a public lower bound (an integer >= 2) "
+            "on every client's record count: one record moves a client's mean by at most "
+            "1/min_records per coordinate, which the record-level noise is calibrated to."
+        )
+    if config.profile == "paper":
+        raise PrivacyParameterError(
+            "privacy_unit='record' needs profile='bounded': the paper profile is not DP "
+            "at any unit."
+        )
+    return (
+        f"record-level privacy: sensitivities for one record of one client replaced, every "
+        f"client holding at least min_records = {int(m)} records (docs/privacy.md)",
+    )
 
 
 def colluding_clients(corrupt_fraction: float | None, n: int) -> int:
@@ -644,7 +705,7 @@ def plan_protocol(
     n = _count("n", n, 2)
     d = _count("d", d, 1)
     t = honest_shares(config, n)
-    labels: list[str] = []
+    labels: list[str] = [*_unit_labels(config)]
     if config.profile == "paper":
         warnings.warn(LABEL_PAPER_PROFILE, BaselineWarning, stacklevel=2)
         labels.append(LABEL_PAPER_PROFILE)
