@@ -1,0 +1,74 @@
+"""The drop-in client side: add fa-hetdp's protocol steps to any Flower ``ClientApp``.
+
+::
+
+    app = ClientApp()            # the user's app, with its own @app.train / @app.evaluate
+
+    def records(context):        # however the app already loads its partition
+        return features, labels  # (N, d) in [0, 1]; labels optional
+
+    fa_hetdp.flower.register(app, records=records)
+
+:func:`register` adds one ``@app.query("<step>")`` handler per protocol step
+(:data:`fa_hetdp.flower.steps.STEPS`, the stage-0 and consistency steps included): Flower
+routes ``query.<step>`` messages to them, and ``train``/``evaluate`` messages to the user's
+handlers as before. They are the very handlers of fa-hetdp's own ``ClientApp``
+(:mod:`fa_hetdp.clients.app`), which registers them with a loader of its scenario or data
+file; the only difference is where the settings come from:
+
+- here the user's run config holds the user's keys, so the measurement's settings arrive in
+  the first message (:mod:`fa_hetdp.flower.measurement`) and are checked with the run
+  config's validator: a bad document fails that step with one line, and the server drops
+  the client;
+- what protects the client is read from its node config only, never from the server: its
+  privacy unit (``privacy-unit``, default ``"client"``), the corrupt fraction it guards
+  against (``secagg-min-gamma``), its threat model, roster and identity key
+  (:func:`fa_hetdp.flower.settings.node_secagg`). A server that states another unit or a
+  lower corrupt fraction is refused.
+
+``records(context)`` returns the client's records, ``features`` of shape ``(N, d)`` with
+values in ``[0, 1]`` (or ``(features, labels)`` with ``labels`` of shape ``(N,)``, needed by
+the ``"label-histogram"`` summary); the client reports the summary the server asks for
+(``measure(summary=...)``; :mod:`fa_hetdp.data.summaries`), computed on the node. Records with
+NaN, values outside ``[0, 1]`` or the wrong shape fail the step with one line naming the kind
+of problem (no value).
+"""
+
+from __future__ import annotations
+
+from flwr.clientapp import ClientApp
+
+from fa_hetdp.clients.app import RecordsLoader, register_steps
+
+__all__ = ["RecordsLoader", "register"]
+
+
+def register(app: ClientApp, *, records: RecordsLoader) -> ClientApp:
+    """Register every fa-hetdp protocol step on ``app`` as an ``@app.query`` handler.
+
+    Parameters
+    ----------
+    app : flwr.clientapp.ClientApp
+        The user's ``ClientApp`` (built with decorators, not with a legacy ``client_fn``).
+    records : callable
+        ``records(context) -> features`` or ``(features, labels)``: the node's records,
+        ``features`` of shape ``(N, d)`` in ``[0, 1]``, ``labels`` of shape ``(N,)``
+        (integers ``0 .. L-1``). Called once per measurement, on the node.
+
+    Returns
+    -------
+    flwr.clientapp.ClientApp
+        ``app`` itself.
+
+    Raises
+    ------
+    ValueError
+        ``app`` already has a handler of one of the steps (registered twice), or it was
+        built with a ``client_fn`` (Flower allows no handlers beside one).
+    TypeError
+        ``records`` is not callable.
+    """
+    if not callable(records):
+        raise TypeError(f"records must be a function of the Context, got {type(records).__name__}")
+    register_steps(app, records=records, settings_from="message")
+    return app

@@ -1,0 +1,147 @@
+"""The drop-in server side: one private heterogeneity measurement from any ``ServerApp``.
+
+::
+
+    @app.main()
+    def main(grid, context):
+        budget = fa_hetdp.PrivacyBudget(epsilon=4.0, delta=1e-5)
+        before = fa_hetdp.flower.measure(grid, context, epsilon=1.0, delta=1e-6,
+                                         summary="label-histogram", num_labels=10,
+                                         budget=budget)
+        FedAvg(...).start(grid=grid, ...)           # the user's training, unchanged
+        after = fa_hetdp.flower.measure(grid, context, epsilon=1.0, delta=1e-6, budget=budget)
+
+:func:`measure` runs the whole protocol of fa-hetdp's own ``ServerApp`` (secure aggregation
+included: :class:`fa_hetdp.server.strategy.HeterogeneityStrategy` over
+:class:`fa_hetdp.server.app.GridTransport`) over the grid's connected nodes, whose
+``ClientApp`` called :func:`fa_hetdp.flower.register`, and returns the
+:class:`~fa_hetdp.protocol.server.PrivateStatistics` (its ``guarantee`` says what the
+release protects and against whom). Its messages are ``query.<step>`` messages in their own
+groups, so it can run before training, between a strategy's rounds or after them on the same
+grid. It writes nothing unless ``result_path`` is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Protocol
+
+from flwr.app import Context
+from flwr.serverapp import Grid
+
+import fa_hetdp
+from fa_hetdp.errors import PrivacyParameterError
+from fa_hetdp.flower.measurement import SummarySpec, read_settings, settings_document
+from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.server import PrivateStatistics
+from fa_hetdp.server.app import GridTransport
+from fa_hetdp.server.strategy import HeterogeneityStrategy
+
+__all__ = ["Budget", "measure"]
+
+log = logging.getLogger("flwr.fa_hetdp.server")
+
+
+class Budget(Protocol):
+    """What :func:`measure` needs of a budget (:class:`fa_hetdp.PrivacyBudget`)."""
+
+    def charge(self, plan: ProtocolPlan) -> Any:
+        """Charge one measurement's plan; raise ``PrivacyParameterError`` on an overrun."""
+        ...
+
+
+def measure(
+    grid: Grid,
+    context: Context,
+    *,
+    epsilon: float,
+    delta: float,
+    statistics: tuple[str, ...] | None = None,
+    summary: str = "mean",
+    budget: Budget | None = None,
+    num_labels: int | None = None,
+    image_shape: tuple[int, int, int] | None = None,
+    num_clients: int | None = None,
+    seed: int | None = None,
+    result_path: str | Path | None = None,
+    **settings: Any,
+) -> PrivateStatistics:
+    """Measure the heterogeneity of the grid's clients privately; return the result.
+
+    Parameters
+    ----------
+    grid, context : flwr.serverapp.Grid, flwr.app.Context
+        The ``ServerApp``'s (``@app.main()`` receives them).
+    epsilon, delta : float
+        This measurement's privacy budget (every release of it together).
+    statistics : tuple of str, optional
+        The statistics needed (``"mean"``, ``"dispersion"``, ``"weighted_mean"``, ``"q"``,
+        ``"i2"``, ``"i2_extra"``); releases none of them needs are not made. Default: all.
+    summary : {"mean", "label-histogram", "pooled"}
+        What each client reports of its records (:mod:`fa_hetdp.data.summaries`): the mean
+        of its features (feature heterogeneity), its label shares (label heterogeneity:
+        needs ``num_labels`` and labels from ``records``), or the block-pooled mean (needs
+        ``image_shape``).
+    budget : PrivacyBudget, optional
+        A budget across measurements (:class:`fa_hetdp.PrivacyBudget`): charged with this
+        measurement's plan before any message is sent; an overrun raises
+        :class:`~fa_hetdp.errors.PrivacyParameterError` and no client computes anything.
+    num_labels, image_shape : optional
+        The summary's parameters (above).
+    num_clients : int, optional
+        Clients to sample; default: every node connected now.
+    seed : int, optional
+        Simulation only: seeds every client's and the server's noise (reproducible, not
+        private against whoever knows it). Left out: deployment mode, noise from a CSPRNG
+        on every client and the server.
+    result_path : str or Path, optional
+        Also write the result file there (the JSON document of ``fa-hetdp run``).
+    **settings
+        Any other setting by its canonical name (``mechanism``, ``adaptive_floor``,
+        ``threshold``, ``neighbours``, ``corrupt_fraction``, ``threat_model``,
+        ``stage_timeout``, ``node_wait_timeout``, ``max_epsilon``, ``on_degraded``,
+        ``broadcast_bounds``, ...), checked by the same validator as a run config.
+
+    Returns
+    -------
+    PrivateStatistics
+        The private statistics with their ``guarantee`` and ``spent`` privacy.
+
+    Raises
+    ------
+    ConfigError
+        Bad settings (every problem, one error), before anything is sent.
+    PrivacyParameterError
+        ``budget`` cannot afford the measurement (nothing sent).
+    ProtocolAbortError
+        Too few clients at some step, or the protocol could not be completed.
+    """
+    del context  # the measurement's settings are its arguments, not the user's run config
+    count = len(grid.get_node_ids()) if num_clients is None else num_clients
+    spec = SummarySpec(kind=summary, num_labels=num_labels, image_shape=image_shape)
+    document = settings_document(
+        epsilon=epsilon,
+        delta=delta,
+        num_clients=count,
+        seed=seed,
+        statistics=statistics,
+        summary=spec,
+        settings=settings,
+    )
+    run = read_settings(document).run
+    write = result_path is not None
+    if write:
+        run = dataclasses.replace(run, result_path=Path(result_path).expanduser())
+    if budget is not None:
+        # charged before any message: d is not known yet; the charge depends only on the
+        # noise multipliers of the releases, which d does not change
+        budget.charge(plan_protocol(run.protocol, n=count, d=1))
+    strategy = HeterogeneityStrategy(run, version=fa_hetdp.__version__, write_results=write)
+    transport = GridTransport(grid, limits=strategy.message_limits, settings=document)
+    strategy.run(transport)
+    result = strategy.result
+    if result is None:  # pragma: no cover - run() returns only after stage 2
+        raise PrivacyParameterError("the measurement ended without a result")
+    return result

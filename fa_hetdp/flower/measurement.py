@@ -1,0 +1,293 @@
+"""The settings a drop-in measurement sends with its first message, and their check.
+
+In a user's own Flower app the run config holds the user's keys, not fa-hetdp's. So
+:func:`fa_hetdp.flower.measure` sends the measurement's settings inside its first message
+(``advertise_keys``, under :data:`SETTINGS_KEY`): a *settings document* of run-config keys
+(the same kebab-case keys as ``[tool.flwr.app.config]``) plus the client summary. The client
+reads it with :func:`read_settings`, which resolves it with the same validator as a run
+config (:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`: every problem in one
+:class:`~fa_hetdp.config.rules.ConfigError`), so a bad document makes that client fail the
+step with one line (Flower sends an error reply and the server drops it), and the server
+builds its own settings from the very same document (:func:`settings_document`).
+
+The document is the server's word. What protects a client comes from its own node config
+(:func:`check_node_safety`): its privacy unit (``privacy-unit``, default ``"client"``) and
+the corrupt fraction it guards against (``secagg-min-gamma``); a document that states another
+unit, or a lower ``secagg-corrupt-fraction`` than the node's floor (which would calibrate the
+noise to more honest shares than the node believes there are), is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from fa_hetdp.config.rules import Problem, raise_problems, validate
+from fa_hetdp.config.settings import SETTINGS
+from fa_hetdp.data.summaries import SUMMARIES, ClientSummary
+from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, RunSettings
+from fa_hetdp.flower.steps import NodeConfig
+
+__all__ = [
+    "NODE_PRIVACY_UNIT",
+    "SETTINGS_KEY",
+    "SentSettings",
+    "SummarySpec",
+    "check_node_safety",
+    "read_settings",
+    "settings_document",
+]
+
+SETTINGS_KEY: Final = "fa-hetdp-settings"
+"""``advertise_keys`` request key of the settings document (drop-in measurements only)."""
+NODE_PRIVACY_UNIT: Final = "privacy-unit"
+"""Node-config key of the unit of privacy this node accepts (``"client"`` when absent)."""
+
+#: Run-config keys a drop-in measurement fills itself (the rest come from ``**settings``).
+_FIXED: Final[Mapping[str, object]] = {
+    "scenario": "",  # the defaults only: a drop-in's data comes from the user's records
+    "node-wait-timeout": 60.0,
+    "stage-timeout": 60.0,
+    "result-path": "",  # nothing written unless measure(result_path=...) asks
+    "progress-path": "",
+}
+#: Declared settings without a run-config key, accepted in the document by canonical name.
+_SCENARIO_ONLY: Final = tuple(s.name for s in SETTINGS.values() if s.run_config is None)
+
+
+@dataclass(frozen=True)
+class SummarySpec:
+    """What each client reports for its records (the drop-in's ``data.summary``).
+
+    Attributes
+    ----------
+    kind : {"mean", "pooled", "label-histogram"}
+        :mod:`fa_hetdp.data.summaries`.
+    num_labels : int or None
+        ``L``, the histogram's length (``"label-histogram"`` only; required there).
+    image_shape : (int, int, int) or None
+        ``(channels, height, width)`` of one record (``"pooled"`` only; required there).
+    pool_block : int
+        Block side of ``"pooled"``.
+    """
+
+    kind: str = "mean"
+    num_labels: int | None = None
+    image_shape: tuple[int, int, int] | None = None
+    pool_block: int = 2
+
+    def problems(self) -> list[Problem]:
+        """Return what is wrong with the spec, as ``(key, message)`` pairs."""
+        out: list[Problem] = []
+        if self.kind not in SUMMARIES:
+            out.append(("summary", f"must be one of {', '.join(SUMMARIES)}, got {self.kind!r}"))
+        if self.kind == "label-histogram" and not _positive_int(self.num_labels):
+            out.append(
+                ("num_labels", f"label-histogram needs num_labels >= 1, got {self.num_labels!r}")
+            )
+        if self.kind == "pooled" and (
+            self.image_shape is None
+            or len(self.image_shape) != 3
+            or not all(_positive_int(v) for v in self.image_shape)
+        ):
+            out.append(
+                (
+                    "image_shape",
+                    f"pooled needs image_shape=(channels, height, width), got {self.image_shape!r}",
+                )
+            )
+        if not _positive_int(self.pool_block):
+            out.append(("pool_block", f"must be an integer >= 1, got {self.pool_block!r}"))
+        return out
+
+    def resolve(self, record_dim: int) -> ClientSummary:
+        """Return the :class:`ClientSummary` for records of dimension ``record_dim``."""
+        shape = self.image_shape if self.image_shape is not None else (1, 1, record_dim)
+        return ClientSummary(
+            kind=self.kind,  # type: ignore[arg-type]  # checked by problems()
+            image_shape=(int(shape[0]), int(shape[1]), int(shape[2])),
+            num_labels=int(self.num_labels or 1),
+            pool_block=int(self.pool_block),
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        """Return the spec as plain values (for the wire)."""
+        return {
+            "kind": self.kind,
+            "num-labels": self.num_labels,
+            "image-shape": None if self.image_shape is None else list(self.image_shape),
+            "pool-block": self.pool_block,
+        }
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclass(frozen=True)
+class SentSettings:
+    """A settings document, resolved: the run settings and the client summary."""
+
+    run: RunSettings
+    summary: SummarySpec
+    document: Mapping[str, Any]
+
+    def to_json(self) -> str:
+        """Return the document as canonical JSON (kept in the client's state between steps)."""
+        return json.dumps(self.document, sort_keys=True)
+
+
+def settings_document(
+    *,
+    epsilon: float,
+    delta: float,
+    num_clients: int,
+    seed: int | None = None,
+    statistics: tuple[str, ...] | None = None,
+    summary: SummarySpec | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return the settings document of one measurement (checked: :func:`read_settings`).
+
+    ``settings`` holds further settings by their canonical names (``mechanism``,
+    ``adaptive_floor``, ``threshold``, ``stage_timeout``, ... : the keys of
+    :data:`fa_hetdp.flower.settings.RUN_CONFIG_KEYS` and the declared settings without a
+    run-config key, e.g. ``broadcast_bounds``). ``seed`` given: ``mode = "simulation"``
+    (reproducible, no privacy against whoever knows the seed); else ``"deployment"`` (every
+    client draws its noise from a CSPRNG).
+
+    Raises
+    ------
+    ConfigError
+        An unknown setting name (with the allowed ones), or any value the validator refuses.
+    """
+    extra = dict(settings or {})
+    run_config: dict[str, Any] = dict(_FIXED)
+    run_config.update(
+        {
+            "mode": "deployment" if seed is None else "simulation",
+            "seed": -1 if seed is None else seed,
+            "num-clients": num_clients,
+            "epsilon": epsilon,
+            "delta": delta,
+        }
+    )
+    problems: list[Problem] = []
+    scenario_only: dict[str, Any] = {}
+    for name, value in extra.items():
+        if name in _SCENARIO_ONLY:
+            scenario_only[name] = value
+            continue
+        key = RUN_CONFIG_KEYS.get(name)
+        if key is None or name in {"mode", "seed", "num_clients"}:
+            allowed = sorted(set(RUN_CONFIG_KEYS) - {"mode", "seed", "num_clients"})
+            problems.append(
+                (
+                    f"measure.{name}",
+                    f"unknown setting; allowed: {', '.join([*allowed, *_SCENARIO_ONLY])}",
+                )
+            )
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif value is None:
+            continue
+        run_config[key] = value
+    raise_problems("measurement settings", problems)
+    if statistics is not None:
+        scenario_only["statistics"] = list(statistics)
+    document = {
+        "run-config": run_config,
+        "settings": scenario_only,
+        "summary": (summary or SummarySpec()).to_document(),
+    }
+    read_settings(document)  # the client's check, run here first: refuse before anything is sent
+    return document
+
+
+def read_settings(document: object) -> SentSettings:
+    """Resolve a settings document with the run config's validator.
+
+    Raises
+    ------
+    ConfigError
+        One error listing every problem (a malformed document, a bad value).
+    """
+    parts: dict[str, Mapping[str, Any]] = {}
+    problems: list[Problem] = []
+    if not isinstance(document, Mapping):
+        problems.append(("settings", f"must be a mapping, got {type(document).__name__}"))
+    else:
+        for key in ("run-config", "settings", "summary"):
+            part = document.get(key, {})
+            if isinstance(part, Mapping):
+                parts[key] = part
+            else:
+                problems.append((key, "must be a mapping"))
+    raise_problems("measurement settings", problems)
+    run_config, extra, summary = parts["run-config"], parts["settings"], parts["summary"]
+    unknown = sorted(set(extra) - set(_SCENARIO_ONLY))
+    if unknown:
+        problems.append(("settings", f"unknown {unknown}; allowed: {list(_SCENARIO_ONLY)}"))
+    shape = summary.get("image-shape")
+    spec = SummarySpec(
+        kind=summary.get("kind", "mean"),
+        num_labels=summary.get("num-labels"),
+        image_shape=tuple(shape) if isinstance(shape, list) else shape,
+        pool_block=summary.get("pool-block", 2),
+    )
+    problems += spec.problems()
+    values = {
+        k: (tuple(v) if k == "statistics" and isinstance(v, list) else v) for k, v in extra.items()
+    }
+    problems += validate(
+        {k: values[k] for k in values if k in _SCENARIO_ONLY}, lambda k: f"settings.{k}"
+    )
+    raise_problems("measurement settings", problems)
+    run = RunSettings.from_run_config(run_config)
+    if values:
+        protocol_fields = {k: v for k, v in values.items() if SETTINGS[k].protocol}
+        others = {k: v for k, v in values.items() if not SETTINGS[k].protocol}
+        protocol = replace(
+            run.protocol,
+            **protocol_fields,
+            extra={**dict(run.protocol.extra), **others},
+        )
+        run = replace(run, protocol=protocol, settings={**dict(run.settings), **others})
+    return SentSettings(run=run, summary=spec, document=dict(parts))
+
+
+def check_node_safety(node_config: Mapping[str, Any], settings: RunSettings) -> None:
+    """Refuse settings that undercut what this node's own config asks for.
+
+    Raises
+    ------
+    ValueError
+        One line: the document's privacy unit is not the node's ``privacy-unit`` (default
+        ``"client"``), or its ``secagg-corrupt-fraction`` is below the node's
+        ``secagg-min-gamma``.
+    """
+    unit = node_config.get(NODE_PRIVACY_UNIT, "client")
+    stated_unit = settings.protocol.setting("privacy_unit")
+    if stated_unit != unit:
+        raise ValueError(
+            f"the server asks for privacy unit {stated_unit!r}, this node accepts {unit!r} "
+            f"(node-config {NODE_PRIVACY_UNIT}); refused"
+        )
+    floor = node_config.get(NodeConfig.MIN_GAMMA)
+    if floor is None:
+        return
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor < 1.0:
+        raise ValueError(
+            f"node-config {NodeConfig.MIN_GAMMA} must be a number in [0, 1), got {floor!r}"
+        )
+    stated = settings.corrupt_fraction
+    if stated + 1e-12 < float(floor) or math.isnan(stated):
+        raise ValueError(
+            f"the server states secagg-corrupt-fraction={stated:g}, below this node's "
+            f"{NodeConfig.MIN_GAMMA}={float(floor):g} (the noise would count colluders' shares "
+            "as honest); refused"
+        )
