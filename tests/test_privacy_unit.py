@@ -33,9 +33,9 @@ from fa_hetdp.protocol.record_bounds import (
 from fa_hetdp.report.results import result_to_dict
 
 
-def _scenario(**privacy: Any) -> dict[str, Any]:
+def _scenario(records: int = 1, **privacy: Any) -> dict[str, Any]:
     return {
-        "data": {"dataset": "digits", "num_clients": 20},
+        "data": {"dataset": "digits", "num_clients": 20, "records_per_client": records},
         "privacy": {"epsilon": 1.0, "delta": 1e-5, **privacy},
         "experiment": {"repeats": 1, "seed": 0},
     }
@@ -47,7 +47,7 @@ def _scenario(**privacy: Any) -> dict[str, Any]:
 
 
 def test_a_scenario_with_a_record_unit_round_trips() -> None:
-    scenario = scenario_from_dict(_scenario(unit="record", min_records=50))
+    scenario = scenario_from_dict(_scenario(60, unit="record", min_records=50))
     assert scenario.setting("privacy_unit") == "record"
     assert scenario.setting("min_records") == 50
     written = scenario.to_dict()["privacy"]
@@ -66,6 +66,11 @@ def test_the_default_unit_is_the_client() -> None:
     [
         ({"unit": "records"}, r"privacy\.unit: unknown value 'records'; allowed: client, record"),
         ({"unit": "record", "min_records": 1}, r"privacy\.min_records: must be >= 2, got 1"),
+        ({"unit": "record"}, r"privacy\.min_records: required with unit = \"record\""),
+        (
+            {"unit": "record", "min_records": 2},
+            r"privacy\.min_records: must be at most data\.records_per_client = 1",
+        ),
         ({"privacy_unit": "record"}, r"privacy_unit"),  # the key is `unit`
     ],
 )
@@ -74,6 +79,14 @@ def test_a_bad_value_is_refused_when_the_scenario_is_read(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         scenario_from_dict(_scenario(**privacy))
+
+
+def test_a_scenario_s_records_per_client_is_the_public_count() -> None:
+    scenario = scenario_from_dict(_scenario(40, unit="record"))
+    assert scenario.setting("min_records") == 40
+    assert scenario_from_dict(_scenario(40)).setting("min_records") is None  # client unit
+    with pytest.raises(ConfigError, match=r"at most data\.records_per_client = 40 .*got 41"):
+        scenario_from_dict(_scenario(40, unit="record", min_records=41))
 
 
 def test_protocol_config_checks_the_unit() -> None:

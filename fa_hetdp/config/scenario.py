@@ -200,6 +200,32 @@ def _spec_value(setting: Setting, value: Any) -> Any:
     return float(value) if real and value is not None else value
 
 
+def _record_count(c: Checker, values: dict[str, Any], records: int) -> None:
+    """``[privacy] unit = "record"``: ``min_records`` from the public ``records_per_client``.
+
+    Every client of a scenario holds ``records_per_client`` records, so that count is public:
+    a left-out ``min_records`` takes it, and one above it (a bound the clients do not meet) or
+    one record per client (a client and its one record are the same unit) are refused.
+    """
+    if values.get("privacy_unit") != "record":
+        return
+    stated = values.get("min_records")
+    if stated is None and records >= 2:
+        values["min_records"] = records
+    elif stated is None:
+        c.fail(
+            "privacy.min_records",
+            'required with unit = "record": an integer >= 2, at most data.records_per_client '
+            f"(got records_per_client = {records}: one record per client is the client unit)",
+        )
+    elif isinstance(stated, int) and not isinstance(stated, bool) and stated > records:
+        c.fail(
+            "privacy.min_records",
+            f"must be at most data.records_per_client = {records} (every client holds that "
+            f"many records), got {stated}",
+        )
+
+
 def _settings(
     c: Checker, tables: Mapping[str, Mapping[str, Any]], data: Any
 ) -> tuple[Any, Any, Any, Any]:
@@ -220,6 +246,7 @@ def _settings(
             values[name] = default
     if isinstance(data, DataSpec):
         values["num_clients"] = data.num_clients
+        _record_count(c, values, data.records_per_client)
     grids = [s.name for s in SETTINGS.values() if s.grid]
     problems = validate(values, keys, lists=grids)
     c.errors.extend(problems)
