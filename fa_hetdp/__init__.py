@@ -21,6 +21,7 @@ from fa_hetdp.dp.accounting import (
     plan_budget,
     privacy_spent,
 )
+from fa_hetdp.dp.budget import PrivacyBudget
 from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon, calibrate_sigma
 from fa_hetdp.errors import (
     AggregationError,
@@ -46,6 +47,7 @@ __all__ = [
     "DatasetError",
     "FaHetdpError",
     "InputDataError",
+    "PrivacyBudget",
     "PrivacyParameterError",
     "PrivacySpent",
     "PrivateStatistics",
