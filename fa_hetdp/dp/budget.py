@@ -170,7 +170,7 @@ class PrivacyBudget:
     >>> budget = PrivacyBudget(1.0, 1e-6)
     >>> _ = budget.charge((0.5, 1e-6), name="before training")
     >>> round(budget.remaining().epsilon, 3)
-    0.851
+    0.841
     """
 
     def __init__(self, epsilon: float, delta: float) -> None:
