@@ -53,7 +53,13 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "secagg": frozenset({"core", "clients", "server", "flwr"}),
 }
 #: Inside fa_hetdp, the only modules (files, or folders ending in "/") that may import flwr.
-FLWR_ALLOWED_IN_FA_HETDP = ("fa_hetdp/flower/wire.py", "fa_hetdp/cli/")
+FLWR_ALLOWED_IN_FA_HETDP = (
+    "fa_hetdp/flower/wire.py",
+    "fa_hetdp/cli/",
+    # the drop-in entry points, above the two apps (their flwr names: annotations only)
+    "fa_hetdp/flower/dropin_client.py",
+    "fa_hetdp/flower/dropin_server.py",
+)
 
 #: The layers, bottom first: each a tuple of the packages (or top-level modules) on it. A module
 #: may import its own package and anything on a lower layer, nothing on its layer's other
@@ -70,8 +76,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fa_hetdp",),  # the facade: the public names of fa_hetdp/__init__.py
     ("fa_hetdp.report",),  # tables, figures, result files
     ("fa_hetdp.experiments",),  # the experiment engine, reproduction, benchmarks of noise
-    ("fa_hetdp.flower",),  # what both Flower apps share: settings, steps, the codec
+    # what both Flower apps share, module by module: step names and the codec; the run
+    # settings and the codec's limits; the settings a drop-in measurement sends
+    ("fa_hetdp.flower.steps", "fa_hetdp.flower.wire"),
+    ("fa_hetdp.flower.settings", "fa_hetdp.flower.limits"),
+    ("fa_hetdp.flower.measurement",),
     ("fa_hetdp.clients", "fa_hetdp.server"),  # the two Flower apps
+    ("fa_hetdp.flower",),  # the drop-in for a user's app: register(), measure() (and __init__)
     ("fa_hetdp.cli",),  # the fa-hetdp command: argparse and the process supervisor
 )
 #: The only modules (files, or folders ending in "/") that may import argparse: the command line,

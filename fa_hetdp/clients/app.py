@@ -1,15 +1,22 @@
 """The fa-hetdp ``ClientApp``: one ``@app.query`` handler per protocol step.
 
+:func:`register_steps` registers the handlers on a ``ClientApp``: this module's own ``app``
+with :func:`scenario_records` (the node's data file or its partition of the scenario) and
+the run config's settings; a user's app, through :func:`fa_hetdp.flower.register`, with the
+user's records loader and the settings sent in the first message
+(:mod:`fa_hetdp.flower.measurement`; the node's safety settings from its node config only).
+
 Each handler reads the server's request (:mod:`fa_hetdp.flower.wire`), restores the client's state
 from ``context.state`` (the ``secagg`` client, the noise generator, the session size), does
 its step with the :mod:`fa_hetdp.protocol` client functions and :class:`secagg.SecAggClient`,
 saves the state and replies:
 
 ==================  =========================================================================
-``advertise_keys``  read the session setup; load ``x_i`` from ``node_config["data-path"]``
-                    (a data owner's own file) or else from the scenario (``["partition-id"]``,
-                    ``["num-partitions"]``), as the scenario's ``data.summary`` of the
-                    records (computed on the client; ``docs/summaries.md``); reply
+``advertise_keys``  read the session setup; load the records (the loader registered:
+                    ``node_config["data-path"]``, a data owner's own file, or else the
+                    scenario's ``["partition-id"]`` of ``["num-partitions"]``; in a user's
+                    app its own loader) and summarise them as asked (the scenario's
+                    ``data.summary``, or the drop-in's; ``docs/summaries.md``); reply
                     with ``d`` and the two public keys (secagg round 0)
 ``share_keys``      encrypted Shamir shares for the neighbours (secagg round 1)
 ``stage0_input``    ``adaptive_floor`` only: the one-hot bucket of ``s_i^2`` + noise share
@@ -51,18 +58,28 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 import fa_hetdp
 from fa_hetdp.config.partition import client_records, client_summary
+from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.data.check import load_checked
-from fa_hetdp.data.summaries import summarise, summarise_mean
+from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
+from fa_hetdp.errors import InputDataError
 from fa_hetdp.flower.limits import step_limits
+from fa_hetdp.flower.measurement import (
+    SETTINGS_KEY,
+    SentSettings,
+    check_node_safety,
+    read_settings,
+)
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions, node_secagg
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
@@ -92,7 +109,18 @@ from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.secagg.client import SecAggClient
 
-__all__ = ["app"]
+__all__ = ["Records", "RecordsLoader", "app", "register_steps", "scenario_records"]
+
+Records = npt.ArrayLike | tuple[npt.ArrayLike, npt.ArrayLike | None]
+"""What a records loader returns: ``features`` ``(N, d)``, or ``(features, labels)``."""
+RecordsLoader = Callable[[Context], Records]
+"""``records(context)``: the node's records (:func:`register_steps`)."""
+SettingsSource = Literal["run-config", "message"]
+"""Where a session's settings come from: the run config (this package's own app) or the
+first message of a drop-in measurement (:mod:`fa_hetdp.flower.measurement`)."""
+
+#: ``context.state`` key (in the session's ``ConfigRecord``) of a drop-in's settings document.
+SENT_SETTINGS = "sent-settings"
 
 app = ClientApp()
 log = logging.getLogger("flwr.fa_hetdp.client")
@@ -102,11 +130,17 @@ class SimulatedDropoutError(RuntimeError):
     """Raised by a client chosen to drop out (``dropout-fraction`` > 0, simulation only)."""
 
 
-def _partition(context: Context) -> tuple[int, int]:
+def _partition(context: Context, *, required: bool = True) -> tuple[int, int]:
+    """Return the node's ``(partition-id, num-partitions)``; ``(-1, 0)`` for its own data.
+
+    ``required = False`` (a drop-in session in deployment mode): a node without a
+    ``partition-id`` loads its records itself and needs none.
+    """
     config = context.node_config
     try:
-        if NodeConfig.DATA_PATH in config and NodeConfig.PARTITION_ID not in config:
-            return -1, 0  # a data owner with its own file needs no partition id
+        own_data = NodeConfig.DATA_PATH in config or not required
+        if own_data and NodeConfig.PARTITION_ID not in config:
+            return -1, 0  # a data owner with its own records needs no partition id
         pid = int(config[NodeConfig.PARTITION_ID])
         return pid, int(config.get(NodeConfig.NUM_PARTITIONS, 0))
     except (KeyError, TypeError, ValueError) as exc:
@@ -128,11 +162,92 @@ def load_vector(path: str) -> np.ndarray:
     return load_checked(path)
 
 
-_SETTINGS_CACHE: dict[tuple[tuple[str, Any], ...], RunSettings] = {}
+def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return the records of this package's own app: the node's data file, or its partition.
+
+    ``node_config["data-path"]`` (a data owner's own file, checked by :func:`load_vector`):
+    the mean of its records as one row, without labels. Else the node's partition
+    (``partition-id`` of ``num-partitions``) of the run's scenario, with labels.
+    """
+    data_path = context.node_config.get(NodeConfig.DATA_PATH)
+    if isinstance(data_path, str) and data_path:
+        return load_vector(data_path)[np.newaxis, :], None  # a file has no labels
+    pid, num = _partition(context)
+    return client_records(_settings(context).scenario, pid, num)
+
+
+def _records_of(loaded: Records) -> tuple[np.ndarray, np.ndarray | None]:
+    """Check what a records loader returned: ``(N, d)`` finite features in [0, 1].
+
+    Raises
+    ------
+    InputDataError
+        One line naming the kind of problem (shape, NaN, range), never a value.
+    """
+    if isinstance(loaded, tuple):
+        if len(loaded) != 2:
+            raise InputDataError(
+                f"records(context) must return features or (features, labels), got a "
+                f"tuple of {len(loaded)}"
+            )
+        raw_features, raw_labels = loaded
+    else:
+        raw_features, raw_labels = loaded, None
+    try:
+        features = np.asarray(raw_features, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputDataError("records(context): features are not numeric") from exc
+    if features.ndim != 2 or features.shape[0] < 1 or features.shape[1] < 1:
+        raise InputDataError(
+            f"records(context): features must have shape (records, d) with both >= 1, got "
+            f"shape {features.shape}"
+        )
+    if not np.isfinite(features).all():
+        raise InputDataError("records(context): features hold NaN or infinite values")
+    if ((features < 0.0) | (features > 1.0)).any():
+        raise InputDataError(
+            "records(context): features outside [0, 1] (scale them first, e.g. pixels / 16)"
+        )
+    if raw_labels is None:
+        return features, None
+    labels = np.asarray(raw_labels)
+    if labels.shape != (features.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
+        raise InputDataError(
+            f"records(context): labels must be {features.shape[0]} integers (one per record), "
+            f"got shape {labels.shape} of {labels.dtype}"
+        )
+    return features, labels
+
+
+def _summarise(
+    features: np.ndarray, labels: np.ndarray | None, summary: ClientSummary
+) -> np.ndarray:
+    """Return ``x_i``: the summary of the records (labels: for the histogram only)."""
+    if labels is None:  # summarise_mean refuses the label histogram with one line
+        return summarise_mean(features.mean(axis=0), summary)
+    if summary.kind == "label-histogram" and (
+        labels.min() < 0 or labels.max() >= summary.num_labels
+    ):
+        raise InputDataError(
+            f"records(context): labels must lie in 0 .. {summary.num_labels - 1} "
+            f"(num_labels={summary.num_labels})"
+        )
+    return summarise(features, labels, summary)
+
+
+_SETTINGS_CACHE: dict[object, RunSettings] = {}
+_SENT_CACHE: dict[str, SentSettings] = {}
 
 
 def _settings(context: Context) -> RunSettings:
-    """Resolve the run settings (cached per process: a run sends six messages per client)."""
+    """Resolve the run settings (cached per process: a run sends six messages per client).
+
+    A drop-in session keeps the settings document of its first message in its state
+    (:data:`SENT_SETTINGS`); every other session reads the run config.
+    """
+    sent = _sent_settings(context)
+    if sent is not None:
+        return sent.run
     key = tuple(sorted(context.run_config.items()))
     settings = _SETTINGS_CACHE.get(key)
     if settings is None:
@@ -141,6 +256,31 @@ def _settings(context: Context) -> RunSettings:
         settings = RunSettings.from_run_config(context.run_config)
         _SETTINGS_CACHE[key] = settings
     return settings
+
+
+def _sent_settings(context: Context) -> SentSettings | None:
+    record = context.state.get(State.RECORD)
+    if not isinstance(record, ConfigRecord):
+        return None
+    text = record.get(SENT_SETTINGS, "")
+    if not isinstance(text, str) or not text:
+        return None
+    return _read_sent(json.loads(text))
+
+
+def _read_sent(document: object) -> SentSettings:
+    key = json.dumps(document, sort_keys=True)
+    sent = _SENT_CACHE.get(key)
+    if sent is None:
+        if len(_SENT_CACHE) >= 4:
+            _SENT_CACHE.clear()
+        try:
+            sent = read_settings(document)
+        except ConfigError as exc:  # one line: the server keeps the first line of a reason
+            problems = "; ".join(f"{where}: {what}" for where, what in exc.problems)
+            raise ValueError(f"the measurement's settings are refused: {problems}") from exc
+        _SENT_CACHE[key] = sent
+    return sent
 
 
 def _maybe_drop(settings: RunSettings, partition_id: int, step: str) -> None:
@@ -152,7 +292,7 @@ def _start_step(context: Context, step: str) -> tuple[RunSettings, int, ConfigRe
     # Every step after advertise_keys: settings, partition id (after a simulated dropout
     # check) and the session state.
     settings = _settings(context)
-    pid, _ = _partition(context)
+    pid, _ = _partition(context, required=_sent_settings(context) is None)
     _maybe_drop(settings, pid, step)
     return settings, pid, _record(context)
 
@@ -222,21 +362,41 @@ def _secagg(record: ConfigRecord) -> SecAggClient:
     return SecAggClient.from_bytes(blob)
 
 
-@app.query(ADVERTISE_KEYS)
-def advertise_keys(msg: Message, context: Context) -> Message:
-    """Secagg round 0: start the session, load ``x_i``, advertise the public keys."""
-    settings = _settings(context)
-    pid, num = _partition(context)
-    _maybe_drop(settings, pid, ADVERTISE_KEYS)
-    request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
-    client_id = int(request[Key.CLIENT_ID])
-    data_path = context.node_config.get(NodeConfig.DATA_PATH)
-    summary = client_summary(settings.scenario)  # data.summary: what x_i is (docs/summaries.md)
-    if isinstance(data_path, str) and data_path:
-        x = summarise_mean(load_vector(data_path), summary)  # a file has no labels
+def advertise_keys(
+    msg: Message,
+    context: Context,
+    *,
+    records: RecordsLoader | None = None,
+    settings_from: SettingsSource = "run-config",
+) -> Message:
+    """Secagg round 0: start the session, load ``x_i``, advertise the public keys.
+
+    ``records`` loads the node's records (default :func:`scenario_records`: the node's data
+    file or its partition of the scenario). ``settings_from = "message"`` (a drop-in
+    measurement): the settings are the document in the request
+    (:mod:`fa_hetdp.flower.measurement`), checked with the run config's validator and
+    against the node's own safety settings, and kept in the session state for the next steps.
+    """
+    if State.RECORD in context.state:  # a new session: nothing of the last one is reused
+        del context.state[State.RECORD]
+    if settings_from == "message":
+        request = decode(msg.content, limits=Limits())  # the codec's caps: k is not known yet
+        sent = _read_sent(request.get(SETTINGS_KEY))
+        settings = sent.run
+        check_node_safety(context.node_config, settings)
+        pid, num = _partition(context, required=settings.mode == "simulation")
+        _maybe_drop(settings, pid, ADVERTISE_KEYS)
+        features, labels = _records_of((records or scenario_records)(context))
+        x = _summarise(features, labels, sent.summary.resolve(features.shape[1]))
     else:
-        records, labels = client_records(settings.scenario, pid, num)
-        x = summarise(records, labels, summary)  # computed here from its own records
+        settings = _settings(context)
+        pid, num = _partition(context)
+        _maybe_drop(settings, pid, ADVERTISE_KEYS)
+        request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
+        sent = None
+        features, labels = _records_of((records or scenario_records)(context))
+        x = _summarise(features, labels, client_summary(settings.scenario))
+    client_id = int(request[Key.CLIENT_ID])
     own = node_secagg(context.node_config, settings, (pid, num))  # the node's own keys
     if own.roster is not None:
         log.info(
@@ -264,6 +424,7 @@ def advertise_keys(msg: Message, context: Context) -> Message:
             State.CLIENT_ID: client_id,
             State.D: int(x.shape[0]),
             State.RNG_STATE: "",
+            SENT_SETTINGS: "" if sent is None else sent.to_json(),
         }
     )
     context.state[State.RECORD] = record
@@ -279,7 +440,6 @@ def advertise_keys(msg: Message, context: Context) -> Message:
     )
 
 
-@app.query(SHARE_KEYS)
 def share_keys(msg: Message, context: Context) -> Message:
     """Secagg round 1: encrypted shares of the mask keys and self-mask seeds."""
     _, _, record = _start_step(context, SHARE_KEYS)
@@ -291,7 +451,6 @@ def share_keys(msg: Message, context: Context) -> Message:
     return _reply(msg, {Key.SECAGG: reply})
 
 
-@app.query(STAGE0_INPUT)
 def stage0_input(msg: Message, context: Context) -> Message:
     """Stage 0 (``adaptive_floor``): the one-hot bucket of ``s_i^2`` plus a noise share."""
     settings, pid, record = _start_step(context, STAGE0_INPUT)
@@ -309,13 +468,11 @@ def stage0_input(msg: Message, context: Context) -> Message:
     return _masked_input(msg, request, values, settings, record, rng)
 
 
-@app.query(STAGE0_UNMASK)
 def stage0_unmask(msg: Message, context: Context) -> Message:
     """Stage 0: reveal the shares that remove the masks."""
     return _unmask(msg, context, STAGE0_UNMASK)
 
 
-@app.query(STAGE1_INPUT)
 def stage1_input(msg: Message, context: Context) -> Message:
     """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
     settings, pid, record = _start_step(context, STAGE1_INPUT)
@@ -331,13 +488,11 @@ def stage1_input(msg: Message, context: Context) -> Message:
     return _masked_input(msg, request, values, settings, record, rng)
 
 
-@app.query(STAGE1_UNMASK)
 def stage1_unmask(msg: Message, context: Context) -> Message:
     """Stage 1: reveal the shares that remove the masks."""
     return _unmask(msg, context, STAGE1_UNMASK)
 
 
-@app.query(STAGE2_INPUT)
 def stage2_input(msg: Message, context: Context) -> Message:
     """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share, encoded and masked."""
     settings, pid, record = _start_step(context, STAGE2_INPUT)
@@ -355,7 +510,6 @@ def stage2_input(msg: Message, context: Context) -> Message:
     return _masked_input(msg, request, values, settings, record, rng)
 
 
-@app.query(STAGE2_UNMASK)
 def stage2_unmask(msg: Message, context: Context) -> Message:
     """Stage 2: reveal the shares that remove the masks."""
     return _unmask(msg, context, STAGE2_UNMASK)
@@ -377,19 +531,16 @@ def _masked_input(
     return _reply(msg, {Key.SECAGG: reply})
 
 
-@app.query(STAGE0_CONSISTENCY)
 def stage0_consistency(msg: Message, context: Context) -> Message:
     """Stage 0 (malicious-server sessions): sign the survivor list shown."""
     return _consistency(msg, context, STAGE0_CONSISTENCY)
 
 
-@app.query(STAGE1_CONSISTENCY)
 def stage1_consistency(msg: Message, context: Context) -> Message:
     """Stage 1 (malicious-server sessions): sign the survivor list shown."""
     return _consistency(msg, context, STAGE1_CONSISTENCY)
 
 
-@app.query(STAGE2_CONSISTENCY)
 def stage2_consistency(msg: Message, context: Context) -> Message:
     """Stage 2 (malicious-server sessions): sign the survivor list shown."""
     return _consistency(msg, context, STAGE2_CONSISTENCY)
@@ -411,3 +562,46 @@ def _unmask(msg: Message, context: Context, step: str) -> Message:
     finally:  # a refusal can change the state too (e.g. "excluded"): keep it
         record[State.SECAGG] = secagg.to_bytes()
     return _reply(msg, {Key.SECAGG: reply})
+
+
+#: The handler of every step but ``advertise_keys`` (which takes the records loader).
+_STEP_HANDLERS: Mapping[str, Callable[[Message, Context], Message]] = {
+    SHARE_KEYS: share_keys,
+    STAGE0_INPUT: stage0_input,
+    STAGE0_UNMASK: stage0_unmask,
+    STAGE0_CONSISTENCY: stage0_consistency,
+    STAGE1_INPUT: stage1_input,
+    STAGE1_UNMASK: stage1_unmask,
+    STAGE1_CONSISTENCY: stage1_consistency,
+    STAGE2_INPUT: stage2_input,
+    STAGE2_UNMASK: stage2_unmask,
+    STAGE2_CONSISTENCY: stage2_consistency,
+}
+
+
+def register_steps(
+    target: ClientApp, *, records: RecordsLoader, settings_from: SettingsSource
+) -> None:
+    """Register every step's handler on ``target`` as ``@target.query(<step>)``.
+
+    One set of handlers: this package's own ``app`` registers them with
+    :func:`scenario_records` and the run config; :func:`fa_hetdp.flower.register` with the
+    user's loader and the settings of the first message.
+
+    Raises
+    ------
+    ValueError
+        A step already has a handler on ``target``, or ``target`` was built with a
+        ``client_fn`` (Flower's own one-line errors).
+    """
+
+    def advertise(msg: Message, context: Context) -> Message:
+        return advertise_keys(msg, context, records=records, settings_from=settings_from)
+
+    advertise.__doc__ = advertise_keys.__doc__
+    target.query(ADVERTISE_KEYS)(advertise)
+    for step, handler in _STEP_HANDLERS.items():
+        target.query(step)(handler)
+
+
+register_steps(app, records=scenario_records, settings_from="run-config")

@@ -36,11 +36,16 @@ of problem (no value).
 
 from __future__ import annotations
 
-from flwr.clientapp import ClientApp
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from fa_hetdp.clients.app import RecordsLoader, register_steps
+if TYPE_CHECKING:  # flwr and the ClientApp load when register() is called (lean install)
+    from flwr.clientapp import ClientApp
 
 __all__ = ["RecordsLoader", "register"]
+
+RecordsLoader = Callable[[Any], Any]
+"""``records(context) -> features | (features, labels)`` (see :func:`register`)."""
 
 
 def register(app: ClientApp, *, records: RecordsLoader) -> ClientApp:
@@ -70,5 +75,7 @@ def register(app: ClientApp, *, records: RecordsLoader) -> ClientApp:
     """
     if not callable(records):
         raise TypeError(f"records must be a function of the Context, got {type(records).__name__}")
+    from fa_hetdp.clients.app import register_steps
+
     register_steps(app, records=records, settings_from="message")
     return app

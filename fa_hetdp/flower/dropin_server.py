@@ -26,18 +26,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Protocol
-
-from flwr.app import Context
-from flwr.serverapp import Grid
+from typing import TYPE_CHECKING, Any, Protocol
 
 import fa_hetdp
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.flower.measurement import SummarySpec, read_settings, settings_document
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
-from fa_hetdp.server.app import GridTransport
-from fa_hetdp.server.strategy import HeterogeneityStrategy
+
+if TYPE_CHECKING:  # flwr and the ServerApp load when measure() is called (lean install)
+    from flwr.app import Context
+    from flwr.serverapp import Grid
 
 __all__ = ["Budget", "measure"]
 
@@ -118,8 +117,11 @@ def measure(
     ProtocolAbortError
         Too few clients at some step, or the protocol could not be completed.
     """
+    from fa_hetdp.server.app import GridTransport
+    from fa_hetdp.server.strategy import HeterogeneityStrategy
+
     del context  # the measurement's settings are its arguments, not the user's run config
-    count = len(grid.get_node_ids()) if num_clients is None else num_clients
+    count = len(list(grid.get_node_ids())) if num_clients is None else num_clients
     spec = SummarySpec(kind=summary, num_labels=num_labels, image_shape=image_shape)
     document = settings_document(
         epsilon=epsilon,
@@ -132,7 +134,7 @@ def measure(
     )
     run = read_settings(document).run
     write = result_path is not None
-    if write:
+    if result_path is not None:
         run = dataclasses.replace(run, result_path=Path(result_path).expanduser())
     if budget is not None:
         # charged before any message: d is not known yet; the charge depends only on the

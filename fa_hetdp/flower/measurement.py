@@ -240,7 +240,7 @@ def read_settings(document: object) -> SentSettings:
         pool_block=summary.get("pool-block", 2),
     )
     problems += spec.problems()
-    values = {
+    values: dict[str, Any] = {
         k: (tuple(v) if k == "statistics" and isinstance(v, list) else v) for k, v in extra.items()
     }
     problems += validate(

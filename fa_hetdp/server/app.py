@@ -20,8 +20,9 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 import fa_hetdp
+from fa_hetdp.flower.measurement import SETTINGS_KEY
 from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.flower.steps import message_type
+from fa_hetdp.flower.steps import ADVERTISE_KEYS, message_type
 from fa_hetdp.flower.wire import Limits, WireFormatError, decode, encode
 from fa_hetdp.server.results import result_path, write_result
 from fa_hetdp.server.strategy import HeterogeneityStrategy
@@ -104,9 +105,17 @@ class GridTransport:
     drops only the nodes that are gone or that have not replied by then.
     """
 
-    def __init__(self, grid: Grid, limits: Callable[[str], Limits] | None = None) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        limits: Callable[[str], Limits] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         self.grid = grid
         self.limits = limits  # step -> what one reply may decode (fa_hetdp.flower.limits)
+        # a drop-in measurement's settings document, sent with every advertise_keys request
+        # (fa_hetdp.flower.measurement); None: the clients read the run config
+        self.settings = None if settings is None else dict(settings)
 
     def node_ids(self) -> list[int]:
         """Ids of the nodes connected now."""
@@ -116,6 +125,8 @@ class GridTransport:
         self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
     ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
         """Send one ``query.<step>`` message per node and collect the replies."""
+        if step == ADVERTISE_KEYS and self.settings is not None:
+            payloads = {node: {**p, SETTINGS_KEY: self.settings} for node, p in payloads.items()}
         messages = [
             Message(
                 content=encode(payload),

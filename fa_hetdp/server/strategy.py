@@ -155,6 +155,10 @@ class HeterogeneityStrategy:
         Flower's run id (recorded, and ``{run_id}`` in the result path).
     version : str or None
         The fa-hetdp version the ClientApps must run (None: not checked).
+    write_results : bool
+        Write the result file (and the partial ones); False for a drop-in measurement
+        that was not asked to (:func:`fa_hetdp.flower.measure`). The returned document and
+        :attr:`result` are the same either way.
     """
 
     settings: RunSettings
@@ -164,6 +168,9 @@ class HeterogeneityStrategy:
     steps: list[StepOutcome] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     partitions: dict[int, int] = field(default_factory=dict)
+    write_results: bool = True
+    result: PrivateStatistics | None = field(default=None, init=False)
+    """The private statistics, once the run succeeded."""
 
     def __post_init__(self) -> None:
         if self.settings.mode == "simulation" and self.settings.seed is not None:
@@ -262,7 +269,8 @@ class HeterogeneityStrategy:
             document["differentially_private"] = privacy["differentially_private"]
             document["privacy"] = privacy
         document.update(self._base_document())
-        self._settle_file(write_result(self._target, document), partial=True)
+        if self.write_results:
+            self._settle_file(write_result(self._target, document), partial=True)
 
     def _settle_file(self, written: Path, *, partial: bool) -> None:
         """Record where the document went; remove this run's earlier partial file elsewhere.
@@ -498,7 +506,9 @@ class HeterogeneityStrategy:
         self.timings["total"] = self.clock() - self._start
         self._released.append("stage 2: every statistic of the result")
         document = self._success_document(plan, stage1, result, sum1, sum2)
-        self._settle_file(write_result(self._target, document), partial=False)
+        self.result = result
+        if self.write_results:
+            self._settle_file(write_result(self._target, document), partial=False)
         self.progress(Event.DONE)
         return document
 
