@@ -407,3 +407,24 @@ def test_the_sum_of_squared_weights_needs_the_largest_record_count() -> None:
     change = abs(meta_round_values(replaced, *args)["D"] - meta_round_values(records, *args)["D"])
     assert change > meta_record_bounds(small, floor, 3.0, 3.0, m_max=small)["D"]
     assert change <= meta_record_bounds(small, floor, 3.0, 3.0, m_max=big)["D"]
+
+
+def test_the_cli_and_the_run_config_take_the_unit() -> None:
+    import argparse
+    import tomllib
+    from pathlib import Path
+
+    from fa_hetdp.cli.run import add_arguments
+    from fa_hetdp.flower.settings import RunSettings
+
+    parser = argparse.ArgumentParser(prog="fa-hetdp run")
+    add_arguments(parser)
+    args = parser.parse_args(["--privacy-unit", "record", "--min-records", "30"])
+    assert (args.privacy_unit, args.min_records) == ("record", 30)
+    root = Path(__file__).resolve().parents[1]
+    app = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    given = {**app, "mode": "simulation", "privacy-unit": "record", "min-records": 30}
+    settings = RunSettings.from_run_config(given).settings
+    assert settings["privacy_unit"] == "record" and settings["min_records"] == 30
+    with pytest.raises(ConfigError, match=r"run-config\.privacy-unit: unknown value 'rows'"):
+        RunSettings.from_run_config({**given, "privacy-unit": "rows"})
