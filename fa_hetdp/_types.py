@@ -26,12 +26,16 @@ Profile = Literal["bounded", "paper"]
 """Sensitivities: ``"bounded"`` (DP) or ``"paper"`` (weights ignored; not DP)."""
 PrivacyUnit = Literal["client", "record"]
 """What neighbouring datasets differ in: one client's data, or one record of one client."""
+Analysis = Literal["heterogeneity", "meta"]
+"""What a run measures: the paper's statistics of one vector per client, or a meta-analysis
+of the clients' records (:func:`fa_hetdp.private_meta_analysis`)."""
 
 MECHANISMS: Final[tuple[str, ...]] = get_args(Mechanism)
 COMPOSITIONS: Final[tuple[str, ...]] = get_args(Composition)
 PLACEMENTS: Final[tuple[str, ...]] = get_args(Placement)
 PROFILES: Final[tuple[str, ...]] = get_args(Profile)
 PRIVACY_UNITS: Final[tuple[str, ...]] = get_args(PrivacyUnit)
+ANALYSES: Final[tuple[str, ...]] = get_args(Analysis)
 
 RELEASE_NAMES: Final[tuple[str, ...]] = ("mean", "weighted", "dispersion", "q", "i2_extra")
 """Names of the noisy releases, in protocol order (see :mod:`fa_hetdp.protocol`)."""

@@ -40,7 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from fa_hetdp._types import COMPOSITIONS, PLACEMENTS, PRIVACY_UNITS, PROFILES
+from fa_hetdp._types import ANALYSES, COMPOSITIONS, PLACEMENTS, PRIVACY_UNITS, PROFILES
 from fa_hetdp.config.center import DISPERSION_CENTERS, dispersion_center_supported
 from fa_hetdp.config.constraints import Boolean, Field, Integer, Options, Real
 from fa_hetdp.config.noise import NOISE_SHAPES, noise_shape_supported
@@ -324,6 +324,18 @@ SETTINGS: Final[dict[str, Setting]] = {
             flag="--min-records",
             protocol=False,
             **_run("min_records", 0),
+        ),
+        _d(
+            "analysis",
+            Field((Options(ANALYSES),)),  # issue 19 item 4 (server.strategy's analyses)
+            "heterogeneity",
+            "what a run measures: the paper's heterogeneity statistics (one vector per "
+            "client: mean, dispersion, Q, I²), or a meta-analysis of the clients' records "
+            "(per-client means and sampling variances: fixed- and random-effects means, Q, "
+            "I², τ²; three secure sums, README \"Cross-silo\")",
+            flag="--analysis",
+            protocol=False,
+            **_run("analysis", ""),
         ),
         _d(
             "placement",
