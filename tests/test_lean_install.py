@@ -122,7 +122,7 @@ def test_each_extra_declares_the_packages_its_commands_import() -> None:
         declared = " ".join(optional[extra]).lower()
         for module in modules:
             # A module's distribution: flwr[simulation] carries ray.
-            dist = {"ray": "flwr[simulation]"}.get(module, module)
+            dist = {"ray": "flwr[simulation]", "flwr_datasets": "flwr-datasets"}.get(module, module)
             assert dist in declared, f"[{extra}] does not declare {dist}"
     # CI installs ".[test]" and runs everything: the test extra pulls every runtime extra.
     test_extra = " ".join(optional["test"])

@@ -200,7 +200,12 @@ def test_valid_base() -> None:
 
 BAD: list[tuple[str, Any, str, str]] = [
     # (dotted key, bad value, key named in the error, text of what is allowed)
-    ("data.colour", "red", "data.colour", "unknown key; allowed in [data]: dataset"),
+    (
+        "data.colour",
+        "red",
+        "data.colour",
+        "unknown key; allowed in [data]: alpha, class_assignment_mode, dataset",
+    ),
     ("extra.x", 1, "extra", "unknown section"),
     ("data.dataset", "mnist", "data.dataset", "allowed: digits, cifar10"),
     ("data.dataset", _DELETE, "data.dataset", "required"),

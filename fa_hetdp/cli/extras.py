@@ -12,6 +12,8 @@ embedded digits of :func:`fa_hetdp.load_dataset`) and rich (the progress bars an
   which also checks its routes against the installed flwr (so ``flower,gateway``);
 - ``plots``: matplotlib, for the figures of ``reproduce`` and ``bench-noise``;
 - ``datasets``: torchvision, for ``fa-hetdp data download`` (which says so itself).
+- ``partitioners``: flwr-datasets, for scenarios that name a flwr-datasets partitioner
+  (``[data] partitioner``; the scenario's load says so itself).
 
 Modules that need an extra import it where they use it, so the core imports without it.
 """
@@ -31,6 +33,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "gateway": ("starlette", "uvicorn", "h11", "httpx"),
     "plots": ("matplotlib",),
     "datasets": ("torchvision",),
+    "partitioners": ("flwr_datasets",),
 }
 """Extra -> the top-level modules it provides that fa-hetdp imports."""
 

@@ -22,6 +22,7 @@ from fa_hetdp._types import FloatArray, IntArray
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.data.catalog import dataset_info, load_dataset, record_shape
 from fa_hetdp.data.dataset import Dataset
+from fa_hetdp.data.partitioners import partition_with_flwr
 from fa_hetdp.data.sampling import (
     ClientPartition,
     sample_dirichlet,
@@ -41,6 +42,7 @@ __all__ = [
     "client_vector",
     "partition_rng",
     "partition_scenario",
+    "partitioner_seed",
     "scenario_dataset",
 ]
 
@@ -58,6 +60,16 @@ SYNTHETIC_STREAM: Final[int] = 0x5359_4E54
 def partition_rng(seed: int) -> np.random.Generator:
     """Return the partition generator, ``SeedSequence([seed, PARTITION_STREAM])``."""
     return np.random.default_rng(np.random.SeedSequence([seed, PARTITION_STREAM]))
+
+
+def partitioner_seed(seed: int) -> int:
+    """Seed of a flwr-datasets partitioner: ``SeedSequence([seed, PARTITION_STREAM, 1])``.
+
+    flwr-datasets seeds its own ``numpy`` generator with an integer; this one is derived from
+    the scenario's seed on the partition's stream, so it differs from every noise stream.
+    """
+    state = np.random.SeedSequence([seed, PARTITION_STREAM, 1]).generate_state(1)
+    return int(state[0])
 
 
 @functools.lru_cache(maxsize=2)
@@ -132,8 +144,9 @@ def partition_scenario(scenario: Scenario, num_clients: int | None = None) -> Cl
     Parameters
     ----------
     scenario : Scenario
-        Label skew (``data.label_ratios``), Dirichlet (``data.dirichlet_alpha``) or a uniform
-        sample (neither).
+        Label skew (``data.label_ratios``), Dirichlet (``data.dirichlet_alpha``), a
+        flwr-datasets partitioner (``data.partitioner``,
+        :func:`fa_hetdp.data.partitioners.partition_with_flwr`) or a uniform sample (none).
     num_clients : int, optional
         Override of ``scenario.num_clients`` (a Flower run config's ``num-clients``); the same
         sampling rule then draws this many clients (checked against the data when sampling).
@@ -162,6 +175,15 @@ def _partition_cached(scenario: Scenario, num_clients: int) -> ClientPartition:
     dataset = scenario_dataset(scenario)
     rng = partition_rng(scenario.experiment.seed)
     summary = client_summary(scenario)
+    if data.partitioner is not None:
+        return partition_with_flwr(
+            dataset,
+            data.partitioner,
+            num_clients=num_clients,
+            num_labels=data.num_labels,
+            summary=summary,
+            seed=partitioner_seed(scenario.experiment.seed),
+        )
     if data.label_ratios is not None:
         return sample_label_skew(
             dataset,
@@ -221,7 +243,7 @@ def client_records(
         Missing files, or more clients than the data can supply.
     """
     _check_partition_id(partition_id, num_partitions)
-    rows = partition_scenario(scenario, num_partitions).indices[partition_id]
+    rows = partition_scenario(scenario, num_partitions).client_rows(partition_id)
     dataset = scenario_dataset(scenario)
     labels: IntArray = dataset.labels[rows].copy()
     return dataset.rows(rows), labels

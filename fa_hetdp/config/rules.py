@@ -53,6 +53,7 @@ from fa_hetdp.config.secagg import (
 from fa_hetdp.config.settings import SETTINGS
 from fa_hetdp.data.catalog import DATASET_NAMES
 from fa_hetdp.data.dataset import SPLITS
+from fa_hetdp.data.partitioners import ASSIGNMENT_MODES, PARTITIONERS
 from fa_hetdp.data.summaries import SUMMARIES, pool_block_problem
 from fa_hetdp.dp.mechanisms import get_mechanism
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
@@ -161,6 +162,17 @@ FIELDS: Final[dict[str, Field]] = {
     "synthetic_dim": Field((Integer(minimum=1),)),
     "synthetic_heterogeneity": Field((Real(low=0.0, high=1.0),)),
     "synthetic_noise_std": Field((Real(low=0.0),)),
+    # flwr-datasets partitioners (fa_hetdp.data.partitioners); which apply: config.sections
+    "partitioner": Field((Options(PARTITIONERS),)),
+    "partitioner_alpha": Field((Real(low=0.0, low_open=True),)),
+    "min_partition_size": Field((Integer(minimum=0),)),
+    "self_balancing": Field((Boolean(),)),
+    "num_classes_per_partition": Field((Integer(minimum=1),)),
+    "class_assignment_mode": Field((Options(ASSIGNMENT_MODES),)),
+    "num_shards_per_partition": Field((Integer(minimum=1),)),
+    "shard_size": Field((Integer(minimum=1),)),
+    "keep_incomplete_shard": Field((Boolean(),)),
+    "partition_size": Field((Integer(minimum=1),)),
     # client summaries (fa_hetdp.data.summaries); data_dim is derived (a record's dimension)
     "summary": Field((Options(SUMMARIES),)),
     "pool_block": Field((Integer(minimum=1),)),

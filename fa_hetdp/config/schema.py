@@ -27,6 +27,7 @@ from fa_hetdp.config.secagg import (
 )
 from fa_hetdp.config.settings import SETTINGS
 from fa_hetdp.data.dataset import Split
+from fa_hetdp.data.partitioners import PartitionerSpec
 from fa_hetdp.data.summaries import SummaryKind
 from fa_hetdp.secagg.params import SecAggParameters, ThreatModel
 
@@ -104,6 +105,10 @@ class DataSpec:
         What each client reports (:mod:`fa_hetdp.data.summaries`, ``docs/summaries.md``).
     pool_block : int or None
         Block side of ``summary = "pooled"`` (None otherwise).
+    partitioner : PartitionerSpec or None
+        A flwr-datasets partitioner and its parameters (``[data] partitioner = ...``;
+        :mod:`fa_hetdp.data.partitioners`) instead of the skews above; clients then hold the
+        records it gives them (``records_per_client`` stays 1, unused).
     """
 
     dataset: str
@@ -118,10 +123,13 @@ class DataSpec:
     synthetic: SyntheticSpec | None = None
     summary: SummaryKind = "mean"
     pool_block: int | None = None
+    partitioner: PartitionerSpec | None = None
 
     @property
-    def partition(self) -> Literal["label-skew", "dirichlet", "uniform"]:
-        """How clients are sampled: fixed label ratios, Dirichlet mixtures, or uniformly."""
+    def partition(self) -> Literal["label-skew", "dirichlet", "uniform", "partitioner"]:
+        """How clients are sampled: label ratios, Dirichlet mixtures, uniformly, or flwr's."""
+        if self.partitioner is not None:
+            return "partitioner"
         if self.label_ratios is not None:
             return "label-skew"
         if self.dirichlet_alpha is not None:
@@ -468,7 +476,11 @@ class Scenario:
             data["sample_fraction"] = d.sample_fraction
         else:
             data["num_clients"] = d.num_clients
-        data["records_per_client"] = d.records_per_client
+        if d.partitioner is not None:
+            data["partitioner"] = d.partitioner.name
+            data.update(d.partitioner.parameters())
+        else:
+            data["records_per_client"] = d.records_per_client
         if d.label_ratios is not None:
             data["label_ratios"] = list(d.label_ratios)
         if d.dirichlet_alpha is not None:

@@ -16,11 +16,29 @@ from typing import Any, Final
 from fa_hetdp.config.rules import Problem, check_value, type_name, validate
 from fa_hetdp.config.schema import DataSpec, SyntheticSpec, largest_remainder
 from fa_hetdp.data.catalog import DATASET_NAMES, LABEL_COUNTS, dataset_info
+from fa_hetdp.data.partitioners import (
+    DEFAULT_MIN_PARTITION_SIZE,
+    PartitionerSpec,
+    flwr_datasets_missing,
+)
 
 __all__ = ["DATA_KEYS", "MISSING", "Checker", "check_data", "is_ok"]
 
 MISSING: Final[Any] = object()
 """Stands for a value that is absent or failed its check (so nothing is built from it)."""
+
+PARTITIONER_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "alpha": ("dirichlet", "inner_dirichlet"),
+    "min_partition_size": ("dirichlet",),
+    "self_balancing": ("dirichlet",),
+    "num_classes_per_partition": ("pathological",),
+    "class_assignment_mode": ("pathological",),
+    "num_shards_per_partition": ("shard",),
+    "shard_size": ("shard",),
+    "keep_incomplete_shard": ("shard",),
+    "partition_sizes": ("inner_dirichlet",),
+}
+"""The parameters of the flwr-datasets partitioners (``[data]`` keys) and which take each."""
 
 DATA_KEYS: Final[frozenset[str]] = frozenset(
     {
@@ -36,9 +54,12 @@ DATA_KEYS: Final[frozenset[str]] = frozenset(
         "synthetic",
         "summary",
         "pool_block",
+        "partitioner",
+        *PARTITIONER_KEYS,
     }
 )
 """The keys allowed in ``[data]``."""
+
 
 _SYNTHETIC_KEYS: Final[frozenset[str]] = frozenset(
     {"size", "dim", "num_labels", "heterogeneity", "noise_std"}
@@ -242,9 +263,32 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
         elif is_ok(fraction):
             fraction = MISSING  # the dataset is invalid; already reported
 
+    partitioner = _partitioner(c, t)
+    if partitioner is not None:
+        if is_ok(partitioner) and (ratios is not None or alpha is not None):
+            other = "data.label_ratios" if ratios is not None else "data.dirichlet_alpha"
+            c.fail("data.partitioner", f"give either data.partitioner or {other}, not both")
+            partitioner = MISSING
+        if "records_per_client" in t:
+            c.fail(
+                "data.records_per_client",
+                "not with data.partitioner: the partitioner decides how many records each "
+                "client holds",
+            )
+            records = MISSING
+        elif records is not MISSING:
+            records = 1
+        if is_ok(partitioner, num_clients, num_labels) and available is not None:
+            k = len(available) if num_labels is None else num_labels
+            _check_partitioner_fits(c, partitioner, num_clients, k, sum(available[:k]))
+
     # Sample larger than the data.
     key_n = "data.sample_fraction" if has_f and not has_n else "data.num_clients"
-    if available is not None and is_ok(num_clients, records, ratios, num_labels):
+    if (
+        partitioner is None
+        and available is not None
+        and is_ok(num_clients, records, ratios, num_labels)
+    ):
         _check_sample_size(
             c, key_n, dataset, split, available, num_clients, records, ratios, num_labels
         )
@@ -252,7 +296,7 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
     summary, pool_block = _summary(c, t, dataset, synthetic)
     if not is_ok(
         dataset, root, split, records, ratios, alpha, num_labels, num_clients, fraction, synthetic
-    ) or not is_ok(summary, pool_block):
+    ) or not is_ok(summary, pool_block, partitioner):
         return MISSING
     return DataSpec(
         dataset=dataset,
@@ -267,7 +311,125 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
         synthetic=synthetic,
         summary=summary,
         pool_block=pool_block,
+        partitioner=partitioner,
     )
+
+
+def _partitioner(c: Checker, t: Mapping[str, Any]) -> PartitionerSpec | Any | None:
+    """Check ``partitioner`` and its parameters: a :class:`PartitionerSpec`, None or MISSING."""
+    given = [key for key in PARTITIONER_KEYS if key in t]
+    if "partitioner" not in t:
+        for key in given:
+            takers = " or ".join(repr(p) for p in PARTITIONER_KEYS[key])
+            c.fail(f"data.{key}", f"only with data.partitioner = {takers}")
+        return None if not given else MISSING
+    name = c.value("partitioner", t["partitioner"], "data.partitioner")
+    if name is MISSING:
+        return MISSING
+    ok = True
+    values: dict[str, Any] = {}
+    for key in given:
+        if name not in PARTITIONER_KEYS[key]:
+            takers = " or ".join(repr(p) for p in PARTITIONER_KEYS[key])
+            c.fail(f"data.{key}", f"only with data.partitioner = {takers}, not {name!r}")
+            ok = False
+        elif key == "partition_sizes":
+            values[key] = _sizes(c, t[key])
+        else:
+            field = "partitioner_alpha" if key == "alpha" else key
+            values[key] = c.value(field, t[key], f"data.{key}")
+    required = {
+        "dirichlet": ("alpha",),
+        "inner_dirichlet": ("alpha",),
+        "pathological": ("num_classes_per_partition",),
+    }.get(name, ())
+    for key in required:
+        if key not in t:
+            c.fail(f"data.{key}", f"required with data.partitioner = {name!r}")
+            ok = False
+    if name == "shard" and "shard_size" not in t and "num_shards_per_partition" not in t:
+        c.fail(
+            "data.shard_size",
+            "required with data.partitioner = 'shard' (or data.num_shards_per_partition)",
+        )
+        ok = False
+    missing = flwr_datasets_missing()
+    if missing is not None:
+        c.fail("data.partitioner", missing)
+        ok = False
+    if not ok or not is_ok(*values.values()):
+        return MISSING
+    if "alpha" in values:
+        values["alpha"] = float(values["alpha"])
+    return PartitionerSpec(name, **values)
+
+
+def _sizes(c: Checker, value: Any) -> tuple[int, ...] | Any:
+    if not isinstance(value, list) or not value:
+        c.fail("data.partition_sizes", f"must be a non-empty array of integers, got {value!r}")
+        return MISSING
+    checked = [
+        c.value("partition_size", v, f"data.partition_sizes[{i}]") for i, v in enumerate(value)
+    ]
+    return tuple(checked) if is_ok(*checked) else MISSING
+
+
+def _check_partitioner_fits(
+    c: Checker, spec: PartitionerSpec, n: int, labels: int, pool: int
+) -> None:
+    """Refuse at load what the partitioner could not do with ``pool`` records for ``n`` clients."""
+    where = f"{pool} records with labels 0..{labels - 1}"
+    if n > pool:
+        c.fail("data.num_clients", f"{n} clients but {where}; every client needs a record")
+        return
+    if spec.name == "dirichlet":
+        least = (
+            DEFAULT_MIN_PARTITION_SIZE
+            if spec.min_partition_size is None
+            else spec.min_partition_size
+        )
+        if n * least > pool:
+            c.fail(
+                "data.min_partition_size",
+                f"{n} clients x {least} records (min_partition_size, default "
+                f"{DEFAULT_MIN_PARTITION_SIZE}) need {n * least} records but there are {where}",
+            )
+    elif spec.name == "pathological":
+        per = spec.num_classes_per_partition or 1
+        if per > labels:
+            c.fail(
+                "data.num_classes_per_partition",
+                f"must be <= {labels} (the labels used), got {per}",
+            )
+    elif spec.name == "shard":
+        shards, size = spec.num_shards_per_partition, spec.shard_size
+        if shards is not None and size is not None and n * shards * size > pool:
+            c.fail(
+                "data.num_clients",
+                f"{n} clients x {shards} shards x {size} records need {n * shards * size} "
+                f"records but there are {where}",
+            )
+        elif shards is None and size is not None:
+            usable = -(-pool // size) if spec.keep_incomplete_shard else pool // size
+            if usable < n:
+                c.fail(
+                    "data.shard_size",
+                    f"{where} make {usable} shards of {size}, fewer than the {n} clients",
+                )
+        elif shards is not None and n * shards > pool:
+            c.fail(
+                "data.num_shards_per_partition",
+                f"{n} clients x {shards} shards need {n * shards} records but there are {where}",
+            )
+    elif spec.name == "inner_dirichlet" and spec.partition_sizes is not None:
+        sizes = spec.partition_sizes
+        if len(sizes) != n:
+            c.fail(
+                "data.partition_sizes",
+                f"has {len(sizes)} entries for {n} clients; give one size per client",
+            )
+        elif sum(sizes) > pool:
+            c.fail("data.partition_sizes", f"sum to {sum(sizes)} records but there are {where}")
 
 
 def _summary(c: Checker, t: Mapping[str, Any], dataset: Any, synthetic: Any) -> tuple[Any, Any]:

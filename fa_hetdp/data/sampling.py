@@ -42,7 +42,17 @@ __all__ = [
     "sample_uniform",
 ]
 
-PartitionMethod = Literal["label-skew", "dirichlet", "uniform"]
+PartitionMethod = Literal[
+    "label-skew",
+    "dirichlet",
+    "uniform",
+    "flwr-iid",
+    "flwr-dirichlet",
+    "flwr-pathological",
+    "flwr-shard",
+    "flwr-inner_dirichlet",
+]
+"""How the clients were sampled: ours, or a flwr-datasets partitioner (:mod:`.partitioners`)."""
 
 _CHUNK_ROWS: Final[int] = 2048
 
@@ -57,9 +67,11 @@ class ClientPartition:
         Client vectors ``x_i`` in [0, 1]^k, shape (n, k): each client's summary of its records
         (their mean unless ``summary`` says otherwise).
     indices : IntArray
-        Dataset row of each record, shape (n, r); all distinct.
+        Dataset row of each record, shape (n, r); all distinct. With ``offsets`` (clients of
+        different sizes, a flwr-datasets partitioner) the rows of every client one after the
+        other, shape (N,): use :meth:`client_rows`.
     record_labels : IntArray
-        Label of each record, shape (n, r).
+        Label of each record, shape (n, r), or (N,) with ``offsets``.
     labels : IntArray
         Each client's label, shape (n,): the label of its records under label skew, the most
         frequent label of its records (ties: the lower label) under a Dirichlet partition.
@@ -71,6 +83,9 @@ class ClientPartition:
         The dataset's source description.
     summary : str
         What ``vectors`` hold (:data:`fa_hetdp.data.summaries.SUMMARIES`).
+    offsets : IntArray or None
+        Clients of different sizes: client ``i`` holds ``indices[offsets[i]:offsets[i + 1]]``,
+        shape (n + 1,); None when every client holds ``r`` records.
     """
 
     vectors: FloatArray
@@ -81,10 +96,13 @@ class ClientPartition:
     method: PartitionMethod
     dataset: str
     summary: str = "mean"
+    offsets: IntArray | None = None
 
     def __post_init__(self) -> None:
         for array in (self.vectors, self.indices, self.record_labels, self.labels):
             array.setflags(write=False)
+        if self.offsets is not None:
+            self.offsets.setflags(write=False)
 
     @property
     def num_clients(self) -> int:
@@ -98,8 +116,25 @@ class ClientPartition:
 
     @property
     def records_per_client(self) -> int:
-        """Number of records r behind each client vector."""
+        """Number of records r behind each client vector (the fewest, when sizes differ)."""
+        if self.offsets is not None:
+            return int(np.diff(self.offsets).min())
         return int(self.indices.shape[1])
+
+    @property
+    def sizes(self) -> IntArray:
+        """Number of records of each client, shape (n,)."""
+        if self.offsets is not None:
+            return np.diff(self.offsets).astype(np.int64)
+        return np.full(self.num_clients, self.indices.shape[1], dtype=np.int64)
+
+    def client_rows(self, client: int) -> IntArray:
+        """Dataset rows of client ``client``'s records."""
+        if self.offsets is not None:
+            rows: IntArray = self.indices[self.offsets[client] : self.offsets[client + 1]]
+            return rows
+        rect: IntArray = self.indices[client]
+        return rect
 
     def label_counts(self) -> IntArray:
         """Count the clients of each label (``labels``); shape (num_labels,)."""
