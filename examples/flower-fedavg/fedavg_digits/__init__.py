@@ -1,0 +1,1 @@
+"""FedAvg on the embedded digits with private heterogeneity measurements (fa-hetdp example)."""
