@@ -53,6 +53,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from fa_hetdp.accuracy.assumptions import scenario_assumptions
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import AggregationError, FaHetdpError, PrivacyParameterError
 from fa_hetdp.flower.limits import step_limits
@@ -84,6 +85,7 @@ from fa_hetdp.report.results import sigmas_section, statistics_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
 from fa_hetdp.secagg.server import SecAggServer, SumResult
+from fa_hetdp.server.meta import meta_rounds
 from fa_hetdp.server.results import (
     degraded_refusal,
     floor_section,
@@ -98,8 +100,11 @@ from fa_hetdp.server.results import (
 log = logging.getLogger("flwr.fa_hetdp.server")
 
 __all__ = [
+    "ANALYSES",
+    "Analysis",
     "HeterogeneityStrategy",
     "ProtocolAbortError",
+    "Session",
     "StepOutcome",
     "Transport",
 ]
@@ -135,6 +140,42 @@ class StepOutcome:
     replied: int
     dropouts: dict[int, str]
     seconds: float
+
+
+@dataclass(frozen=True)
+class Session:
+    """One secure-aggregation session once the keys are advertised: who is in it, and how.
+
+    ``active`` is the strategy's live set of nodes still in the session (each round removes
+    its dropouts); ``advertised`` holds the accepted ``advertise_keys`` replies by node.
+    """
+
+    transport: Transport
+    server: SecAggServer
+    nodes_of: Mapping[int, int]
+    ids: Mapping[int, int]
+    active: set[int]
+    n: int
+    d: int
+    advertised: Mapping[int, Mapping[str, Any]]
+
+    @property
+    def route(self) -> tuple[Mapping[int, int], Mapping[int, int], set[int]]:
+        """``(nodes_of, ids, active)``: the arguments every round of the strategy takes."""
+        return self.nodes_of, self.ids, self.active
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What a run measures, as the strategy drives it (the ``analysis`` setting).
+
+    ``summations``: the secure sums of the session (from the protocol settings); ``rounds``:
+    everything after the key advertisement, returning the result document. The setup steps
+    (nodes, sampling, key advertisement, partition checks) are the same for every analysis.
+    """
+
+    summations: Callable[[ProtocolConfig], int]
+    rounds: Callable[[HeterogeneityStrategy, Session], dict[str, Any]]
 
 
 def _floats(values: np.ndarray) -> list[float]:
@@ -190,6 +231,7 @@ class HeterogeneityStrategy:
         self._stage0: list[int] | None = None  # adaptive_floor: partitions in the stage-0 sum
         self._session_k: int | None = None  # neighbours per client, once sampled
         self._session_d: int | None = None  # the agreed dimension, once reported
+        self._protocol_start = self._start  # set when the secagg session starts
 
     # ---------------------------------------------------------------- progress / results
     def progress(self, event: str, **fields: Any) -> None:
@@ -403,13 +445,13 @@ class HeterogeneityStrategy:
         ids = {node: index + 1 for index, node in enumerate(sampled)}
         nodes_of = {cid: node for node, cid in ids.items()}
         active = set(sampled)
-        route = (nodes_of, ids, active)  # who is who, and who is still in the session
-        protocol_start = self.clock()
+        self._protocol_start = self.clock()
+        analysis = ANALYSES[str(s.protocol.setting("analysis"))]
         try:
             server = SecAggServer(
                 sorted(ids.values()),
                 threshold=s.threshold,
-                num_summations=3 if uses_adaptive_floor(s.protocol) else 2,  # stage 0 first
+                num_summations=analysis.summations(s.protocol),
                 neighbours="complete" if s.neighbours is None else s.neighbours,
                 rng=self.rng,
                 consistency=s.threat_model == "malicious-server",
@@ -442,6 +484,15 @@ class HeterogeneityStrategy:
                 self._reject(replies, node, f"d={d_value}, majority d={d}", active)
         self._accept(server.receive_advertise_keys, ADVERTISE_KEYS, replies, ids, active)
         n = len(server.keys)  # the key directory's count: the n each client plans with
+        session = Session(transport, server, nodes_of, ids, active, n=n, d=d, advertised=replies)
+        return analysis.rounds(self, session)
+
+    def _heterogeneity(self, session: Session) -> dict[str, Any]:
+        """Run the paper's rounds after the key advertisement: share keys, stages (0,) 1, 2."""
+        s = self.settings
+        transport, server, n, d = session.transport, session.server, session.n, session.d
+        nodes_of, ids, active = route = session.route
+        protocol_start = self._protocol_start
         plan = plan_protocol(s.protocol, n=n, d=d)
         if (problem := plan.encoding_problem(s.modulus_bits)) is not None:
             raise PrivacyParameterError(problem)  # a share that rounds to 0: abort, nothing sent
@@ -690,3 +741,15 @@ class HeterogeneityStrategy:
 
 
 _SPENT_KEYS = frozenset({"epsilon_spent", "delta_spent"})
+
+
+ANALYSES: Mapping[str, Analysis] = {
+    # the paper's statistics: stage 0 (adaptive floor only), stages 1 and 2
+    "heterogeneity": Analysis(
+        summations=lambda p: 3 if uses_adaptive_floor(p) else 2,
+        rounds=HeterogeneityStrategy._heterogeneity,
+    ),
+    # the meta-analysis (server.meta): rounds A, B, C on summations 0, 1, 2
+    "meta": Analysis(summations=lambda p: 3, rounds=meta_rounds),
+}
+"""The analyses a run can make, by the value of the ``analysis`` setting."""
