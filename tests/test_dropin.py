@@ -167,7 +167,9 @@ class InMemoryGrid(Grid):
 
 
 def partition_configs(count: int = NODES, **extra: Any) -> dict[int, dict[str, Any]]:
-    return {7000 + i: {"partition-id": i, "num-partitions": count, **extra} for i in range(count)}
+    # in-process nodes are no Flower simulation: they accept a seed only when told so
+    config = {"allow-seeded-noise": True, **extra}
+    return {7000 + i: {"partition-id": i, "num-partitions": count, **config} for i in range(count)}
 
 
 def make_grid(
@@ -374,10 +376,14 @@ def _abort_reasons(excinfo: pytest.ExceptionInfo[ProtocolAbortError]) -> str:
 @pytest.mark.parametrize(
     ("node_config", "settings", "refusal"),
     [
-        # the node guards against gamma = 0.25; the server states 0: noise for too many honest
+        # a deployed node (no simulation, no test flag) and a server that sends a seed
+        ({"allow-seeded-noise": False}, {}, "asks for seeded noise"),
+        # the node guards against gamma = 0.01 (one colluder of 8: 7 honest shares); the
+        # server states 0 with a threshold secagg accepts (all 7 holders), so the noise
+        # shares would be sized for 8 honest ones
         (
-            {"secagg-min-gamma": 0.25},
-            {"corrupt_fraction": 0.0},
+            {"secagg-min-gamma": 0.01},
+            {"corrupt_fraction": 0.0, "threshold": 7},
             "below this node's secagg-min-gamma",
         ),
         # the node protects a client; the server asks for the (weaker) record unit
@@ -413,11 +419,18 @@ def test_without_the_node_check_the_low_gamma_session_would_run(
     import fa_hetdp.clients.app as client_module
 
     monkeypatch.setattr(client_module, "check_node_safety", lambda config, settings: None)
-    grid = make_grid(configs=partition_configs(**{"secagg-min-gamma": 0.0}))
+    grid = make_grid(configs=partition_configs(**{"secagg-min-gamma": 0.01}))
     result = fa_hetdp.flower.measure(
-        grid, server_context(), epsilon=1.0, delta=1e-5, seed=SEED, corrupt_fraction=0.0
+        grid,
+        server_context(),
+        epsilon=1.0,
+        delta=1e-5,
+        seed=SEED,
+        corrupt_fraction=0.0,
+        threshold=7,
     )
     assert result.n == NODES
+    assert result.plan is not None and result.plan.t == NODES  # shares sized for 8 honest, not 7
 
 
 @pytest.mark.parametrize(
@@ -433,7 +446,7 @@ def test_bad_records_fail_the_step_with_one_line(
     records: Callable[[Context], Any], problem: str
 ) -> None:
     app = user_client_app(records)
-    grid = InMemoryGrid({7000: app}, {7000: {"partition-id": 0, "num-partitions": 1}})
+    grid = InMemoryGrid({7000: app}, partition_configs(1))
     document = settings_document(epsilon=1.0, delta=1e-5, num_clients=4, seed=SEED)
     message = Message(
         encode({Key.CLIENT_ID: 1, Key.SETUP: {}, SETTINGS_KEY: document}),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -45,6 +46,9 @@ SETTINGS_KEY: Final = "fa-hetdp-settings"
 """``advertise_keys`` request key of the settings document (drop-in measurements only)."""
 NODE_PRIVACY_UNIT: Final = "privacy-unit"
 """Node-config key of the unit of privacy this node accepts (``"client"`` when absent)."""
+NODE_ALLOW_SEED: Final = "allow-seeded-noise"
+"""Node-config key (``true``) that lets a node outside a Flower simulation accept seeded noise
+(tests that call the ``ClientApp`` in process); never set it on a deployed node."""
 
 #: Run-config keys a drop-in measurement fills itself (the rest come from ``**settings``).
 _FIXED: Final[Mapping[str, object]] = {
@@ -266,10 +270,18 @@ def check_node_safety(node_config: Mapping[str, Any], settings: RunSettings) -> 
     Raises
     ------
     ValueError
-        One line: the document's privacy unit is not the node's ``privacy-unit`` (default
-        ``"client"``), or its ``secagg-corrupt-fraction`` is below the node's
-        ``secagg-min-gamma``.
+        One line: the document asks for seeded noise (``mode = "simulation"``: anyone with
+        the seed can remove it) outside a Flower simulation, on a node whose config does not
+        say ``allow-seeded-noise = true``; its privacy unit is not the node's
+        ``privacy-unit`` (default ``"client"``); or its ``secagg-corrupt-fraction`` is below
+        the node's ``secagg-min-gamma``.
     """
+    if settings.mode == "simulation" and not _seeded_noise_allowed(node_config):
+        raise ValueError(
+            f"the server asks for seeded noise (mode 'simulation', seed {settings.seed}), "
+            "which whoever knows the seed can remove; refused outside a Flower simulation "
+            f"(node-config {NODE_ALLOW_SEED}=true only on test nodes)"
+        )
     unit = node_config.get(NODE_PRIVACY_UNIT, "client")
     stated_unit = settings.protocol.setting("privacy_unit")
     if stated_unit != unit:
@@ -291,3 +303,20 @@ def check_node_safety(node_config: Mapping[str, Any], settings: RunSettings) -> 
             f"{NodeConfig.MIN_GAMMA}={float(floor):g} (the noise would count colluders' shares "
             "as honest); refused"
         )
+
+
+def _seeded_noise_allowed(node_config: Mapping[str, Any]) -> bool:
+    """Whether this node may draw seeded noise: a Flower simulation, or a test node.
+
+    Flower's simulation runs each ``ClientApp`` in a Ray actor; a SuperNode never does, and
+    no message can make it. Ray is looked up, never imported (the lean install has none).
+    """
+    if node_config.get(NODE_ALLOW_SEED) is True:
+        return True
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        return bool(ray.is_initialized()) and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # any doubt: not a simulation
+        return False
