@@ -74,6 +74,7 @@ class RunSetup:
     truth: dict[str, float]
     dim: int = 0
     steps: int = len(STEP_LABELS)
+    label_histogram: bool = False  # the clients report label histograms: draw the picture
 
 
 #: The flags that override a scenario setting and are not declared settings (those are
@@ -234,11 +235,26 @@ def prepare(args: argparse.Namespace) -> RunSetup:
         run_config=run_config,
         truth={k: float(v) for k, v in truth.items()},
         dim=int(vectors.shape[1]),
+        label_histogram=scenario.data.summary == "label-histogram",
         steps=step_count(
             scenario.privacy.adaptive_floor if adaptive == "" else adaptive == "true",
             scenario.secagg.threat_model == "malicious-server",
         ),
     )
+
+
+def label_figure_line(result: Mapping[str, Any], result_path: Path) -> str:
+    """Draw the label picture beside the result file; the line that says where (or why not)."""
+    from fa_hetdp.errors import InputDataError
+    from fa_hetdp.report.label_figure import write_label_figure
+
+    try:
+        written = write_label_figure(result, result_path)
+    except ImportError:
+        return 'label picture: not drawn, it needs matplotlib (pip install "fa-hetdp[plots]")'
+    except (InputDataError, OSError) as exc:
+        return f"label picture: not drawn: {exc}"
+    return f"label picture: {shown_path(written)}"
 
 
 def step_count(adaptive_floor: bool, malicious_server: bool) -> int:
@@ -565,4 +581,6 @@ def run_command(args: argparse.Namespace) -> int:
             return 1
         print_result(setup, result)
         print(f"result: {shown_path(outcome.result_path)}")
+        if setup.label_histogram:
+            print(label_figure_line(result, outcome.result_path))
     return 1 if kept_elsewhere else 0

@@ -22,7 +22,8 @@ All noise (central placement, ``I2'''``) is drawn through the plan's mechanism.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,8 @@ from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, _count, plan_protoco
 from fa_hetdp.stats.exact import coordinate_averages, i_squared
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from fa_hetdp.protocol.intervals import Intervals
 
 __all__ = [
@@ -199,6 +202,53 @@ class PrivateStatistics:
         if self.plan is None:
             raise InputDataError("this result carries no plan; its intervals need the plan.")
         return noise_confidence_intervals(self, self.plan, level=level)
+
+    def plot(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        level: float = 0.95,
+        names: Sequence[str] | None = None,
+        quantity: str = "label share",
+    ) -> Figure:
+        """Draw the federation's label shares, per-label dispersion and I^2 with intervals.
+
+        The picture of :mod:`fa_hetdp.protocol.label_picture` (made for a label-histogram
+        summary; with another summary the first panel shows the coordinate means: pass
+        ``quantity``). Needs matplotlib (``pip install "fa-hetdp[plots]"``).
+
+        Parameters
+        ----------
+        path : path, optional
+            Also write the figure there (PNG, SVG or PDF from the suffix), atomically.
+        level : float, default 0.95
+            Coverage of the intervals.
+        names : sequence of str, optional
+            One name per label (default ``0 .. d-1``).
+        quantity : str, default "label share"
+            What the first panel's values are.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Raises
+        ------
+        InputDataError
+            If the result carries no plan (no intervals) or lacks a statistic it shows.
+        ImportError
+            If matplotlib is not installed.
+        """
+        from fa_hetdp.protocol.label_picture import (  # it reads this module
+            draw_picture,
+            label_picture,
+            save_figure_atomic,
+        )
+
+        figure = draw_picture(label_picture(self, level=level, names=names, quantity=quantity))
+        if path is not None:
+            save_figure_atomic(figure, path)
+        return figure
 
     @property
     def guarantee(self) -> Guarantee:
