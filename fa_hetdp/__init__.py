@@ -32,10 +32,13 @@ from fa_hetdp.errors import (
     PrivacyParameterError,
     ScenarioError,
 )
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.protocol.meta_simulate import private_meta_analysis
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.exact import TrueStatistics, true_statistics
+from fa_hetdp.stats.meta import MetaAnalysis, meta_analysis
 
 __version__ = "0.1.0"
 
@@ -47,9 +50,11 @@ __all__ = [
     "DatasetError",
     "FaHetdpError",
     "InputDataError",
+    "MetaAnalysis",
     "PrivacyBudget",
     "PrivacyParameterError",
     "PrivacySpent",
+    "PrivateMetaAnalysis",
     "PrivateStatistics",
     "ProtocolConfig",
     "ProtocolPlan",
@@ -66,10 +71,12 @@ __all__ = [
     "expected_mse",
     "load_dataset",
     "load_scenario",
+    "meta_analysis",
     "plan_accuracy",
     "plan_budget",
     "plan_protocol",
     "privacy_spent",
+    "private_meta_analysis",
     "private_statistics",
     "private_statistics_batch",
     "true_statistics",

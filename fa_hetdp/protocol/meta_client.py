@@ -1,0 +1,150 @@
+"""A client's side of the private meta-analysis: its round vectors and its noise share.
+
+A client summarises its own records once (:func:`summarise`: mean, sum of squared deviations,
+count per coordinate) and answers each round with a vector of ``len(ROUNDS[r]) * d`` values,
+one ``d``-block per release in the order of :data:`~fa_hetdp.protocol.meta_plan.ROUNDS`
+(blocks of releases the plan does not make are 0), plus, with the distributed placement, its
+noise share (:func:`noise_share`). The formulas are those of :mod:`fa_hetdp.protocol.meta_plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.meta_plan import ROUNDS, MetaPlan
+
+__all__ = [
+    "BroadcastB",
+    "BroadcastC",
+    "ClientSummary",
+    "client_round",
+    "noise_share",
+    "round_a_values",
+    "round_b_values",
+    "round_c_values",
+    "summarise",
+]
+
+
+@dataclass(frozen=True)
+class ClientSummary:
+    """One client's summary of its records (kept by the client)."""
+
+    theta: FloatArray  # (d,) mean
+    ss: FloatArray  # (d,) sum of squared deviations from the mean
+    sq: FloatArray  # (d,) sum of squares
+    m: int
+
+    @property
+    def s2(self) -> FloatArray:
+        """Sample variance (``ddof = 1``)."""
+        return np.asarray(self.ss / (self.m - 1))
+
+
+@dataclass(frozen=True)
+class BroadcastB:
+    """What the server broadcasts after round A: centre ``c``, floor ``f``, clip ``kappa``."""
+
+    centre: FloatArray
+    floor: FloatArray
+    kappa: FloatArray
+
+
+@dataclass(frozen=True)
+class BroadcastC:
+    """What the server broadcasts after round B: also ``tau2`` and the clip ``kappa*``."""
+
+    centre: FloatArray
+    floor: FloatArray
+    tau2: FloatArray
+    kappa_star: FloatArray
+
+
+def summarise(records: npt.ArrayLike) -> ClientSummary:
+    """Summarise one client's ``(m, d)`` records in ``[0, 1]`` (``m >= 2``)."""
+    x = np.asarray(records, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or not np.all(np.isfinite(x)):
+        raise InputDataError(
+            f"a client's records must be a finite (m, d) array with m >= 2, got shape {x.shape}."
+        )
+    if np.any(x < 0.0) or np.any(x > 1.0):
+        raise InputDataError("a client's records must lie in [0, 1].")
+    theta = x.mean(axis=0)
+    dev = x - theta
+    return ClientSummary(
+        theta=theta, ss=(dev * dev).sum(axis=0), sq=(x * x).sum(axis=0), m=int(x.shape[0])
+    )
+
+
+def _blocks(plan: MetaPlan, rnd: str, values: dict[str, FloatArray]) -> FloatArray:
+    made = plan.releases
+    return np.concatenate(
+        [values[r] if r in made else np.zeros(plan.d) for r in ROUNDS[rnd]]
+    ).astype(np.float64)
+
+
+def round_a_values(plan: MetaPlan, summary: ClientSummary) -> FloatArray:
+    """Round A: ``[T | U | W]`` summands: ``sum_k x``, ``sum_k x^2``, ``SS``."""
+    t = summary.theta * summary.m
+    return _blocks(plan, "A", {"T": t, "U": summary.sq, "W": summary.ss})
+
+
+def round_b_values(plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastB) -> FloatArray:
+    """Round B: ``[A | B | C | D]`` summands ``z^2``, ``sqrt(w) z``, ``w``, ``w^2``."""
+    s2 = np.maximum(summary.s2, broadcast.floor)
+    w = summary.m / s2
+    root = np.sqrt(w)
+    z = np.clip((summary.theta - broadcast.centre) * root, -broadcast.kappa, broadcast.kappa)
+    return _blocks(plan, "B", {"A": z * z, "B": root * z, "C": w, "D": w * w})
+
+
+def round_c_values(plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastC) -> FloatArray:
+    """Round C: ``[E | F]`` summands ``sqrt(w*) u`` and ``w*`` (clipped ``u``)."""
+    s2 = np.maximum(summary.s2, broadcast.floor)
+    w = 1.0 / (s2 / summary.m + broadcast.tau2)
+    root = np.sqrt(w)
+    u = np.clip(
+        (summary.theta - broadcast.centre) * root, -broadcast.kappa_star, broadcast.kappa_star
+    )
+    return _blocks(plan, "C", {"E": root * u, "F": w})
+
+
+def noise_share(
+    plan: MetaPlan, rnd: str, sigmas: FloatArray, rng: np.random.Generator
+) -> FloatArray:
+    """One client's noise share for round ``rnd`` given the round's per-release sigmas.
+
+    ``sigmas`` is the round vector of the releases' calibrated ``sigma`` (the server's
+    :func:`~fa_hetdp.protocol.meta_server.round_sigmas`); each of the ``n`` clients adds
+    ``sigma/sqrt(t)`` (the total over ``t`` honest shares is ``sigma``). Zeros for the
+    central placement.
+    """
+    share = plan.share_std(np.asarray(sigmas, dtype=np.float64))
+    if not np.any(share > 0):
+        return np.zeros(share.shape)
+    return plan.mechanism.sample(share, share.shape, rng=rng)
+
+
+def client_round(
+    plan: MetaPlan,
+    summary: ClientSummary,
+    rnd: str,
+    broadcast: BroadcastB | BroadcastC | None,
+    sigmas: FloatArray,
+    rng: np.random.Generator,
+) -> FloatArray:
+    """Return a client's message of round ``rnd``: its values plus its noise share."""
+    if rnd == "A":
+        values = round_a_values(plan, summary)
+    elif rnd == "B" and isinstance(broadcast, BroadcastB):
+        values = round_b_values(plan, summary, broadcast)
+    elif rnd == "C" and isinstance(broadcast, BroadcastC):
+        values = round_c_values(plan, summary, broadcast)
+    else:
+        raise InputDataError(f"round {rnd!r} with broadcast {type(broadcast).__name__}")
+    return values + noise_share(plan, rnd, sigmas, rng)

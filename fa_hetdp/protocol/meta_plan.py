@@ -1,0 +1,602 @@
+"""The plan of the private meta-analysis: its releases, their sensitivities, their noise.
+
+:func:`fa_hetdp.private_meta_analysis` runs three rounds of secure sums, per coordinate ``j``
+(client ``i`` holds ``m_i`` records; ``theta``, ``SS``, ``s2 = SS/(m - 1)`` its own mean, sum of
+squared deviations and sample variance; every ``m_i`` is public):
+
+- round A: ``T = sum_i sum_k x_ik`` (and, with ``adaptive_kappa``, ``U = sum_i sum_k x_ik^2``),
+  ``W = sum_i SS_i``. The server broadcasts the centre ``c = clip(T/M, 0, 1)``, the floor
+  ``f = max(phi sigma^2, f_min)`` with ``sigma^2 = clip(W/(M - n), f_min, 1/4)``, and ``kappa``;
+- round B: with ``s~2 = max(s2, f)``, ``w = m/s~2``, ``z = (theta - c) sqrt(w)``,
+  ``z^ = clip(z, +-kappa)``: ``A = sum z^2``, ``B = sum sqrt(w) z^``, ``C = sum w``,
+  ``D = sum w^2``; the server computes the fixed effect ``c + B/C``, ``Q = A - B^2/C``, ``I^2``
+  and DerSimonian-Laird ``tau2`` (exact for any ``c`` while nothing clips);
+- round C: ``w* = 1/(s~2/m + tau2)``, ``u = (theta - c) sqrt(w*)``, ``u^ = clip(u, +-kappa*)``:
+  ``E = sum sqrt(w*) u^``, ``F = sum w*``; the random-effects mean is ``c + E/F``.
+
+Each letter is one Gaussian release (a :class:`~fa_hetdp.dp.accounting.ReleaseSpec` of unit
+sensitivity whose planned GDP ``mu_k`` is fixed before the run); its noise is
+``sigma_kj = a_j ||b/a|| / mu_k`` where ``b_j`` is the per-coordinate bound of the functions
+below (``record_bound_*``, ``client_bound_*``) and ``a`` the noise shape (``a = b``:
+per-coordinate, ``a = 1``: isotropic); the norm is over the coordinates, or over the two
+largest for one-hot records. Rounds B and C are calibrated from the public outputs of the
+rounds before them with ``mu_k`` fixed in advance: adaptive composition of GDP mechanisms, so
+the whole run is ``sqrt(sum mu_k^2)``-GDP (docs/privacy.md, "Record-level sensitivity of the
+meta-analysis", where each ``record_bound_*`` is proved).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, plan_budget, privacy_spent
+from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
+from fa_hetdp.errors import InputDataError, PrivacyParameterError
+
+__all__ = [
+    "META_RELEASES",
+    "META_STATISTICS",
+    "ROUNDS",
+    "MetaPlan",
+    "MetaSettings",
+    "client_bound_a",
+    "client_bound_b",
+    "client_bound_c",
+    "client_bound_d",
+    "client_bound_e",
+    "client_bound_f",
+    "client_bound_t",
+    "client_bound_u2",
+    "client_bound_w",
+    "plan_meta",
+    "record_bound_a",
+    "record_bound_b",
+    "record_bound_c",
+    "record_bound_d",
+    "record_bound_e",
+    "record_bound_f",
+    "record_bound_t",
+    "record_bound_u",
+    "record_bound_u2",
+    "record_bound_w",
+    "record_bound_z",
+]
+
+ROUNDS: Final[dict[str, tuple[str, ...]]] = {
+    "A": ("T", "U", "W"),
+    "B": ("A", "B", "C", "D"),
+    "C": ("E", "F"),
+}
+"""The releases of each round, in the order of a client's round vector (``d`` values each)."""
+
+META_RELEASES: Final = ("T", "U", "W", "A", "B", "C", "D", "E", "F")
+
+META_STATISTICS: Final[dict[str, tuple[str, ...]]] = {
+    "pooled_mean": ("T", "W", "B", "C"),
+    "q": ("T", "W", "A", "B", "C"),
+    "i2": ("T", "W", "A", "B", "C"),
+    "i2_total": ("T", "W", "A", "B", "C"),
+    "tau2": ("T", "W", "A", "B", "C", "D"),
+    "random_effects_mean": ("T", "W", "A", "B", "C", "D", "E", "F"),
+}
+"""The figures of the analysis and the releases each needs."""
+
+DEFAULT_WEIGHTS: Final[dict[str, float]] = {
+    "T": 0.5,
+    "U": 0.5,
+    "W": 0.5,
+    "A": 4.0,
+    "B": 1.0,
+    "C": 1.5,
+    "D": 1.0,
+    "E": 1.0,
+    "F": 1.0,
+}
+"""Default budget weights (shares of ``mu^2``), chosen by measured error (module README)."""
+
+MAX_WITHIN_VARIANCE: Final = 0.25
+
+
+# ------------------------------------------------------------------------------ the bounds
+# Each record_bound_* is proved in docs/privacy.md, "Record-level sensitivity of the
+# meta-analysis": the largest change of one client's summand on one coordinate when one of its
+# records is replaced (m records, public floor f, clip kappa). Arrays broadcast per coordinate.
+
+
+def record_bound_t() -> float:
+    """``T``: one record moves ``sum_k x_k`` by at most 1 (docs/privacy.md, round A)."""
+    return 1.0
+
+
+def record_bound_u2() -> float:
+    """``U = sum_k x_k^2``: one record moves it by at most 1 (``x^2`` in ``[0, 1]``)."""
+    return 1.0
+
+
+def record_bound_w() -> float:
+    """``W``: ``SS = min_c sum (x - c)^2`` moves by at most 1 (docs/privacy.md, fact 2)."""
+    return 1.0
+
+
+def record_bound_z(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
+    """``|dz^| <= 1/sqrt(f m) + kappa/(2 f (m - 1))`` (docs/privacy.md, round B)."""
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(1.0 / np.sqrt(f * m) + np.asarray(kappa) / (2.0 * f * (m - 1)))
+
+
+def record_bound_a(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
+    """Bound ``A = sum z^2``: ``min(2 kappa b_z, kappa^2)`` (docs/privacy.md, round B)."""
+    k = np.asarray(kappa, dtype=np.float64)
+    return np.asarray(np.minimum(2.0 * k * record_bound_z(m, floor, kappa), k * k))
+
+
+def record_bound_b(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
+    """``B = sum sqrt(w) z^``: ``1/f + kappa sqrt(m)/((m - 1) f^1.5)`` (docs/privacy.md)."""
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(1.0 / f + np.asarray(kappa) * math.sqrt(m) / ((m - 1) * f**1.5))
+
+
+def record_bound_c(m: int, floor: npt.ArrayLike) -> FloatArray:
+    """``C = sum w``: ``m/((m - 1) f^2)`` (docs/privacy.md, round B; at the smallest ``m``)."""
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(m / ((m - 1) * f * f))
+
+
+def record_bound_d(m_max: int, floor: npt.ArrayLike) -> FloatArray:
+    """``D = sum w^2``: ``2 (m/f) m/((m - 1) f^2)`` at the LARGEST ``m`` (docs/privacy.md)."""
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(2.0 * (m_max / f) * m_max / ((m_max - 1) * f * f))
+
+
+def record_bound_u(m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike) -> FloatArray:
+    """``|du^| <= 1/sqrt(f m) + kappa*/(2 f (m - 1))`` (docs/privacy.md, round C)."""
+    return record_bound_z(m, floor, kappa_star)
+
+
+def record_bound_e(m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike) -> FloatArray:
+    """``E = sum sqrt(w*) u^``: ``1/f + kappa* sqrt(m)/((m - 1) f^1.5)`` (docs/privacy.md)."""
+    return record_bound_b(m, floor, kappa_star)
+
+
+def record_bound_f(m: int, floor: npt.ArrayLike) -> FloatArray:
+    """``F = sum w*``: ``m/((m - 1) f^2)``, as ``C`` (docs/privacy.md, round C)."""
+    return record_bound_c(m, floor)
+
+
+# Client unit: the range of one client's whole summand (replace every record of one client;
+# its m_i stays public), per coordinate.
+
+
+def client_bound_t(m_max: int) -> float:
+    """``T``: a client's ``sum_k x_k`` lies in ``[0, m]``."""
+    return float(m_max)
+
+
+def client_bound_u2(m_max: int) -> float:
+    """``U``: a client's ``sum_k x_k^2`` lies in ``[0, m]``."""
+    return float(m_max)
+
+
+def client_bound_w(m_max: int) -> float:
+    """``W``: ``SS`` lies in ``[0, m/4]`` (a variance of values in ``[0, 1]`` is at most 1/4)."""
+    return m_max / 4.0
+
+
+def client_bound_a(kappa: npt.ArrayLike) -> FloatArray:
+    """Bound ``A``: ``z^2`` lies in ``[0, kappa^2]``."""
+    k = np.asarray(kappa, dtype=np.float64)
+    return np.asarray(k * k)
+
+
+def client_bound_b(m_max: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
+    """``B``: ``sqrt(w) z^`` lies in ``[-kappa sqrt(m/f), kappa sqrt(m/f)]``."""
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(2.0 * np.asarray(kappa) * np.sqrt(m_max / f))
+
+
+def client_bound_c(m_max: int, floor: npt.ArrayLike) -> FloatArray:
+    """``C``: ``w = m/s~2`` lies in ``(0, m/f]``."""
+    return np.asarray(m_max / np.asarray(floor, dtype=np.float64))
+
+
+def client_bound_d(m_max: int, floor: npt.ArrayLike) -> FloatArray:
+    """``D``: ``w^2`` lies in ``(0, (m/f)^2]``."""
+    return np.asarray((m_max / np.asarray(floor, dtype=np.float64)) ** 2)
+
+
+def client_bound_e(m_max: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike) -> FloatArray:
+    """``E``: ``sqrt(w*) u^`` lies in ``[-kappa* sqrt(m/f), kappa* sqrt(m/f)]``."""
+    return client_bound_b(m_max, floor, kappa_star)
+
+
+def client_bound_f(m_max: int, floor: npt.ArrayLike) -> FloatArray:
+    """``F``: ``w* <= m/f``."""
+    return client_bound_c(m_max, floor)
+
+
+# ------------------------------------------------------------------------------ settings
+
+
+@dataclass(frozen=True)
+class MetaSettings:
+    """The settings of a private meta-analysis (defaults: the tuned recommendation).
+
+    Attributes
+    ----------
+    privacy_unit : {"record", "client"}
+        What neighbours differ in. Default ``"record"`` here (a meta-analysis is the
+        cross-silo tool; the project-wide setting's default stays ``"client"``).
+    min_records : int or None
+        Public lower bound on every ``m_i`` (record unit). None: the actual ``m_i`` are public
+        (sent in the clear) and their minimum is used.
+    kappa, kappa_star : float
+        Clip of the standardised deviations ``z`` (round B) and ``u`` (round C);
+        ``kappa_star`` None: ``kappa``.
+    adaptive_kappa : bool
+        Round A also releases ``U = sum x^2``; the server sets ``kappa_j =
+        max(kappa, kappa_scale sqrt(Q_pilot_j/n))`` from the pilot ``Q`` (between-client
+        sum of squares over the pooled within-variance).
+    kappa_scale : float
+        The multiplier of the adaptive clip.
+    floor_fraction, min_floor : float
+        ``phi`` and ``f_min`` of the floor ``f_j = max(phi sigma^2_j, f_min)``.
+    placement : {"distributed", "central"}
+        Noise shares added by the clients (``t`` of them counted honest) or by the server.
+    corrupt_fraction : float or None
+        ``gamma``: ``ceil(gamma n)`` clients may collude; ``t = n - ceil(gamma n)``.
+    mechanism : str
+        ``"agm"`` (Gaussian, exact GDP composition).
+    statistics : tuple of str or None
+        Subset of :data:`META_STATISTICS`; None: all. Releases no figure needs are not made.
+    noise_shape : {"per_coordinate", "isotropic"}
+        Per coordinate: each coordinate's noise proportional to its own bound.
+    one_hot : bool
+        Records are one-hot (label histograms): at most 2 coordinates of a record move, the
+        L2 norm runs over the two largest bounds (``sqrt(2)``). Checked on the data.
+    weights : mapping or None
+        Budget weights per release; None: :data:`DEFAULT_WEIGHTS`.
+    noise : bool
+        False: no noise, no clipping statement (a reference run; the result states no epsilon).
+    """
+
+    privacy_unit: str = "record"
+    min_records: int | None = None
+    kappa: float = 3.0
+    kappa_star: float | None = None
+    adaptive_kappa: bool = True
+    kappa_scale: float = 2.5
+    floor_fraction: float = 0.25
+    min_floor: float = 1e-4
+    placement: str = "distributed"
+    corrupt_fraction: float | None = None
+    mechanism: str = "agm"
+    statistics: tuple[str, ...] | None = None
+    noise_shape: str = "per_coordinate"
+    one_hot: bool = False
+    weights: Mapping[str, float] | None = None
+    noise: bool = True
+
+    def __post_init__(self) -> None:
+        _choice("privacy_unit", self.privacy_unit, ("record", "client"))
+        _choice("placement", self.placement, ("distributed", "central"))
+        _choice("noise_shape", self.noise_shape, ("per_coordinate", "isotropic"))
+        if self.mechanism != "agm":
+            raise PrivacyParameterError(
+                f"mechanism must be 'agm' for the meta-analysis (exact Gaussian composition), "
+                f"got mechanism={self.mechanism!r}."
+            )
+        for name in ("kappa", "kappa_scale", "min_floor"):
+            _positive(name, getattr(self, name))
+        if self.kappa_star is not None:
+            _positive("kappa_star", self.kappa_star)
+        if not (isinstance(self.floor_fraction, (int, float)) and 0 <= self.floor_fraction <= 1):
+            raise PrivacyParameterError(
+                f"floor_fraction must be a number in [0, 1], got {self.floor_fraction!r}."
+            )
+        if self.min_floor > MAX_WITHIN_VARIANCE:
+            raise PrivacyParameterError(f"min_floor must be <= 1/4, got {self.min_floor!r}.")
+        if self.min_records is not None and (
+            isinstance(self.min_records, bool)
+            or not isinstance(self.min_records, (int, np.integer))
+            or self.min_records < 2
+        ):
+            raise PrivacyParameterError(
+                f"min_records must be an integer >= 2 or None, got {self.min_records!r}."
+            )
+        if self.corrupt_fraction is not None and not (0 <= self.corrupt_fraction < 1):
+            raise PrivacyParameterError(
+                f"corrupt_fraction must be in [0, 1), got {self.corrupt_fraction!r}."
+            )
+        if self.statistics is not None:
+            stats = tuple(self.statistics)
+            bad = [s for s in stats if s not in META_STATISTICS]
+            if bad or not stats:
+                raise PrivacyParameterError(
+                    f"statistics must be a non-empty subset of {tuple(META_STATISTICS)}, got "
+                    f"{stats!r}."
+                )
+            object.__setattr__(self, "statistics", stats)
+        if self.weights is not None:
+            bad = [k for k in self.weights if k not in META_RELEASES]
+            if bad:
+                raise PrivacyParameterError(
+                    f"weights name unknown releases {bad}; allowed: {META_RELEASES}."
+                )
+            for k, v in self.weights.items():
+                _positive(f"weights[{k!r}]", v)
+
+    @property
+    def kappa_c(self) -> float:
+        """The round-C clip ``kappa*``."""
+        return self.kappa if self.kappa_star is None else float(self.kappa_star)
+
+    @property
+    def wanted(self) -> tuple[str, ...]:
+        """The figures asked for."""
+        return tuple(META_STATISTICS) if self.statistics is None else tuple(self.statistics)
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """The releases made (those the wanted figures need, ``U`` with ``adaptive_kappa``)."""
+        need = {r for s in self.wanted for r in META_STATISTICS[s]}
+        if self.adaptive_kappa and "A" in need:
+            need.add("U")
+        return tuple(r for r in META_RELEASES if r in need)
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise PrivacyParameterError(f"{name} must be one of {allowed}, got {name}={value!r}.")
+
+
+def _positive(name: str, value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.floating, np.integer))
+        or not math.isfinite(float(value))
+        or float(value) <= 0
+    ):
+        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {name}={value!r}.")
+
+
+SETTING_NAMES: Final = tuple(MetaSettings.__dataclass_fields__)
+
+
+def settings_from(**kwargs: Any) -> MetaSettings:
+    """Build :class:`MetaSettings`, refusing unknown names with the allowed ones."""
+    bad = [k for k in kwargs if k not in SETTING_NAMES]
+    if bad:
+        raise PrivacyParameterError(f"unknown settings {bad}; allowed: {SETTING_NAMES}.")
+    return MetaSettings(**kwargs)
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+@dataclass(frozen=True)
+class MetaPlan:
+    """A calibrated meta-analysis for ``n`` clients with public counts and ``d`` coordinates.
+
+    Attributes
+    ----------
+    settings : MetaSettings
+    n, d : int
+    records_per_client : ndarray
+        The public ``m_i``.
+    t : int
+        Honest noise shares (distributed placement).
+    budget : BudgetPlan or None
+        Unit-sensitivity releases (``sigma = 1/mu_k``); None without noise.
+    labels : tuple[str, ...]
+    """
+
+    settings: MetaSettings
+    n: int
+    d: int
+    records_per_client: npt.NDArray[np.int64]
+    t: int
+    budget: BudgetPlan | None
+    epsilon: float
+    delta: float
+    labels: tuple[str, ...] = field(default=())
+
+    @property
+    def m_min(self) -> int:
+        """The ``m`` of the record bounds: ``min_records``, else the smallest ``m_i``."""
+        s = self.settings.min_records
+        return int(self.records_per_client.min()) if s is None else int(s)
+
+    @property
+    def m_max(self) -> int:
+        """The largest ``m_i`` (public)."""
+        return int(self.records_per_client.max())
+
+    @property
+    def total_records(self) -> int:
+        """``M = sum m_i``."""
+        return int(self.records_per_client.sum())
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        """Names of the releases made."""
+        return self.settings.releases
+
+    @property
+    def mechanism(self) -> NoiseMechanism:
+        """The noise mechanism."""
+        return get_mechanism(self.settings.mechanism)
+
+    def mu(self, name: str) -> float:
+        """Planned GDP ``mu_k`` of release ``name`` (inf without noise)."""
+        if self.budget is None:
+            return math.inf
+        mu = self.budget.release(name).mu_share
+        return float(mu) if mu is not None else 1.0 / self.budget.sigma(name)
+
+    def bounds(
+        self,
+        name: str,
+        floor: npt.ArrayLike | None = None,
+        kappa: npt.ArrayLike | None = None,
+        kappa_star: npt.ArrayLike | None = None,
+    ) -> FloatArray:
+        """Per-coordinate bound ``b_j`` of release ``name`` under the plan's unit."""
+        d = self.d
+        f = np.broadcast_to(np.asarray(1.0 if floor is None else floor, float), (d,))
+        k = np.broadcast_to(
+            np.asarray(self.settings.kappa if kappa is None else kappa, float), (d,)
+        )
+        ks = np.broadcast_to(
+            np.asarray(self.settings.kappa_c if kappa_star is None else kappa_star, float), (d,)
+        )
+        m, big = self.m_min, self.m_max
+        if self.settings.privacy_unit == "record":
+            table: dict[str, Any] = {
+                "T": record_bound_t(),
+                "U": record_bound_u2(),
+                "W": record_bound_w(),
+                "A": lambda: record_bound_a(m, f, k),
+                "B": lambda: record_bound_b(m, f, k),
+                "C": lambda: record_bound_c(m, f),
+                "D": lambda: record_bound_d(big, f),
+                "E": lambda: record_bound_e(m, f, ks),
+                "F": lambda: record_bound_f(m, f),
+            }
+        else:
+            table = {
+                "T": client_bound_t(big),
+                "U": client_bound_u2(big),
+                "W": client_bound_w(big),
+                "A": lambda: client_bound_a(k),
+                "B": lambda: client_bound_b(big, f, k),
+                "C": lambda: client_bound_c(big, f),
+                "D": lambda: client_bound_d(big, f),
+                "E": lambda: client_bound_e(big, f, ks),
+                "F": lambda: client_bound_f(big, f),
+            }
+        value = table[name]
+        out = value() if callable(value) else value
+        return np.broadcast_to(np.asarray(out, dtype=np.float64), (d,)).copy()
+
+    def sensitivity(self, bounds: FloatArray, shape: FloatArray) -> float:
+        """L2 sensitivity of the block scaled by ``1/shape``: ``||b/a||`` (one-hot: top two)."""
+        r = np.sort(bounds / shape)[::-1]
+        if self.settings.one_hot and self.settings.privacy_unit == "record":
+            r = r[:2]
+        return float(np.sqrt(np.sum(r * r)))
+
+    def sigma_vector(
+        self,
+        name: str,
+        floor: npt.ArrayLike | None = None,
+        kappa: npt.ArrayLike | None = None,
+        kappa_star: npt.ArrayLike | None = None,
+    ) -> FloatArray:
+        """Per-coordinate ``sigma_kj = a_j ||b/a|| / mu_k`` (0 for a release not made)."""
+        if name not in self.releases or self.budget is None:
+            return np.zeros(self.d)
+        b = self.bounds(name, floor, kappa, kappa_star)
+        a = b if self.settings.noise_shape == "per_coordinate" else np.ones(self.d)
+        return np.asarray(a * self.sensitivity(b, a) / self.mu(name))
+
+    def noise_std(self, sigma: FloatArray) -> FloatArray:
+        """Std of the total noise on a sum when every share arrives (distributed: ``sqrt(n/t)``)."""
+        if self.settings.placement == "central":
+            return sigma
+        return np.asarray(sigma * math.sqrt(self.n / self.t))
+
+    def share_std(self, sigma: FloatArray) -> FloatArray:
+        """Std of one client's noise share (0 for the central placement)."""
+        if self.settings.placement == "central":
+            return np.zeros_like(sigma)
+        return np.asarray(sigma / math.sqrt(self.t))
+
+    @property
+    def spent(self) -> Any:
+        """The privacy spent when every share arrives (None without noise)."""
+        return None if self.budget is None else privacy_spent(self.budget)
+
+    @property
+    def unit_of_privacy(self) -> str:
+        """The sentence of what the guarantee protects."""
+        from fa_hetdp.protocol.guarantee import unit_of_privacy
+
+        if self.settings.privacy_unit == "record":
+            return unit_of_privacy("record", self.m_min)
+        return unit_of_privacy("client")
+
+
+def plan_meta(
+    epsilon: float,
+    delta: float,
+    records_per_client: Sequence[int] | npt.NDArray[np.integer[Any]],
+    d: int,
+    settings: MetaSettings | None = None,
+) -> MetaPlan:
+    """Calibrate the meta-analysis' releases for the public counts ``m_i`` and ``d``.
+
+    Raises
+    ------
+    PrivacyParameterError
+        Bad budget or settings; ``min_records`` above some ``m_i``.
+    InputDataError
+        Fewer than 2 clients, a count below 2, or ``d < 1``.
+    """
+    s = settings or MetaSettings()
+    m = np.asarray(records_per_client, dtype=np.int64)
+    if m.ndim != 1 or m.size < 2 or np.any(m < 2):
+        raise InputDataError(
+            f"records_per_client must list n >= 2 counts, each >= 2, got {m.tolist()[:10]}."
+        )
+    if int(d) < 1:
+        raise InputDataError(f"d must be >= 1, got d={d}.")
+    if s.min_records is not None and s.min_records > int(m.min()):
+        raise PrivacyParameterError(
+            f"min_records={s.min_records} is above the smallest client's record count "
+            f"{int(m.min())}: the bound would not hold."
+        )
+    n = int(m.size)
+    from fa_hetdp.protocol.plan import colluding_clients
+
+    t = n - colluding_clients(s.corrupt_fraction, n)
+    if t < 1:
+        raise PrivacyParameterError(
+            f"corrupt_fraction={s.corrupt_fraction} leaves no honest client of n={n}."
+        )
+    labels: list[str] = []
+    budget: BudgetPlan | None = None
+    if s.noise:
+        weights = dict(DEFAULT_WEIGHTS)
+        if s.weights is not None:
+            weights.update(s.weights)
+        specs = [ReleaseSpec(r, 1.0, weights[r]) for r in s.releases]
+        budget = plan_budget(epsilon, delta, specs, mechanism="agm", composition="gdp")
+        labels.extend(budget.labels)
+    else:
+        labels.append("not private: noise off (a reference run; no epsilon is stated)")
+    if s.placement == "distributed" and t < n:
+        labels.append(f"noise calibrated to t = {t} honest shares of n = {n}")
+    return MetaPlan(
+        settings=s,
+        n=n,
+        d=int(d),
+        records_per_client=m,
+        t=t,
+        budget=budget,
+        epsilon=float(epsilon),
+        delta=float(delta),
+        labels=tuple(labels),
+    )
+
+
+def with_settings(plan: MetaPlan, **changes: Any) -> MetaPlan:
+    """Return a copy of ``plan`` re-planned with some settings changed."""
+    s = replace(plan.settings, **changes)
+    return plan_meta(plan.epsilon, plan.delta, plan.records_per_client, plan.d, s)

@@ -1,0 +1,324 @@
+"""The server's side of the private meta-analysis: each round's noise, broadcast and figures.
+
+The server knows the plan (public counts ``m_i``), receives each round's noisy sum (the
+secure sum of the clients' round vectors and noise shares; with the central placement it adds
+the noise itself, :func:`add_central_noise`), and turns it into the next broadcast
+(:func:`assemble_round_a`, :func:`assemble_round_b`) and finally into a
+:class:`PrivateMetaAnalysis` (:func:`assemble_result`). Everything here is post-processing of
+the noisy sums and public values. :func:`figures_from_sums` is the one formula both the
+estimate and its confidence intervals (a parametric bootstrap of the known noise) use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.dp.accounting import PrivacySpent
+from fa_hetdp.errors import AggregationError, PrivacyParameterError
+from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
+from fa_hetdp.protocol.meta_plan import MAX_WITHIN_VARIANCE, ROUNDS, MetaPlan
+from fa_hetdp.stats.meta import i2_from_q
+
+__all__ = [
+    "MetaIntervals",
+    "PrivateMetaAnalysis",
+    "add_central_noise",
+    "assemble_result",
+    "assemble_round_a",
+    "assemble_round_b",
+    "figures_from_sums",
+    "round_sigmas",
+    "split_round",
+]
+
+
+def round_sigmas(
+    plan: MetaPlan, rnd: str, broadcast: BroadcastB | BroadcastC | None = None
+) -> FloatArray:
+    """Return the calibrated ``sigma`` of every coordinate of round ``rnd``'s vector."""
+    floor = kappa = kappa_star = None
+    if broadcast is not None:
+        floor = broadcast.floor
+        if isinstance(broadcast, BroadcastB):
+            kappa = broadcast.kappa
+        else:
+            kappa_star = broadcast.kappa_star
+    return np.concatenate([plan.sigma_vector(r, floor, kappa, kappa_star) for r in ROUNDS[rnd]])
+
+
+def add_central_noise(
+    plan: MetaPlan, sigmas: FloatArray, total: FloatArray, rng: np.random.Generator
+) -> FloatArray:
+    """Add the central placement's noise to the exact sum (distributed: ``total`` as is)."""
+    if plan.settings.placement != "central" or not np.any(sigmas > 0):
+        return np.asarray(total, dtype=np.float64)
+    return np.asarray(total + plan.mechanism.sample(sigmas, sigmas.shape, rng=rng))
+
+
+def split_round(plan: MetaPlan, rnd: str, total: FloatArray) -> dict[str, FloatArray]:
+    """Split the round vector into its ``d``-blocks by release name."""
+    vec = np.asarray(total, dtype=np.float64)
+    names = ROUNDS[rnd]
+    if vec.shape != (len(names) * plan.d,):
+        raise AggregationError(
+            f"round {rnd} sum must have {len(names) * plan.d} values, got shape {vec.shape}"
+        )
+    return {r: vec[i * plan.d : (i + 1) * plan.d] for i, r in enumerate(names)}
+
+
+def assemble_round_a(plan: MetaPlan, total: FloatArray) -> BroadcastB:
+    """Centre, floor and clip from round A's noisy sum (module docstring of meta_plan)."""
+    s = plan.settings
+    sums = split_round(plan, "A", total)
+    m_total, n = plan.total_records, plan.n
+    centre = np.clip(sums["T"] / m_total, 0.0, 1.0)
+    spread = np.clip(sums["W"] / (m_total - n), s.min_floor, MAX_WITHIN_VARIANCE)
+    floor = np.maximum(s.floor_fraction * spread, s.min_floor)
+    kappa = np.full(plan.d, float(s.kappa))
+    if "U" in plan.releases:
+        # between-client sum of squares sum m_i (theta_i - mean)^2 = U - W - T^2/M, over the
+        # pooled within-variance: a pilot Q; clients' z spread with RMS sqrt(Q/n)
+        between = sums["U"] - sums["W"] - sums["T"] ** 2 / m_total
+        pilot = np.maximum(between, 0.0) / spread
+        kappa = np.maximum(kappa, s.kappa_scale * np.sqrt(pilot / n))
+    kappa = np.minimum(kappa, np.sqrt(plan.m_max / floor))  # |z| <= sqrt(m/f) always
+    return BroadcastB(centre=centre, floor=floor, kappa=kappa)
+
+
+def _weight_range(
+    plan: MetaPlan, floor: FloatArray, tau2: FloatArray | float = 0.0
+) -> tuple[FloatArray, FloatArray]:
+    """Smallest possible ``sum w`` and largest single ``w`` (public, per coordinate)."""
+    m = plan.records_per_client.astype(np.float64)[:, None]
+    top_s2 = np.maximum(m / (4.0 * (m - 1.0)), floor[None, :])  # s^2 <= m/(4(m-1))
+    least = np.sum(1.0 / (top_s2 / m + tau2), axis=0)
+    most = plan.m_max / floor
+    return least, np.asarray(most)
+
+
+def figures_from_sums(
+    plan: MetaPlan,
+    broadcast_b: BroadcastB,
+    sums: Mapping[str, FloatArray],
+    tau2_used: FloatArray | None = None,
+) -> dict[str, FloatArray]:
+    """Every figure from the noisy sums (arrays ``(..., d)``; vectorised over leading axes).
+
+    Keys: ``pooled_mean``, ``q_raw`` (``A - B^2/C``, may be < 0), ``q``, ``i2``, ``tau2_raw``,
+    ``tau2``, ``random_effects_mean`` (when ``E`` and ``F`` are given with ``tau2_used``,
+    the ``tau2`` broadcast in round C), ``q_total``, ``i2_total``.
+    """
+    n = plan.n
+    c0 = broadcast_b.centre
+    least, most = _weight_range(plan, broadcast_b.floor)
+    out: dict[str, FloatArray] = {}
+    big_c = np.maximum(sums["C"], least)
+    out["pooled_mean"] = np.clip(c0 + sums["B"] / big_c, 0.0, 1.0)
+    if "A" in sums:
+        q_raw = sums["A"] - sums["B"] ** 2 / big_c
+        out["q_raw"] = q_raw
+        q = np.maximum(q_raw, 0.0)
+        out["q"] = q
+        out["i2"] = i2_from_q(q, n - 1)
+        q_total = np.sum(q_raw, axis=-1)
+        out["q_total"] = q_total
+        out["i2_total"] = i2_from_q(np.maximum(q_total, 0.0), plan.d * (n - 1))
+    if "D" in sums and "A" in sums:
+        big_d = np.clip(sums["D"], big_c**2 / n, big_c * np.minimum(big_c, most))
+        denom = np.maximum(big_c - big_d / big_c, big_c * 1e-12)
+        out["tau2_raw"] = (out["q"] - (n - 1)) / denom
+        out["tau2"] = np.maximum(out["tau2_raw"], 0.0)
+    if "E" in sums and "F" in sums and tau2_used is not None:
+        least_f, _ = _weight_range(plan, broadcast_b.floor, tau2_used)
+        big_f = np.maximum(sums["F"], least_f)
+        out["random_effects_mean"] = np.clip(c0 + sums["E"] / big_f, 0.0, 1.0)
+    return out
+
+
+def assemble_round_b(
+    plan: MetaPlan, broadcast_b: BroadcastB, total: FloatArray
+) -> tuple[dict[str, FloatArray], BroadcastC]:
+    """Round B's figures and the round-C broadcast (``tau2`` truncated at 0)."""
+    sums = split_round(plan, "B", total)
+    made = {k: v for k, v in sums.items() if k in plan.releases}
+    figures = figures_from_sums(plan, broadcast_b, made)
+    tau2 = figures.get("tau2", np.zeros(plan.d))
+    bc = BroadcastC(
+        centre=broadcast_b.centre,
+        floor=broadcast_b.floor,
+        tau2=np.asarray(tau2),
+        kappa_star=np.maximum(np.full(plan.d, plan.settings.kappa_c), broadcast_b.kappa),
+    )
+    return made, bc
+
+
+@dataclass(frozen=True)
+class MetaIntervals:
+    """Confidence intervals of the private figures: ``lower[key]``, ``upper[key]``."""
+
+    level: float
+    lower: dict[str, Any]
+    upper: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PrivateMetaAnalysis:
+    """The private meta-analysis: the figures of :class:`~fa_hetdp.stats.meta.MetaAnalysis`.
+
+    Figures not asked for (``statistics``) are NaN. :meth:`confidence_intervals` gives
+    intervals for the privacy noise; ``labels`` says what was clipped or floored.
+    """
+
+    pooled_mean: FloatArray
+    q: FloatArray
+    i2: FloatArray
+    tau2: FloatArray
+    random_effects_mean: FloatArray
+    i2_total: float
+    i2_average: float
+    n: int
+    d: int
+    records_per_client: Any
+    tau2_raw: FloatArray
+    spent: PrivacySpent | None
+    unit_of_privacy: str
+    plan: MetaPlan
+    labels: tuple[str, ...] = ()
+    broadcast_b: BroadcastB | None = None
+    broadcast_c: BroadcastC | None = None
+    sums: dict[str, FloatArray] = field(default_factory=dict)
+    noise_std: dict[str, FloatArray] = field(default_factory=dict)
+
+    def confidence_intervals(
+        self, level: float = 0.95, *, draws: int = 2000, seed: int = 0
+    ) -> MetaIntervals:
+        """Intervals for every figure from the known noise (a seeded parametric bootstrap).
+
+        The released sums are redrawn with the plan's noise around the noisy values, the
+        figures recomputed by :func:`figures_from_sums`; the interval of an untruncated figure
+        (``q``, ``tau2`` before truncation, the means, the summed ``Q``) is the basic
+        bootstrap ``[2 x - q_hi, 2 x - q_lo]``; ``i2`` and ``i2_total`` are the monotone images
+        of their ``Q`` intervals and ``tau2`` the truncation of ``tau2_raw``'s. Conditional on
+        the broadcasts (centre, floor, clip, round-C ``tau2``): the bias of a binding clip or
+        floor is not in them (see :attr:`labels`).
+        """
+        if not 0.0 < level < 1.0:
+            raise PrivacyParameterError(f"level must be in (0, 1), got level={level!r}.")
+        if self.broadcast_b is None:
+            raise AggregationError("no sums to draw intervals from")
+        rng = np.random.default_rng(seed)
+        redrawn = {
+            k: v + self.noise_std[k] * rng.standard_normal((draws, self.d))
+            for k, v in self.sums.items()
+        }
+        tau2_used = None if self.broadcast_c is None else self.broadcast_c.tau2
+        boot = figures_from_sums(self.plan, self.broadcast_b, redrawn, tau2_used)
+        point = figures_from_sums(self.plan, self.broadcast_b, self.sums, tau2_used)
+        lo_q, hi_q = (1.0 - level) / 2.0, (1.0 + level) / 2.0
+        lower: dict[str, Any] = {}
+        upper: dict[str, Any] = {}
+
+        def basic(key: str) -> tuple[FloatArray, FloatArray]:
+            x = point[key]
+            b = boot[key]
+            return 2 * x - np.quantile(b, hi_q, axis=0), 2 * x - np.quantile(b, lo_q, axis=0)
+
+        nan = np.full(self.d, np.nan)
+        n = self.n
+        for key in ("pooled_mean", "random_effects_mean"):
+            if key in point:
+                lo, hi = basic(key)
+                lower[key], upper[key] = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
+            else:
+                lower[key], upper[key] = nan, nan
+        if "q_raw" in point:
+            lo, hi = basic("q_raw")
+            lower["q"], upper["q"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
+            lower["i2"], upper["i2"] = i2_from_q(lower["q"], n - 1), i2_from_q(upper["q"], n - 1)
+            lo_t, hi_t = basic("q_total")
+            df = self.d * (n - 1)
+            lower["i2_total"] = float(i2_from_q(max(float(lo_t), 0.0), df))
+            upper["i2_total"] = float(i2_from_q(max(float(hi_t), 0.0), df))
+        else:
+            for key in ("q", "i2"):
+                lower[key], upper[key] = nan, nan
+            lower["i2_total"] = upper["i2_total"] = float("nan")
+        if "tau2_raw" in point:
+            lo, hi = basic("tau2_raw")
+            lower["tau2_raw"], upper["tau2_raw"] = lo, hi
+            lower["tau2"], upper["tau2"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
+        else:
+            for key in ("tau2", "tau2_raw"):
+                lower[key], upper[key] = nan, nan
+        return MetaIntervals(level=level, lower=lower, upper=upper)
+
+
+def assemble_result(
+    plan: MetaPlan,
+    broadcast_b: BroadcastB,
+    sums_a: Mapping[str, FloatArray],
+    sums_b: Mapping[str, FloatArray],
+    broadcast_c: BroadcastC | None,
+    sums_c: Mapping[str, FloatArray] | None,
+) -> PrivateMetaAnalysis:
+    """Assemble the result from the noisy sums of the rounds made."""
+    sums: dict[str, FloatArray] = {k: np.asarray(v) for k, v in sums_b.items()}
+    if sums_c is not None:
+        sums.update({k: np.asarray(v) for k, v in sums_c.items() if k in plan.releases})
+    tau2_used = None if broadcast_c is None else broadcast_c.tau2
+    fig = figures_from_sums(plan, broadcast_b, sums, tau2_used)
+    wanted = plan.settings.wanted
+    nan = np.full(plan.d, np.nan)
+
+    def get(key: str, stat: str) -> FloatArray:
+        return np.asarray(fig[key]) if stat in wanted and key in fig else nan
+
+    noise_std = {
+        r: plan.noise_std(
+            plan.sigma_vector(
+                r,
+                broadcast_b.floor,
+                broadcast_b.kappa,
+                None if broadcast_c is None else broadcast_c.kappa_star,
+            )
+        )
+        for r in sums
+    }
+    i2 = get("i2", "i2")
+    labels = list(plan.labels)
+    s = plan.settings
+    labels.append(
+        f"round B clips |z| at kappa (per coordinate {float(np.min(broadcast_b.kappa)):.3g}-"
+        f"{float(np.max(broadcast_b.kappa)):.3g}) and floors s^2 at f "
+        f"({float(np.min(broadcast_b.floor)):.3g}-{float(np.max(broadcast_b.floor)):.3g}; "
+        f"floor_fraction {s.floor_fraction:g}, min_floor {s.min_floor:g}): a client beyond the "
+        "clip pulls Q and I^2 down, one below the floor gets less weight; the intervals cover "
+        "the noise, not that bias"
+    )
+    total = float(fig["i2_total"]) if "i2_total" in wanted and "i2_total" in fig else float("nan")
+    return PrivateMetaAnalysis(
+        pooled_mean=get("pooled_mean", "pooled_mean"),
+        q=get("q", "q"),
+        i2=i2,
+        tau2=get("tau2", "tau2"),
+        random_effects_mean=get("random_effects_mean", "random_effects_mean"),
+        i2_total=total,
+        i2_average=float(np.mean(i2)) if "i2" in wanted else float("nan"),
+        n=plan.n,
+        d=plan.d,
+        records_per_client=plan.records_per_client,
+        tau2_raw=get("tau2_raw", "tau2"),
+        spent=plan.spent,
+        unit_of_privacy=plan.unit_of_privacy,
+        plan=plan,
+        labels=tuple(labels),
+        broadcast_b=broadcast_b,
+        broadcast_c=broadcast_c,
+        sums=sums,
+        noise_std=noise_std,
+    )
