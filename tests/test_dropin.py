@@ -493,3 +493,31 @@ def test_the_sent_settings_stay_with_the_session_not_the_run_config() -> None:
         assert isinstance(record, ConfigRecord)
         kept = json.loads(str(record["sent-settings"]))
         assert kept["run-config"]["epsilon"] == 0.5
+
+
+def test_a_record_unit_session_needs_min_records_on_every_node() -> None:
+    # the nodes accept the record unit (their own config); each holds 30 records
+    configs = partition_configs(**{"privacy-unit": "record"})
+    grid = make_grid(configs=configs)
+    reasons: list[str] = []
+    original = server_app.GridTransport.exchange
+
+    def spy(self: Any, step: str, payloads: Any, timeout: float) -> Any:
+        replies, dropouts = original(self, step, payloads, timeout)
+        reasons.extend(dropouts.values())
+        return replies, dropouts
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(server_app.GridTransport, "exchange", spy)
+        with pytest.raises(ProtocolAbortError, match="advertise_keys"):
+            fa_hetdp.flower.measure(
+                grid, server_context(), epsilon=1.0, delta=1e-5, seed=SEED,
+                privacy_unit="record", min_records=31,
+            )  # fmt: skip
+    assert len(reasons) == NODES
+    assert all("fewer than the session's min_records=31" in r for r in reasons)
+    result = fa_hetdp.flower.measure(
+        make_grid(configs=configs), server_context(), epsilon=1.0, delta=1e-5, seed=SEED,
+        privacy_unit="record", min_records=30,
+    )  # fmt: skip
+    assert result.n == NODES

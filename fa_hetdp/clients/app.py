@@ -219,6 +219,22 @@ def _records_of(loaded: Records) -> tuple[np.ndarray, np.ndarray | None]:
     return features, labels
 
 
+def _check_record_count(settings: RunSettings, count: int) -> None:
+    """Refuse to join a record-unit session with fewer records than its ``min_records``.
+
+    Under ``privacy_unit = "record"`` the noise is sized for one record moving the client's
+    mean by at most ``1/min_records``; a client holding fewer records moves it further.
+    """
+    if settings.protocol.setting("privacy_unit") != "record":
+        return
+    bound = settings.protocol.setting("min_records")
+    if not isinstance(bound, int) or count < bound:
+        raise InputDataError(
+            f"this node holds {count} records, fewer than the session's min_records={bound!r} "
+            "(privacy unit 'record': the noise would be too small for one of its records)"
+        )
+
+
 def _summarise(
     features: np.ndarray, labels: np.ndarray | None, summary: ClientSummary
 ) -> np.ndarray:
@@ -387,6 +403,7 @@ def advertise_keys(
         pid, num = _partition(context, required=settings.mode == "simulation")
         _maybe_drop(settings, pid, ADVERTISE_KEYS)
         features, labels = _records_of((records or scenario_records)(context))
+        _check_record_count(settings, features.shape[0])
         x = _summarise(features, labels, sent.summary.resolve(features.shape[1]))
     else:
         settings = _settings(context)
