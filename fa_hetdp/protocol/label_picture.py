@@ -249,13 +249,40 @@ def draw_picture(picture: LabelPicture) -> Figure:
         ax.set_xticks(x)
         ax.set_xticklabels(picture.names, fontsize=8)
         ax.set_xlabel("label")
-        lo_r = _RANGES[key][0]
-        top = float(np.nanmax(np.concatenate([picture.upper[key], picture.values[key]])))
-        ax.set_ylim(min(lo_r, float(np.nanmin(picture.values[key]))), max(top * 1.08, 1e-3))
+        _view(ax, x, picture.values[key], picture.upper[key], _RANGES[key])
         ax.grid(True, axis="y", alpha=0.35)
     axes[0].legend(fontsize=7, loc="upper right")
     figure.suptitle(picture.title, fontsize=10)
     return figure
+
+
+def _view(
+    ax: Any, x: FloatArray, values: FloatArray, upper: FloatArray, span: tuple[float, float]
+) -> None:
+    """Show the statistic's range (up to the highest interval end, with a margin).
+
+    A noisy value outside it (a share below 0, say) keeps its bar, cut at the edge, and its
+    number is written there: the axis follows what the statistic can be, not the noise.
+    """
+    lo_r, hi_r = span
+    finite = np.concatenate([upper[np.isfinite(upper)], values[np.isfinite(values)]])
+    within = finite[(finite >= lo_r) & (finite <= hi_r)]
+    top = min(hi_r, float(within.max())) if within.size else hi_r
+    margin = 0.06 * max(top - lo_r, 1e-6)
+    bottom, ceiling = lo_r - margin, max(top, 1e-6) + 2.0 * margin
+    ax.set_ylim(bottom, ceiling)
+    for xj, vj in zip(x, values, strict=True):
+        if np.isfinite(vj) and not bottom <= vj <= ceiling:
+            edge = ceiling if vj > ceiling else bottom
+            ax.annotate(
+                f"{vj:.2g}",
+                (xj, edge),
+                xytext=(0, -9 if vj > ceiling else 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=6,
+                color="#9b2c2c",
+            )
 
 
 def save_figure_atomic(figure: Figure, path: str | os.PathLike[str], **kwargs: Any) -> Path:
