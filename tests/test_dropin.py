@@ -310,6 +310,8 @@ def test_a_budget_overrun_is_refused_before_any_message() -> None:
     assert first.spent.epsilon <= 1.0 + 1e-9
     sent = len(grid.log)
     assert sent > 0 and len(budget.charges) == 1
+    # the charge is the plan's composed cost: its target, at the budget's delta
+    assert budget.spent().epsilon == pytest.approx(1.0, rel=1e-6)
     with pytest.raises(PrivacyParameterError, match="overrun refused"):
         fa_hetdp.flower.measure(
             grid, server_context(), epsilon=1.0, delta=1e-5, seed=SEED, budget=budget

@@ -137,9 +137,11 @@ def measure(
     if result_path is not None:
         run = dataclasses.replace(run, result_path=Path(result_path).expanduser())
     if budget is not None:
-        # charged before any message: d is not known yet; the charge depends only on the
-        # noise multipliers of the releases, which d does not change
-        budget.charge(plan_protocol(run.protocol, n=count, d=1))
+        # Charged before any message. The composed cost of a plan is its target whatever d
+        # (only its split over the releases depends on d): the summary's d where the server
+        # knows it (label histogram, pooled), else 1.
+        d = spec.resolve(1).dim if spec.kind != "mean" else 1
+        budget.charge(plan_protocol(run.protocol, n=count, d=d))
     strategy = HeterogeneityStrategy(run, version=fa_hetdp.__version__, write_results=write)
     transport = GridTransport(grid, limits=strategy.message_limits, settings=document)
     strategy.run(transport)
