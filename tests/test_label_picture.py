@@ -158,3 +158,29 @@ def test_fa_hetdp_run_writes_the_picture_beside_its_result(
     monkeypatch.setitem(__import__("sys").modules, "matplotlib.figure", None)
     line = label_figure_line(document, tmp_path / "other.json")
     assert "fa-hetdp[plots]" in line
+
+
+@pytest.mark.slow
+def test_fa_hetdp_run_on_a_flwr_partitioned_scenario_writes_the_picture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # End to end (about 35 s): the Flower clients load flwr-datasets partitions of different
+    # sizes (client_records), the run succeeds, and the picture is written beside the result.
+    pytest.importorskip("flwr_datasets")
+    import json
+
+    from fa_hetdp.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    code = main(["run", "digits/digits-flwr-dirichlet", "--workdir", str(tmp_path / "work")])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    (result_file,) = (tmp_path / "results").glob("digits-flwr-dirichlet-*[0-9].json")
+    picture_file = label_figure_path(result_file)
+    assert picture_file.is_file()
+    assert f"label picture: results/{picture_file.name}" in printed.out
+    document = json.loads(result_file.read_text())
+    assert document["n"] == 20 and document["d"] == 10
+    picture = picture_from_document(document)
+    np.testing.assert_array_equal(picture.values["mean"], document["statistics"]["mean"])
