@@ -13,9 +13,17 @@ plan's own noise (stage 2 at each repeat's broadcast), so the audit checks the r
 sensitivities and the stage-2 scaling of ``docs/privacy.md``, "Unit of privacy". Negative
 control: the same plan with every sigma divided by 4 (as if each record-level sensitivity were
 4 times smaller) is caught.
+
+The meta-analysis (``fa_hetdp/protocol/meta_*.py``) is audited round by round (A: ``T, U, W``;
+B: ``A, B, C, D``; C: ``E, F``) at a fixed public broadcast, with its own client functions and
+its plan's noise, against the epsilon of the round's own ``mu``; each round's negative control
+(sigmas / 4) is caught.
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,3 +100,135 @@ def test_audit_catches_record_sensitivities_four_times_too_small() -> None:
     broken = under_noised(plan, 4.0)
     lower = epsilon_lower_bound(_run(broken, *record_neighbours(), seed=2028))
     assert lower > privacy_spent(plan.budget).epsilon, lower
+
+
+# --------------------------------------------------------------------------------------------
+# The meta-analysis' releases, one audit per round (docs/privacy.md, "Record-level sensitivity
+# of the meta-analysis")
+# --------------------------------------------------------------------------------------------
+#
+# Each round is audited at a fixed public broadcast (centre, floor, clip, tau2): the round's
+# releases are mu_k-GDP for every broadcast, so the round alone must not show more than the
+# epsilon of sqrt(sum over its releases of mu_k^2). The neighbours replace one record of the
+# last of six clients; the replaced record is the worst of a seeded search over candidates
+# (uniform, 0/1 and near-floor clients; 0/1 replacements), measured by the shift of the round's
+# exact sum in units of its noise.
+
+META_N, META_D = 6, 3
+META_EPSILON = 8.0  # the whole analysis; each round gets a part (about 2.5-6.4 at this delta)
+
+
+def _meta_plan(m: int) -> Any:
+    from fa_hetdp.protocol.meta_plan import MetaSettings, plan_meta
+
+    return plan_meta(META_EPSILON, DELTA, [m] * META_N, META_D, MetaSettings())
+
+
+def _meta_broadcast(rnd: str, floor: float, tau2: float, centre: float) -> Any:
+    from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
+
+    half, d = np.full(META_D, centre), META_D
+    if rnd == "B":
+        return BroadcastB(centre=half, floor=np.full(d, floor), kappa=np.full(d, 3.0))
+    if rnd == "C":
+        return BroadcastC(
+            centre=half, floor=np.full(d, floor), tau2=np.full(d, tau2), kappa_star=np.full(d, 3.0)
+        )
+    return None
+
+
+def _meta_sum(plan: Any, rnd: str, broadcast: Any, clients: list[FloatArray]) -> FloatArray:
+    """The exact round sum of the clients' records (H14's client functions)."""
+    from fa_hetdp.protocol.meta_client import (
+        round_a_values,
+        round_b_values,
+        round_c_values,
+        summarise,
+    )
+
+    values = {
+        "A": lambda s: round_a_values(plan, s),
+        "B": lambda s: round_b_values(plan, s, broadcast),
+        "C": lambda s: round_c_values(plan, s, broadcast),
+    }[rnd]
+    out: FloatArray = np.sum([values(summarise(r)) for r in clients], axis=0)
+    return out
+
+
+def _meta_neighbours(
+    plan: Any, rnd: str, broadcast: Any, m: int, floor: float, std: FloatArray, seed: int
+) -> tuple[list[FloatArray], list[FloatArray]]:
+    rng = np.random.default_rng(seed)
+    others = [rng.random((m, META_D)) for _ in range(META_N - 1)]
+    best: tuple[float, FloatArray, FloatArray] = (-1.0, others[0], others[0])
+    live = std > 0
+    for trial in range(300):
+        kind = trial % 3
+        if trial == 0:  # at the floor near 0, one record moved to the far corner
+            low = np.where(np.arange(m) % 2 == 0, 0.0, 2.0 * math.sqrt(floor))
+            records = np.tile(low[:, None], (1, META_D))
+        elif kind == 0:
+            records = rng.random((m, META_D))
+        elif kind == 1:
+            records = rng.integers(0, 2, (m, META_D)).astype(np.float64)
+        else:  # at the floor: the weights move most
+            sign = np.where(rng.random((m, META_D)) < 0.5, -1.0, 1.0)
+            spread = np.sqrt(floor) * rng.uniform(0.5, 1.2)
+            records = np.clip(rng.random((1, META_D)) + spread * sign, 0.0, 1.0)
+        replaced = records.copy()
+        replaced[0] = 1.0 if trial == 0 else rng.integers(0, 2, META_D)
+        shift = _meta_sum(plan, rnd, broadcast, [replaced]) - _meta_sum(
+            plan, rnd, broadcast, [records]
+        )
+        size = float(np.sqrt(np.sum((shift[live] / std[live]) ** 2)))
+        if size > best[0]:
+            best = (size, records, replaced)
+    return [*others, best[1]], [*others, best[2]]
+
+
+def _meta_audit(  # type: ignore[no-untyped-def]
+    rnd: str, m: int, floor: float, tau2: float, centre: float, seed: int, factor: float = 1.0
+):
+    """Return (epsilon_lb, the round's claimed epsilon) for round ``rnd``."""
+    from test_audit_levers import DRAWS, Audit, _llr
+
+    from fa_hetdp.dp.calibration import achieved_epsilon
+    from fa_hetdp.protocol.meta_plan import ROUNDS
+    from fa_hetdp.protocol.meta_server import round_sigmas
+
+    plan = _meta_plan(m)
+    broadcast = _meta_broadcast(rnd, floor, tau2, centre)
+    std = plan.noise_std(round_sigmas(plan, rnd, broadcast)) / factor
+    mus = [plan.mu(r) for r in ROUNDS[rnd] if r in plan.releases]
+    claimed = achieved_epsilon(1.0 / math.sqrt(math.fsum(u * u for u in mus)), DELTA)
+    data, data_prime = _meta_neighbours(plan, rnd, broadcast, m, floor, std * factor, seed)
+    mean, mean_prime = (_meta_sum(plan, rnd, broadcast, x) for x in (data, data_prime))
+    rng = np.random.default_rng(seed)
+    llr = [
+        _llr(mu + std * rng.standard_normal((DRAWS, std.size)), mean, mean_prime, std)
+        for mu in (mean, mean_prime)
+    ]
+    return epsilon_lower_bound(Audit(llr[0], llr[1])), claimed
+
+
+META_CASES = {
+    # round: (records per client, public floor, tau2, centre) where the bounds are nearest
+    "A": (4, 0.01, 0.0, 0.5),
+    "B": (4, 0.01, 0.0, 0.5),
+    "C": (5000, 0.01, 0.0, 0.1),
+}
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("rnd", sorted(META_CASES))
+def test_audit_meta_round_stays_below_its_claim(rnd: str) -> None:
+    lower, claimed = _meta_audit(rnd, *META_CASES[rnd], seed=2029)
+    assert lower <= claimed, (rnd, lower, claimed)
+    assert lower > 0.5, (rnd, lower)  # the attack sees a good part of the round's budget
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("rnd", sorted(META_CASES))
+def test_audit_meta_catches_sensitivities_four_times_too_small(rnd: str) -> None:
+    lower, claimed = _meta_audit(rnd, *META_CASES[rnd], seed=2030, factor=4.0)
+    assert lower > claimed, (rnd, lower, claimed)
