@@ -54,10 +54,11 @@ def _pld_epsilon(event: dp_event.DpEvent, delta: float) -> float:
 
 
 class _ProtocolPlanLike:
-    """What a ProtocolPlan offers the budget: its calibrated ``budget``."""
+    """What a ProtocolPlan offers the budget: its calibrated ``budget`` and privacy unit."""
 
-    def __init__(self, budget: object) -> None:
+    def __init__(self, budget: object, privacy_unit: str = "client") -> None:
         self.budget = budget
+        self.privacy_unit = privacy_unit
 
 
 # --------------------------------------------------------------------------- charging
@@ -143,6 +144,32 @@ def test_not_dp_plan_and_unknown_object_are_refused() -> None:
     with pytest.raises(PrivacyParameterError, match="BudgetPlan"):
         b.charge("half of it")
     assert b.charges == ()
+
+
+def test_measurements_of_different_privacy_units_do_not_share_a_budget() -> None:
+    # A record-level and a client-level guarantee protect different neighbours: their mu^2
+    # do not add up to either guarantee, so one budget refuses to mix them.
+    b = PrivacyBudget(2.0, 1e-6)
+    charge = b.charge(_ProtocolPlanLike(_plan(0.5), "client"))
+    assert charge.unit == "client"
+    with pytest.raises(PrivacyParameterError, match=r"unit 'record'.*'client'"):
+        b.charge(_ProtocolPlanLike(_plan(0.5), "record"))
+    assert not b.can_afford(_ProtocolPlanLike(_plan(0.1), "record"))
+    b.charge(_plan(0.5))  # a bare BudgetPlan states no unit: the budget's applies
+    assert b.unit == "client" and len(b.charges) == 2
+    assert "client" in repr(b)
+
+
+def test_a_protocol_plan_is_charged_its_epsilon_and_unit() -> None:
+    from fa_hetdp import ProtocolConfig, plan_protocol
+
+    plan = plan_protocol(ProtocolConfig(epsilon=0.5, delta=1e-6), n=50, d=10)
+    b = PrivacyBudget(1.0, 1e-6)
+    charge = b.charge(plan)
+    assert charge.unit == plan.privacy_unit == "client"
+    counted = [r.name for r in plan.budget.releases if r.counts_for_privacy]
+    assert [r.name for r in charge.releases] == counted
+    assert b.spent().epsilon == pytest.approx(0.5, rel=1e-6)
 
 
 def test_repr_is_readable() -> None:

@@ -102,11 +102,16 @@ class ChargedRelease:
 
 @dataclass(frozen=True)
 class Charge:
-    """One measurement on the ledger: its name, mechanism and counted releases."""
+    """One measurement on the ledger: its name, mechanism and counted releases.
+
+    ``unit`` is the plan's privacy unit (``"client"`` or ``"record"``: what neighbouring
+    federations differ in) when it states one (a ProtocolPlan does), else None.
+    """
 
     name: str
     mechanism: str
     releases: tuple[ChargedRelease, ...]
+    unit: str | None = None
 
     @property
     def mu(self) -> float:
@@ -200,6 +205,16 @@ class PrivacyBudget:
         return self._delta
 
     @property
+    def unit(self) -> str | None:
+        """The privacy unit of the charges that state one (None before any does).
+
+        Guarantees of different units protect different neighbours and do not compose into
+        either, so a budget holds measurements of one unit only.
+        """
+        with self._lock:
+            return _unit(self._charges)
+
+    @property
     def charges(self) -> tuple[Charge, ...]:
         """The ledger, oldest first."""
         with self._lock:
@@ -223,7 +238,9 @@ class PrivacyBudget:
         """Whether charging ``item`` now would stay within the budget (records nothing)."""
         charge = self.cost(item)
         with self._lock:
-            return self._fits([*self._charges, charge])
+            return _unit_problem(self._charges, charge) is None and self._fits(
+                [*self._charges, charge]
+            )
 
     def reserve(self, item: Chargeable, *, name: str | None = None) -> Charge:
         """Charge ``item`` before it runs, or refuse if it would overrun the budget.
@@ -248,11 +265,15 @@ class PrivacyBudget:
         ------
         PrivacyParameterError
             If the ledger with it would exceed the budget (nothing is recorded; the message
-            says what is left and what was asked), or ``item`` is not chargeable (not a plan,
-            or a plan that is not a differential-privacy guarantee).
+            says what is left and what was asked), if its privacy unit differs from the
+            budget's (:attr:`unit`), or ``item`` is not chargeable (not a plan, or a plan
+            that is not a differential-privacy guarantee).
         """
         charge = self.cost(item, name=name)
         with self._lock:
+            problem = _unit_problem(self._charges, charge)
+            if problem is not None:
+                raise PrivacyParameterError(problem)
             ledger = [*self._charges, charge]
             if not self._fits(ledger):
                 left = self._remaining(self._charges, discrete=_discrete(ledger))
@@ -317,9 +338,10 @@ class PrivacyBudget:
 
     def __repr__(self) -> str:
         spent, left = self.spent(), self.remaining()
-        n = len(self.charges)
+        n, unit = len(self.charges), self.unit
+        per = "" if unit is None else f" per {unit}"
         return (
-            f"PrivacyBudget(epsilon={self._epsilon:g}, delta={self._delta:g}; "
+            f"PrivacyBudget(epsilon={self._epsilon:g}, delta={self._delta:g}{per}; "
             f"spent epsilon={spent.epsilon:.4g}, remaining epsilon={left.epsilon:.4g}, "
             f"{n} charge{'' if n == 1 else 's'}; {spent.accounting})"
         )
@@ -352,6 +374,22 @@ class PrivacyBudget:
         mu = math.sqrt(max(self._mu_budget**2 - spent.mu**2, 0.0))
         eps = achieved_epsilon(1.0, self._delta, mu) if mu > 0.0 else 0.0
         return BudgetState(eps, self._delta, mu, 0.5 * mu * mu, GDP_ACCOUNTING)
+
+
+def _unit(ledger: list[Charge]) -> str | None:
+    return next((c.unit for c in ledger if c.unit is not None), None)
+
+
+def _unit_problem(ledger: list[Charge], charge: Charge) -> str | None:
+    """Why ``charge`` cannot join ``ledger`` (another privacy unit), or None."""
+    unit = _unit(ledger)
+    if unit is None or charge.unit is None or charge.unit == unit:
+        return None
+    return (
+        f"{charge.name!r} protects the privacy unit {charge.unit!r} but this budget holds "
+        f"measurements of unit {unit!r}; guarantees of different units do not compose into "
+        "one: use a budget per unit"
+    )
 
 
 def _discrete(ledger: list[Charge]) -> bool:
@@ -397,4 +435,5 @@ def _charge_of(item: Chargeable, name: str) -> Charge:
             releases.append(ChargedRelease(r.name, "gaussian", nm, 0.5 * mu * mu))
     if not releases:
         raise PrivacyParameterError(f"{name!r} has no release that counts for privacy")
-    return Charge(name, plan.mechanism, tuple(releases))
+    unit = getattr(item, "privacy_unit", None)
+    return Charge(name, plan.mechanism, tuple(releases), unit if isinstance(unit, str) else None)
