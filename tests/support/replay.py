@@ -20,6 +20,7 @@ sum, ``stage2`` those of stage 2. With ``adaptive_floor`` the stage-0 histogram 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,6 +58,7 @@ def reference_statistics(
     stage1: Sequence[int] | None = None,
     stage2: Sequence[int] | None = None,
     modulus_bits: int = 64,
+    broadcast: tuple[FloatArray, FloatArray] | None = None,
 ) -> PrivateStatistics:
     """Replay a seeded run in process (plain sums instead of secure aggregation).
 
@@ -78,6 +80,12 @@ def reference_statistics(
     modulus_bits : {64, 32}
         The run's ring ``Z_2^m`` (``secagg.modulus_bits`` of its result): a ``ddg``/``skellam``
         client's lattice, hence its draws, depend on it.
+    broadcast : (mu_prime_broadcast, weighted_mu_prime) or None
+        The run's own stage-1 broadcast: stage 2 is replayed from it instead of from the
+        twin's stage 1 (compare stage 1 on its own). The stage-2 noise scales follow the
+        broadcast, and a ``ddg``/``skellam`` sampler's draws are not continuous in their
+        scale: the encoding error of the run's stage-1 sum (below 1e-8) can change every
+        draw after one coordinate. Default: the twin's own stage 1.
 
     Returns
     -------
@@ -126,6 +134,12 @@ def reference_statistics(
         total1 += stage1_contribution(local[i], plan, rng=rngs[i], modulus_bits=modulus_bits)
         rngs[i].random(plan.stage1_length)  # the stochastic rounding draws of the encoding
     release1 = assemble_stage1(total1, plan, n=len(in1), noise_shares=len(in1), rng=server_rng)
+    if broadcast is not None:
+        release1 = dataclasses.replace(
+            release1,
+            mu_prime_broadcast=np.asarray(broadcast[0], dtype=np.float64),
+            weighted_mu_prime=np.asarray(broadcast[1], dtype=np.float64),
+        )
 
     total2 = np.zeros(plan.stage2_length)
     for i in in2:
