@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,6 +169,23 @@ def test_measurements_come_before_training_every_k_rounds_and_at_the_end(
     assert checkpoints(4, 0) == [4]  # no measurements: train straight through
     with pytest.raises(ValueError, match="measure-every must be >= 0"):
         checkpoints(4, -1)
+
+
+def test_too_few_nodes_stop_the_run_with_the_reason(example_modules: Any) -> None:
+    """flwr's simulation starts 2 SuperNodes unless told otherwise: say so, do not hang."""
+    _, server_app = example_modules
+
+    class TwoNodes:
+        def get_node_ids(self) -> list[int]:
+            return [1, 2]
+
+    expected = (
+        "only 2 of min-nodes = 20 SuperNodes connected within 0.3 s; in simulation run with "
+        '--federation-config "num-supernodes=20", or lower min-nodes'
+    )
+    with pytest.raises(RuntimeError, match=re.escape(expected)):
+        server_app.wait_for_nodes(TwoNodes(), 20, 0.3)
+    server_app.wait_for_nodes(TwoNodes(), 2, 0.0)  # enough nodes: returns at once
 
 
 @pytest.mark.slow

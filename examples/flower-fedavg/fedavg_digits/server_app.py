@@ -157,18 +157,36 @@ def _measure(
     return rows
 
 
+def wait_for_nodes(grid: Grid, wanted: int, timeout: float) -> None:
+    """Wait until ``wanted`` nodes are connected; raise RuntimeError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while (connected := len(list(grid.get_node_ids()))) < wanted:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"only {connected} of min-nodes = {wanted} SuperNodes connected within "
+                f"{timeout:g} s; in simulation run with --federation-config "
+                f'"num-supernodes={wanted}", or lower min-nodes'
+            )
+        time.sleep(0.2)
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Train with FedAvg in blocks of ``measure-every`` rounds, measuring between blocks."""
     settings = Settings.from_run_config(context.run_config)
     test = task.test_set(settings.data_seed)
     nodes = int(context.run_config["min-nodes"])
+    try:
+        wait_for_nodes(grid, nodes, float(context.run_config["node-wait-timeout"]))
+    except RuntimeError as exc:
+        write_json_atomic(settings.result_path, {"status": "aborted", "reason": str(exc)})
+        raise
 
     def evaluate_test(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         loss, accuracy = task.evaluate(arrays.to_numpy_ndarrays(), test)
         return MetricRecord({"test_loss": loss, "test_accuracy": accuracy})
 
-    strategy = FedAvg(fraction_evaluate=1.0, min_available_nodes=nodes, min_train_nodes=nodes)
+    strategy = FedAvg(min_available_nodes=nodes, min_train_nodes=nodes, min_evaluate_nodes=nodes)
     # fa-hetdp: one budget for every measurement of this run.
     budget = fa_hetdp.PrivacyBudget(settings.budget_epsilon, settings.budget_delta)
 
