@@ -67,9 +67,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 import fa_hetdp
+from fa_hetdp.clients import meta
 from fa_hetdp.config.partition import client_records, client_summary
 from fa_hetdp.config.rules import ConfigError
-from fa_hetdp.data.check import load_checked
+from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.errors import InputDataError
@@ -83,6 +84,7 @@ from fa_hetdp.flower.measurement import (
 from fa_hetdp.flower.settings import RunSettings, dropout_partitions, node_secagg
 from fa_hetdp.flower.steps import (
     ADVERTISE_KEYS,
+    INPUT_STEP,
     SHARE_KEYS,
     STAGE0_CONSISTENCY,
     STAGE0_INPUT,
@@ -165,13 +167,14 @@ def load_vector(path: str) -> np.ndarray:
 def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     """Return the records of this package's own app: the node's data file, or its partition.
 
-    ``node_config["data-path"]`` (a data owner's own file, checked by :func:`load_vector`):
-    the mean of its records as one row, without labels. Else the node's partition
-    (``partition-id`` of ``num-partitions``) of the run's scenario, with labels.
+    ``node_config["data-path"]`` (a data owner's own file, checked as :func:`load_vector`
+    checks it): its rows, without labels (the paper's statistics average them into one
+    vector; a meta-analysis uses every record). Else the node's partition (``partition-id``
+    of ``num-partitions``) of the run's scenario, with labels.
     """
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
-        return load_vector(data_path)[np.newaxis, :], None  # a file has no labels
+        return load_checked_records(data_path), None  # a file has no labels
     pid, num = _partition(context)
     return client_records(_settings(context).scenario, pid, num)
 
@@ -249,6 +252,37 @@ def _summarise(
             f"(num_labels={summary.num_labels})"
         )
     return summarise(features, labels, summary)
+
+
+def _analysis(settings: RunSettings) -> str:
+    """Return the run's ``analysis`` setting: ``"heterogeneity"`` or ``"meta"``."""
+    return str(settings.protocol.setting("analysis"))
+
+
+#: Under which key of :attr:`State.LOCAL` each analysis keeps the client's data.
+_LOCAL_KEY: Mapping[str, str] = {"heterogeneity": State.X, "meta": State.RECORDS}
+
+
+def _local_data(
+    settings: RunSettings,
+    features: np.ndarray,
+    labels: np.ndarray | None,
+    summary: ClientSummary,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Return what the session keeps of the records, and what the first reply shows of them.
+
+    The paper's statistics keep the summary ``x_i`` (:func:`_summarise`); a meta-analysis
+    keeps the records themselves and shows their count ``m_i`` (public in a meta-analysis:
+    the plan is calibrated on every client's count).
+    """
+    if _analysis(settings) == "meta":
+        if features.shape[0] < 2:
+            raise InputDataError(
+                f"a meta-analysis needs at least 2 records per client, this node holds "
+                f"{features.shape[0]}"
+            )
+        return {State.RECORDS: features}, {Key.RECORDS: int(features.shape[0])}
+    return {State.X: _summarise(features, labels, summary)}, {}
 
 
 _SETTINGS_CACHE: dict[object, RunSettings] = {}
@@ -404,7 +438,8 @@ def advertise_keys(
         _maybe_drop(settings, pid, ADVERTISE_KEYS)
         features, labels = _records_of((records or scenario_records)(context))
         _check_record_count(settings, features.shape[0])
-        x = _summarise(features, labels, sent.summary.resolve(features.shape[1]))
+        summary = sent.summary.resolve(features.shape[1])
+        local, shown = _local_data(settings, features, labels, summary)
     else:
         settings = _settings(context)
         pid, num = _partition(context)
@@ -412,7 +447,8 @@ def advertise_keys(
         request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
         sent = None
         features, labels = _records_of((records or scenario_records)(context))
-        x = _summarise(features, labels, client_summary(settings.scenario))
+        local, shown = _local_data(settings, features, labels, client_summary(settings.scenario))
+    d = int(local[_LOCAL_KEY[_analysis(settings)]].shape[-1])
     client_id = int(request[Key.CLIENT_ID])
     own = node_secagg(context.node_config, settings, (pid, num))  # the node's own keys
     if own.roster is not None:
@@ -434,12 +470,14 @@ def advertise_keys(
         roster=own.roster,
     )
     reply = secagg.advertise_keys(request[Key.SETUP])
-    context.state[State.LOCAL] = ArrayRecord(array_dict={State.X: Array(np.ascontiguousarray(x))})
+    context.state[State.LOCAL] = ArrayRecord(
+        array_dict={k: Array(np.ascontiguousarray(v)) for k, v in local.items()}
+    )
     record = ConfigRecord(
         {
             State.SECAGG: secagg.to_bytes(),
             State.CLIENT_ID: client_id,
-            State.D: int(x.shape[0]),
+            State.D: d,
             State.RNG_STATE: "",
             SENT_SETTINGS: "" if sent is None else sent.to_json(),
         }
@@ -448,7 +486,8 @@ def advertise_keys(
     return _reply(
         msg,
         {
-            Key.D: int(x.shape[0]),
+            Key.D: d,
+            **shown,
             Key.PARTITION_ID: pid,
             Key.NUM_PARTITIONS: num,
             Key.VERSION: fa_hetdp.__version__,
@@ -469,20 +508,8 @@ def share_keys(msg: Message, context: Context) -> Message:
 
 
 def stage0_input(msg: Message, context: Context) -> Message:
-    """Stage 0 (``adaptive_floor``): the one-hot bucket of ``s_i^2`` plus a noise share."""
-    settings, pid, record = _start_step(context, STAGE0_INPUT)
-    plan = _plan(settings, record)
-    if not plan.adaptive or plan.floor is not None:
-        raise RuntimeError("stage0_input outside an adaptive_floor session, or after stage 1")
-    rng = _generator(settings, record, pid)
-    x = _local(context, plan).x
-    lattice = stage_lattice(plan, 0, modulus_bits=settings.modulus_bits)  # ddg/skellam
-    share = plan.floor_share_std
-    values = floor_contribution(
-        x, plan.floor_edges, share, mechanism=plan.mechanism, rng=rng, lattice=lattice
-    )
-    request = decode(msg.content, limits=_limits(context, STAGE0_INPUT))
-    return _masked_input(msg, request, values, settings, record, rng)
+    """Stage 0: ``adaptive_floor``'s bucket of ``s_i^2``, or round A of a meta-analysis."""
+    return _input(msg, context, 0)
 
 
 def stage0_unmask(msg: Message, context: Context) -> Message:
@@ -491,18 +518,8 @@ def stage0_unmask(msg: Message, context: Context) -> Message:
 
 
 def stage1_input(msg: Message, context: Context) -> Message:
-    """Stage 1: ``[x, w x, w]`` plus a noise share, encoded and masked."""
-    settings, pid, record = _start_step(context, STAGE1_INPUT)
-    request = decode(msg.content, limits=_limits(context, STAGE1_INPUT))
-    if _plan(settings, record).adaptive:  # the floor picked from the stage-0 histogram
-        if Key.FLOOR not in request:
-            raise RuntimeError("adaptive_floor session: the server sent no variance floor")
-        record[State.FLOOR] = float(request[Key.FLOOR])  # plan_protocol checks [v_min, 1/4]
-    plan = _plan(settings, record)
-    rng = _generator(settings, record, pid)
-    bits = settings.modulus_bits  # a ddg/skellam contribution's lattice depends on the ring
-    values = stage1_contribution(_local(context, plan), plan, rng=rng, modulus_bits=bits)
-    return _masked_input(msg, request, values, settings, record, rng)
+    """Stage 1: ``[x, w x, w]``, or round B of a meta-analysis, plus a noise share."""
+    return _input(msg, context, 1)
 
 
 def stage1_unmask(msg: Message, context: Context) -> Message:
@@ -511,12 +528,76 @@ def stage1_unmask(msg: Message, context: Context) -> Message:
 
 
 def stage2_input(msg: Message, context: Context) -> Message:
-    """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share, encoded and masked."""
-    settings, pid, record = _start_step(context, STAGE2_INPUT)
-    plan = _plan(settings, record)
-    request = decode(msg.content, limits=_limits(context, STAGE2_INPUT))
+    """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]``, or round C, plus a noise share."""
+    return _input(msg, context, 2)
+
+
+def stage2_unmask(msg: Message, context: Context) -> Message:
+    """Stage 2: reveal the shares that remove the masks."""
+    return _unmask(msg, context, STAGE2_UNMASK)
+
+
+InputValues = Callable[
+    [Context, RunSettings, ConfigRecord, dict[str, Any], np.random.Generator], np.ndarray
+]
+"""``values(context, settings, record, request, rng)``: one stage's vector plus noise share."""
+
+
+def _input(msg: Message, context: Context, stage: int) -> Message:
+    # Every masked-input step: the analysis' values of this stage, encoded and masked.
+    settings, pid, record = _start_step(context, INPUT_STEP[stage])
+    request = decode(msg.content, limits=_limits(context, INPUT_STEP[stage]))
     rng = _generator(settings, record, pid)
-    values = stage2_contribution(
+    values = _INPUT_VALUES[_analysis(settings)][stage](context, settings, record, request, rng)
+    return _masked_input(msg, request, values, settings, record, rng)
+
+
+def _floor_values(
+    context: Context,
+    settings: RunSettings,
+    record: ConfigRecord,
+    request: dict[str, Any],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Stage 0 (``adaptive_floor``): the one-hot bucket of ``s_i^2`` plus a noise share."""
+    plan = _plan(settings, record)
+    if not plan.adaptive or plan.floor is not None:
+        raise RuntimeError("stage0_input outside an adaptive_floor session, or after stage 1")
+    x = _local(context, plan).x
+    lattice = stage_lattice(plan, 0, modulus_bits=settings.modulus_bits)  # ddg/skellam
+    share = plan.floor_share_std
+    return floor_contribution(
+        x, plan.floor_edges, share, mechanism=plan.mechanism, rng=rng, lattice=lattice
+    )
+
+
+def _stage1_values(
+    context: Context,
+    settings: RunSettings,
+    record: ConfigRecord,
+    request: dict[str, Any],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Stage 1: ``[x, w x, w]`` plus a noise share."""
+    if _plan(settings, record).adaptive:  # the floor picked from the stage-0 histogram
+        if Key.FLOOR not in request:
+            raise RuntimeError("adaptive_floor session: the server sent no variance floor")
+        record[State.FLOOR] = float(request[Key.FLOOR])  # plan_protocol checks [v_min, 1/4]
+    plan = _plan(settings, record)
+    bits = settings.modulus_bits  # a ddg/skellam contribution's lattice depends on the ring
+    return stage1_contribution(_local(context, plan), plan, rng=rng, modulus_bits=bits)
+
+
+def _stage2_values(
+    context: Context,
+    settings: RunSettings,
+    record: ConfigRecord,
+    request: dict[str, Any],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share."""
+    plan = _plan(settings, record)
+    return stage2_contribution(
         _local(context, plan),
         plan,
         np.asarray(request[Key.MU_PRIME], dtype=np.float64),
@@ -524,12 +605,41 @@ def stage2_input(msg: Message, context: Context) -> Message:
         rng=rng,
         modulus_bits=settings.modulus_bits,
     )
-    return _masked_input(msg, request, values, settings, record, rng)
 
 
-def stage2_unmask(msg: Message, context: Context) -> Message:
-    """Stage 2: reveal the shares that remove the masks."""
-    return _unmask(msg, context, STAGE2_UNMASK)
+def _meta_values(stage: int) -> InputValues:
+    """Round A, B or C of a meta-analysis (:mod:`fa_hetdp.clients.meta`) at ``stage``."""
+
+    def values(
+        context: Context,
+        settings: RunSettings,
+        record: ConfigRecord,
+        request: dict[str, Any],
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        arrays = context.state.get(State.LOCAL)
+        if not isinstance(arrays, ArrayRecord):
+            raise RuntimeError("no local data: the session did not start on this node")
+        records = np.asarray(arrays[State.RECORDS].numpy(), dtype=np.float64)
+        if stage == 0:  # round A: the public counts the plan is calibrated on
+            counts = meta.read_counts(
+                request,
+                client_id=_state_int(record, State.CLIENT_ID),
+                m=records.shape[0],
+                n=_state_int(record, State.SESSION_SIZE),
+            )
+            record[State.META_COUNTS] = meta.counts_to_json(counts)
+        counts = meta.counts_from_json(record.get(State.META_COUNTS))
+        return meta.meta_round(settings, records, counts, stage, request, rng)
+
+    return values
+
+
+#: Each analysis' values of the masked-input stages 0, 1, 2 (the ``analysis`` setting).
+_INPUT_VALUES: Mapping[str, Mapping[int, InputValues]] = {
+    "heterogeneity": {0: _floor_values, 1: _stage1_values, 2: _stage2_values},
+    "meta": {stage: _meta_values(stage) for stage in (0, 1, 2)},
+}
 
 
 def _masked_input(

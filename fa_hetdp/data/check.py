@@ -32,6 +32,7 @@ __all__ = [
     "DataProblem",
     "inspect_data",
     "load_checked",
+    "load_checked_records",
 ]
 
 log = logging.getLogger("fa_hetdp.data_owner")
@@ -134,10 +135,21 @@ def load_checked(path: str | Path, *, expected_d: int | None = None) -> FloatArr
     DataCheckError
         With the public text only; each problem's detail goes to this node's log.
     """
+    out: FloatArray = np.asarray(load_checked_records(path, expected_d=expected_d).mean(axis=0))
+    return out
+
+
+def load_checked_records(path: str | Path, *, expected_d: int | None = None) -> FloatArray:
+    """Return the data owner's records ``(m, d)`` (rows are records) after the checks.
+
+    Raises
+    ------
+    DataCheckError
+        As :func:`load_checked`.
+    """
     data, problems = inspect_data(path, expected_d=expected_d)
     if problems or data is None:
         for problem in problems:
             log.error("fa-hetdp data check: %s", problem.detail)
         raise DataCheckError(problems)
-    out: FloatArray = np.asarray(data.mean(axis=0))
-    return out
+    return data

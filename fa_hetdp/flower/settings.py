@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -29,6 +29,7 @@ from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.config.settings import SETTINGS, Setting
 from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
+from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta
 from fa_hetdp.secagg.identity import Roster, load_identity_key, public_identity
 from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
 
@@ -38,6 +39,7 @@ __all__ = [
     "NodeSecAgg",
     "RunSettings",
     "dropout_partitions",
+    "meta_plan",
     "node_secagg",
     "simulation_identities",
 ]
@@ -558,3 +560,28 @@ def node_secagg(
     identity = None if key_path is None else load_identity_key(str(key_path))
     gamma = max(floor, settings.corrupt_fraction) if model == "malicious-server" else floor
     return NodeSecAgg(threat_model=model, gamma=gamma, identity=identity, roster=roster)
+
+
+def meta_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) -> MetaPlan:
+    """Return the plan of a meta-analysis run (``analysis = "meta"``) for the public counts.
+
+    The client and the server both build it from the run's settings (the unit of privacy,
+    ``min_records``, the placement, the mechanism, the budget and the secagg ``gamma``, whose
+    colluding clients' noise shares are not counted) and the session's record counts, so
+    each client's noise share and the server's calibration agree.
+
+    Raises
+    ------
+    PrivacyParameterError
+        A setting the meta-analysis does not take (e.g. a mechanism other than ``agm``), or
+        ``min_records`` above a client's count.
+    """
+    p = settings.protocol
+    meta = MetaSettings(
+        privacy_unit=str(p.setting("privacy_unit")),
+        min_records=p.setting("min_records"),
+        placement=p.placement,
+        corrupt_fraction=settings.corrupt_fraction,
+        mechanism=p.mechanism,
+    )
+    return plan_meta(p.epsilon, p.delta, records_per_client, d, meta)

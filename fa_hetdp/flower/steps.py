@@ -141,6 +141,23 @@ class Key:
     """``stage1_input`` request (``adaptive_floor``): the floor chosen from the stage-0
     histogram, which the client uses in stages 1 and 2."""
 
+    # the meta-analysis (analysis = "meta"): rounds A, B, C on the stage 0, 1, 2 steps
+    RECORDS: Final = "records"
+    """``advertise_keys`` reply (meta-analysis): the client's record count ``m_i`` (public)."""
+    META_COUNTS: Final = "meta-counts"
+    """``stage0_input`` request (round A): ``[[client id, m_i], ...]`` of every client in the
+    key directory, which the plan is calibrated for (each client checks its own)."""
+    META_CENTRE: Final = "meta-centre"
+    """``stage1_input``/``stage2_input`` requests (rounds B, C): the centre ``c``."""
+    META_FLOOR: Final = "meta-floor"
+    """Rounds B, C: the variance floor ``f`` of every coordinate."""
+    META_KAPPA: Final = "meta-kappa"
+    """Round B: the clip ``kappa`` of the standardised deviations."""
+    META_TAU2: Final = "meta-tau2"
+    """Round C: the between-client variance ``tau2`` of round B."""
+    META_KAPPA_STAR: Final = "meta-kappa-star"
+    """Round C: the clip ``kappa*``."""
+
 
 # ---------------------------------------------------------------------------- client state
 @final
@@ -165,6 +182,10 @@ class State:
     """The noise generator's state as JSON (simulation mode; ``""`` otherwise)."""
     FLOOR: Final = "variance-floor"
     """The adaptive floor received with ``stage1_input`` (``adaptive_floor`` runs only)."""
+    RECORDS: Final = "records"
+    """The client's records ``(m, d)`` in :attr:`LOCAL` (meta-analysis: not one vector)."""
+    META_COUNTS: Final = "meta-counts"
+    """The session's public record counts ``[[client id, m_i], ...]`` as JSON (round A on)."""
 
 
 # ---------------------------------------------------------------------------- node config

@@ -1,15 +1,391 @@
-"""The meta-analysis over Flower: rounds A, B and C of a session (``analysis = "meta"``)."""
+"""The meta-analysis over Flower: rounds A, B and C of a session (``analysis = "meta"``).
+
+After the key advertisement (where every client reports its record count ``m_i``, public in
+a meta-analysis), :func:`meta_rounds` runs the three secure sums of
+:mod:`fa_hetdp.protocol.meta_plan` on the session's summations 0, 1 and 2 (the
+``stage0/1/2`` steps of :mod:`fa_hetdp.flower.steps`), with the server functions the in-process
+:func:`fa_hetdp.private_meta_analysis` uses (:mod:`fa_hetdp.protocol.meta_server`):
+
+1. ``share_keys``;
+2. round A (``stage0_input``): the request lists every client's count (the plan's
+   calibration); the noisy ``[T | U | W]`` gives the centre, floor and clip
+   (:func:`~fa_hetdp.protocol.meta_server.assemble_round_a`), broadcast with round B;
+3. round B (``stage1_input``): ``[A | B | C | D]``; the fixed effect, ``Q``, ``I^2`` and
+   ``tau2`` (:func:`~fa_hetdp.protocol.meta_server.assemble_round_b`), ``tau2`` broadcast
+   with round C;
+4. round C (``stage2_input``, when the random-effects mean is asked for): ``[E | F]``;
+   the result (:func:`~fa_hetdp.protocol.meta_server.assemble_result`).
+
+Every client of the key directory must take part in every round: their counts calibrate the
+plan and each counts as one study, so a dropout after the key advertisement aborts the run
+with the round in the reason (what was released before it stays on record, with its cost
+bounded by the whole plan's). A client whose first reply has no usable count is dropped
+there, before the key directory is fixed.
+
+The result document holds the meta-analysis (:func:`fa_hetdp.report.meta.meta_section`:
+values and intervals), the unit of privacy, the spent ``(epsilon, delta)`` and the partitions
+in each sum (the in-process replay of a simulation takes them).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.dp.accounting import PrivacySpent
+from fa_hetdp.dp.calibration import weak_privacy_label
+from fa_hetdp.flower.settings import meta_plan
+from fa_hetdp.flower.steps import SHARE_KEYS, Event, Key
+from fa_hetdp.protocol.guarantee import Guarantee
+from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
+from fa_hetdp.protocol.meta_plan import (
+    ROUNDS,
+    MetaPlan,
+    client_bound_a,
+    client_bound_b,
+    client_bound_c,
+    client_bound_d,
+    client_bound_t,
+    client_bound_u2,
+    client_bound_w,
+)
+from fa_hetdp.protocol.meta_server import (
+    PrivateMetaAnalysis,
+    add_central_noise,
+    assemble_result,
+    assemble_round_a,
+    assemble_round_b,
+    round_sigmas,
+    split_round,
+)
+from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY
+from fa_hetdp.report.meta import meta_section
+from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
+from fa_hetdp.secagg.params import SecAggParameters
+from fa_hetdp.secagg.server import SumResult
+from fa_hetdp.server.results import secagg_section, simulation_caveats, write_result
 
 if TYPE_CHECKING:
     from fa_hetdp.server.strategy import HeterogeneityStrategy, Session
 
-__all__ = ["meta_rounds"]
+__all__ = [
+    "MIN_SCALE",
+    "check_count",
+    "meta_encoding",
+    "meta_privacy_section",
+    "meta_rounds",
+]
+
+
+MIN_SCALE = 2.0**-40
+"""The smallest encoding scale a meta round accepts (a step of ``2^40`` on ``D``'s largest
+words): the encoding of the paper protocol keeps steps below 1."""
+
+
+def check_count(reply: Mapping[str, Any]) -> str | None:
+    """Return why an ``advertise_keys`` reply has no usable record count, or None."""
+    m = reply.get(Key.RECORDS)
+    if isinstance(m, int) and not isinstance(m, bool) and m >= 2:
+        return None
+    return f"record count {m!r}: a meta-analysis needs an integer m_i >= 2 from every client"
+
+
+def _value_bounds(
+    plan: MetaPlan, rnd: str, broadcast: BroadcastB | BroadcastC | None
+) -> FloatArray:
+    """Per-word bound on ``|one client's value|`` of round ``rnd`` (its whole range, public)."""
+    big, d = plan.m_max, plan.d
+    parts: list[Any]
+    if rnd == "A":
+        parts = [client_bound_t(big), client_bound_u2(big), client_bound_w(big)]
+    elif isinstance(broadcast, BroadcastB):
+        f, k = broadcast.floor, broadcast.kappa
+        parts = [
+            client_bound_a(k),
+            client_bound_b(big, f, k),
+            client_bound_c(big, f),
+            client_bound_d(big, f),
+        ]
+    elif isinstance(broadcast, BroadcastC):  # w* = 1/(s~2/m + tau2) <= m/f
+        f, ks = broadcast.floor, broadcast.kappa_star
+        parts = [client_bound_b(big, f, ks), client_bound_c(big, f)]
+    else:
+        raise ValueError(f"round {rnd!r} needs its broadcast")
+    return np.concatenate([np.broadcast_to(np.asarray(p, np.float64), (d,)) for p in parts])
+
+
+def meta_encoding(
+    plan: MetaPlan,
+    rnd: str,
+    broadcast: BroadcastB | BroadcastC | None,
+    n: int,
+    *,
+    modulus_bits: int = 64,
+) -> FixedPointEncoding:
+    """Return the fixed-point encoding of round ``rnd``'s vectors for a sum of ``n``.
+
+    Each word's stated bound is the range of one client's value
+    (:func:`~fa_hetdp.protocol.meta_plan.client_bound_t` ...) plus the tail bound of its
+    noise share (failure probability ``2 Phi(-12)`` per word), at the largest power-of-two
+    scales that cannot wrap (:func:`~fa_hetdp.secagg.encoding.choose_encoding`).
+    """
+    share = plan.share_std(round_sigmas(plan, rnd, broadcast))
+    tail = plan.mechanism.tail_bound(share, ENCODING_FAILURE_PROBABILITY)
+    bounds = _value_bounds(plan, rnd, broadcast)
+    if bounds.shape != (len(ROUNDS[rnd]) * plan.d,):
+        raise ValueError(f"round {rnd}: {bounds.shape} bounds for {len(ROUNDS[rnd])} blocks")
+    # D = sum w^2 reaches (m/f)^2 (1e17 at m = 4 000, f = 1e-4): a step above 1 is allowed
+    # there (float64 is exact to 2^52 only); the decoding error n/scale stays far below the
+    # noise of such a word and is stated in the result (encoding_error_bound)
+    return choose_encoding(
+        n,
+        bounds,
+        noise_std=tail,
+        noise_tail=1.0,
+        min_scale=MIN_SCALE,
+        modulus_bits=modulus_bits,
+    )
+
+
+def _adversary(plan: MetaPlan, secagg: SecAggParameters | None) -> str:
+    if plan.settings.placement == "central":
+        return (
+            "trusted server (central placement: it sees the exact sums and adds the noise); "
+            "the guarantee holds against everyone who sees the released values"
+        )
+    colluders = plan.n - plan.t
+    clients = (
+        f"no colluding clients assumed: all n = {plan.n} noise shares counted as honest"
+        if colluders == 0
+        else f"at most {colluders} colluding clients, whose noise shares are not counted: "
+        f"noise calibrated to t = {plan.t} honest shares of n = {plan.n}"
+    )
+    if secagg is None:
+        return f"server honest-but-curious; {clients}"
+    kind = "malicious" if secagg.threat_model == "malicious-server" else "honest-but-curious"
+    return f"server {kind}; {clients}; secure aggregation: {secagg.guarantee()}"
+
+
+def meta_privacy_section(
+    plan: MetaPlan,
+    spent: PrivacySpent | None,
+    *,
+    released: Sequence[str],
+    secagg: SecAggParameters | None = None,
+    caveats: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Return the document's ``privacy`` part for a meta-analysis run.
+
+    ``spent`` None: the run stopped before its last round; what went out is part of the plan,
+    so it spent at most the plan's ``(epsilon, delta)`` (stated as ``epsilon_at_most``).
+    """
+    full = plan.spent
+    dp = plan.budget is not None and full is not None and full.epsilon is not None
+    notes = list(caveats)
+    weak = weak_privacy_label(plan.epsilon)
+    if dp and weak is not None:
+        notes.append(weak)
+    reasons = () if dp else ("noise off: a reference run",)
+    guarantee = Guarantee(
+        dp=dp,
+        epsilon=None if spent is None or spent.epsilon is None else float(spent.epsilon),
+        delta=None if spent is None or spent.delta is None else float(spent.delta),
+        unit_of_privacy=plan.unit_of_privacy,
+        adversary=_adversary(plan, secagg),
+        honest_shares=None if plan.settings.placement == "central" else plan.t,
+        n=plan.n,
+        not_dp_because=reasons,
+        caveats=tuple(notes),
+    ).as_dict()
+    section: dict[str, Any] = {
+        "differentially_private": dp,
+        "released": list(released),
+        "guarantee": guarantee,
+        "unit_of_privacy": plan.unit_of_privacy,
+    }
+    if not dp or full is None:
+        section["not_private_because"] = list(reasons)
+        return section
+    section["target_epsilon"] = plan.epsilon
+    section["target_delta"] = plan.delta
+    if spent is None:
+        section["guarantees"] = []
+        if released:
+            section["epsilon_at_most"] = float(full.epsilon) if full.epsilon else None
+        return section
+    epsilon, delta_at = spent.epsilon, spent.delta_at_target_epsilon
+    section.update(
+        {
+            "guarantees": [
+                {"epsilon": _number(epsilon), "delta": plan.delta},
+                {"epsilon": plan.epsilon, "delta": _number(delta_at)},
+            ],
+            "epsilon_spent": _number(epsilon),
+            "delta": spent.delta,
+            "mu": _number(spent.mu),
+            "delta_at_target_epsilon": delta_at,
+            "degraded": spent.degraded,
+            "composition": spent.accounting,
+            "per_release": [
+                {k: _plain(v) for k, v in dataclasses.asdict(r).items()} for r in spent.per_release
+            ],
+        }
+    )
+    return section
+
+
+def _number(value: float | None) -> float | str | None:
+    if value is None:
+        return None
+    return float(value) if math.isfinite(value) else str(value)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _floats(values: Any) -> list[float]:
+    return [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
 def meta_rounds(strategy: HeterogeneityStrategy, session: Session) -> dict[str, Any]:
-    """Run rounds A, B and C after the key advertisement; return the result document."""
-    raise NotImplementedError("the meta-analysis over Flower is not wired yet")
+    """Run rounds A, B and C after the key advertisement; write and return the result."""
+    s = strategy.settings
+    transport, server, n, d = session.transport, session.server, session.n, session.d
+    _, ids, active = route = session.route
+    counts = sorted(
+        [ids[node], int(reply[Key.RECORDS])]
+        for node, reply in session.advertised.items()
+        if ids[node] in server.keys
+    )
+    if len(counts) != n:
+        raise strategy.abort(f"{len(counts)} record counts for the {n} clients of the session")
+    plan = meta_plan(s, [m for _, m in counts], d)
+    released: list[str] = []
+    caveats = simulation_caveats(s)
+    secagg = s.secagg_parameters()
+    strategy.partial_privacy = lambda: meta_privacy_section(
+        plan, None, released=released, secagg=secagg, caveats=caveats
+    )
+    strategy.log_release()  # on record from here on: nothing released yet
+    bits = s.modulus_bits
+
+    directories = strategy._secagg(server.key_directory)  # each client: its neighbours' keys
+    strategy._round(transport, SHARE_KEYS, directories, server.receive_share_keys, *route)
+
+    def secure_sum(
+        stage: int, rnd: str, broadcast: BroadcastB | BroadcastC | None, extra: dict[str, Any]
+    ) -> tuple[FloatArray, SumResult]:
+        encoding = meta_encoding(plan, rnd, broadcast, n, modulus_bits=bits)
+        result = strategy._summation(transport, server, stage, encoding, *route, extra=extra)
+        if len(result.survivors) != n:
+            missing = n - len(result.survivors)
+            raise strategy.abort(
+                f"round {rnd}: {missing} of the {n} clients dropped out; a meta-analysis needs "
+                "every client of the key directory in every round (their record counts "
+                "calibrate the plan)"
+            )
+        sigmas = round_sigmas(plan, rnd, broadcast)
+        noise.update(split_round(plan, rnd, plan.noise_std(sigmas)))  # each release's noise
+        return add_central_noise(plan, sigmas, result.sum, strategy.rng), result
+
+    partitions: dict[str, list[int]] = {}
+    errors: dict[str, list[float]] = {}
+    noise: dict[str, FloatArray] = {}
+
+    def note(rnd: str, result: SumResult) -> None:
+        partitions[rnd] = sorted(strategy.partitions.get(c, -1) for c in result.survivors)
+        errors[rnd] = _floats(result.max_error)
+
+    # round A: the public counts out, centre / floor / clip back ---------------------------
+    total_a, sum_a = secure_sum(0, "A", None, {Key.META_COUNTS: counts})
+    note("A", sum_a)
+    sums_a = split_round(plan, "A", total_a)
+    broadcast_b = assemble_round_a(plan, total_a)
+    released.append(f"round A: centre, floor and clip broadcast to the {len(active)} clients")
+    strategy.log_release()
+    strategy.progress(Event.STAGE1, clients=len(sum_a.survivors), round="A")
+
+    # round B: fixed effect, Q, I^2, tau2 ---------------------------------------------------
+    extra_b = {
+        Key.META_CENTRE: broadcast_b.centre,
+        Key.META_FLOOR: broadcast_b.floor,
+        Key.META_KAPPA: broadcast_b.kappa,
+    }
+    total_b, sum_b = secure_sum(1, "B", broadcast_b, extra_b)
+    note("B", sum_b)
+    sums_b, broadcast_c = assemble_round_b(plan, broadcast_b, total_b)
+    released.append(f"round B: tau2 broadcast to the {len(active)} clients")
+    strategy.log_release()
+
+    # round C: the random-effects mean (when asked for) -------------------------------------
+    sums_c: dict[str, FloatArray] | None = None
+    if "E" in plan.releases:
+        extra_c = {
+            Key.META_CENTRE: broadcast_c.centre,
+            Key.META_FLOOR: broadcast_c.floor,
+            Key.META_TAU2: broadcast_c.tau2,
+            Key.META_KAPPA_STAR: broadcast_c.kappa_star,
+        }
+        total_c, sum_c = secure_sum(2, "C", broadcast_c, extra_c)
+        note("C", sum_c)
+        sums_c = split_round(plan, "C", total_c)
+    result = assemble_result(
+        plan, broadcast_b, sums_a, sums_b, broadcast_c if sums_c is not None else None, sums_c
+    )
+    released.append("the meta-analysis (every figure of the result)")
+    strategy.timings["protocol"] = strategy.clock() - strategy._protocol_start
+    strategy.timings["total"] = strategy.clock() - strategy._start
+    document = _document(strategy, plan, result, released, partitions, errors, noise)
+    strategy.meta_result = result
+    if strategy.write_results:
+        strategy._settle_file(write_result(strategy._target, document), partial=False)
+    strategy.progress(Event.DONE)
+    return document
+
+
+def _document(
+    strategy: HeterogeneityStrategy,
+    plan: MetaPlan,
+    result: PrivateMetaAnalysis,
+    released: Sequence[str],
+    partitions: Mapping[str, list[int]],
+    errors: Mapping[str, list[float]],
+    noise: Mapping[str, FloatArray],
+) -> dict[str, Any]:
+    s = strategy.settings
+    privacy = meta_privacy_section(
+        plan,
+        result.spent,
+        released=released,
+        secagg=s.secagg_parameters(),
+        caveats=simulation_caveats(s),
+    )
+    section = meta_section(result)
+    return {
+        "status": "success",
+        "differentially_private": privacy["differentially_private"],
+        **strategy._base_document(),
+        "analysis": "meta",
+        "secagg": secagg_section(s),
+        "n": plan.n,
+        "d": plan.d,
+        "min_honest_clients": plan.t,
+        "records_per_client": [int(m) for m in plan.records_per_client],
+        "clients_in_sum": {rnd: len(p) for rnd, p in partitions.items()},
+        "partitions_in_sum": dict(partitions),
+        "meta_analysis": section,
+        "noise_std": {  # of each release made, per coordinate, all shares arrived
+            name: _floats(std) for name, std in noise.items() if name in plan.releases
+        },
+        "privacy": privacy,
+        "labels": list(result.labels),
+        "encoding_error_bound": dict(errors),
+    }

@@ -70,6 +70,7 @@ from fa_hetdp.flower.steps import (
 from fa_hetdp.flower.wire import Limits
 from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.floor import FloorChoice, uses_adaptive_floor
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.plan import Broadcast, ProtocolPlan, SumStage, plan_protocol
 from fa_hetdp.protocol.server import (
     PrivateStatistics,
@@ -85,7 +86,7 @@ from fa_hetdp.report.results import sigmas_section, statistics_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
 from fa_hetdp.secagg.server import SecAggServer, SumResult
-from fa_hetdp.server.meta import meta_rounds
+from fa_hetdp.server.meta import check_count, meta_rounds
 from fa_hetdp.server.results import (
     degraded_refusal,
     floor_section,
@@ -170,12 +171,16 @@ class Analysis:
     """What a run measures, as the strategy drives it (the ``analysis`` setting).
 
     ``summations``: the secure sums of the session (from the protocol settings); ``rounds``:
-    everything after the key advertisement, returning the result document. The setup steps
+    everything after the key advertisement, returning the result document; ``check_reply``:
+    what the analysis needs of a client's first reply. The setup steps
     (nodes, sampling, key advertisement, partition checks) are the same for every analysis.
     """
 
     summations: Callable[[ProtocolConfig], int]
     rounds: Callable[[HeterogeneityStrategy, Session], dict[str, Any]]
+    check_reply: Callable[[Mapping[str, Any]], str | None] = lambda reply: None
+    """Why a client's ``advertise_keys`` reply is unusable for this analysis (None: usable);
+    such a client is dropped before the key directory is fixed."""
 
 
 def _floats(values: np.ndarray) -> list[float]:
@@ -212,6 +217,10 @@ class HeterogeneityStrategy:
     write_results: bool = True
     result: PrivateStatistics | None = field(default=None, init=False)
     """The private statistics, once the run succeeded."""
+    meta_result: PrivateMetaAnalysis | None = field(default=None, init=False)
+    """The private meta-analysis, once a run with ``analysis = "meta"`` succeeded."""
+    partial_privacy: Callable[[], dict[str, Any]] | None = field(default=None, init=False)
+    """An analysis' ``privacy`` part of an unfinished run (None: the paper protocol's)."""
 
     def __post_init__(self) -> None:
         if self.settings.mode == "simulation" and self.settings.seed is not None:
@@ -308,6 +317,10 @@ class HeterogeneityStrategy:
                 secagg=self.settings.secagg_parameters(),
                 caveats=simulation_caveats(self.settings),
             )
+            document["differentially_private"] = privacy["differentially_private"]
+            document["privacy"] = privacy
+        elif self.partial_privacy is not None:  # another analysis: its own statement
+            privacy = self.partial_privacy()
             document["differentially_private"] = privacy["differentially_private"]
             document["privacy"] = privacy
         document.update(self._base_document())
@@ -469,7 +482,9 @@ class HeterogeneityStrategy:
         dims: dict[int, int] = {}
         for node, reply in list(replies.items()):
             d_value = reply.get(Key.D)
-            if isinstance(d_value, int) and not isinstance(d_value, bool) and d_value >= 1:
+            if (unusable := analysis.check_reply(reply)) is not None:
+                self._reject(replies, node, unusable, active)
+            elif isinstance(d_value, int) and not isinstance(d_value, bool) and d_value >= 1:
                 dims[node] = d_value
             else:
                 self._reject(replies, node, f"bad dimension {d_value!r}", active)
@@ -750,6 +765,6 @@ ANALYSES: Mapping[str, Analysis] = {
         rounds=HeterogeneityStrategy._heterogeneity,
     ),
     # the meta-analysis (server.meta): rounds A, B, C on summations 0, 1, 2
-    "meta": Analysis(summations=lambda p: 3, rounds=meta_rounds),
+    "meta": Analysis(summations=lambda p: 3, rounds=meta_rounds, check_reply=check_count),
 }
 """The analyses a run can make, by the value of the ``analysis`` setting."""

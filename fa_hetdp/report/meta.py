@@ -1,0 +1,225 @@
+"""The meta-analysis in a result: its JSON section, a forest-plot-like table and the I² figure.
+
+A run with ``analysis = "meta"`` (README "Cross-silo") stores the private meta-analysis as a
+plain section of the result JSON (:func:`meta_section`): every statistic as
+``{"value", "lower", "upper"}`` (per coordinate, or one number for the scalar summaries), the
+interval level, the clients' record counts, the unit of privacy and the labels.
+:func:`format_meta` prints it like the summary of a forest plot (the coordinates with the
+largest I² first, pooled means with their intervals, Q, I², τ²) and :func:`plot_meta_i2`
+draws every coordinate's I² with its interval; both read only that section, so a result file
+written earlier can be shown again without the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+
+__all__ = [
+    "META_STATISTICS",
+    "READING",
+    "format_meta",
+    "meta_section",
+    "plot_meta_i2",
+]
+
+META_STATISTICS: Final[tuple[str, ...]] = (
+    "pooled_mean",
+    "random_effects_mean",
+    "q",
+    "i2",
+    "tau2",
+)
+"""The per-coordinate statistics of the section, in the table's order."""
+
+_SCALARS: Final[tuple[str, ...]] = ("i2_total", "i2_average")
+
+READING: Final[tuple[str, ...]] = (
+    "how to read it: I² is the share of the spread between the clients' means that sampling "
+    "error does not explain (0: the clients estimate one common mean; above 0.5: most of the "
+    "spread is real heterogeneity);",
+    "τ² is the variance of the clients' true means around the pooled mean, in the data's "
+    "squared units (√τ² is their typical distance from it); the random-effects mean weighs "
+    "the clients by 1/(v + τ²), the fixed-effect mean by 1/v.",
+)
+"""The two lines :func:`format_meta` ends with (the README's "Cross-silo" repeats them)."""
+
+
+def _floats(values: Any) -> list[float | None]:
+    array = np.asarray(values, dtype=np.float64).ravel()
+    return [float(v) if math.isfinite(float(v)) else None for v in array]
+
+
+def _number(value: Any) -> float | None:
+    x = float(value)
+    return x if math.isfinite(x) else None
+
+
+def meta_section(result: PrivateMetaAnalysis, *, level: float = 0.95) -> dict[str, Any]:
+    """Return the JSON section of a private meta-analysis (plain lists and numbers).
+
+    Every figure with its interval at ``level`` (:meth:`PrivateMetaAnalysis.confidence_intervals`:
+    the privacy noise, conditional on the broadcasts). A figure that is not a number (NaN:
+    not asked for, or a constant coordinate) is ``null``, with its reason in ``labels``.
+    """
+    intervals = result.confidence_intervals(level)
+    statistics: dict[str, Any] = {}
+    for name in (*META_STATISTICS, *_SCALARS):
+        convert: Callable[[Any], Any] = _number if name in _SCALARS else _floats
+        entry: dict[str, Any] = {"value": convert(getattr(result, name))}
+        if name in intervals.lower and name in intervals.upper:
+            entry["lower"] = convert(intervals.lower[name])
+            entry["upper"] = convert(intervals.upper[name])
+        statistics[name] = entry
+    return {
+        "n": int(result.n),
+        "d": int(result.d),
+        "records_per_client": [int(c) for c in np.ravel(result.records_per_client)],
+        "level": float(level),
+        "statistics": statistics,
+        "unit_of_privacy": str(result.unit_of_privacy),
+        "labels": [str(label) for label in result.labels],
+    }
+
+
+def _value(section: Mapping[str, Any], name: str, key: str = "value") -> np.ndarray:
+    entry = section["statistics"].get(name) or {}
+    raw = entry.get(key)
+    if raw is None:
+        return np.full(int(section["d"]), np.nan)
+    return np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if value != 0.0 and (abs(value) < 10.0 ** -(digits - 1) or abs(value) >= 1e5):
+        return f"{value:.{digits - 2}e}"
+    return f"{value:.{digits}f}"
+
+
+def _cell(section: Mapping[str, Any], name: str, j: int, digits: int = 4) -> str:
+    value = _value(section, name)[j]
+    lower, upper = _value(section, name, "lower")[j], _value(section, name, "upper")[j]
+    text = _fmt(float(value), digits)
+    if math.isfinite(lower) and math.isfinite(upper):
+        text += f" [{_fmt(float(lower), digits)}, {_fmt(float(upper), digits)}]"
+    return text
+
+
+def _scalar(section: Mapping[str, Any], name: str) -> str:
+    entry = section["statistics"].get(name)
+    if not entry:
+        return "n/a"
+    text = _fmt(entry.get("value"), 3)
+    if entry.get("lower") is not None and entry.get("upper") is not None:
+        text += f" [{_fmt(entry['lower'], 3)}, {_fmt(entry['upper'], 3)}]"
+    return text
+
+
+def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str]:
+    """Return the forest-plot-like summary of a meta-analysis section, one line per row.
+
+    The coordinates with the largest I² come first (``top`` of them; None: all), each with
+    the fixed-effect and random-effects pooled means and their intervals, Q, I² and τ² with
+    theirs; then the scalar summaries, the labels and how to read I² and τ² (:data:`READING`).
+    """
+    d, n = int(section["d"]), int(section["n"])
+    level = float(section.get("level", 0.95))
+    i2 = _value(section, "i2")
+    order = sorted(range(d), key=lambda j: (-i2[j] if math.isfinite(i2[j]) else math.inf, j))
+    shown = order if top is None else order[: max(top, 0)]
+    counts = section.get("records_per_client") or []
+    records = ""
+    if counts:
+        low, high = min(counts), max(counts)
+        records = f", {low} records each" if low == high else f", {low}-{high} records each"
+    pct = f"{100 * level:g} %"
+    lines = [
+        f"meta-analysis: n={n} clients{records}, d={d}; {pct} intervals include the privacy noise",
+        f"  I² of the summed Q: {_scalar(section, 'i2_total')};  coordinate average of I²: "
+        f"{_scalar(section, 'i2_average')}",
+    ]
+    if section.get("unit_of_privacy"):
+        lines.append(f"  unit of privacy: {section['unit_of_privacy']}")
+    which = "all coordinates" if len(shown) == d else f"the {len(shown)} of {d} with the largest I²"
+    lines.append(f"  per coordinate ({which}; value [{pct} interval]):")
+    header = ("coord", "pooled mean (fixed effect)", "random-effects mean", "Q", "I²", "τ²")
+    rows = [
+        (
+            str(j),
+            _cell(section, "pooled_mean", j),
+            _cell(section, "random_effects_mean", j),
+            _fmt(float(_value(section, "q")[j]), 4),
+            _cell(section, "i2", j, 3),
+            _cell(section, "tau2", j, 3),
+        )
+        for j in shown
+    ]
+    widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
+    for row in (header, *rows):
+        cells = (cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+        lines.append("    " + "  ".join(cells))
+    for label in section.get("labels", ()):
+        lines.append(f"  note: {label}")
+    lines.extend(f"  {line}" for line in READING)
+    return lines
+
+
+def plot_meta_i2(
+    section: Mapping[str, Any], path: str | os.PathLike[str], *, title: str = ""
+) -> Path:
+    """Draw every coordinate's I² with its interval (a forest plot of I²) and save a PNG.
+
+    The coordinates are sorted by I²; the dashed line is the I² of the summed Q. Written to a
+    temporary file beside ``path`` and renamed, so a reader never sees half a figure.
+
+    Raises
+    ------
+    ImportError
+        matplotlib is missing (the ``plots`` extra).
+    """
+    from fa_hetdp.report.tables import _new_figure  # matplotlib is imported on call
+
+    d = int(section["d"])
+    i2 = _value(section, "i2")
+    lower, upper = _value(section, "i2", "lower"), _value(section, "i2", "upper")
+    order = sorted(range(d), key=lambda j: (i2[j] if math.isfinite(i2[j]) else -math.inf, j))
+    figure, (ax,) = _new_figure(1, width=5.6, height=max(2.6, 0.22 * d + 1.2))
+    y = np.arange(d)
+    values = i2[order]
+    has_interval = np.isfinite(lower[order]) & np.isfinite(upper[order])
+    errors = np.vstack(
+        [
+            np.where(has_interval, values - lower[order], 0.0),
+            np.where(has_interval, upper[order] - values, 0.0),
+        ]
+    )
+    ax.errorbar(values, y, xerr=np.clip(errors, 0.0, None), fmt="s", color="k", capsize=2)
+    total = section["statistics"].get("i2_total", {}).get("value")
+    if total is not None:
+        ax.axvline(float(total), linestyle="--", color="0.4", label="I² of the summed Q")
+        ax.legend(fontsize=7, loc="lower right")
+    ax.set_yticks(y, [str(j) for j in order])
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel(f"I² with its {100 * float(section.get('level', 0.95)):g} % interval")
+    ax.set_ylabel("coordinate")
+    ax.grid(True, axis="x", alpha=0.35)
+    if title:
+        figure.suptitle(title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
+    try:
+        figure.savefig(tmp, dpi=120)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
