@@ -51,6 +51,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -557,14 +558,17 @@ def run_deployment(
     start = time.monotonic()
     planned = 0
     document: dict[str, Any] | None = None
-    with DeploymentCluster(
+    cluster = DeploymentCluster(
         workdir / "cluster", tls=tls, node_auth=True, database=True, public_host="127.0.0.1"
-    ) as cluster:
+    )
+    with cluster:  # every process it started is stopped on the way out
         cluster.start_superlink()
         gateway = cluster.start_gateway()
         keys = [generate_node_keys(workdir / "keys", f"owner-{i}") for i in range(DEPLOY_NODES)]
+        owners = set()  # node ids of the owners' registered keys
         for key in keys:
-            cluster.register_supernode(key.public_key)
+            said = cluster.register_supernode(key.public_key)
+            owners |= set(re.findall(r"SuperNode (\d+) registered", said))
         stranger = generate_node_keys(workdir / "keys", "stranger")
         stranger_home = workdir / "stranger-home"
         stranger_home.mkdir()
@@ -610,11 +614,12 @@ def run_deployment(
             row.problems.append(f"supervisor: {str(exc).splitlines()[0][:200]}")
         document = read_result(result_path)
         listed = flwr_json(cluster, "supernode", "list", CONNECTION_NAME)
-        stranger_key = stranger.public_key.read_text().split()[1]
-        if stranger_key in json.dumps(listed):
-            row.problems.append("the stranger's key is registered")
-        elif not listed.get("success", True) and "nodes" not in listed:
+        (workdir / "supernodes.json").write_text(json.dumps({"list": listed, "refused": refused}))
+        registered = {str(node.get("node-id")) for node in listed.get("nodes", [])}
+        if listed.get("success") is not True or len(owners) != DEPLOY_NODES:
             row.problems.append(f"cannot list the registered keys: {listed}")
+        elif registered != owners:  # a key nobody of ours registered
+            row.problems.append(f"registered nodes {sorted(registered - owners)} are no owner's")
     row.seconds = time.monotonic() - start
     events = read_progress(progress)
     check_outcome(row, document, config, events, planned_drops=planned)
