@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import fa_hetdp
 from fa_hetdp.cli.cluster import free_port, programs_path, toml_value
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "flower-fedavg"
@@ -215,6 +216,13 @@ def test_flwr_run_example_trains_and_measures_within_one_budget(tmp_path: Path) 
     budget = result["budget"]
     assert budget["charges"] == 6
     assert budget["spent"]["epsilon"] <= budget["epsilon"] == 2.5
+    # composed exactly: the same as six (1, 1e-6) Gaussian measurements charged in process
+    # (mu^2 adds; fa_hetdp.PrivacyBudget is checked against dp-accounting in test_budget.py)
+    replay = fa_hetdp.PrivacyBudget(2.5, 1e-5)
+    for _ in range(6):
+        replay.charge((1.0, 1e-6))
+    assert budget["spent"]["mu"] == pytest.approx(replay.spent().mu, rel=1e-9)
+    assert budget["spent"]["epsilon"] == pytest.approx(replay.spent().epsilon, rel=1e-9)
     # what a user sees: the measurements and the accuracy beside I², in Flower's log stream
     assert "[MEASURE] labels after round 0: I² = " in output
     assert "[MEASURE] features after round 10: I² = " in output
