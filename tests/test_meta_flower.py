@@ -333,3 +333,43 @@ def test_meta_section_round_trips_a_private_result() -> None:
     assert math.isclose(stats["i2_total"]["value"], result.i2_total, rel_tol=1e-12)
     assert section["unit_of_privacy"] == result.unit_of_privacy
     assert format_meta(section)[0].startswith("meta-analysis: n=3 clients, 200 records each")
+
+
+def test_fa_hetdp_run_prints_the_table_once_and_draws_the_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fa_hetdp.cli.run import RunSetup, meta_figure_line, print_result
+
+    result = {
+        "status": "success",
+        "analysis": "meta",
+        "scenario": "silos",
+        "differentially_private": True,
+        "privacy": {
+            "differentially_private": True,
+            "guarantees": [{"epsilon": 1.0, "delta": 1e-5}],
+            "guarantee": {
+                "dp": True,
+                "epsilon": 1.0,
+                "delta": 1e-5,
+                "unit_of_privacy": "one record of one client",
+                "adversary": "server honest-but-curious",
+                "honest_shares": 4,
+                "n": 5,
+                "not_dp_because": [],
+                "caveats": [],
+            },
+        },
+        "meta_analysis": _section(),
+        "labels": _section()["labels"],
+        "survivors": {"advertise_keys": 5},
+    }
+    setup = RunSetup("silos", 5, {}, {}, dim=5, analysis="meta")
+    print_result(setup, result)
+    out = capsys.readouterr().out
+    assert out.count("one record of one client") == 1  # the privacy lines say it, once
+    assert out.count("note: coordinate 2") == 1
+    assert "pooled mean (fixed effect)" in out and "I² of the summed Q: 0.620" in out
+    line = meta_figure_line(result, tmp_path / "silos-7.json")
+    if "not drawn" not in line:
+        assert (tmp_path / "silos-7-i2.png").exists() and line.endswith("silos-7-i2.png")

@@ -75,6 +75,7 @@ class RunSetup:
     dim: int = 0
     steps: int = len(STEP_LABELS)
     label_histogram: bool = False  # the clients report label histograms: draw the picture
+    analysis: str = ""  # "meta": a meta-analysis of the records (the table and the I² figure)
 
 
 #: The flags that override a scenario setting and are not declared settings (those are
@@ -229,6 +230,7 @@ def prepare(args: argparse.Namespace) -> RunSetup:
     vectors = partition_scenario(scenario).vectors
     truth = true_statistics(vectors, variance_floor=scenario.privacy.variance_floor).summary()
     adaptive = run_config.get("adaptive-floor", "")
+    analysis = str(run_config.get("analysis") or dict(scenario.privacy.extra).get("analysis", ""))
     return RunSetup(
         scenario_name=scenario.name,
         num_clients=scenario.num_clients,
@@ -237,10 +239,27 @@ def prepare(args: argparse.Namespace) -> RunSetup:
         dim=int(vectors.shape[1]),
         label_histogram=scenario.data.summary == "label-histogram",
         steps=step_count(
-            scenario.privacy.adaptive_floor if adaptive == "" else adaptive == "true",
+            # a meta-analysis has three summations, as the adaptive floor's stage 0 makes
+            analysis == "meta"
+            or (scenario.privacy.adaptive_floor if adaptive == "" else adaptive == "true"),
             scenario.secagg.threat_model == "malicious-server",
         ),
+        analysis=analysis,
     )
+
+
+def meta_figure_line(result: Mapping[str, Any], result_path: Path) -> str:
+    """Draw the I² figure of a meta-analysis beside the result; the line that says where."""
+    from fa_hetdp.report.meta import plot_meta_i2
+
+    target = result_path.with_name(f"{result_path.stem}-i2.png")
+    try:
+        written = plot_meta_i2(result["meta_analysis"], target, title=str(result.get("scenario")))
+    except ImportError:
+        return 'I² figure: not drawn, it needs matplotlib (pip install "fa-hetdp[plots]")'
+    except OSError as exc:
+        return f"I² figure: not drawn: {exc}"
+    return f"I² figure: {shown_path(written)}"
 
 
 def label_figure_line(result: Mapping[str, Any], result_path: Path) -> str:
@@ -308,6 +327,14 @@ def progress_display(
             bar.update(task, completed=done, description=description)
 
         yield update
+
+
+def meta_plan_line(setup: RunSetup) -> str:
+    """Return the line printed before a meta-analysis run: what it measures, at what privacy."""
+    return (
+        f"{setup.scenario_name}: a meta-analysis of {setup.num_clients} clients' records "
+        f"(d={setup.dim}): fixed- and random-effects means, Q, I², τ², in three secure sums"
+    )
 
 
 def _fmt(value: object) -> str:
@@ -392,6 +419,13 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
 
     console = Console()
     print_privacy(result)
+    if result.get("analysis") == "meta":  # the forest-plot-like table (report.meta)
+        from fa_hetdp.report.meta import format_meta
+
+        section = result["meta_analysis"]  # the unit and the labels: said once, above / here
+        print("\n".join(format_meta({**section, "unit_of_privacy": ""})))
+        _print_run_notes(console, {**result, "labels": []})
+        return
     if "released" in result:  # value, interval, noise on its scale, flag: never a bare number
         print(f"{setup.scenario_name}: n={result.get('n')} clients, d={result.get('d')}")
         print("\n".join(format_section(result["released"], released_truth(setup.truth))))
@@ -536,11 +570,14 @@ def run_command(args: argparse.Namespace) -> int:
     """
     check_paths(args)
     setup = prepare(args)
-    check_ring(setup.run_config, setup.dim)  # the masked sums fit the ring, before Flower
-    notice = not_private_notice(setup.run_config, setup.dim)
-    if notice is not None:
-        print(notice)  # before any number, the plan's included
-    print("\n".join(run_plan_lines(setup.run_config, setup.dim)))  # what to expect, before
+    if setup.analysis == "meta":  # the paper protocol's ring check and plan do not apply
+        print(meta_plan_line(setup))
+    else:
+        check_ring(setup.run_config, setup.dim)  # the masked sums fit the ring, before Flower
+        notice = not_private_notice(setup.run_config, setup.dim)
+        if notice is not None:
+            print(notice)  # before any number, the plan's included
+        print("\n".join(run_plan_lines(setup.run_config, setup.dim)))  # what to expect
     with _workdir(args.workdir) as workdir:
         try:
             with progress_display(setup) as on_progress:
@@ -581,6 +618,8 @@ def run_command(args: argparse.Namespace) -> int:
             return 1
         print_result(setup, result)
         print(f"result: {shown_path(outcome.result_path)}")
-        if setup.label_histogram:
+        if result.get("analysis") == "meta":
+            print(meta_figure_line(result, outcome.result_path))
+        elif setup.label_histogram:
             print(label_figure_line(result, outcome.result_path))
     return 1 if kept_elsewhere else 0
