@@ -523,3 +523,54 @@ def test_a_record_unit_session_needs_min_records_on_every_node() -> None:
         privacy_unit="record", min_records=30,
     )  # fmt: skip
     assert result.n == NODES
+
+
+# ---------------------------------------------------------------------------- polling
+class CountingGrid:
+    """Replies to every message on the ``ready``-th pull; records the pulls."""
+
+    def __init__(self, ready: int) -> None:
+        self.ready = ready
+        self.pulls = 0
+        self.sent: dict[str, int] = {}
+
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        for i, message in enumerate(messages):
+            self.sent[f"m{i}"] = int(message.metadata.dst_node_id)
+        return list(self.sent)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Any]:
+        self.pulls += 1
+        if self.pulls < self.ready:
+            return []
+        from types import SimpleNamespace
+
+        return [
+            SimpleNamespace(
+                metadata=SimpleNamespace(reply_to_message_id=mid, src_node_id=self.sent[mid]),
+                has_error=lambda: False,
+                content=encode({"d": 1}),
+            )
+            for mid in list(message_ids)
+        ]
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.sent.values())
+
+
+@pytest.mark.parametrize(("ready", "waits"), [(1, []), (4, [0.005, 0.01, 0.02])])
+def test_a_step_polls_fast_first_and_never_after_its_last_reply(
+    monkeypatch: pytest.MonkeyPatch, ready: int, waits: list[float]
+) -> None:
+    # A measurement is 6+ steps of one message round each: a fixed 0.25 s poll, slept also
+    # after the last reply, cost 0.5 s a step (benchmarks/dropin_bench.py). The waits now
+    # start at FIRST_POLL_SECONDS and double up to POLL_SECONDS; none once all replied.
+    monkeypatch.setattr(server_app, "POLL_SECONDS", 0.25)
+    slept: list[float] = []
+    monkeypatch.setattr(server_app.time, "sleep", slept.append)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    grid = CountingGrid(ready)
+    transport = server_app.GridTransport(grid)  # type: ignore[arg-type]
+    replies, dropouts = transport.exchange(ADVERTISE_KEYS, {1: {}, 2: {}}, 60.0)
+    assert set(replies) == {1, 2} and dropouts == {}
+    assert slept == pytest.approx(waits)

@@ -28,6 +28,7 @@ from fa_hetdp.server.results import result_path, write_result
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
 __all__ = [
+    "FIRST_POLL_SECONDS",
     "MAX_REASON_CHARS",
     "MAX_REPLY_BYTES",
     "PATIENCE",
@@ -44,8 +45,12 @@ app = ServerApp()
 
 #: A step waits for connected nodes up to this many stage time-outs in all.
 PATIENCE = 4
-#: Seconds between two pulls of the replies.
+#: Longest wait between two pulls of the replies: the wait starts at
+#: :data:`FIRST_POLL_SECONDS` after the messages go out (and after each pull that brought a
+#: reply) and doubles after each pull that brought none, up to this.
 POLL_SECONDS = 0.25
+#: Shortest wait between two pulls (see :data:`POLL_SECONDS`).
+FIRST_POLL_SECONDS = 0.005
 #: Largest client reply decoded (document plus blob), in bytes; a larger one drops that
 #: client, not the step. Every legitimate reply is O(k + d') words: k share ciphertexts of
 #: about 300 bytes, or masked vectors of d' 8-byte words; 256 MiB leaves room for
@@ -146,10 +151,13 @@ class GridTransport:
         )
         pending = set(self.grid.push_messages(messages))
         start = last_reply = time.monotonic()
+        wait = FIRST_POLL_SECONDS
         while pending:
+            pulled = False
             for reply in self.grid.pull_messages(pending):
                 pending.discard(reply.metadata.reply_to_message_id)
                 last_reply = time.monotonic()
+                pulled = True
                 source = int(reply.metadata.src_node_id)
                 if source not in payloads or source in replies:
                     continue
@@ -165,7 +173,10 @@ class GridTransport:
                 waiting = set(payloads) - set(replies) - set(dropouts)
                 if not waiting & set(self.node_ids()) or now - start > PATIENCE * timeout:
                     break
-            time.sleep(POLL_SECONDS)
+            if pending:  # a reply came: the others are likely close; none: back off
+                wait = FIRST_POLL_SECONDS if pulled else wait
+                time.sleep(min(wait, POLL_SECONDS))
+                wait = min(2 * wait, POLL_SECONDS)
         waited = time.monotonic() - start
         for node in payloads:
             if node not in replies and node not in dropouts:
