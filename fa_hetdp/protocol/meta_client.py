@@ -48,11 +48,16 @@ class ClientSummary:
 
 @dataclass(frozen=True)
 class BroadcastB:
-    """What the server broadcasts after round A: centre ``c``, floor ``f``, clip ``kappa``."""
+    """What the server broadcasts after round A: centre ``c``, floor ``f``, clip ``kappa``.
+
+    ``spread`` (the pooled within-variance ``sigma^2``, server side only; clients ignore it)
+    gives the plug-in weights of :func:`fa_hetdp.protocol.meta_server.figures_from_sums`.
+    """
 
     centre: FloatArray
     floor: FloatArray
     kappa: FloatArray
+    spread: FloatArray | None = None
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ DEFAULT_WEIGHTS: Final[dict[str, float]] = {
     "T": 0.5,
     "U": 0.5,
     "W": 0.5,
-    "A": 4.0,
+    "A": 8.0,
     "B": 1.0,
     "C": 1.5,
     "D": 1.0,
@@ -155,19 +155,44 @@ def record_bound_d(m_max: int, floor: npt.ArrayLike) -> FloatArray:
     return np.asarray(2.0 * (m_max / f) * m_max / ((m_max - 1) * f * f))
 
 
-def record_bound_u(m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike) -> FloatArray:
-    """``|du^| <= 1/sqrt(f m) + kappa*/(2 f (m - 1))`` (docs/privacy.md, round C)."""
-    return record_bound_z(m, floor, kappa_star)
+def _w_star_max(m: int, floor: npt.ArrayLike, tau2: npt.ArrayLike) -> FloatArray:
+    """Largest round-C weight ``w* = 1/(s~2/m + tau2) <= 1/(f/m + tau2)`` (``m/f`` at 0)."""
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(1.0 / (f / m + np.asarray(tau2, dtype=np.float64)))
 
 
-def record_bound_e(m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike) -> FloatArray:
-    """``E = sum sqrt(w*) u^``: ``1/f + kappa* sqrt(m)/((m - 1) f^1.5)`` (docs/privacy.md)."""
-    return record_bound_b(m, floor, kappa_star)
+def record_bound_u(
+    m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike, tau2: npt.ArrayLike = 0.0
+) -> FloatArray:
+    """``|du^| <= sqrt(W)/m + kappa* W/(2 m (m - 1))``, ``W = 1/(f/m + tau2)`` (round C).
+
+    ``du/dtheta = sqrt(w*)``, ``|du/ds~2| = |u| w*/(2m)``; at ``tau2 = 0``
+    ``1/sqrt(f m) + kappa*/(2 f (m - 1))`` (docs/privacy.md).
+    """
+    w = _w_star_max(m, floor, tau2)
+    return np.asarray(np.sqrt(w) / m + np.asarray(kappa_star) * w / (2.0 * m * (m - 1)))
 
 
-def record_bound_f(m: int, floor: npt.ArrayLike) -> FloatArray:
-    """``F = sum w*``: ``m/((m - 1) f^2)``, as ``C`` (docs/privacy.md, round C)."""
-    return record_bound_c(m, floor)
+def record_bound_e(
+    m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike, tau2: npt.ArrayLike = 0.0
+) -> FloatArray:
+    """``E = sum sqrt(w*) u^``: ``W/m + kappa* W^1.5/(m (m - 1))``, ``W = 1/(f/m + tau2)``.
+
+    ``sqrt(W) b_u + kappa* |d sqrt(w*)/ds~2|/(m - 1)`` with ``|d sqrt(w*)/ds~2| =
+    w*^1.5/(2m)``; decreasing in ``m``; at ``tau2 = 0`` ``1/f + kappa* sqrt(m)/((m - 1) f^1.5)``
+    (docs/privacy.md, round C).
+    """
+    w = _w_star_max(m, floor, tau2)
+    return np.asarray(w / m + np.asarray(kappa_star) * w**1.5 / (m * (m - 1)))
+
+
+def record_bound_f(m: int, floor: npt.ArrayLike, tau2: npt.ArrayLike = 0.0) -> FloatArray:
+    """``F = sum w*``: ``W^2/(m (m - 1))``, ``W = 1/(f/m + tau2)``; ``m/((m - 1) f^2)`` at 0.
+
+    ``|dw*/ds~2| = w*^2/m`` (docs/privacy.md, round C); decreasing in ``m``.
+    """
+    w = _w_star_max(m, floor, tau2)
+    return np.asarray(w * w / (m * (m - 1)))
 
 
 # Client unit: the range of one client's whole summand (replace every record of one client;
@@ -211,14 +236,16 @@ def client_bound_d(m_max: int, floor: npt.ArrayLike) -> FloatArray:
     return np.asarray((m_max / np.asarray(floor, dtype=np.float64)) ** 2)
 
 
-def client_bound_e(m_max: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike) -> FloatArray:
-    """``E``: ``sqrt(w*) u^`` lies in ``[-kappa* sqrt(m/f), kappa* sqrt(m/f)]``."""
-    return client_bound_b(m_max, floor, kappa_star)
+def client_bound_e(
+    m_max: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike, tau2: npt.ArrayLike = 0.0
+) -> FloatArray:
+    """``E``: ``sqrt(w*) u^`` in ``[-kappa* sqrt(W), kappa* sqrt(W)]``, ``W = 1/(f/m + tau2)``."""
+    return np.asarray(2.0 * np.asarray(kappa_star) * np.sqrt(_w_star_max(m_max, floor, tau2)))
 
 
-def client_bound_f(m_max: int, floor: npt.ArrayLike) -> FloatArray:
-    """``F``: ``w* <= m/f``."""
-    return client_bound_c(m_max, floor)
+def client_bound_f(m_max: int, floor: npt.ArrayLike, tau2: npt.ArrayLike = 0.0) -> FloatArray:
+    """``F``: ``w* <= 1/(f/m + tau2)``."""
+    return _w_star_max(m_max, floor, tau2)
 
 
 # ------------------------------------------------------------------------------ settings
@@ -264,15 +291,20 @@ class MetaSettings:
         Budget weights per release; None: :data:`DEFAULT_WEIGHTS`.
     noise : bool
         False: no noise, no clipping statement (a reference run; the result states no epsilon).
+    clip_correction : bool
+        Add back to ``A`` the mass the clip is expected to remove under the normal
+        random-effects model (``z_i ~ N(0, 1 + m_i rho)``, ``rho`` fitted to ``A`` per
+        coordinate; :func:`fa_hetdp.protocol.meta_server.clip_correction`): post-processing,
+        a model-based repair of the bias a binding clip puts on ``Q`` at high ``I^2``.
     """
 
     privacy_unit: str = "record"
     min_records: int | None = None
-    kappa: float = 3.0
+    kappa: float = 4.0
     kappa_star: float | None = None
-    adaptive_kappa: bool = True
+    adaptive_kappa: bool = False
     kappa_scale: float = 2.5
-    floor_fraction: float = 0.25
+    floor_fraction: float = 0.75
     min_floor: float = 1e-4
     placement: str = "distributed"
     corrupt_fraction: float | None = None
@@ -282,6 +314,7 @@ class MetaSettings:
     one_hot: bool = False
     weights: Mapping[str, float] | None = None
     noise: bool = True
+    clip_correction: bool = True
 
     def __post_init__(self) -> None:
         _choice("privacy_unit", self.privacy_unit, ("record", "client"))
@@ -446,8 +479,13 @@ class MetaPlan:
         floor: npt.ArrayLike | None = None,
         kappa: npt.ArrayLike | None = None,
         kappa_star: npt.ArrayLike | None = None,
+        tau2: npt.ArrayLike | None = None,
     ) -> FloatArray:
-        """Per-coordinate bound ``b_j`` of release ``name`` under the plan's unit."""
+        """Per-coordinate bound ``b_j`` of release ``name`` under the plan's unit.
+
+        ``floor``, ``kappa``, ``kappa_star``, ``tau2``: the public broadcasts (round A's floor
+        and clip, round B's ``tau2`` for round C; ``tau2`` None: 0, the worst case).
+        """
         d = self.d
         f = np.broadcast_to(np.asarray(1.0 if floor is None else floor, float), (d,))
         k = np.broadcast_to(
@@ -456,6 +494,7 @@ class MetaPlan:
         ks = np.broadcast_to(
             np.asarray(self.settings.kappa_c if kappa_star is None else kappa_star, float), (d,)
         )
+        t2 = np.broadcast_to(np.asarray(0.0 if tau2 is None else tau2, float), (d,))
         m, big = self.m_min, self.m_max
         if self.settings.privacy_unit == "record":
             table: dict[str, Any] = {
@@ -466,8 +505,8 @@ class MetaPlan:
                 "B": lambda: record_bound_b(m, f, k),
                 "C": lambda: record_bound_c(m, f),
                 "D": lambda: record_bound_d(big, f),
-                "E": lambda: record_bound_e(m, f, ks),
-                "F": lambda: record_bound_f(m, f),
+                "E": lambda: record_bound_e(m, f, ks, t2),
+                "F": lambda: record_bound_f(m, f, t2),
             }
         else:
             table = {
@@ -478,8 +517,8 @@ class MetaPlan:
                 "B": lambda: client_bound_b(big, f, k),
                 "C": lambda: client_bound_c(big, f),
                 "D": lambda: client_bound_d(big, f),
-                "E": lambda: client_bound_e(big, f, ks),
-                "F": lambda: client_bound_f(big, f),
+                "E": lambda: client_bound_e(big, f, ks, t2),
+                "F": lambda: client_bound_f(big, f, t2),
             }
         value = table[name]
         out = value() if callable(value) else value
@@ -498,11 +537,12 @@ class MetaPlan:
         floor: npt.ArrayLike | None = None,
         kappa: npt.ArrayLike | None = None,
         kappa_star: npt.ArrayLike | None = None,
+        tau2: npt.ArrayLike | None = None,
     ) -> FloatArray:
         """Per-coordinate ``sigma_kj = a_j ||b/a|| / mu_k`` (0 for a release not made)."""
         if name not in self.releases or self.budget is None:
             return np.zeros(self.d)
-        b = self.bounds(name, floor, kappa, kappa_star)
+        b = self.bounds(name, floor, kappa, kappa_star, tau2)
         a = b if self.settings.noise_shape == "per_coordinate" else np.ones(self.d)
         return np.asarray(a * self.sensitivity(b, a) / self.mu(name))
 
