@@ -373,3 +373,75 @@ def test_fa_hetdp_run_prints_the_table_once_and_draws_the_figure(
     line = meta_figure_line(result, tmp_path / "silos-7.json")
     if "not drawn" not in line:
         assert (tmp_path / "silos-7-i2.png").exists() and line.endswith("silos-7-i2.png")
+
+
+# ---------------------------------------------------------------------------- a deployment
+@pytest.mark.slow
+def test_a_deployment_with_tls_and_supernode_authentication(tmp_path: Path) -> None:
+    """4 silos, each a SuperNode with its own records file (rows are records), TLS, SuperNode
+    authentication (an unregistered SuperNode is turned away), CSPRNG noise."""
+    from deployment_cluster import DeploymentCluster, TlsSettings
+
+    from fa_hetdp.cli.cluster import read_progress
+    from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
+
+    files = generate_tls_files(tmp_path / "certs")
+    tls = TlsSettings(files.ca_certificate, files.server_certificate, files.server_key)
+    rng = np.random.default_rng(4)
+    counts = [300, 340, 420, 380]  # every silo holds at least min_records = 300
+    paths = []
+    for i, m in enumerate(counts):
+        centre = rng.uniform(0.3, 0.7, size=6)
+        rows = np.clip(centre + 0.1 * rng.standard_normal((m, 6)), 0.0, 1.0)
+        paths.append(tmp_path / f"silo-{i}.npy")
+        np.save(paths[-1], rows)
+    progress = tmp_path / "progress.jsonl"
+    config = run_config(tmp_path, silos_file(tmp_path), mode="deployment")
+    config.update(
+        {"stage-timeout": 60.0, "node-wait-timeout": 180.0, "progress-path": str(progress)}
+    )
+    overrides = {
+        k: v
+        for k, v in config.items()
+        if k
+        in {
+            "scenario",
+            "mode",
+            "result-path",
+            "progress-path",
+            "stage-timeout",
+            "node-wait-timeout",
+        }
+    }
+    with DeploymentCluster(tmp_path / "cluster", tls=tls, node_auth=True) as cluster:
+        cluster.start_superlink()
+        keys = [generate_node_keys(tmp_path / "keys", f"silo-{i}") for i in range(SILOS)]
+        for key in keys:
+            cluster.register_supernode(key.public_key)
+        stranger = generate_node_keys(tmp_path / "keys", "stranger")
+        intruder = cluster.start_supernode(
+            {"data-path": str(paths[0])}, name="intruder", auth_private_key=stranger.private_key
+        )
+        for path, key in zip(paths, keys, strict=True):
+            cluster.start_supernode({"data-path": str(path)}, auth_private_key=key.private_key)
+        run = cluster.submit(overrides, name="flwr-run")
+        outcome = cluster.wait_run(run, Path(config["result-path"]), timeout=420)
+        started = list(cluster.processes)
+        intruder_log = intruder.log_tail(20_000)
+    for process in started:
+        assert not process.alive(), process.name
+    result = outcome.result
+    assert result is not None, outcome.output
+    assert result["status"] == "success", result.get("reason")
+    assert result["analysis"] == "meta" and result["seed"] is None
+    assert sorted(result["records_per_client"]) == sorted(counts)
+    assert result["clients_in_sum"] == {"A": SILOS, "B": SILOS, "C": SILOS}
+    nodes_event = next(e for e in read_progress(progress) if e["event"] == "nodes")
+    assert nodes_event["connected"] == SILOS, intruder_log
+    assert "Failed to activate SuperNode" in intruder_log
+    plan = meta_plan(RunSettings.from_run_config(config), result["records_per_client"], 6)
+    privacy = result["privacy"]
+    assert privacy["epsilon_spent"] == pytest.approx(plan.spent.epsilon, rel=1e-12)
+    assert "min_records = 300" in privacy["unit_of_privacy"]
+    stats = result["meta_analysis"]["statistics"]
+    assert all(len(stats[k]["value"]) == 6 for k in ("pooled_mean", "q", "i2", "tau2"))
