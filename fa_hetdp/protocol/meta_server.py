@@ -26,13 +26,17 @@ from fa_hetdp.protocol.meta_plan import MAX_WITHIN_VARIANCE, ROUNDS, MetaPlan
 from fa_hetdp.stats.meta import i2_from_q
 
 __all__ = [
+    "PLUG_IN_NOISE",
     "MetaIntervals",
     "PrivateMetaAnalysis",
     "add_central_noise",
     "assemble_result",
     "assemble_round_a",
     "assemble_round_b",
+    "clip_correction",
+    "clip_scatter_b",
     "figures_from_sums",
+    "plug_in_weights",
     "round_sigmas",
     "split_round",
 ]
@@ -148,6 +152,36 @@ def clip_correction(
         out[:, j] = np.interp(flat[:, j], kept[j], lost[j])
         out_var[:, j] = np.interp(flat[:, j], kept[j], lost_var[j])
     return out.reshape(target.shape), out_var.reshape(target.shape)
+
+
+def clip_scatter_b(plan: MetaPlan, broadcast_b: BroadcastB, big_a: FloatArray) -> FloatArray:
+    """Return the variance the clip's removed part adds to ``B`` (normal random effects).
+
+    ``B = sum sqrt(w_i) z^_i`` loses ``sqrt(w_i) (z_i - z^_i)``, mean 0 under the symmetric
+    model of :func:`clip_correction` (same fitted ``rho``), variance
+    ``w_i E[(|z_i| - kappa)_+^2] = w_i 2 ((v + kappa^2) Phi(-a) - kappa sqrt(v) phi(a))``,
+    ``v = 1 + m_i rho``, ``a = kappa/sqrt(v)``, with the plug-in ``w_i = m_i/max(sigma^2, f)``.
+    The intervals of the means draw it (the estimate itself is left as it is).
+    """
+    m = plan.records_per_client.astype(np.float64)
+    k = np.asarray(broadcast_b.kappa, dtype=np.float64)
+    spread = broadcast_b.floor if broadcast_b.spread is None else broadcast_b.spread
+    w = m[None, :, None] / np.maximum(spread, broadcast_b.floor)[:, None, None]  # (d, n, 1)
+    target = np.asarray(big_a, dtype=np.float64)
+    rho = np.concatenate([[0.0], np.logspace(-9, np.log10(1e4 * float(np.max(k)) ** 2), 400)])
+    var = 1.0 + m[None, :, None] * rho[None, None, :]
+    kk = k.reshape(-1)[:, None, None]
+    lost_i, _ = _lost_moments(var, kk)
+    kept = np.sum(var - lost_i, axis=1)
+    sd = np.sqrt(var)
+    a = kk / sd
+    tail = (var + kk * kk) * ndtr(-a) - kk * sd * np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi)
+    scatter = np.sum(w * 2.0 * np.maximum(tail, 0.0), axis=1)  # (d, grid)
+    flat = target.reshape(-1, k.size)
+    out = np.empty_like(flat)
+    for j in range(k.size):
+        out[:, j] = np.interp(flat[:, j], kept[j], scatter[j])
+    return out.reshape(target.shape)
 
 
 PLUG_IN_NOISE = 0.05
@@ -313,6 +347,8 @@ class PrivateMetaAnalysis:
             # the realised clipped mass scatters around the model's mean: draw it too
             _, lost_var = clip_correction(self.plan, self.broadcast_b.kappa, self.sums["A"])
             redrawn["A"] = redrawn["A"] + np.sqrt(lost_var) * rng.standard_normal((draws, self.d))
+            scatter_b = clip_scatter_b(self.plan, self.broadcast_b, self.sums["A"])
+            redrawn["B"] = redrawn["B"] + np.sqrt(scatter_b) * rng.standard_normal((draws, self.d))
         tau2_used = None if self.broadcast_c is None else self.broadcast_c.tau2
         boot = figures_from_sums(self.plan, self.broadcast_b, redrawn, tau2_used)
         point = figures_from_sums(self.plan, self.broadcast_b, self.sums, tau2_used)
