@@ -29,16 +29,19 @@ invert the planner for a target error.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.accuracy.assumptions import Assumed, DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
 from fa_hetdp.accuracy.metrics import centred_dispersion_moments, clipped_gaussian_moment
 from fa_hetdp.accuracy.releases import MAX_UNIT_SD, NOISE_DOMINATED_COVER, SCALAR_DISPLAY
+from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.bounds import coordinate_bounds, expected_square_factor
 from fa_hetdp.protocol.intervals import i2_slope
 from fa_hetdp.protocol.plan import ProtocolPlan
@@ -498,6 +501,7 @@ def accuracy_of_plan(plan: ProtocolPlan, assumptions: DataAssumptions) -> Accura
     )
 
 
+@overload
 def plan_accuracy(
     n: int,
     d: int,
@@ -508,9 +512,50 @@ def plan_accuracy(
     coordinate_mean: Assumed | None = None,
     dispersion: Assumed | None = None,
     i2: Assumed | None = None,
+    privacy_unit: str | None = None,
+    records_per_client: None = None,
     **settings: Any,
-) -> AccuracyPlan:
+) -> AccuracyPlan: ...
+
+
+@overload
+def plan_accuracy(
+    n: int,
+    d: int,
+    *,
+    epsilon: float,
+    delta: float,
+    within_variance: float | None = None,
+    coordinate_mean: Assumed | None = None,
+    dispersion: Assumed | None = None,
+    i2: Assumed | None = None,
+    privacy_unit: str | None = None,
+    records_per_client: int | Sequence[int] | npt.NDArray[Any],
+    **settings: Any,
+) -> MetaAccuracyPlan: ...
+
+
+def plan_accuracy(
+    n: int,
+    d: int,
+    *,
+    epsilon: float,
+    delta: float,
+    within_variance: float | None = None,
+    coordinate_mean: Assumed | None = None,
+    dispersion: Assumed | None = None,
+    i2: Assumed | None = None,
+    privacy_unit: str | None = None,
+    records_per_client: int | Sequence[int] | npt.NDArray[Any] | None = None,
+    **settings: Any,
+) -> AccuracyPlan | MetaAccuracyPlan:
     """Plan the expected RMSE of every statistic a run would release (no data needed).
+
+    With ``records_per_client`` (clients that hold many records: the cross-silo
+    meta-analysis), the plan is that of :func:`fa_hetdp.private_meta_analysis`:
+    :func:`fa_hetdp.accuracy.meta_planner.plan_meta_accuracy` (``privacy_unit`` default
+    ``"record"``; ``i2``, ``within_variance`` -- of one record -- and ``coordinate_mean``
+    describe its model federation, ``dispersion`` does not apply).
 
     Parameters
     ----------
@@ -521,6 +566,13 @@ def plan_accuracy(
     within_variance, coordinate_mean, dispersion, i2 : optional
         Public assumptions about the data (:class:`DataAssumptions`); those left out take
         conservative defaults and are listed in ``result.assumptions.assumed``.
+    privacy_unit : {"client", "record"}, optional
+        What the privacy protects (the setting ``privacy_unit``; the record unit of the
+        paper's protocol needs ``min_records``). Default: the setting's default, ``"client"``
+        (``"record"`` for the meta-analysis).
+    records_per_client : int or sequence of int, optional
+        Given, plan the meta-analysis of clients holding this many records each (one count,
+        or one per client) and return a :class:`~fa_hetdp.accuracy.meta_planner.MetaAccuracyPlan`.
     **settings
         Any other :class:`~fa_hetdp.config.protocol.ProtocolConfig` field (``composition``,
         ``variance_floor``, ...); left out (or None), the recommended settings apply
@@ -539,6 +591,26 @@ def plan_accuracy(
     >>> acc.error("mean").rmse_coordinate < 0.05
     True
     """
+    if records_per_client is not None:
+        if dispersion is not None:
+            raise InputDataError(
+                "dispersion is not an assumption of the meta-analysis plan "
+                "(records_per_client given); state i2 and within_variance instead."
+            )
+        return plan_meta_accuracy(
+            n,
+            d,
+            records_per_client=records_per_client,
+            epsilon=epsilon,
+            delta=delta,
+            privacy_unit=privacy_unit or "record",
+            i2=i2,
+            within_variance=within_variance,
+            coordinate_mean=coordinate_mean,
+            **settings,
+        )
+    if privacy_unit is not None:
+        settings["privacy_unit"] = privacy_unit
     config = recommended_config(epsilon=epsilon, delta=delta, **settings)
     assumptions = DataAssumptions.stated(
         within_variance=within_variance,

@@ -14,11 +14,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.accuracy.inverses import min_clients, min_epsilon
+from fa_hetdp.accuracy.meta_planner import (
+    META_STATISTICS,
+    MetaAccuracyPlan,
+    min_clients_meta,
+    min_records,
+)
 from fa_hetdp.accuracy.planner import SCALARS, AccuracyPlan, accuracy_of_plan, plan_accuracy
 from fa_hetdp.config.center import DISPERSION_CENTERS
 from fa_hetdp.config.noise import NOISE_SHAPES
+from fa_hetdp.config.settings import SETTINGS
+from fa_hetdp.errors import InputDataError
 from fa_hetdp.registry import STATISTIC_KEYS
 from fa_hetdp.report.results import format_accuracy_plan
 
@@ -122,6 +132,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="gamma: the fraction of clients that may collude with the server; the noise is "
         "calibrated to the n - ceil(gamma n) honest shares (default: none assumed)",
     )
+    for name in ("privacy_unit", "min_records"):  # declared once (config/settings.py)
+        setting = SETTINGS[name]
+        text = f"{setting.help} ({setting.allowed()}; default: {setting.default})"
+        parser.add_argument(
+            str(setting.flag), dest=name, type=setting.run_kind, help=text.replace("%", "%%")
+        )
+    parser.add_argument(
+        "--records-per-client",
+        default=None,
+        metavar="M or LO:HI",
+        help="plan the cross-silo meta-analysis (private_meta_analysis) of clients holding M "
+        "records each, or counts spread evenly over LO..HI; privacy unit record unless "
+        "--privacy-unit client; --i2 and --within-variance (of one record) describe the data",
+    )
     group = parser.add_argument_group("public assumptions (defaults are conservative)")
     group.add_argument("--within-variance", type=float, default=None, help="typical s_i^2")
     group.add_argument("--coordinate-mean", type=float, default=None, help="typical mu_j")
@@ -133,15 +157,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     inverse.add_argument(
         "--statistic",
-        choices=(*STATISTIC_KEYS, *SCALARS),
-        default="dispersion",
-        help="statistic the target is for (default: dispersion)",
+        choices=tuple(dict.fromkeys((*STATISTIC_KEYS, *SCALARS, *META_STATISTICS))),
+        default=None,
+        help="statistic the target is for (default: dispersion; i2 with --records-per-client)",
     )
     inverse.add_argument(
         "--solve",
-        choices=("n", "epsilon"),
+        choices=("n", "epsilon", "m"),
         default="n",
-        help="what to solve for with --target (default: n)",
+        help="what to solve for with --target (default: n; m, the records per client, "
+        "with --records-per-client)",
     )
     inverse.add_argument("--absolute", action="store_true", help="the target is an absolute RMSE")
     inverse.add_argument(
@@ -171,9 +196,80 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _record_counts(text: str, n: int) -> list[int]:
+    """``M`` (every client) or ``LO:HI`` (counts spread evenly over the range) -> (n,) counts."""
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts, default=0) < 2 or parts != sorted(parts):
+        raise InputDataError(
+            f"--records-per-client must be an integer M >= 2 or a range LO:HI with "
+            f"2 <= LO <= HI, got {text!r}."
+        )
+    return [round(v) for v in np.linspace(parts[0], parts[-1], n)]
+
+
+def _run_meta(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    """``fa-hetdp plan --records-per-client ...``: the meta-analysis plan and its inverse."""
+    counts = _record_counts(args.records_per_client, args.clients)
+    common: dict[str, Any] = {
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "privacy_unit": args.privacy_unit or "record",
+        "i2": args.i2,
+        "within_variance": args.within_variance,
+        "coordinate_mean": args.coordinate_mean,
+        **settings,
+    }
+    accuracy: MetaAccuracyPlan = plan_accuracy(
+        args.clients, args.dim, records_per_client=counts, **common
+    )
+    doc = accuracy.as_dict()
+    lines = accuracy.lines()
+    if args.target is not None:
+        statistic = args.statistic or "i2"
+        if statistic not in META_STATISTICS:
+            raise InputDataError(
+                f"--statistic for the meta-analysis must be one of "
+                f"{', '.join(META_STATISTICS)}, got {statistic!r}."
+            )
+        answer: int | None
+        if args.solve == "m":
+            answer = min_records(args.target, statistic, args.clients, args.dim, **common)
+            what = f"smallest m (records held by every client) at n={args.clients}"
+        elif args.solve == "n":
+            answer = min_clients_meta(args.target, statistic, counts[0], args.dim, **common)
+            what = f"smallest n at m={counts[0]} records each"
+        else:
+            raise InputDataError("--solve for the meta-analysis must be m or n, got epsilon.")
+        doc["inverse"] = {"statistic": statistic, "target": args.target, "answer": answer}
+        found = "not reachable in the searched range" if answer is None else str(answer)
+        lines.append(f"{what} for error <= {args.target:g} of {statistic}: {found}")
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Print the accuracy plan (and the inverse when ``--target`` is given)."""
     settings = _settings(args)
+    if args.min_records is not None:
+        settings["min_records"] = args.min_records
+    if args.records_per_client is not None:
+        return _run_meta(args, settings)
+    if args.privacy_unit is not None:
+        settings["privacy_unit"] = args.privacy_unit
+    if args.statistic is None:
+        args.statistic = "dispersion"
+    if args.statistic not in (*STATISTIC_KEYS, *SCALARS) or args.solve == "m":
+        raise InputDataError(
+            f"--statistic {args.statistic} and --solve m are the meta-analysis' "
+            "(give --records-per-client); allowed here: "
+            f"{', '.join((*STATISTIC_KEYS, *SCALARS))} and --solve n or epsilon."
+        )
     accuracy = plan_accuracy(
         args.clients,
         args.dim,

@@ -1,0 +1,540 @@
+"""The accuracy planner of the private meta-analysis: expected errors before any data exist.
+
+:func:`plan_meta_accuracy` predicts how far :func:`fa_hetdp.private_meta_analysis` will land
+from :func:`fa_hetdp.meta_analysis` on the same records, from public quantities only: the
+number of clients ``n``, their record counts ``m_i``, ``d``, the privacy settings and a model
+of the data (an ``I^2`` profile, the within-client variance of a record, the coordinate means).
+
+The model federation (:class:`MetaModel`): coordinate ``j`` gives every client the
+within-variance ``sigma^2_j``, so ``v_ij = sigma^2_j/m_i``; the between-client variance is
+``tau^2_j = I^2_j/(1 - I^2_j) s^2_j`` with ``s^2_j`` Higgins & Thompson's typical within-study
+variance, and client means are ``theta_ij ~ N(mu_j, v_ij + tau^2_j)``.
+
+The run is calibrated exactly as the private meta-analysis calibrates it
+(:func:`~fa_hetdp.protocol.meta_plan.plan_meta`: every release's sensitivity, the budget
+split, the noise shape), and the plan's noise is propagated through the protocol's own
+formulas by a small seeded Monte Carlo over client *summaries* (no records): each draw takes
+client means from the model, builds every client's summary (mean, ``SS = (m_i - 1)
+sigma^2``, sum of squares), runs the three rounds with the plan's noise
+(:func:`~fa_hetdp.protocol.meta_simulate.run_rounds`: the clients' round vectors, the
+server's broadcasts -- floor, centre, adaptive clip -- its clamps and its estimators) and
+compares with the exact analysis of the same means and variances
+(:func:`~fa_hetdp.stats.meta.meta_from_effects`). So every noise source, the clipping's bias
+and the noisy round-A broadcasts are in the prediction, and it follows the protocol when the
+protocol changes. What the model leaves out: the sampling spread of each client's ``s^2``
+around ``sigma^2`` and a floor that binds (records far from the model), which the benchmark
+measures.
+
+Each figure is the median over draws of the per-draw coordinate average of the absolute
+error, as ``benchmarks/meta_bench.py`` reports it: ``I^2`` absolute; ``tau^2`` relative to the
+coordinate average of the exact ``tau^2`` (a coordinate with ``tau^2 = 0`` has no relative
+error of its own); the pooled and random-effects means relative to ``|mu_j|``.
+
+:func:`min_records` and :func:`min_clients_meta` invert the planner for a target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.meta_client import ClientSummary
+from fa_hetdp.protocol.meta_plan import MetaPlan, plan_meta, settings_from
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.protocol.meta_simulate import run_rounds
+from fa_hetdp.stats.meta import meta_from_effects
+
+__all__ = [
+    "META_STATISTICS",
+    "MetaAccuracyPlan",
+    "MetaModel",
+    "MetaPlannedError",
+    "expected_meta_errors",
+    "min_clients_meta",
+    "min_records",
+    "plan_meta_accuracy",
+]
+
+META_STATISTICS: Final[Mapping[str, str]] = {
+    "i2": "I² (abs.)",
+    "tau2": "τ² (rel.)",
+    "pooled_mean": "pooled mean (rel.)",
+    "random_effects_mean": "RE mean (rel.)",
+}
+"""The planned statistics (key -> display name) and how their error is scaled."""
+RELATIVE: Final = frozenset({"tau2", "pooled_mean", "random_effects_mean"})
+
+DEFAULT_I2_RANGE: Final = (0.0, 0.95)
+"""Default I^2 profile: evenly spaced over this range (the issue's goal federation)."""
+DEFAULT_WITHIN_VARIANCE: Final = 1.0 / 12.0
+"""Default within-client variance of a record (a uniform record on [0, 1])."""
+DEFAULT_COORDINATE_MEAN: Final = 0.5
+
+DRAWS: Final = 200
+"""Draws of the model's client means and the plan's noise behind each planned error."""
+SEARCH_DRAWS: Final = 100
+"""Draws per evaluation in the inverse searches (about 20 evaluations each)."""
+
+
+@dataclass(frozen=True)
+class MetaModel:
+    """The model federation the planner evaluates (public assumptions, per coordinate).
+
+    Attributes
+    ----------
+    records_per_client : FloatArray
+        ``m_i``, (n,).
+    i2 : FloatArray
+        Target ``I^2_j`` (d,), in [0, 1).
+    within_variance : FloatArray
+        ``sigma^2_j``: the variance of one record's coordinate within a client (d,).
+    coordinate_mean : FloatArray
+        ``mu_j`` (d,).
+    """
+
+    records_per_client: FloatArray
+    i2: FloatArray
+    within_variance: FloatArray
+    coordinate_mean: FloatArray
+
+    @property
+    def n(self) -> int:
+        """Number of clients."""
+        return int(self.records_per_client.size)
+
+    @property
+    def d(self) -> int:
+        """Number of coordinates."""
+        return int(self.i2.size)
+
+    @property
+    def typical_variance(self) -> FloatArray:
+        """Higgins & Thompson's typical within-study variance ``s^2_j`` (d,).
+
+        ``(n - 1) sum w/((sum w)^2 - sum w^2)`` for ``w_i = m_i/sigma^2_j`` (Higgins &
+        Thompson 2002, Stat. Med. 21:1539, eq. 9).
+        """
+        m = self.records_per_client
+        factor = (self.n - 1) * m.sum() / (m.sum() ** 2 - float(np.sum(m * m)))
+        out: FloatArray = self.within_variance * factor
+        return out
+
+    @property
+    def tau2(self) -> FloatArray:
+        """``tau^2_j = I^2_j/(1 - I^2_j) s^2_j`` (d,)."""
+        out: FloatArray = self.i2 / (1.0 - self.i2) * self.typical_variance
+        return out
+
+
+@dataclass(frozen=True)
+class MetaPlannedError:
+    """The expected error of one meta statistic.
+
+    Attributes
+    ----------
+    key, display : str
+        :data:`META_STATISTICS` key and name.
+    typical : float
+        The statistic's coordinate average in the model federation.
+    error : float
+        The median over draws of the coordinate average of the absolute error (relative for
+        ``tau2`` and the means, see the module docstring): what ``benchmarks/meta_bench.py``
+        measures, a median over runs.
+    draws : FloatArray
+        That coordinate average in each draw (its spread: what one run may see).
+    """
+
+    key: str
+    display: str
+    typical: float
+    error: float
+    draws: FloatArray
+
+    @property
+    def relative(self) -> bool:
+        """Whether :attr:`error` is relative."""
+        return self.key in RELATIVE
+
+
+@dataclass(frozen=True)
+class MetaAccuracyPlan:
+    """What a private meta-analysis run will be able to tell: the expected error of each figure.
+
+    Attributes
+    ----------
+    model : MetaModel
+        The model federation (public assumptions).
+    epsilon, delta : float
+        The budget.
+    privacy_unit : str
+        ``"record"`` or ``"client"``.
+    errors : tuple[MetaPlannedError, ...]
+        One row per :data:`META_STATISTICS` key.
+    plan : MetaPlan
+        The calibrated plan of the run (:mod:`fa_hetdp.protocol.meta_plan`).
+    """
+
+    model: MetaModel
+    epsilon: float
+    delta: float
+    privacy_unit: str
+    errors: tuple[MetaPlannedError, ...]
+    plan: MetaPlan
+
+    @property
+    def n(self) -> int:
+        """Number of clients."""
+        return self.model.n
+
+    @property
+    def d(self) -> int:
+        """Number of coordinates."""
+        return self.model.d
+
+    def error(self, key: str) -> MetaPlannedError:
+        """Return the row of ``key`` (one of :data:`META_STATISTICS`)."""
+        for row in self.errors:
+            if row.key == key:
+                return row
+        raise KeyError(f"no planned error for {key!r}; allowed: {tuple(META_STATISTICS)}")
+
+    def lines(self) -> list[str]:
+        """Return the plan as ``fa-hetdp plan --records-per-client M`` prints it."""
+        m = self.model.records_per_client
+        counts = f"{m.min():.0f}" if m.min() == m.max() else f"{m.min():.0f}-{m.max():.0f}"
+        i2 = self.model.i2
+        out = [
+            f"meta-analysis plan: n = {self.n} clients holding {counts} records each, "
+            f"d = {self.d}, epsilon = {self.epsilon:g}, delta = {self.delta:g}, "
+            f"privacy unit: {self.privacy_unit}",
+            f"model: I^2 {i2.min():.2f}-{i2.max():.2f} over the coordinates, within-variance "
+            f"of a record {float(np.mean(self.model.within_variance)):.3g}, coordinate mean "
+            f"{float(np.mean(self.model.coordinate_mean)):.3g} (averages)",
+            "| statistic | typical | expected error (coordinate average) |",
+            "|---|---|---|",
+        ]
+        for row in self.errors:
+            if row.relative:
+                err = f"{100 * row.error:.3g} % of the value"
+            else:
+                err = f"{row.error:.3g} (absolute)"
+            out.append(f"| {row.display} | {row.typical:.4g} | {err} |")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``fa-hetdp plan --records-per-client M --json``)."""
+        m = self.model.records_per_client
+        return {
+            "analysis": "meta",
+            "n": self.n,
+            "d": self.d,
+            "records_per_client": {"min": float(m.min()), "max": float(m.max())},
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "privacy_unit": self.privacy_unit,
+            "assumptions": {
+                "i2": self.model.i2.tolist(),
+                "within_variance": self.model.within_variance.tolist(),
+                "coordinate_mean": self.model.coordinate_mean.tolist(),
+            },
+            "statistics": {
+                r.key: {
+                    "typical": r.typical,
+                    "error": r.error,
+                    "relative": r.relative,
+                    "quartiles": np.quantile(r.draws, [0.25, 0.75]).tolist(),
+                }
+                for r in self.errors
+            },
+        }
+
+
+# --------------------------------------------------------------------------- the propagation
+
+
+def _summaries(model: MetaModel, theta: FloatArray) -> list[ClientSummary]:
+    """Every client's summary for client means ``theta`` (n, d) and the model's variances."""
+    m = model.records_per_client
+    ss = (m[:, None] - 1.0) * model.within_variance[None, :]
+    sq = ss + m[:, None] * theta * theta
+    return [ClientSummary(theta=theta[i], ss=ss[i], sq=sq[i], m=int(m[i])) for i in range(model.n)]
+
+
+def _draw_errors(
+    model: MetaModel, private: PrivateMetaAnalysis, theta: FloatArray
+) -> dict[str, float]:
+    """One draw's coordinate-average errors (the benchmark's figures) and exact values."""
+    v = model.within_variance[None, :] / model.records_per_client[:, None]
+    mu, _q, i2, tau2, _raw, re = meta_from_effects(theta, v)
+    out = {
+        "i2": float(np.mean(np.abs(private.i2 - i2))),
+        "tau2": float(np.mean(np.abs(private.tau2 - tau2))) / max(float(np.mean(tau2)), 1e-300),
+        "pooled_mean": float(np.mean(np.abs(private.pooled_mean - mu) / np.abs(mu))),
+        "random_effects_mean": float(
+            np.mean(np.abs(private.random_effects_mean - re) / np.abs(re))
+        ),
+    }
+    for key, value in (("i2", i2), ("tau2", tau2), ("pooled_mean", mu)):
+        out[f"value_{key}"] = float(np.mean(value))
+    out["value_random_effects_mean"] = float(np.mean(re))
+    return out
+
+
+def expected_meta_errors(
+    model: MetaModel, plan: MetaPlan, *, draws: int = DRAWS, seed: int = 0
+) -> tuple[MetaPlannedError, ...]:
+    """Return the planned errors of ``model`` under ``plan`` (module docstring).
+
+    Parameters
+    ----------
+    model : MetaModel
+        The model federation.
+    plan : MetaPlan
+        The calibrated run (its counts must be the model's).
+    draws, seed : int
+        Draws of the model's client means and of the plan's noise (a fixed seed: the plan is
+        deterministic).
+
+    Returns
+    -------
+    tuple[MetaPlannedError, ...]
+        One row per :data:`META_STATISTICS` key.
+    """
+    rng = np.random.default_rng(seed)
+    scale = np.sqrt(model.within_variance[None, :] / model.records_per_client[:, None]
+                    + model.tau2[None, :])  # fmt: skip
+    runs = []
+    for _ in range(draws):
+        theta = np.clip(
+            model.coordinate_mean + scale * rng.standard_normal((model.n, model.d)), 0.0, 1.0
+        )
+        private = run_rounds(plan, _summaries(model, theta), rng)
+        runs.append(_draw_errors(model, private, theta))
+    rows = []
+    for key, display in META_STATISTICS.items():
+        errors = np.array([r[key] for r in runs])
+        typical = float(np.mean([r[f"value_{key}"] for r in runs]))
+        rows.append(MetaPlannedError(key, display, typical, float(np.median(errors)), errors))
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _per_coordinate(name: str, value: object, d: int, low: float, high: float) -> FloatArray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(d, float(arr))
+    bad = arr.shape != (d,) or not np.all(np.isfinite(arr))
+    if bad or bool(np.any(arr < low)) or bool(np.any(arr > high)):
+        raise InputDataError(
+            f"{name} must be a number or {d} numbers (one per coordinate) in [{low}, {high}], "
+            f"got {name}={value!r}."
+        )
+    return arr
+
+
+def records_model(records_per_client: int | npt.ArrayLike, n: int) -> FloatArray:
+    """``m_i`` (n,) from one count for every client or one per client (each >= 2)."""
+    arr = np.asarray(records_per_client, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,) or not np.all(np.isfinite(arr)) or bool(np.any(arr < 2)):
+        raise InputDataError(
+            f"records_per_client must be an integer >= 2 or {n} of them (one per client), got "
+            f"{records_per_client!r}."
+        )
+    return np.floor(arr)
+
+
+def meta_model(
+    n: int,
+    d: int,
+    *,
+    records_per_client: int | npt.ArrayLike,
+    i2: float | npt.ArrayLike | None = None,
+    within_variance: float | npt.ArrayLike | None = None,
+    coordinate_mean: float | npt.ArrayLike | None = None,
+) -> MetaModel:
+    """Build the model federation from public assumptions (defaults: the module's constants).
+
+    ``i2`` left out: evenly spaced over :data:`DEFAULT_I2_RANGE`.
+    """
+    if n < 2 or d < 1:
+        raise InputDataError(f"a meta-analysis needs n >= 2 clients and d >= 1, got n={n}, d={d}.")
+    profile = np.linspace(*DEFAULT_I2_RANGE, d) if i2 is None else i2
+    return MetaModel(
+        records_per_client=records_model(records_per_client, n),
+        i2=_per_coordinate("i2", profile, d, 0.0, 0.999),
+        within_variance=_per_coordinate(
+            "within_variance",
+            DEFAULT_WITHIN_VARIANCE if within_variance is None else within_variance,
+            d,
+            1e-8,
+            0.25,
+        ),
+        coordinate_mean=_per_coordinate(
+            "coordinate_mean",
+            DEFAULT_COORDINATE_MEAN if coordinate_mean is None else coordinate_mean,
+            d,
+            1e-6,
+            1.0,
+        ),
+    )
+
+
+def plan_meta_accuracy(
+    n: int,
+    d: int,
+    *,
+    records_per_client: int | npt.ArrayLike,
+    epsilon: float,
+    delta: float,
+    privacy_unit: Literal["record", "client"] | str = "record",
+    i2: float | npt.ArrayLike | None = None,
+    within_variance: float | npt.ArrayLike | None = None,
+    coordinate_mean: float | npt.ArrayLike | None = None,
+    one_hot: bool = False,
+    draws: int = DRAWS,
+    **settings: Any,
+) -> MetaAccuracyPlan:
+    """Plan the expected error of a private meta-analysis (no data needed).
+
+    Parameters
+    ----------
+    n, d : int
+        Number of clients (silos) and coordinates.
+    records_per_client : int or array_like
+        ``m``: every client's record count, or one per client (public, as the run takes them).
+    epsilon, delta : float
+        The run's budget.
+    privacy_unit : {"record", "client"}
+        What the privacy protects (default ``"record"``, as
+        :func:`fa_hetdp.private_meta_analysis`).
+    i2, within_variance, coordinate_mean : float or array_like, optional
+        The model federation (one value or one per coordinate): the ``I^2`` profile (default
+        evenly spaced over 0..0.95), the within-client variance of a record (default 1/12) and
+        the coordinate means (default 1/2).
+    one_hot : bool
+        Whether records are one-hot label vectors (one replacement moves two coordinates).
+    draws : int
+        Monte Carlo draws (seeded; :data:`DRAWS`).
+    **settings
+        Any other setting of :func:`fa_hetdp.private_meta_analysis` (``kappa``,
+        ``floor_fraction``, ``placement``, ...).
+
+    Returns
+    -------
+    MetaAccuracyPlan
+        The expected coordinate-average error of ``I^2``, ``tau^2``, the pooled and the
+        random-effects means.
+    """
+    model = meta_model(
+        n,
+        d,
+        records_per_client=records_per_client,
+        i2=i2,
+        within_variance=within_variance,
+        coordinate_mean=coordinate_mean,
+    )
+    meta_settings = settings_from(privacy_unit=privacy_unit, one_hot=one_hot, **settings)
+    counts = model.records_per_client.astype(np.int64)
+    plan = plan_meta(epsilon, delta, counts, model.d, meta_settings)
+    return MetaAccuracyPlan(
+        model=model,
+        epsilon=epsilon,
+        delta=delta,
+        privacy_unit=privacy_unit,
+        errors=expected_meta_errors(model, plan, draws=draws),
+        plan=plan,
+    )
+
+
+def _search(error_at: Callable[[int], float], low: int, high: int, target: float) -> int | None:
+    """Smallest integer ``x`` in ``[low, high]`` with ``error_at(x) <= target`` (bisection)."""
+    if error_at(high) > target:
+        return None
+    if error_at(low) <= target:
+        return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        if error_at(mid) <= target:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def min_records(
+    target: float,
+    statistic: str,
+    n: int,
+    d: int,
+    *,
+    epsilon: float,
+    delta: float,
+    max_records: int = 10_000_000,
+    **kwargs: Any,
+) -> int | None:
+    """Return the smallest ``m`` (records per client) whose planned error meets ``target``.
+
+    ``kwargs`` go to :func:`plan_meta_accuracy` (``draws`` default :data:`SEARCH_DRAWS`).
+    None when not reached by ``max_records``.
+    """
+    _check_statistic(statistic)
+    kwargs.setdefault("draws", SEARCH_DRAWS)
+    return _search(
+        lambda m: (
+            plan_meta_accuracy(n, d, records_per_client=m, epsilon=epsilon, delta=delta, **kwargs)
+            .error(statistic)
+            .error
+        ),
+        2,
+        max_records,
+        target,
+    )
+
+
+def min_clients_meta(
+    target: float,
+    statistic: str,
+    records_per_client: int,
+    d: int,
+    *,
+    epsilon: float,
+    delta: float,
+    max_clients: int = 2000,
+    **kwargs: Any,
+) -> int | None:
+    """Return the smallest ``n`` (clients with ``records_per_client`` each) meeting ``target``.
+
+    ``kwargs`` go to :func:`plan_meta_accuracy` (``draws`` default :data:`SEARCH_DRAWS`).
+    None when not reached by ``max_clients``.
+    """
+    _check_statistic(statistic)
+    kwargs.setdefault("draws", SEARCH_DRAWS)
+    return _search(
+        lambda n: (
+            plan_meta_accuracy(
+                n, d, records_per_client=records_per_client, epsilon=epsilon, delta=delta, **kwargs
+            )
+            .error(statistic)
+            .error
+        ),
+        3,
+        max_clients,
+        target,
+    )
+
+
+def _check_statistic(statistic: str) -> None:
+    if statistic not in META_STATISTICS:
+        raise InputDataError(
+            f"statistic must be one of {', '.join(META_STATISTICS)}, got {statistic!r}."
+        )
