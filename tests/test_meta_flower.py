@@ -163,6 +163,7 @@ def test_a_meta_analysis_session_equals_its_in_process_replay(tmp_path: Path) ->
         np.testing.assert_allclose(
             getattr(result.broadcast_b, field), getattr(want.broadcast_b, field), rtol=1e-9
         )
+    assert_document_matches_replay(config, document)  # what the document says, too
     got = document["meta_analysis"]["statistics"]
     # the figures of round B equal the replay's; the random-effects mean divides E by F,
     # whose noise exceeds its value at 300 records (it is floored): equal through E and F
@@ -373,6 +374,44 @@ def test_fa_hetdp_run_prints_the_table_once_and_draws_the_figure(
     line = meta_figure_line(result, tmp_path / "silos-7.json")
     if "not drawn" not in line:
         assert (tmp_path / "silos-7-i2.png").exists() and line.endswith("silos-7-i2.png")
+
+
+# ---------------------------------------------------------------------------- Flower's runtime
+def assert_document_matches_replay(config: dict[str, Any], document: dict[str, Any]) -> None:
+    """The run's broadcasts and round-B figures equal the replay's (the sums through them)."""
+    want = replay(config, document)
+    assert want.broadcast_b is not None and want.broadcast_c is not None
+    sent = document["broadcasts"]
+    for name in ("centre", "floor", "kappa"):
+        np.testing.assert_allclose(sent["B"][name], getattr(want.broadcast_b, name), rtol=1e-9)
+    for name in ("tau2", "kappa_star"):
+        np.testing.assert_allclose(
+            sent["C"][name], getattr(want.broadcast_c, name), rtol=1e-6, atol=1e-12
+        )
+    got = document["meta_analysis"]["statistics"]
+    for name in ("pooled_mean", "q", "i2", "tau2"):
+        np.testing.assert_allclose(got[name]["value"], getattr(want, name), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_a_flower_simulation_equals_its_in_process_replay(tmp_path: Path) -> None:
+    """`flwr run` on a simulation SuperLink (Ray), one ClientApp per silo."""
+    from fa_hetdp.cli.cluster import FlowerCluster
+
+    config = run_config(tmp_path, silos_file(tmp_path))
+    overrides = {
+        k: v for k, v in config.items() if k in {"scenario", "mode", "result-path", "progress-path"}
+    }
+    overrides.update({"stage-timeout": 120.0, "node-wait-timeout": 120.0})
+    with FlowerCluster(tmp_path / "flower") as cluster:
+        cluster.start_superlink()
+        run = cluster.submit(overrides, num_supernodes=SILOS, name="meta")
+        outcome = cluster.wait_run(run, Path(config["result-path"]), timeout=600)
+    document = outcome.result
+    assert document is not None, outcome.output
+    assert document["status"] == "success", document.get("reason")
+    assert document["clients_in_sum"] == {"A": SILOS, "B": SILOS, "C": SILOS}
+    assert_document_matches_replay(config, document)
 
 
 # ---------------------------------------------------------------------------- a deployment

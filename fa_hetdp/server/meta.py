@@ -239,6 +239,22 @@ def meta_privacy_section(
     return section
 
 
+def _broadcasts(result: PrivateMetaAnalysis) -> dict[str, dict[str, list[float]]]:
+    """Return what the server sent the clients after rounds A and B (public)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    if result.broadcast_b is not None:
+        b = result.broadcast_b
+        out["B"] = {
+            "centre": _floats(b.centre),
+            "floor": _floats(b.floor),
+            "kappa": _floats(b.kappa),
+        }
+    if result.broadcast_c is not None:
+        c = result.broadcast_c
+        out["C"] = {"tau2": _floats(c.tau2), "kappa_star": _floats(c.kappa_star)}
+    return out
+
+
 def _number(value: float | None) -> float | str | None:
     if value is None:
         return None
@@ -382,6 +398,7 @@ def _document(
         "clients_in_sum": {rnd: len(p) for rnd, p in partitions.items()},
         "partitions_in_sum": dict(partitions),
         "meta_analysis": section,
+        "broadcasts": _broadcasts(result),
         "noise_std": {  # of each release made, per coordinate, all shares arrived
             name: _floats(std) for name, std in noise.items() if name in plan.releases
         },
