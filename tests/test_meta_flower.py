@@ -376,6 +376,16 @@ def test_fa_hetdp_run_prints_the_table_once_and_draws_the_figure(
         assert (tmp_path / "silos-7-i2.png").exists() and line.endswith("silos-7-i2.png")
 
 
+def test_the_progress_display_names_the_rounds_of_a_meta_analysis() -> None:
+    from fa_hetdp.cli.run import RunSetup, step_labels
+
+    meta = step_labels(RunSetup("silos", 5, {}, {}, analysis="meta"))
+    paper = step_labels(RunSetup("quickstart", 100, {}, {}))
+    assert meta["stage1_input"] == "round B: masked Q, I², τ² + noise"
+    assert meta["stage0_unmask"] == "round A: unmask"
+    assert paper["stage1_input"].startswith("stage 1: masked [x, w x, w]")
+
+
 # ---------------------------------------------------------------------------- Flower's runtime
 def assert_document_matches_replay(config: dict[str, Any], document: dict[str, Any]) -> None:
     """The run's broadcasts and round-B figures equal the replay's (the sums through them)."""

@@ -29,9 +29,11 @@ from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.flower.steps import (
     CONSISTENCY_STEP,
+    INPUT_STEP,
     STAGE0_INPUT,
     STAGE0_UNMASK,
     STEP_LABELS,
+    UNMASK_STEP,
     Event,
 )
 from fa_hetdp.protocol.guarantee import Guarantee
@@ -286,6 +288,20 @@ def step_count(adaptive_floor: bool, malicious_server: bool) -> int:
     return len(STEP_LABELS) + (2 if adaptive_floor else 0) + (sums if malicious_server else 0)
 
 
+def step_labels(setup: RunSetup) -> dict[str, str]:
+    """Return the progress display's label of every step of the run's analysis."""
+    labels = dict(STEP_LABELS)
+    labels[STAGE0_INPUT] = "stage 0: masked s_i^2 bucket + noise (the floor)"
+    labels[STAGE0_UNMASK] = "stage 0: unmask"
+    labels.update({s: f"stage {k}: consistency check" for k, s in CONSISTENCY_STEP.items()})
+    if setup.analysis == "meta":  # the three summations carry rounds A, B, C
+        rounds = (("A", "sums, spread"), ("B", "Q, I², τ²"), ("C", "random effects"))
+        for k, (rnd, what) in enumerate(rounds):
+            labels[INPUT_STEP[k]] = f"round {rnd}: masked {what} + noise"
+            labels[UNMASK_STEP[k]] = f"round {rnd}: unmask"
+    return labels
+
+
 @contextlib.contextmanager
 def progress_display(
     setup: RunSetup,
@@ -304,10 +320,7 @@ def progress_display(
             f"{setup.scenario_name}: starting Flower ({setup.num_clients} clients)",
             total=setup.steps + 1,
         )
-        labels = dict(STEP_LABELS)
-        labels[STAGE0_INPUT] = "stage 0: masked s_i^2 bucket + noise (the floor)"
-        labels[STAGE0_UNMASK] = "stage 0: unmask"
-        labels.update({s: f"stage {k}: consistency check" for k, s in CONSISTENCY_STEP.items()})
+        labels = step_labels(setup)
 
         def update(events: list[dict[str, Any]]) -> None:
             done = 0
