@@ -233,15 +233,25 @@ def _quantile_chi2_plus_normal(
     )
     distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
     scale, sd = distinct[:, 0], distinct[:, 1]
-    if distinct.shape[0] <= _EXACT_PAIRS or np.any(sd <= 0.0) or np.any(scale <= 0.0):
-        q = _bisect_quantile(scale, sd, p)
-    else:
-        step = math.log1p(_RATIO_STEP)
-        log_r = np.log(scale / sd)
-        k = np.ceil((log_r - log_r.min()) / step).astype(np.int64)
-        grid = np.exp(log_r.min() + step * np.arange(int(k.max()) + 1))
-        q = sd * _bisect_quantile(grid, np.ones_like(grid), p)[k]
+    # A term that is exactly zero (a release not made has no noise; a scale of 0) has a
+    # closed form: the other term's quantile alone (the quadrature would divide by sd = 0).
+    q = np.where(sd > 0.0, sd * float(ndtri(p)), scale * float(chi2.ppf(p, 1)))
+    both = (sd > 0.0) & (scale > 0.0)
+    if np.any(both):
+        q[both] = _bisect_both(scale[both], sd[both], p)
     out: FloatArray = q[inverse.reshape(-1)].reshape(shape)
+    return out
+
+
+def _bisect_both(scale: FloatArray, sd: FloatArray, p: float) -> FloatArray:
+    # Both terms present (scale > 0, sd > 0): exact bisection, or the ratio grid when many.
+    if scale.shape[0] <= _EXACT_PAIRS:
+        return _bisect_quantile(scale, sd, p)
+    step = math.log1p(_RATIO_STEP)
+    log_r = np.log(scale / sd)
+    k = np.ceil((log_r - log_r.min()) / step).astype(np.int64)
+    grid = np.exp(log_r.min() + step * np.arange(int(k.max()) + 1))
+    out: FloatArray = sd * _bisect_quantile(grid, np.ones_like(grid), p)[k]
     return out
 
 
