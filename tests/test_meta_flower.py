@@ -180,6 +180,25 @@ def test_a_meta_analysis_session_equals_its_in_process_replay(tmp_path: Path) ->
     assert privacy["delta"] == pytest.approx(1e-5)
 
 
+def test_against_a_malicious_server_each_round_has_its_consistency_check(
+    tmp_path: Path,
+) -> None:
+    config = run_config(
+        tmp_path,
+        silos_file(tmp_path, threshold=1.0),  # t = 3 of 3: a malicious server's majority rule
+        **{"secagg-threat-model": "malicious-server"},
+    )
+    _, document = run_meta(config, our_grid(config))
+    steps = [step["step"] for step in document["steps"]]
+    assert [s for s in steps if s.endswith("_consistency")] == [
+        "stage0_consistency",
+        "stage1_consistency",
+        "stage2_consistency",
+    ]
+    assert "server malicious" in document["privacy"]["guarantee"]["adversary"]
+    assert_document_matches_replay(config, document)
+
+
 def test_the_client_unit_runs_the_same_rounds_with_far_more_noise(tmp_path: Path) -> None:
     noise = {}
     for unit in ("record", "client"):
