@@ -513,3 +513,13 @@ def test_a_deployment_with_tls_and_supernode_authentication(tmp_path: Path) -> N
     assert "min_records = 300" in privacy["unit_of_privacy"]
     stats = result["meta_analysis"]["statistics"]
     assert all(len(stats[k]["value"]) == 6 for k in ("pooled_mean", "q", "i2", "tau2"))
+
+
+def test_the_paper_protocol_refuses_a_meta_analysis_setting_with_one_line() -> None:
+    from fa_hetdp import private_statistics
+    from fa_hetdp.errors import PrivacyParameterError
+
+    x = np.random.default_rng(0).uniform(size=(20, 3))
+    with pytest.raises(PrivacyParameterError, match="private_meta_analysis") as info:
+        private_statistics(x, epsilon=1.0, delta=1e-5, rng=1, analysis="meta")
+    assert "\n" not in str(info.value)

@@ -691,8 +691,9 @@ def plan_protocol(
         If ``n < 2`` or ``d < 1``.
     PrivacyParameterError
         If ``min_honest_clients`` exceeds ``n`` or ``n - ceil(gamma n)`` (it would count a
-        colluder's share), the stated ``corrupt_fraction`` leaves no honest client, or the
-        budget cannot be calibrated (the reason is in the message).
+        colluder's share), the stated ``corrupt_fraction`` leaves no honest client, the
+        budget cannot be calibrated (the reason is in the message), or the ``analysis``
+        setting is ``"meta"`` (its plan is :func:`fa_hetdp.protocol.meta_plan.plan_meta`).
 
     Warns
     -----
@@ -702,6 +703,12 @@ def plan_protocol(
     WeakPrivacyWarning
         For ``epsilon`` above :data:`~fa_hetdp.dp.calibration.EPSILON_WARNING_THRESHOLD`.
     """
+    if config.setting("analysis") != "heterogeneity":  # the meta-analysis has its own plan
+        raise PrivacyParameterError(
+            f"analysis={config.setting('analysis')!r} is a meta-analysis of the clients' "
+            "records: fa_hetdp.private_meta_analysis(records, client_ids, ...) in process, or "
+            "the Flower app (fa-hetdp run); the paper's protocol needs analysis='heterogeneity'"
+        )
     n = _count("n", n, 2)
     d = _count("d", d, 1)
     t = honest_shares(config, n)
