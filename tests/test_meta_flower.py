@@ -523,3 +523,15 @@ def test_the_paper_protocol_refuses_a_meta_analysis_setting_with_one_line() -> N
     with pytest.raises(PrivacyParameterError, match="private_meta_analysis") as info:
         private_statistics(x, epsilon=1.0, delta=1e-5, rng=1, analysis="meta")
     assert "\n" not in str(info.value)
+
+
+def test_fa_hetdp_run_refuses_a_meta_analysis_of_one_record_per_client_before_flower(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fa_hetdp.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "quickstart", "--analysis", "meta"]) == 2
+    err = capsys.readouterr().err
+    assert "--analysis: meta needs >= 2 records per client" in err
+    assert not (tmp_path / "results").exists()  # Flower never started

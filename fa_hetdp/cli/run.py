@@ -233,6 +233,19 @@ def prepare(args: argparse.Namespace) -> RunSetup:
     truth = true_statistics(vectors, variance_floor=scenario.privacy.variance_floor).summary()
     adaptive = run_config.get("adaptive-floor", "")
     analysis = str(run_config.get("analysis") or dict(scenario.privacy.extra).get("analysis", ""))
+    if analysis == "meta" and scenario.data.partitioner is None:
+        records = scenario.data.records_per_client
+        if records < 2:  # each client's sampling variance needs two records
+            where = "--analysis" if run_config.get("analysis") else "privacy.analysis"
+            raise_problems(
+                "command line",
+                [
+                    (
+                        where,
+                        f"meta needs >= 2 records per client; data.records_per_client = {records}",
+                    )
+                ],
+            )
     return RunSetup(
         scenario_name=scenario.name,
         num_clients=scenario.num_clients,
