@@ -16,6 +16,11 @@ protocol"; Thm 3.3, 3.8, 3.13) over any :class:`Transport` (the ServerApp's is F
 6. ``stage2_unmask`` -- the stage-2 sum; ``D''``, ``Q''``, ``I2''``, ``I2'''``
    (:func:`fa_hetdp.protocol.assemble_stage2`).
 
+Analyses. Steps 1 and 2's key advertisement are the same for every run; what follows is the
+analysis' (:data:`ANALYSES`, by the ``analysis`` setting): the paper's stages above, or
+``"meta"``, the meta-analysis of the clients' records (:mod:`fa_hetdp.server.meta`: rounds
+A, B, C on summations 0, 1, 2, the same steps and secure aggregation).
+
 Dropouts. An error reply, a missing reply (timeout) or a malformed reply (undecodable, or
 rejected by the secagg server) removes the client from the rest of the session. A step goes
 on while at least ``threshold`` clients remain, and the run aborts with the step, the counts
