@@ -388,6 +388,66 @@ def measure(
     return row
 
 
+def label_detail(*, runs: int, seed: int, unit: str = "record") -> list[dict[str, float]]:
+    """Per label of one digits federation (the first run's split): the noise-free protocol's
+    pooled label share, I^2 and tau^2 (the per-label dispersion of the silos' shares), and the
+    median over ``runs`` noise draws of the private value's absolute error."""
+    from fa_hetdp import meta_analysis, private_meta_analysis
+
+    fed = federation("digits", np.random.default_rng([seed, 0]))
+    args: dict[str, Any] = {"privacy_unit": unit, "one_hot": True}
+    ref = private_meta_analysis(
+        fed.records, fed.client_ids, epsilon=EPSILON, delta=DELTA, noise=False, **args
+    )
+    exact = meta_analysis(fed.records, fed.client_ids)
+    shares = np.stack([fed.records[fed.client_ids == i].mean(axis=0) for i in range(fed.n)])
+    draws = [
+        private_meta_analysis(
+            fed.records,
+            fed.client_ids,
+            epsilon=EPSILON,
+            delta=DELTA,
+            rng=np.random.default_rng([seed, 0, r, 2]),
+            **args,
+        )
+        for r in range(runs)
+    ]
+    out = []
+    for j in range(fed.d):
+        out.append(
+            {
+                "label": j,
+                "share": float(ref.pooled_mean[j]),
+                "spread_of_shares": float(shares[:, j].std()),
+                "i2": float(ref.i2[j]),
+                "i2_exact": float(exact.i2[j]),
+                "i2_err": float(np.median([abs(p.i2[j] - ref.i2[j]) for p in draws])),
+                "tau2": float(ref.tau2[j]),
+                "tau2_err": float(np.median([abs(p.tau2[j] - ref.tau2[j]) for p in draws])),
+                "share_err": float(
+                    np.median([abs(p.pooled_mean[j] - ref.pooled_mean[j]) for p in draws])
+                ),
+            }
+        )
+    return out
+
+
+def label_table(detail: Sequence[dict[str, float]]) -> list[str]:
+    """Markdown table of :func:`label_detail`."""
+    lines = [
+        "| label | pooled share (err) | SD of silo shares | I² (err) | exact I² | τ² (err) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in detail:
+        exact = "undefined" if not math.isfinite(r["i2_exact"]) else f"{r['i2_exact']:.3f}"
+        lines.append(
+            f"| {r['label']} | {r['share']:.3f} ({r['share_err']:.3f}) | "
+            f"{r['spread_of_shares']:.3f} | {r['i2']:.3f} ({r['i2_err']:.3f}) | {exact} | "
+            f"{r['tau2']:.4f} ({r['tau2_err']:.4f}) |"
+        )
+    return lines
+
+
 # --------------------------------------------------------------------------- the table
 
 
@@ -615,6 +675,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "machine": machine(),
         "rows": [r.as_dict() for r in rows],
     }
+    if "digits" in cases and "record" in units:
+        doc["labels"] = label_detail(runs=args.runs, seed=args.seed)
     if args.figure is not None:
         data = curves(
             runs=args.figure_runs,
@@ -635,6 +697,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"seed {args.seed}; {doc['machine']}\n"
         )
         print("\n".join(table(rows)))
+        if "labels" in doc:
+            print("\ndigits, record unit, first split: per label (median |error| over runs)\n")
+            print("\n".join(label_table(doc["labels"])))
         print(f"\n({doc['seconds']:.0f} s)")
     return doc
 
