@@ -45,7 +45,7 @@ import numpy.typing as npt
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.meta_client import ClientSummary
-from fa_hetdp.protocol.meta_plan import MetaPlan, plan_meta, settings_from
+from fa_hetdp.protocol.meta_plan import MetaPlan, plan_meta, settings_from, with_settings
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.meta_simulate import run_rounds
 from fa_hetdp.stats.meta import meta_from_effects
@@ -96,12 +96,17 @@ class MetaModel:
         ``sigma^2_j``: the variance of one record's coordinate within a client (d,).
     coordinate_mean : FloatArray
         ``mu_j`` (d,).
+    one_hot : bool
+        Records are one-hot labels: a client's label shares fix its sums of squares, and the
+        reference is the protocol without noise (a client lacking a label has no exact
+        inverse-variance weight on it).
     """
 
     records_per_client: FloatArray
     i2: FloatArray
     within_variance: FloatArray
     coordinate_mean: FloatArray
+    one_hot: bool = False
 
     @property
     def n(self) -> int:
@@ -259,19 +264,25 @@ class MetaAccuracyPlan:
 
 
 def _summaries(model: MetaModel, theta: FloatArray) -> list[ClientSummary]:
-    """Every client's summary for client means ``theta`` (n, d) and the model's variances."""
+    """Every client's summary for client means ``theta`` (n, d) and the model's variances.
+
+    One-hot records: a client's share ``theta`` of a label fixes its sums (``x^2 = x``):
+    ``SS = m theta (1 - theta)``, ``sum x^2 = m theta``.
+    """
     m = model.records_per_client
-    ss = (m[:, None] - 1.0) * model.within_variance[None, :]
+    if model.one_hot:
+        ss = m[:, None] * theta * (1.0 - theta)
+    else:
+        ss = (m[:, None] - 1.0) * model.within_variance[None, :]
     sq = ss + m[:, None] * theta * theta
     return [ClientSummary(theta=theta[i], ss=ss[i], sq=sq[i], m=int(m[i])) for i in range(model.n)]
 
 
 def _draw_errors(
-    model: MetaModel, private: PrivateMetaAnalysis, theta: FloatArray
+    private: PrivateMetaAnalysis, reference: tuple[FloatArray, ...]
 ) -> dict[str, float]:
-    """One draw's coordinate-average errors (the benchmark's figures) and exact values."""
-    v = model.within_variance[None, :] / model.records_per_client[:, None]
-    mu, _q, i2, tau2, _raw, re = meta_from_effects(theta, v)
+    """One draw's coordinate-average errors (the benchmark's figures) and reference values."""
+    mu, i2, tau2, re = reference
     out = {
         "i2": float(np.mean(np.abs(private.i2 - i2))),
         "tau2": float(np.mean(np.abs(private.tau2 - tau2))) / max(float(np.mean(tau2)), 1e-300),
@@ -307,15 +318,28 @@ def expected_meta_errors(
         One row per :data:`META_STATISTICS` key.
     """
     rng = np.random.default_rng(seed)
-    scale = np.sqrt(model.within_variance[None, :] / model.records_per_client[:, None]
-                    + model.tau2[None, :])  # fmt: skip
+    m = model.records_per_client[:, None]
+    scale = np.sqrt(model.within_variance[None, :] / m + model.tau2[None, :])
+    noise_free = with_settings(plan, noise=False) if model.one_hot else None
     runs = []
     for _ in range(draws):
         theta = np.clip(
             model.coordinate_mean + scale * rng.standard_normal((model.n, model.d)), 0.0, 1.0
         )
-        private = run_rounds(plan, _summaries(model, theta), rng)
-        runs.append(_draw_errors(model, private, theta))
+        if model.one_hot:  # label shares are counts over m
+            theta = np.round(theta * m) / m
+        summaries = _summaries(model, theta)
+        private = run_rounds(plan, summaries, rng)
+        reference: tuple[FloatArray, ...]
+        if noise_free is not None:
+            # as the benchmark: a silo lacking a label has no exact weight there; the
+            # reference is the same protocol without noise
+            ref = run_rounds(noise_free, summaries, rng)
+            reference = (ref.pooled_mean, ref.i2, ref.tau2, ref.random_effects_mean)
+        else:
+            mu, _q, i2, tau2, _raw, re = meta_from_effects(theta, scale**2 - model.tau2)
+            reference = (mu, i2, tau2, re)
+        runs.append(_draw_errors(private, reference))
     rows = []
     for key, display in META_STATISTICS.items():
         errors = np.array([r[key] for r in runs])
@@ -361,10 +385,12 @@ def meta_model(
     i2: float | npt.ArrayLike | None = None,
     within_variance: float | npt.ArrayLike | None = None,
     coordinate_mean: float | npt.ArrayLike | None = None,
+    one_hot: bool = False,
 ) -> MetaModel:
     """Build the model federation from public assumptions (defaults: the module's constants).
 
-    ``i2`` left out: evenly spaced over :data:`DEFAULT_I2_RANGE`.
+    ``i2`` left out: evenly spaced over :data:`DEFAULT_I2_RANGE`; ``one_hot``: label records
+    (:class:`MetaModel`).
     """
     if n < 2 or d < 1:
         raise InputDataError(f"a meta-analysis needs n >= 2 clients and d >= 1, got n={n}, d={d}.")
@@ -386,6 +412,7 @@ def meta_model(
             1e-6,
             1.0,
         ),
+        one_hot=one_hot,
     )
 
 
@@ -442,6 +469,7 @@ def plan_meta_accuracy(
         i2=i2,
         within_variance=within_variance,
         coordinate_mean=coordinate_mean,
+        one_hot=one_hot,
     )
     meta_settings = settings_from(privacy_unit=privacy_unit, one_hot=one_hot, **settings)
     counts = model.records_per_client.astype(np.int64)
