@@ -106,6 +106,8 @@ def test_fa_hetdp_plan_prints_the_meta_plan(capsys: pytest.CaptureFixture[str]) 
     assert main(["plan", "-n", "10", "--records-per-client", "1"]) == 2
     err = capsys.readouterr().err
     assert "--records-per-client must be an integer M >= 2" in err and len(err.splitlines()) == 1
+    assert main([*args, "--spread", "0.01"]) == 2
+    assert "--spread is not an assumption" in capsys.readouterr().err
 
 
 def test_the_model_is_validated_with_one_line_errors() -> None:

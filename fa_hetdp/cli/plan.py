@@ -213,6 +213,11 @@ def _record_counts(text: str, n: int) -> list[int]:
 def _run_meta(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     """``fa-hetdp plan --records-per-client ...``: the meta-analysis plan and its inverse."""
     counts = _record_counts(args.records_per_client, args.clients)
+    if args.spread is not None:
+        raise InputDataError(
+            "--spread is not an assumption of the meta-analysis plan (--records-per-client "
+            "given); state --i2 and --within-variance (of one record) instead."
+        )
     common: dict[str, Any] = {
         "epsilon": args.epsilon,
         "delta": args.delta,
