@@ -485,18 +485,27 @@ def plan_meta_accuracy(
 
 
 def _search(error_at: Callable[[int], float], low: int, high: int, target: float) -> int | None:
-    """Smallest integer ``x`` in ``[low, high]`` with ``error_at(x) <= target`` (bisection)."""
-    if error_at(high) > target:
-        return None
+    """Smallest integer ``x`` in ``[low, high]`` with ``error_at(x) <= target``.
+
+    Doubling from ``low`` until the target is met (so a large ``high`` costs nothing unless
+    it is needed: a plan's time grows with ``n``), then bisection.
+    """
     if error_at(low) <= target:
         return low
-    while high - low > 1:
-        mid = (low + high) // 2
+    upper = low
+    while True:
+        lower, upper = upper, min(2 * upper, high)
+        if error_at(upper) <= target:
+            break
+        if upper == high:
+            return None
+    while upper - lower > 1:
+        mid = (lower + upper) // 2
         if error_at(mid) <= target:
-            high = mid
+            upper = mid
         else:
-            low = mid
-    return high
+            lower = mid
+    return upper
 
 
 def min_records(
