@@ -16,9 +16,7 @@ import fa_hetdp
 from fa_hetdp.protocol.intervals import _quantile_chi2_plus_normal
 
 
-@pytest.mark.parametrize(
-    "statistics", [("mean",), ("i2",), ("mean", "i2"), ("mean", "dispersion")]
-)
+@pytest.mark.parametrize("statistics", [("mean",), ("i2",), ("mean", "i2"), ("mean", "dispersion")])
 def test_intervals_of_a_subset_of_statistics(statistics: tuple[str, ...]) -> None:
     x = np.random.default_rng(0).uniform(size=(300, 8))
     result = fa_hetdp.private_statistics(
