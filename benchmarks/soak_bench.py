@@ -82,8 +82,8 @@ from fa_hetdp.cli.cluster import (  # noqa: E402
 )
 from fa_hetdp.config.partition import partition_scenario  # noqa: E402
 from fa_hetdp.errors import FaHetdpError  # noqa: E402
-from fa_hetdp.flower.settings import RunSettings, dropout_partitions  # noqa: E402
-from fa_hetdp.flower.steps import Event  # noqa: E402
+from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions  # noqa: E402
+from fa_hetdp.flowerkit.steps import Event  # noqa: E402
 from fa_hetdp.protocol.plan import plan_protocol  # noqa: E402
 from fa_hetdp.server.certs import generate_node_keys, generate_tls_files  # noqa: E402
 from fa_hetdp.server.results import read_result, stage1_spent  # noqa: E402

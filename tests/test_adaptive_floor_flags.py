@@ -19,7 +19,7 @@ from fa_hetdp.cli.main import main
 from fa_hetdp.cli.run import add_arguments, check_flags, step_count
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario
-from fa_hetdp.flower.settings import UNSET, RunSettings
+from fa_hetdp.flowerkit.settings import UNSET, RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

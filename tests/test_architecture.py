@@ -7,7 +7,7 @@ collide with other projects'). The rules are stated per component:
 - ``server`` never imports ``clients`` and vice versa: the two Flower apps meet only through
   messages and the shared definitions in ``fa_hetdp.flower``;
 - ``secagg`` imports nothing from the rest of ``fa_hetdp``, ``clients``, ``server`` or ``flwr``;
-- in the core (the rest of ``fa_hetdp``), only the shared codec (``fa_hetdp/flower/wire.py``) and
+- in the core (the rest of ``fa_hetdp``), only the shared codec (``fa_hetdp/flowerkit/wire.py``) and
   the launcher (``fa_hetdp/cli/``) import ``flwr``;
 - nothing imports the bare names ``server``, ``clients`` or ``secagg`` (only the install names);
 - no tracked file refers to the design notes that live outside the repository (the
@@ -54,7 +54,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 }
 #: Inside fa_hetdp, the only modules (files, or folders ending in "/") that may import flwr.
 FLWR_ALLOWED_IN_FA_HETDP = (
-    "fa_hetdp/flower/wire.py",
+    "fa_hetdp/flowerkit/wire.py",
     "fa_hetdp/cli/",
     # the drop-in entry points, above the two apps (their flwr names: annotations only)
     "fa_hetdp/flower/dropin_client.py",
@@ -76,11 +76,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fa_hetdp",),  # the facade: the public names of fa_hetdp/__init__.py
     ("fa_hetdp.report",),  # tables, figures, result files
     ("fa_hetdp.experiments",),  # the experiment engine, reproduction, benchmarks of noise
-    # what both Flower apps share, module by module: step names and the codec; the run
-    # settings and the codec's limits; the settings a drop-in measurement sends
-    ("fa_hetdp.flower.steps", "fa_hetdp.flower.wire"),
-    ("fa_hetdp.flower.settings", "fa_hetdp.flower.limits"),
-    ("fa_hetdp.flower.measurement",),
+    ("fa_hetdp.flowerkit",),  # what both Flower apps share: settings, steps, the codec
     ("fa_hetdp.clients", "fa_hetdp.server"),  # the two Flower apps
     ("fa_hetdp.flower",),  # the drop-in for a user's app: register(), measure() (and __init__)
     ("fa_hetdp.cli",),  # the fa-hetdp command: argparse and the process supervisor
@@ -312,10 +308,10 @@ def test_the_scanned_tree_is_the_project() -> None:
     assert {
         "fa_hetdp/clients/app.py",
         "fa_hetdp/server/strategy.py",
-        "fa_hetdp/flower/wire.py",
+        "fa_hetdp/flowerkit/wire.py",
     } <= files
     assert any(f.startswith("fa_hetdp/secagg/") for f in files)
-    wire = imports_of(ROOT / "fa_hetdp/flower/wire.py", "fa_hetdp.flower.wire")
+    wire = imports_of(ROOT / "fa_hetdp/flowerkit/wire.py", "fa_hetdp.flowerkit.wire")
     assert "flwr.app" in wire
 
 
@@ -437,7 +433,7 @@ def test_scanner_finds_imports_inside_functions_relative_and_dynamic(tmp_path: P
             "from flwr.app import Message\n",
             "fa_hetdp/protocol/plan.py",
         ),
-        ("fa_hetdp/flower/settings.py", "import flwr.app\n", "fa_hetdp/flower/settings.py"),
+        ("fa_hetdp/flowerkit/settings.py", "import flwr.app\n", "fa_hetdp/flowerkit/settings.py"),
     ],
 )
 def test_import_rule_catches_a_planted_import(
@@ -453,11 +449,11 @@ def test_import_rule_allows_the_codec_cli_and_shared_modules(tmp_path: Path) -> 
     root = _plant(
         tmp_path,
         {
-            "fa_hetdp/flower/wire.py": "from flwr.app import RecordDict\n",
+            "fa_hetdp/flowerkit/wire.py": "from flwr.app import RecordDict\n",
             "fa_hetdp/cli/cluster.py": "def f():\n    import flwr\n",
-            "fa_hetdp/server/app.py": "from fa_hetdp.flower.wire import decode\nimport flwr\n",
+            "fa_hetdp/server/app.py": "from fa_hetdp.flowerkit.wire import decode\nimport flwr\n",
             "fa_hetdp/clients/app.py": (
-                "from fa_hetdp.flower.steps import Key\nimport fa_hetdp.secagg\n"
+                "from fa_hetdp.flowerkit.steps import Key\nimport fa_hetdp.secagg\n"
             ),
             "fa_hetdp/secagg/client.py": (
                 "import numpy\nfrom cryptography import x509\nfrom . import shamir\n"

@@ -157,7 +157,7 @@ def test_center_travels_from_the_scenario_to_the_grid_and_the_flower_settings(
     from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
     from fa_hetdp.experiments.engine import run_grid
     from fa_hetdp.experiments.grid import GridSpec, grid_from_scenario
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
 
     path = scenario_file(tmp_path, 20)
     text = path.read_text().replace('center = "broadcast"', 'center = "optimal"')

@@ -13,7 +13,7 @@ from test_server_strategy import InMemoryTransport
 
 from fa_hetdp.cli.check_data import DataCheckError, inspect_data, load_checked
 from fa_hetdp.cli.main import main
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
 # Values an owner would not want to leave its node: found in no public text.

@@ -20,7 +20,7 @@ from fa_hetdp.cli.main import main
 from fa_hetdp.cli.run import add_arguments, check_flags
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

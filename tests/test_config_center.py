@@ -23,7 +23,7 @@ from test_server_strategy import InMemoryTransport
 from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario
-from fa_hetdp.flower.settings import UNSET, RunSettings
+from fa_hetdp.flowerkit.settings import UNSET, RunSettings
 from fa_hetdp.protocol.recommended import recommended_config
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 

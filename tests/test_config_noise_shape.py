@@ -26,7 +26,7 @@ from fa_hetdp.config.partition import partition_scenario
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.data.catalog import load_dataset
-from fa_hetdp.flower.settings import UNSET, RunSettings
+from fa_hetdp.flowerkit.settings import UNSET, RunSettings
 from fa_hetdp.report.results import result_to_dict, sigmas_section
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 

@@ -14,7 +14,7 @@ from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import scenario_from_dict
 from fa_hetdp.config.secagg import DEFAULT_MODULUS_BITS, resolve_modulus_bits
 from fa_hetdp.errors import PrivacyParameterError
-from fa_hetdp.flower.settings import UNSET, RunSettings
+from fa_hetdp.flowerkit.settings import UNSET, RunSettings
 from fa_hetdp.server.results import secagg_section
 
 ROOT = Path(__file__).resolve().parent.parent

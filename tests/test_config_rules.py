@@ -32,7 +32,7 @@ from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.config.secagg import resolve_threshold
 from fa_hetdp.errors import FaHetdpError, PrivacyParameterError, ScenarioError
 from fa_hetdp.experiments.grid import GridSpec
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.secagg.params import choose_parameters
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 from fa_hetdp.stats.exact import check_variance_floor

@@ -18,7 +18,7 @@ from fa_hetdp.cli.main import main
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
 from fa_hetdp.config.secagg import resolve_graph, secagg_parameters
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.secagg.params import binomial_tail_at_least, choose_parameters
 from fa_hetdp.server.results import secagg_section
 

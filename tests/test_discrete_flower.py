@@ -22,7 +22,7 @@ from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.dp.lattice import DEFAULT_WRAP_PROBABILITY
 from fa_hetdp.dp.mechanisms import get_mechanism
 from fa_hetdp.dp.rng import simulation_generator
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.client import local_values, stage_lattice
 from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import plan_protocol

@@ -39,8 +39,8 @@ import fa_hetdp
 import fa_hetdp.flower
 import fa_hetdp.server.app as server_app
 from fa_hetdp.errors import PrivacyParameterError
-from fa_hetdp.flower.measurement import SETTINGS_KEY, read_settings, settings_document
-from fa_hetdp.flower.steps import (
+from fa_hetdp.flowerkit.measurement import SETTINGS_KEY, read_settings, settings_document
+from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     CONSISTENCY_STEP,
     INPUT_STEP,
@@ -48,7 +48,7 @@ from fa_hetdp.flower.steps import (
     UNMASK_STEP,
     Key,
 )
-from fa_hetdp.flower.wire import decode, encode
+from fa_hetdp.flowerkit.wire import decode, encode
 from fa_hetdp.server.strategy import ProtocolAbortError
 
 NODES = 8
@@ -215,7 +215,7 @@ def test_the_package_imports_no_app_until_the_drop_in_is_used() -> None:
     import sys
 
     code = (
-        "import sys, fa_hetdp.flower.steps, fa_hetdp.flower;"
+        "import sys, fa_hetdp.flowerkit.steps, fa_hetdp.flower;"
         "assert 'fa_hetdp.clients.app' not in sys.modules;"
         "assert 'fa_hetdp.server.app' not in sys.modules;"
         "fa_hetdp.flower.measure; assert 'fa_hetdp.flower.dropin_server' in sys.modules"

@@ -25,7 +25,7 @@ from support.replay import reference_statistics
 
 from fa_hetdp.cli.cluster import FlowerCluster
 from fa_hetdp.data.summaries import label_histogram
-from fa_hetdp.flower.measurement import read_settings, settings_document
+from fa_hetdp.flowerkit.measurement import read_settings, settings_document
 from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scena
 
 from fa_hetdp.cli.cluster import CONNECTION_NAME, find_program, read_progress
 from fa_hetdp.dp.accounting import privacy_spent
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.server.certs import generate_node_keys, generate_tls_files
 

@@ -18,7 +18,7 @@ import pytest
 from support.replay import reference_statistics
 
 from fa_hetdp.config.partition import partition_scenario
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

@@ -1,4 +1,4 @@
-"""Run settings (fa_hetdp.flower.settings): scenario-backed defaults, overrides checked by the
+"""Run settings (fa_hetdp.flowerkit.settings): scenario-backed defaults, overrides checked by the
 declared rules, deployment refuses a seed."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.errors import PrivacyParameterError, ScenarioError
-from fa_hetdp.flower.settings import UNSET, RunSettings, dropout_partitions
-from fa_hetdp.flower.steps import STEPS
+from fa_hetdp.flowerkit.settings import UNSET, RunSettings, dropout_partitions
+from fa_hetdp.flowerkit.steps import STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_CONFIG: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"][

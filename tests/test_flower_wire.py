@@ -10,7 +10,7 @@ from flwr.app import ConfigRecord, RecordDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fa_hetdp.flower.wire import WireFormatError, decode, encode
+from fa_hetdp.flowerkit.wire import WireFormatError, decode, encode
 
 scalars = st.one_of(
     st.none(),

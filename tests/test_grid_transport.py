@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import fa_hetdp.server.app as server_app
-from fa_hetdp.flower.wire import encode
+from fa_hetdp.flowerkit.wire import encode
 from fa_hetdp.server.app import GridTransport
 
 

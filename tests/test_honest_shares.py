@@ -31,7 +31,7 @@ from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.experiments.engine import _config
 from fa_hetdp.experiments.grid import grid_from_scenario
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 
 ROOT = Path(__file__).resolve().parents[1]

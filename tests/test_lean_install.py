@@ -37,8 +37,8 @@ CORE_DISTRIBUTIONS = frozenset({"numpy", "scipy", "cryptography", "scikit-learn"
 APP_MODULES = (
     "fa_hetdp.clients",  # the ClientApp
     "fa_hetdp.server",  # the ServerApp
-    "fa_hetdp.flower.wire",  # the codec of Flower's RecordDict
-    "fa_hetdp.flower.limits",  # the per-step caps of that codec (imports wire)
+    "fa_hetdp.flowerkit.wire",  # the codec of Flower's RecordDict
+    "fa_hetdp.flowerkit.limits",  # the per-step caps of that codec (imports wire)
     "fa_hetdp.cli.gateway_protocol",  # fleet-gateway's uvicorn/h11 protocol
 )
 

@@ -26,9 +26,9 @@ from fa_hetdp.clients import meta as client_meta
 from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.config.partition import client_records
 from fa_hetdp.dp.rng import client_generator
-from fa_hetdp.flower.settings import RunSettings, meta_plan
-from fa_hetdp.flower.steps import Key
-from fa_hetdp.flower.wire import decode, encode
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
+from fa_hetdp.flowerkit.steps import Key
+from fa_hetdp.flowerkit.wire import decode, encode
 from fa_hetdp.protocol.meta_client import client_round, summarise
 from fa_hetdp.protocol.meta_plan import ROUNDS
 from fa_hetdp.protocol.meta_server import (

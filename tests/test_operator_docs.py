@@ -82,8 +82,8 @@ def test_the_sample_run_toml_survives_losing_one_data_owner(tmp_path: Path) -> N
     from test_flower_helpers import APP_CONFIG
     from test_server_strategy import InMemoryTransport
 
-    from fa_hetdp.flower.settings import RunSettings
-    from fa_hetdp.flower.steps import INPUT_STEP
+    from fa_hetdp.flowerkit.settings import RunSettings
+    from fa_hetdp.flowerkit.steps import INPUT_STEP
     from fa_hetdp.server.strategy import HeterogeneityStrategy
 
     sample = sample_run_toml()

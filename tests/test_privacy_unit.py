@@ -421,7 +421,7 @@ def test_the_cli_and_the_run_config_take_the_unit() -> None:
     from pathlib import Path
 
     from fa_hetdp.cli.run import add_arguments
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
 
     parser = argparse.ArgumentParser(prog="fa-hetdp run")
     add_arguments(parser)

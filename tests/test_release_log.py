@@ -24,8 +24,8 @@ import pytest
 from test_flower_helpers import run_config, scenario_file
 from test_server_strategy import InMemoryTransport
 
-from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.flower.steps import INPUT_STEP
+from fa_hetdp.flowerkit.settings import RunSettings
+from fa_hetdp.flowerkit.steps import INPUT_STEP
 from fa_hetdp.server.results import read_result
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 

@@ -10,7 +10,7 @@ import pytest
 from test_flower_helpers import assert_matches_reference, run_config, scenario_file
 from test_server_strategy import run
 
-from fa_hetdp.flower.steps import CONSISTENCY_STEP
+from fa_hetdp.flowerkit.steps import CONSISTENCY_STEP
 
 
 def roster_nodes(tmp_path: Path, n: int, **extra: Any) -> dict[int, dict[str, Any]]:
@@ -38,7 +38,7 @@ def run_nodes(
     """:func:`run` with each node's own node-config keys added."""
     from test_server_strategy import InMemoryTransport
 
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
     from fa_hetdp.server.strategy import HeterogeneityStrategy
 
     transport = transport or InMemoryTransport(n, config)
@@ -82,7 +82,7 @@ def test_decode_refuses_a_message_over_the_step_cap_before_parsing() -> None:
     import numpy as np
     import pytest
 
-    from fa_hetdp.flower.wire import WireFormatError, decode, encode
+    from fa_hetdp.flowerkit.wire import WireFormatError, decode, encode
 
     message = encode({"vector": np.zeros(1000, dtype=np.uint64)})
     assert decode(message, max_bytes=10_000)["vector"].shape == (1000,)
@@ -98,8 +98,8 @@ def test_a_refusing_client_keeps_its_excluded_state_across_flower_steps(tmp_path
     from flwr.supercore.task_identity import TaskIdentity
 
     from fa_hetdp.clients.app import stage1_unmask
-    from fa_hetdp.flower.steps import Key, State
-    from fa_hetdp.flower.wire import encode
+    from fa_hetdp.flowerkit.steps import Key, State
+    from fa_hetdp.flowerkit.wire import encode
     from fa_hetdp.secagg import SecAggClient, SecAggServer, UnmaskRefused, choose_encoding
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
@@ -146,7 +146,7 @@ def test_an_oversized_reply_drops_that_client_not_the_step(monkeypatch: Any) -> 
     from flwr.supercore.task_identity import TaskIdentity
 
     import fa_hetdp.server.app as server_app
-    from fa_hetdp.flower.wire import encode
+    from fa_hetdp.flowerkit.wire import encode
 
     monkeypatch.setattr(server_app, "MAX_REPLY_BYTES", 1 << 16)
     monkeypatch.setattr(server_app, "POLL_SECONDS", 0.01)
@@ -187,8 +187,8 @@ def test_clients_take_n_from_the_key_directory_not_from_what_the_server_states(
 
     from test_server_strategy import InMemoryTransport
 
-    from fa_hetdp.flower.settings import RunSettings
-    from fa_hetdp.flower.steps import ADVERTISE_KEYS, SHARE_KEYS, Key
+    from fa_hetdp.flowerkit.settings import RunSettings
+    from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, SHARE_KEYS, Key
     from fa_hetdp.server.strategy import HeterogeneityStrategy
 
     class LyingServer(InMemoryTransport):
@@ -223,7 +223,7 @@ def test_server_and_clients_plan_with_the_directory_n_after_an_advertise_dropout
     # the server's plan use n = 7 (not the 8 invited), and the run equals its twin at n = 7
     from test_server_strategy import InMemoryTransport
 
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
     from fa_hetdp.server.strategy import HeterogeneityStrategy
 
     config = run_config(tmp_path, scenario_file(tmp_path, 8))
@@ -295,7 +295,7 @@ def test_an_honest_but_curious_node_floor_refuses_a_low_threshold(tmp_path: Path
     ],
 )
 def test_bad_node_secagg_keys_get_one_line_errors(keys: dict[str, Any], message: str) -> None:
-    from fa_hetdp.flower.settings import RunSettings, node_secagg
+    from fa_hetdp.flowerkit.settings import RunSettings, node_secagg
 
     settings = RunSettings.from_run_config(run_config(Path("/tmp"), Path("quickstart")))
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -303,7 +303,7 @@ def test_bad_node_secagg_keys_get_one_line_errors(keys: dict[str, Any], message:
 
 
 def test_a_malformed_roster_file_stops_the_node_with_one_line(tmp_path: Path) -> None:
-    from fa_hetdp.flower.settings import RunSettings, node_secagg
+    from fa_hetdp.flowerkit.settings import RunSettings, node_secagg
     from fa_hetdp.secagg.identity import RosterError
 
     nodes = roster_nodes(tmp_path, 2)
@@ -319,7 +319,7 @@ def test_one_node_with_garbled_share_ciphertexts_is_dropped_with_its_reason(
     # Issue 17 item 4: one node's share ciphertexts arrive garbled. Before: every other node
     # failed to open them at stage 1 and dropped, and the run aborted. Now the holders report
     # it, the run goes on without that node, and the result says why it was dropped.
-    from fa_hetdp.flower.steps import SHARE_KEYS, UNMASK_STEP, Key
+    from fa_hetdp.flowerkit.steps import SHARE_KEYS, UNMASK_STEP, Key
 
     def garble(step: str, partition: int, reply: dict[str, Any]) -> dict[str, Any] | None:
         if step != SHARE_KEYS or partition != 2:
@@ -344,7 +344,7 @@ def test_a_malicious_server_simulation_without_rosters_uses_seeded_identities(
     # mode = "simulation", no node holds a roster or pins the mode: the nodes sign and check
     # with identities derived from the seed (no protection, the same code path), and the run
     # equals its twin; a node whose key is not the one its partition derives is refused
-    from fa_hetdp.flower.settings import RunSettings, node_secagg, simulation_identities
+    from fa_hetdp.flowerkit.settings import RunSettings, node_secagg, simulation_identities
 
     config = run_config(
         tmp_path, scenario_file(tmp_path, 10), **{"secagg-threat-model": "malicious-server"}

@@ -14,7 +14,7 @@ from test_server_strategy import run
 
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import scenario_from_dict
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.secagg.encoding import choose_encoding
 from fa_hetdp.secagg.errors import MessageRejected
 from fa_hetdp.secagg.inprocess import InProcessSession

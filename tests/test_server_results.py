@@ -18,7 +18,7 @@ from test_server_strategy import InMemoryTransport
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.calibration import achieved_delta, achieved_epsilon
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.server.results import (
     degraded_refusal,

@@ -22,9 +22,9 @@ from test_flower_helpers import assert_matches_reference, run_config, scenario_f
 
 from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.dp.accounting import privacy_spent
-from fa_hetdp.flower.settings import RunSettings, dropout_partitions
-from fa_hetdp.flower.steps import STEPS
-from fa_hetdp.flower.wire import decode, encode
+from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions
+from fa_hetdp.flowerkit.steps import STEPS
+from fa_hetdp.flowerkit.wire import decode, encode
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.registry import STATISTIC_KEYS
 from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError

@@ -23,7 +23,7 @@ from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import ConfigError, validate
 from fa_hetdp.config.scenario import scenario_from_dict
 from fa_hetdp.config.settings import PRESETS, SETTINGS, Setting, markdown_table
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]

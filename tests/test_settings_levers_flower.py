@@ -20,7 +20,7 @@ from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scena
 
 from fa_hetdp.cli.cluster import FlowerCluster
 from fa_hetdp.config.partition import partition_scenario
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.report.results import result_to_dict
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from test_flower_helpers import run_config, scenario_file
 from test_server_strategy import run
 
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.server.results import simulation_caveats
 
 

@@ -24,7 +24,7 @@ from support.replay import reference_statistics
 from test_flower_helpers import scenario_file
 
 from fa_hetdp.config.partition import partition_scenario
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.server.results import stage1_spent
 

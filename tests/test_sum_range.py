@@ -20,8 +20,8 @@ from test_flower_helpers import run_config, scenario_file
 from test_server_strategy import InMemoryTransport
 
 from fa_hetdp.errors import AggregationError
-from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.flower.steps import STAGE1_INPUT, STAGE2_INPUT, Key
+from fa_hetdp.flowerkit.settings import RunSettings
+from fa_hetdp.flowerkit.steps import STAGE1_INPUT, STAGE2_INPUT, Key
 from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.protocol.sum_range import (

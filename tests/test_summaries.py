@@ -233,8 +233,8 @@ def _advertise(tmp_path: Path, summary: str, node_config: dict[str, Any]) -> tup
     from test_flower_helpers import run_config
 
     from fa_hetdp.clients.app import advertise_keys
-    from fa_hetdp.flower.steps import Key, State
-    from fa_hetdp.flower.wire import decode, encode
+    from fa_hetdp.flowerkit.steps import Key, State
+    from fa_hetdp.flowerkit.wire import decode, encode
     from fa_hetdp.secagg import SecAggServer
 
     path = tmp_path / f"{summary}.toml"

@@ -263,7 +263,7 @@ def test_scenario_option_reaches_the_run_settings_and_the_grid(tmp_path: Path) -
 
     from fa_hetdp.config.scenario import load_scenario, scenario_from_dict
     from fa_hetdp.experiments.grid import grid_from_scenario
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
 
     path = scenario_file(tmp_path, 20, extra="")
     text = path.read_text().replace(

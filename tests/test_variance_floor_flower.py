@@ -20,8 +20,8 @@ from test_flower_helpers import (
 from test_server_strategy import InMemoryTransport, run
 
 from fa_hetdp.cli.cluster import FlowerCluster
-from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.flower.steps import STAGE0_INPUT, STAGE0_UNMASK, STAGE1_INPUT
+from fa_hetdp.flowerkit.settings import RunSettings
+from fa_hetdp.flowerkit.steps import STAGE0_INPUT, STAGE0_UNMASK, STAGE1_INPUT
 from fa_hetdp.protocol.floor import FLOOR_RELEASE, floor_edges
 from fa_hetdp.protocol.plan import plan_protocol
 from fa_hetdp.server.results import privacy_section

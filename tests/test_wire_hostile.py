@@ -1,12 +1,12 @@
 """A hostile wire-document corpus: documents that try to make the decoder hold too much.
 
-The codec (:mod:`fa_hetdp.flower.wire`) is shared by both apps, so every case here is an
+The codec (:mod:`fa_hetdp.flowerkit.wire`) is shared by both apps, so every case here is an
 attack of a client on the server and of a server on a client. Each must be refused with
 :class:`WireFormatError` (the receiver then drops that client or fails that step), and the
 memory the decoder allocated while refusing is measured with ``tracemalloc`` (its peak,
 the message itself, built before, not counted) against a stated bound. Legitimate
 documents of the real protocol still decode (``test_flower_wire.py``, and below under the
-per-step caps of :mod:`fa_hetdp.flower.limits`, on both sides).
+per-step caps of :mod:`fa_hetdp.flowerkit.limits`, on both sides).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, RecordDict
 
-from fa_hetdp.flower.limits import step_limits
-from fa_hetdp.flower.steps import ADVERTISE_KEYS, SHARE_KEYS, STAGE1_INPUT
-from fa_hetdp.flower.wire import MAX_MESSAGE_BYTES, Limits, WireFormatError, decode, encode
+from fa_hetdp.flowerkit.limits import step_limits
+from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, SHARE_KEYS, STAGE1_INPUT
+from fa_hetdp.flowerkit.wire import MAX_MESSAGE_BYTES, Limits, WireFormatError, decode, encode
 
 MIB = 1 << 20
 #: Peak bytes the decoder may allocate while refusing one of the documents below: a few
@@ -79,7 +79,7 @@ _GIANT = textwrap.dedent(
     """
     import json, sys, tracemalloc
     from flwr.app import ConfigRecord, RecordDict
-    from fa_hetdp.flower.wire import WireFormatError, decode
+    from fa_hetdp.flowerkit.wire import WireFormatError, decode
 
     size = (1 << 28) - (1 << 16)  # 256 MiB less the document: under a client reply's cap
     blob = bytes(size)
@@ -250,7 +250,7 @@ def test_limits_refuse_nonsense() -> None:
 def _session(tmp_path: Path, n: int, **overrides: Any) -> tuple[Any, Any]:
     from test_flower_helpers import run_config, scenario_file
 
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
 
     config = run_config(tmp_path, scenario_file(tmp_path, n), **overrides)
     return config, RunSettings.from_run_config(config)

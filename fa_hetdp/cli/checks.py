@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from fa_hetdp.config.rules import Problem, raise_problems
 from fa_hetdp.errors import BaselineWarning, PrivacyParameterError
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.plan import SumStage, plan_protocol
 from fa_hetdp.secagg.errors import EncodingError

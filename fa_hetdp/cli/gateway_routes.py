@@ -11,7 +11,7 @@ public keys, run ids, object ids: a few hundred bytes), except two:
 
 - ``push-messages`` carries message metadata and object trees (no content): 1 MiB;
 - ``push-object`` carries one object of a message's content. A fa-hetdp message is one
-  ``ConfigRecord`` (``fa_hetdp.flower.wire``), so its blob travels as one object: the largest
+  ``ConfigRecord`` (``fa_hetdp.flowerkit.wire``), so its blob travels as one object: the largest
   legitimate one is a masked stage vector of ``2d + 1`` 8-byte words (or ``k`` share
   ciphertexts of about 300 bytes). The default :data:`DEFAULT_MAX_MESSAGE_BYTES`, 64 MiB, holds
   a stage vector for ``d`` up to 4 million coordinates (the documented examples use

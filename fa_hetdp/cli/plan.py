@@ -50,7 +50,7 @@ def run_accuracy(run_config: Mapping[str, object], dim: int) -> AccuracyPlan:
     dim : int
         Coordinates per client (public: the dataset's dimension).
     """
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
 
     # The run's own resolution of scenario + overrides; the app's timeouts and paths do not
     # matter here, so placeholders stand in for them.

@@ -26,8 +26,8 @@ from fa_hetdp.cli.setting_flags import add_setting_flags, flag_settings
 from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
-from fa_hetdp.flower.steps import (
+from fa_hetdp.flowerkit.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
+from fa_hetdp.flowerkit.steps import (
     CONSISTENCY_STEP,
     INPUT_STEP,
     STAGE0_INPUT,
@@ -133,7 +133,7 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
         for name, v in given.items()
     }
     max_epsilon = getattr(args, "max_epsilon", None)
-    if max_epsilon is not None:  # checked as an epsilon (flower.settings does the same)
+    if max_epsilon is not None:  # checked as an epsilon (flowerkit.settings does the same)
         problems += validate({"epsilon": max_epsilon}, lambda _: "--max-epsilon")
         overrides["max-epsilon"] = max_epsilon
     raise_problems("command line", problems)
@@ -294,7 +294,7 @@ def label_figure_line(result: Mapping[str, Any], result_path: Path) -> str:
 def step_count(adaptive_floor: bool, malicious_server: bool) -> int:
     """Return how many protocol steps a run sends (one progress event each).
 
-    The six of :data:`~fa_hetdp.flower.steps.STEP_LABELS`, the stage-0 input and unmask with
+    The six of :data:`~fa_hetdp.flowerkit.steps.STEP_LABELS`, the stage-0 input and unmask with
     the adaptive floor, and one consistency round per summation against a malicious server.
     """
     sums = 3 if adaptive_floor else 2
@@ -378,7 +378,7 @@ def not_private_notice(run_config: Mapping[str, object], dim: int) -> str | None
     import warnings
 
     from fa_hetdp.errors import BaselineWarning
-    from fa_hetdp.flower.settings import RunSettings
+    from fa_hetdp.flowerkit.settings import RunSettings
     from fa_hetdp.protocol.plan import plan_protocol
 
     placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}

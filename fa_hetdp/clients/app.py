@@ -4,12 +4,12 @@
 with :func:`scenario_records` (the node's data file or its partition of the scenario) and
 the run config's settings; a user's app, through :func:`fa_hetdp.flower.register`, with the
 user's records loader and the settings sent in the first message
-(:mod:`fa_hetdp.flower.measurement`; the node's safety settings from its node config only).
+(:mod:`fa_hetdp.flowerkit.measurement`; the node's safety settings from its node config only).
 
-Each handler reads the server's request (:mod:`fa_hetdp.flower.wire`), restores the client's state
-from ``context.state`` (the ``secagg`` client, the noise generator, the session size), does
-its step with the :mod:`fa_hetdp.protocol` client functions and :class:`secagg.SecAggClient`,
-saves the state and replies:
+Each handler reads the server's request (:mod:`fa_hetdp.flowerkit.wire`), restores the
+client's state from ``context.state`` (the ``secagg`` client, the noise generator, the
+session size), does its step with the :mod:`fa_hetdp.protocol` client functions and
+:class:`secagg.SecAggClient`, saves the state and replies:
 
 ==================  =========================================================================
 ``advertise_keys``  read the session setup; load the records (the loader registered:
@@ -38,7 +38,7 @@ lists breaks their channel), never a number the server merely states. The
 node's ``node_config["secagg-threat-model"]``, if set, overrides the run config's: a node that
 says ``"malicious-server"`` joins only sessions with the consistency round and safe parameters,
 and needs ``secagg-roster``, ``secagg-identity-key`` and ``secagg-min-gamma`` in its node
-config (:func:`fa_hetdp.flower.settings.node_secagg`): it signs its round-0 keys with its
+config (:func:`fa_hetdp.flowerkit.settings.node_secagg`): it signs its round-0 keys with its
 identity key, refuses a key directory with any key not signed by its owner's roster member,
 logs the roster's SHA-256 at the start of the session, and never accepts a threshold below
 what its own gamma needs (the run config's gamma is the server's word).
@@ -74,15 +74,15 @@ from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
 from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.flower.limits import step_limits
-from fa_hetdp.flower.measurement import (
+from fa_hetdp.flowerkit.limits import step_limits
+from fa_hetdp.flowerkit.measurement import (
     SETTINGS_KEY,
     SentSettings,
     check_node_safety,
     read_settings,
 )
-from fa_hetdp.flower.settings import RunSettings, dropout_partitions, node_secagg
-from fa_hetdp.flower.steps import (
+from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions, node_secagg
+from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     INPUT_STEP,
     SHARE_KEYS,
@@ -99,7 +99,7 @@ from fa_hetdp.flower.steps import (
     NodeConfig,
     State,
 )
-from fa_hetdp.flower.wire import Limits, decode, encode
+from fa_hetdp.flowerkit.wire import Limits, decode, encode
 from fa_hetdp.protocol.client import (
     LocalValues,
     local_values,
@@ -119,7 +119,7 @@ RecordsLoader = Callable[[Context], Records]
 """``records(context)``: the node's records (:func:`register_steps`)."""
 SettingsSource = Literal["run-config", "message"]
 """Where a session's settings come from: the run config (this package's own app) or the
-first message of a drop-in measurement (:mod:`fa_hetdp.flower.measurement`)."""
+first message of a drop-in measurement (:mod:`fa_hetdp.flowerkit.measurement`)."""
 
 #: ``context.state`` key (in the session's ``ConfigRecord``) of a drop-in's settings document.
 SENT_SETTINGS = "sent-settings"
@@ -392,7 +392,7 @@ def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
 def _limits(context: Context, step: str) -> Limits:
     """Return what the server's message of ``step`` may make this client decode.
 
-    :mod:`fa_hetdp.flower.limits`: ``k`` from the run config, ``d`` the client's own.
+    :mod:`fa_hetdp.flowerkit.limits`: ``k`` from the run config, ``d`` the client's own.
     """
     settings = _settings(context)
     k = settings.num_clients - 1 if settings.neighbours is None else settings.neighbours
@@ -424,7 +424,7 @@ def advertise_keys(
     ``records`` loads the node's records (default :func:`scenario_records`: the node's data
     file or its partition of the scenario). ``settings_from = "message"`` (a drop-in
     measurement): the settings are the document in the request
-    (:mod:`fa_hetdp.flower.measurement`), checked with the run config's validator and
+    (:mod:`fa_hetdp.flowerkit.measurement`), checked with the run config's validator and
     against the node's own safety settings, and kept in the session state for the next steps.
     """
     if State.RECORD in context.state:  # a new session: nothing of the last one is reused

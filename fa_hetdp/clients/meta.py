@@ -29,8 +29,8 @@ from typing import Any, Final
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.flower.settings import RunSettings, meta_plan
-from fa_hetdp.flower.steps import Key
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
+from fa_hetdp.flowerkit.steps import Key
 from fa_hetdp.protocol.meta_client import (
     BroadcastB,
     BroadcastC,
@@ -128,7 +128,7 @@ def meta_round(
     """Return this client's round vector of ``stage`` (its values plus its noise share).
 
     ``counts`` is the session's list of round A (:func:`read_counts`); the plan is the run's
-    (:func:`fa_hetdp.flower.settings.meta_plan`) for those counts.
+    (:func:`fa_hetdp.flowerkit.settings.meta_plan`) for those counts.
     """
     summary: ClientSummary = summarise(records)
     plan = meta_plan(settings, [count for _, count in counts], summary.theta.shape[0])

@@ -10,7 +10,7 @@ The rules are data, in the spirit of scikit-learn's ``_parameter_constraints``:
 
 Every entry point passes through :func:`validate`: scenario files
 (:func:`fa_hetdp.config.scenario.scenario_from_dict`), Flower run-config overrides
-(:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`), the ``fa-hetdp run`` flags,
+(:meth:`fa_hetdp.flowerkit.settings.RunSettings.from_run_config`), the ``fa-hetdp run`` flags,
 the experiment grid (:class:`fa_hetdp.experiments.grid.GridSpec`) and
 :class:`~fa_hetdp.config.protocol.ProtocolConfig`. Each entry point names the settings in its
 own dotted scheme (``privacy.epsilon``, ``run-config.epsilon``, ``--epsilon``,
@@ -141,7 +141,9 @@ FIELDS: Final[dict[str, Field]] = {
     "node_wait_timeout": Field((Real(low=0.0, low_open=True),)),
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     "run_timeout": Field((Real(low=0.0, low_open=True),)),
-    "on_degraded": Field((Options(("refuse", "release")),)),  # above max-epsilon (flower.settings)
+    "on_degraded": Field(
+        (Options(("refuse", "release")),)
+    ),  # above max-epsilon (flowerkit.settings)
     # secure aggregation's adversary (fa_hetdp.config.secagg)
     "threat_model": Field((Options(THREAT_MODELS),)),
     "corrupt_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),  # gamma

@@ -11,7 +11,7 @@ of a run. Everything else is derived from the table:
 - the keys and defaults of a scenario's ``[privacy]`` and ``[protocol]`` sections
   (:func:`fa_hetdp.config.scenario.scenario_from_dict`);
 - the run-config keys, their types and their "unset" values
-  (:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`);
+  (:meth:`fa_hetdp.flowerkit.settings.RunSettings.from_run_config`);
 - the flags of ``fa-hetdp run`` (:func:`fa_hetdp.cli.setting_flags.add_setting_flags`);
 - :class:`~fa_hetdp.config.protocol.ProtocolConfig`'s defaults (checked by a test) and the
   recommended settings of :mod:`fa_hetdp.protocol.recommended`;
@@ -332,7 +332,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             "what a run measures: the paper's heterogeneity statistics (one vector per "
             "client: mean, dispersion, Q, I²), or a meta-analysis of the clients' records "
             "(per-client means and sampling variances: fixed- and random-effects means, Q, "
-            "I², τ²; three secure sums, README \"Cross-silo\")",
+            'I², τ²; three secure sums, README "Cross-silo")',
             flag="--analysis",
             protocol=False,
             **_run("analysis", ""),

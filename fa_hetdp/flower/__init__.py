@@ -1,15 +1,10 @@
-"""Flower: what the two apps share, and the drop-in for a user's own Flower app.
+"""The drop-in for a user's own Flower app: :func:`register` and :func:`measure`.
 
-The ``ClientApp`` (``clients/``) and the ``ServerApp`` (``server/``) meet only through the
-shared definitions here: the run settings (:mod:`.settings`), the step names and message keys
-(:mod:`.steps`), the message codec (:mod:`.wire`) and its limits (:mod:`.limits`), and the
-settings a drop-in measurement sends (:mod:`.measurement`). The two apps import these modules,
-never each other.
-
-The drop-in sits above both apps: :func:`register` (:mod:`.dropin_client`) adds the protocol's
-steps to any ``ClientApp``, :func:`measure` (:mod:`.dropin_server`) runs one measurement from
-any ``ServerApp``. They are loaded on first use (PEP 562): the client app imports
-``fa_hetdp.flower.steps``, so importing them here would be a cycle.
+:func:`register` (:mod:`.dropin_client`) adds the protocol's steps to any ``ClientApp``;
+:func:`measure` (:mod:`.dropin_server`) runs one measurement from any ``ServerApp``. This
+package sits above both of our apps (``clients/``, ``server/``), which share only
+:mod:`fa_hetdp.flowerkit`. Both names load on first use (PEP 562), so ``import fa_hetdp.flower``
+stays cheap until one is called.
 """
 
 from __future__ import annotations

@@ -10,20 +10,20 @@
     fa_hetdp.flower.register(app, records=records)
 
 :func:`register` adds one ``@app.query("<step>")`` handler per protocol step
-(:data:`fa_hetdp.flower.steps.STEPS`, the stage-0 and consistency steps included): Flower
+(:data:`fa_hetdp.flowerkit.steps.STEPS`, the stage-0 and consistency steps included): Flower
 routes ``query.<step>`` messages to them, and ``train``/``evaluate`` messages to the user's
 handlers as before. They are the very handlers of fa-hetdp's own ``ClientApp``
 (:mod:`fa_hetdp.clients.app`), which registers them with a loader of its scenario or data
 file; the only difference is where the settings come from:
 
 - here the user's run config holds the user's keys, so the measurement's settings arrive in
-  the first message (:mod:`fa_hetdp.flower.measurement`) and are checked with the run
+  the first message (:mod:`fa_hetdp.flowerkit.measurement`) and are checked with the run
   config's validator: a bad document fails that step with one line, and the server drops
   the client;
 - what protects the client is read from its node config only, never from the server: its
   privacy unit (``privacy-unit``, default ``"client"``), the corrupt fraction it guards
   against (``secagg-min-gamma``), its threat model, roster and identity key
-  (:func:`fa_hetdp.flower.settings.node_secagg`). A server that states another unit or a
+  (:func:`fa_hetdp.flowerkit.settings.node_secagg`). A server that states another unit or a
   lower corrupt fraction is refused.
 
 ``records(context)`` returns the client's records, ``features`` of shape ``(N, d)`` with

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import fa_hetdp
 from fa_hetdp.errors import PrivacyParameterError
-from fa_hetdp.flower.measurement import SummarySpec, read_settings, settings_document
+from fa_hetdp.flowerkit.measurement import SummarySpec, read_settings, settings_document
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
 

@@ -1,7 +1,7 @@
 """The fa-hetdp ``ServerApp``: drives the protocol over Flower's ``Grid``.
 
 ``@app.main()`` resolves the run settings from ``context.run_config``
-(:class:`fa_hetdp.flower.settings.RunSettings`), and hands a :class:`GridTransport` to
+(:class:`fa_hetdp.flowerkit.settings.RunSettings`), and hands a :class:`GridTransport` to
 :class:`server.strategy.HeterogeneityStrategy`, which waits for the expected nodes, runs
 the six steps and writes the result file. On an abort the strategy writes a result with
 ``status = "aborted"`` and its reason, and the ServerApp raises so Flower marks the run failed.
@@ -20,10 +20,10 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 import fa_hetdp
-from fa_hetdp.flower.measurement import SETTINGS_KEY
-from fa_hetdp.flower.settings import RunSettings
-from fa_hetdp.flower.steps import ADVERTISE_KEYS, message_type
-from fa_hetdp.flower.wire import Limits, WireFormatError, decode, encode
+from fa_hetdp.flowerkit.measurement import SETTINGS_KEY
+from fa_hetdp.flowerkit.settings import RunSettings
+from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, message_type
+from fa_hetdp.flowerkit.wire import Limits, WireFormatError, decode, encode
 from fa_hetdp.server.results import result_path, write_result
 from fa_hetdp.server.strategy import HeterogeneityStrategy
 
@@ -117,9 +117,9 @@ class GridTransport:
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.grid = grid
-        self.limits = limits  # step -> what one reply may decode (fa_hetdp.flower.limits)
+        self.limits = limits  # step -> what one reply may decode (fa_hetdp.flowerkit.limits)
         # a drop-in measurement's settings document, sent with every advertise_keys request
-        # (fa_hetdp.flower.measurement); None: the clients read the run config
+        # (fa_hetdp.flowerkit.measurement); None: the clients read the run config
         self.settings = None if settings is None else dict(settings)
 
     def node_ids(self) -> list[int]:

@@ -3,7 +3,7 @@
 After the key advertisement (where every client reports its record count ``m_i``, public in
 a meta-analysis), :func:`meta_rounds` runs the three secure sums of
 :mod:`fa_hetdp.protocol.meta_plan` on the session's summations 0, 1 and 2 (the
-``stage0/1/2`` steps of :mod:`fa_hetdp.flower.steps`), with the server functions the in-process
+``stage0/1/2`` steps of :mod:`fa_hetdp.flowerkit.steps`), with the server functions the in-process
 :func:`fa_hetdp.private_meta_analysis` uses (:mod:`fa_hetdp.protocol.meta_server`):
 
 1. ``share_keys``;
@@ -39,8 +39,8 @@ import numpy as np
 from fa_hetdp._types import FloatArray
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.dp.calibration import weak_privacy_label
-from fa_hetdp.flower.settings import meta_plan
-from fa_hetdp.flower.steps import SHARE_KEYS, Event, Key
+from fa_hetdp.flowerkit.settings import meta_plan
+from fa_hetdp.flowerkit.steps import SHARE_KEYS, Event, Key
 from fa_hetdp.protocol.guarantee import Guarantee
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
 from fa_hetdp.protocol.meta_plan import (

@@ -38,7 +38,7 @@ import numpy as np
 
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.dp.lattice import SENSITIVITY_INFLATION
-from fa_hetdp.flower.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.client import stage_lattice
 from fa_hetdp.protocol.floor import FLOOR_BUDGET_SHARE, FLOOR_RELEASE, FloorChoice
 from fa_hetdp.protocol.guarantee import guarantee_of
@@ -147,7 +147,7 @@ def simulation_caveats(settings: RunSettings) -> tuple[str, ...]:
     A ``mode = "simulation"`` run with a seed draws every noise share from that seed, so
     anyone who knows it can remove the noise; a malicious-server simulation whose nodes hold no
     roster also derives their identity keys from the seed
-    (:func:`fa_hetdp.flower.settings.simulation_identities`). The (epsilon, delta) is what the
+    (:func:`fa_hetdp.flowerkit.settings.simulation_identities`). The (epsilon, delta) is what the
     protocol gives when the noise is secret, as in a deployment (CSPRNG noise, a roster).
     """
     if settings.mode != "simulation" or settings.seed is None:

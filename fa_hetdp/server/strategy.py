@@ -61,9 +61,9 @@ from fa_hetdp.accuracy.assumptions import scenario_assumptions
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import AggregationError, FaHetdpError, PrivacyParameterError
-from fa_hetdp.flower.limits import step_limits
-from fa_hetdp.flower.settings import SERVER_STREAM, RunSettings
-from fa_hetdp.flower.steps import (
+from fa_hetdp.flowerkit.limits import step_limits
+from fa_hetdp.flowerkit.settings import SERVER_STREAM, RunSettings
+from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     CONSISTENCY_STEP,
     INPUT_STEP,
@@ -72,7 +72,7 @@ from fa_hetdp.flower.steps import (
     Event,
     Key,
 )
-from fa_hetdp.flower.wire import Limits
+from fa_hetdp.flowerkit.wire import Limits
 from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.floor import FloorChoice, uses_adaptive_floor
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
@@ -347,7 +347,7 @@ class HeterogeneityStrategy:
     def message_limits(self, step: str) -> Limits:
         """Return what one reply of ``step`` may make the server decode.
 
-        :mod:`fa_hetdp.flower.limits`, sized from this session's ``k`` and ``d``; the
+        :mod:`fa_hetdp.flowerkit.limits`, sized from this session's ``k`` and ``d``; the
         absolute caps before the clients are sampled.
         """
         if self._session_k is None:

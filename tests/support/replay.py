@@ -29,7 +29,7 @@ from fa_hetdp._types import FloatArray
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.rng import simulation_generator
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.flower.settings import SERVER_STREAM
+from fa_hetdp.flowerkit.settings import SERVER_STREAM
 from fa_hetdp.protocol.client import (
     local_values,
     stage1_contribution,

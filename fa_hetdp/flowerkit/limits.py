@@ -1,6 +1,6 @@
 """How much one message of each protocol step may make its receiver decode (per-step caps).
 
-Both apps decode every message under :class:`fa_hetdp.flower.wire.Limits` sized for the step
+Both apps decode every message under :class:`fa_hetdp.flowerkit.wire.Limits` sized for the step
 at hand from the session's public parameters: ``k``, the number of neighbours of a client
 (``n - 1`` on the complete graph), and ``d``, the dimension. A message of secure aggregation
 holds a constant part (public keys, signatures, the session's fields), a part per neighbour
@@ -14,13 +14,13 @@ decoded bytes per stage word, documents under 600 characters. The caps leave a s
 over these: :data:`BASE_BYTES` (10x), :data:`PER_PEER_BYTES` (5x), :data:`PER_WORD_BYTES`
 (2x), and for the document :data:`DOCUMENT_BASE` plus :data:`DOCUMENT_PER_PEER` per
 neighbour (~10x). Every cap is also at most the codec's absolute caps
-(:data:`~fa_hetdp.flower.wire.MAX_MESSAGE_BYTES`,
-:data:`~fa_hetdp.flower.wire.MAX_DOCUMENT_CHARS`).
+(:data:`~fa_hetdp.flowerkit.wire.MAX_MESSAGE_BYTES`,
+:data:`~fa_hetdp.flowerkit.wire.MAX_DOCUMENT_CHARS`).
 
 The server sizes the caps from the session it set up (its sampled ``n``, the run's
 ``secagg-neighbours``, the ``d`` the clients agreed on); a client from what it knows: the
 run config's ``num-clients`` and ``secagg-neighbours`` and its own ``d``. A message over its
-cap is refused by :func:`~fa_hetdp.flower.wire.decode` with :class:`WireFormatError`: the
+cap is refused by :func:`~fa_hetdp.flowerkit.wire.decode` with :class:`WireFormatError`: the
 server drops that client, the client fails that step (Flower sends an error reply).
 """
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from fa_hetdp.flower.steps import INPUT_STEP
-from fa_hetdp.flower.wire import MAX_DOCUMENT_CHARS, MAX_MESSAGE_BYTES, Limits
+from fa_hetdp.flowerkit.steps import INPUT_STEP
+from fa_hetdp.flowerkit.wire import MAX_DOCUMENT_CHARS, MAX_MESSAGE_BYTES, Limits
 
 __all__ = [
     "BASE_BYTES",

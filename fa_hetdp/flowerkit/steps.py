@@ -115,7 +115,7 @@ def message_type(step: str) -> str:
 # ---------------------------------------------------------------------------- payload keys
 @final
 class Key:
-    """Keys of the request and reply payloads (the dicts :mod:`fa_hetdp.flower.wire` encodes)."""
+    """Keys of the request and reply payloads (the dicts :mod:`fa_hetdp.flowerkit.wire` encodes)."""
 
     SECAGG: Final = "secagg"
     """A secure-aggregation message (:mod:`fa_hetdp.secagg.messages`), in every step."""

@@ -28,7 +28,7 @@ from fa_hetdp.config.scenario import default_scenario, load_scenario
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.config.settings import SETTINGS, Setting
-from fa_hetdp.flower.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
+from fa_hetdp.flowerkit.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
 from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta
 from fa_hetdp.secagg.identity import Roster, load_identity_key, public_identity
 from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
@@ -485,7 +485,7 @@ def simulation_identities(seed: int, count: int) -> tuple[dict[int, bytes], Rost
 def node_secagg(
     node_config: Mapping[str, Any], settings: RunSettings, partition: tuple[int, int] = (-1, 0)
 ) -> NodeSecAgg:
-    """Read a node's secure-aggregation keys (:class:`~fa_hetdp.flower.steps.NodeConfig`).
+    """Read a node's secure-aggregation keys (:class:`~fa_hetdp.flowerkit.steps.NodeConfig`).
 
     ``partition`` is the node's ``(partition-id, num-partitions)``: in ``mode =
     "simulation"`` a node that neither holds a roster nor pins the threat model in its own

@@ -20,7 +20,7 @@ complete graph: packing them keeps a round's cost close to that of a single arra
 No pickle: decoding only builds the types above, and anything else raises
 :class:`WireFormatError` (the server counts such a reply as a dropout; a client fails that
 step). Decoding is bounded by :class:`Limits`, which the receiver sizes for the step it is
-at (:mod:`fa_hetdp.flower.limits`): the message and its document are measured before they
+at (:mod:`fa_hetdp.flowerkit.limits`): the message and its document are measured before they
 are parsed; nesting deeper than :data:`MAX_DEPTH` and a key given twice are refused; then a
 first pass checks every reference -- inside the blob, not overlapping another (each value has
 its own range, as :func:`encode` lays them out), arrays with at most :data:`MAX_NDIM` axes of

@@ -5,7 +5,7 @@ In a user's own Flower app the run config holds the user's keys, not fa-hetdp's.
 (``advertise_keys``, under :data:`SETTINGS_KEY`): a *settings document* of run-config keys
 (the same kebab-case keys as ``[tool.flwr.app.config]``) plus the client summary. The client
 reads it with :func:`read_settings`, which resolves it with the same validator as a run
-config (:meth:`fa_hetdp.flower.settings.RunSettings.from_run_config`: every problem in one
+config (:meth:`fa_hetdp.flowerkit.settings.RunSettings.from_run_config`: every problem in one
 :class:`~fa_hetdp.config.rules.ConfigError`), so a bad document makes that client fail the
 step with one line (Flower sends an error reply and the server drops it), and the server
 builds its own settings from the very same document (:func:`settings_document`).
@@ -29,8 +29,8 @@ from typing import Any, Final
 from fa_hetdp.config.rules import Problem, raise_problems, validate
 from fa_hetdp.config.settings import SETTINGS
 from fa_hetdp.data.summaries import SUMMARIES, ClientSummary
-from fa_hetdp.flower.settings import RUN_CONFIG_KEYS, RunSettings
-from fa_hetdp.flower.steps import NodeConfig
+from fa_hetdp.flowerkit.settings import RUN_CONFIG_KEYS, RunSettings
+from fa_hetdp.flowerkit.steps import NodeConfig
 
 __all__ = [
     "NODE_PRIVACY_UNIT",
@@ -158,7 +158,7 @@ def settings_document(
 
     ``settings`` holds further settings by their canonical names (``mechanism``,
     ``adaptive_floor``, ``threshold``, ``stage_timeout``, ... : the keys of
-    :data:`fa_hetdp.flower.settings.RUN_CONFIG_KEYS` and the declared settings without a
+    :data:`fa_hetdp.flowerkit.settings.RUN_CONFIG_KEYS` and the declared settings without a
     run-config key, e.g. ``broadcast_bounds``). ``seed`` given: ``mode = "simulation"``
     (reproducible, no privacy against whoever knows the seed); else ``"deployment"`` (every
     client draws its noise from a CSPRNG).
