@@ -76,7 +76,7 @@ def test_a_constant_coordinate_is_nan_and_labelled() -> None:
 
 
 def test_i2_from_q_truncates() -> None:
-    assert np.allclose(i2_from_q(np.array([1.0, 4.0, 0.0]), 2.0), [0.0, 0.5, 0.0])
+    assert np.allclose(i2_from_q(np.array([1.0, 4.0, 0.0]), 3), [0.0, 0.5, 0.0])
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.errors import AggregationError, PrivacyParameterError
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
 from fa_hetdp.protocol.meta_plan import MAX_WITHIN_VARIANCE, ROUNDS, MetaPlan
-from fa_hetdp.stats.meta import i2_from_q
+from fa_hetdp.stats.meta import fixed_effect_from_sums, i2_from_q
 
 __all__ = [
     "PLUG_IN_NOISE",
@@ -240,19 +240,19 @@ def figures_from_sums(
     out: dict[str, FloatArray] = {}
     weights = _denoised(plan, broadcast_b, sums, tau2_used)
     big_c = np.maximum(weights["C"], least)
-    out["pooled_mean"] = np.clip(c0 + sums["B"] / big_c, 0.0, 1.0)
-    if "A" in sums:
-        big_a = sums["A"]
-        if plan.settings.clip_correction:
-            big_a = big_a + clip_correction(plan, broadcast_b.kappa, big_a)[0]
-        q_raw = big_a - sums["B"] ** 2 / big_c
+    big_a = sums.get("A")
+    if big_a is not None and plan.settings.clip_correction:
+        big_a = big_a + clip_correction(plan, broadcast_b.kappa, big_a)[0]
+    mean, q_raw = fixed_effect_from_sums(np.nan if big_a is None else big_a, sums["B"], big_c, c0)
+    out["pooled_mean"] = np.clip(mean, 0.0, 1.0)
+    if big_a is not None:
         out["q_raw"] = q_raw
         q = np.maximum(q_raw, 0.0)
         out["q"] = q
-        out["i2"] = i2_from_q(q, n - 1)
+        out["i2"] = i2_from_q(q, n)
         q_total = np.sum(q_raw, axis=-1)
         out["q_total"] = q_total
-        out["i2_total"] = i2_from_q(np.maximum(q_total, 0.0), plan.d * (n - 1))
+        out["i2_total"] = i2_from_q(np.maximum(q_total, 0.0), n, plan.d)
     if "D" in sums and "A" in sums:
         big_d = np.clip(weights["D"], big_c**2 / n, big_c * np.minimum(big_c, most))
         # regularised: the smallest public sum of weights times (1 - 1/n) (equal weights)
@@ -263,7 +263,8 @@ def figures_from_sums(
     if "E" in sums and "F" in sums and tau2_used is not None:
         least_f, _ = _weight_range(plan, broadcast_b.floor, tau2_used)
         big_f = np.maximum(weights["F"], least_f)
-        out["random_effects_mean"] = np.clip(c0 + sums["E"] / big_f, 0.0, 1.0)
+        re_mean, _ = fixed_effect_from_sums(np.nan, sums["E"], big_f, c0)  # weights w*
+        out["random_effects_mean"] = np.clip(re_mean, 0.0, 1.0)
     return out
 
 
@@ -372,11 +373,10 @@ class PrivateMetaAnalysis:
         if "q_raw" in point:
             lo, hi = basic("q_raw")
             lower["q"], upper["q"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-            lower["i2"], upper["i2"] = i2_from_q(lower["q"], n - 1), i2_from_q(upper["q"], n - 1)
+            lower["i2"], upper["i2"] = i2_from_q(lower["q"], n), i2_from_q(upper["q"], n)
             lo_t, hi_t = basic("q_total")
-            df = self.d * (n - 1)
-            lower["i2_total"] = float(i2_from_q(max(float(lo_t), 0.0), df))
-            upper["i2_total"] = float(i2_from_q(max(float(hi_t), 0.0), df))
+            lower["i2_total"] = float(i2_from_q(max(float(lo_t), 0.0), n, self.d))
+            upper["i2_total"] = float(i2_from_q(max(float(hi_t), 0.0), n, self.d))
         else:
             for key in ("q", "i2"):
                 lower[key], upper[key] = nan, nan

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
+from fa_hetdp.stats.exact import i_squared
 
 __all__ = [
     "ClientSummaries",
@@ -203,12 +204,15 @@ def client_summaries(records: FloatArray, client_ids: IntArray, n: int) -> Clien
     return ClientSummaries(theta=theta, ss=ss, m=m)
 
 
-def i2_from_q(q: npt.ArrayLike, df: float) -> FloatArray:
-    """``I^2 = max(0, (Q - df)/Q)`` (0 where ``Q <= 0``; NaN stays NaN)."""
+def i2_from_q(q: npt.ArrayLike, n: int, d: int = 1) -> FloatArray:
+    """:func:`~fa_hetdp.stats.exact.i_squared` (``df = (n - 1) d``), where NaN stays NaN.
+
+    A meta-analysis coordinate without inverse-variance weights has no Q; its I^2 is
+    undefined, not 0.
+    """
     qa = np.asarray(q, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(qa > df, (qa - df) / qa, 0.0)
-    return np.where(np.isnan(qa), np.nan, out)
+    out: FloatArray = np.where(np.isnan(qa), np.nan, i_squared(qa, n, d))
+    return out
 
 
 def fixed_effect_from_sums(
@@ -250,7 +254,7 @@ def meta_from_effects(
     tau2 = np.maximum(tau2_raw, 0.0)
     ws = 1.0 / (vs + tau2)
     re = (ws * theta).sum(axis=0) / ws.sum(axis=0)
-    i2 = i2_from_q(q, n - 1)
+    i2 = i2_from_q(q, n)
     nan = np.where(ok, 0.0, np.nan)
     return mu + nan, q + nan, i2 + nan, tau2 + nan, tau2_raw + nan, re + nan
 
@@ -260,7 +264,7 @@ def _scalars(q: FloatArray, i2: FloatArray, n: int) -> tuple[float, float]:
     ok = np.isfinite(q)
     if not ok.any():
         return float("nan"), float("nan")
-    total = float(i2_from_q(np.sum(q[ok]), float(ok.sum() * (n - 1))))
+    total = float(i2_from_q(np.sum(q[ok]), n, int(ok.sum())))
     return total, float(np.mean(i2[ok]))
 
 
