@@ -14,14 +14,24 @@ __all__ = ["add_arguments", "run_command", "scenario_lines"]
 
 
 def scenario_lines() -> list[str]:
-    """Return one line per shipped scenario: name, n, grid or not, description."""
+    """Return one line per shipped scenario: name, n, grid or not, description.
+
+    A scenario that cannot load here (it needs an extra that is not installed) is listed
+    with the reason, so one such scenario does not hide the others.
+    """
     from fa_hetdp.config.scenario import available_scenarios, load_scenario
+    from fa_hetdp.errors import ScenarioError
 
     names = available_scenarios()
     width = max((len(name) for name in names), default=0)
     lines = []
     for name in names:
-        scenario = load_scenario(name)
+        try:
+            scenario = load_scenario(name)
+        except ScenarioError as exc:  # e.g. needs an extra that is not installed here
+            reason = " ".join(str(exc).split())  # one line
+            lines.append(f"{name:<{width}}  cannot load here: {reason}")
+            continue
         points = len(scenario.grid())
         kind = f"grid of {points}" if points > 1 else "one run"
         description = " ".join(scenario.description.split())
