@@ -587,7 +587,11 @@ def run_deployment(
             auth_private_key=stranger.private_key,
             supervised=True,
         )
-        node_config = [{"partition-id": i, "num-partitions": DEPLOY_NODES} for i in range(5)]
+        node_config = [
+            # seeded noise (mode "simulation") so the twin can check the result: test nodes only
+            {"partition-id": i, "num-partitions": DEPLOY_NODES, "allow-seeded-noise": True}
+            for i in range(5)
+        ]
         nodes = [
             cluster.start_supernode(
                 node_config[i], auth_private_key=key.private_key, supervised=True

@@ -29,6 +29,10 @@ from fa_hetdp.cli.cluster import (
     toml_value,
 )
 
+#: Node-config keys of a test SuperNode that joins a seeded run (``mode = "simulation"``, so
+#: the result can be checked against its in-process twin): a real data owner never sets it.
+SEEDED_NODE: Mapping[str, object] = {"allow-seeded-noise": True}
+
 
 @dataclass(frozen=True)
 class TlsSettings:

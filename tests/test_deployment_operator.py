@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deployment_cluster import DeploymentCluster, TlsSettings, wait_for_step
+from deployment_cluster import SEEDED_NODE, DeploymentCluster, TlsSettings, wait_for_step
 from test_flower_helpers import APP_CONFIG_KEYS, scenario_file
 
 from fa_hetdp.cli.cluster import (
@@ -203,7 +203,9 @@ def test_clientapps_exit_when_their_supernode_is_killed(tmp_path: Path) -> None:
     with DeploymentCluster(tmp_path / "cluster") as cluster:
         cluster.start_superlink()
         nodes = [
-            cluster.start_supernode({"partition-id": i, "num-partitions": nodes_count})
+            cluster.start_supernode(
+                {"partition-id": i, "num-partitions": nodes_count, **SEEDED_NODE}
+            )
             for i in range(nodes_count)
         ]
         run = cluster.submit(config, name="flwr-run")
@@ -249,7 +251,8 @@ def test_a_run_in_flight_during_a_superlink_restart(tmp_path: Path) -> None:
         # Nodes 0 and 1 run under `fa-hetdp supernode` (the supervisor), node 2 bare.
         nodes = [
             cluster.start_supernode(
-                {"partition-id": i, "num-partitions": nodes_count}, supervised=i < 2
+                {"partition-id": i, "num-partitions": nodes_count, **SEEDED_NODE},
+                supervised=i < 2,
             )
             for i in range(nodes_count)
         ]

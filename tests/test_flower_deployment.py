@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deployment_cluster import DeploymentCluster, TlsSettings, wait_for_step
+from deployment_cluster import SEEDED_NODE, DeploymentCluster, TlsSettings, wait_for_step
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
 from fa_hetdp.cli.cluster import CONNECTION_NAME, find_program, read_progress
@@ -73,7 +73,7 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
             )
         nodes = [
             cluster.start_supernode(
-                {"partition-id": i, "num-partitions": NUM_NODES},
+                {"partition-id": i, "num-partitions": NUM_NODES, **({} if tls else SEEDED_NODE)},
                 auth_private_key=None if key is None else key.private_key,
             )
             for i, key in enumerate(keys)

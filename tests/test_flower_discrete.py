@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deployment_cluster import DeploymentCluster
+from deployment_cluster import SEEDED_NODE, DeploymentCluster
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
 from fa_hetdp.cli.cluster import FlowerCluster
@@ -75,7 +75,9 @@ def test_deployment_with_ddg_matches_its_twin(tmp_path: Path) -> None:
     with cluster:
         cluster.start_superlink()
         for i in range(NUM_CLIENTS):
-            cluster.start_supernode({"partition-id": i, "num-partitions": NUM_CLIENTS})
+            cluster.start_supernode(
+                {"partition-id": i, "num-partitions": NUM_CLIENTS, **SEEDED_NODE}
+            )
         outcome = cluster.wait_run(cluster.submit(config), tmp_path / "result.json", timeout=300)
         started = list(cluster.processes)
     for process in started:

@@ -266,7 +266,9 @@ def test_a_server_that_lowers_gamma_in_the_run_config_is_refused_by_the_nodes_fl
 ) -> None:
     # Attack: the nodes guard against gamma = 0.2 (node config: t >= floor((10 + 2) / 2) + 1
     # = 7), the server writes gamma = 0 and t = 6 into the run config. Before: clients took
-    # gamma from the run config and joined with t = 6. Now each refuses at the setup.
+    # gamma from the run config and joined with t = 6. Now each refuses at the setup: the
+    # stated gamma is below its floor (the noise shares too; the threshold would be refused
+    # next, test_a_client_insisting_on_a_safe_threshold_refuses_a_weaker_session).
     overrides: dict[str, Any] = {
         "secagg-threat-model": "malicious-server",
         "secagg-corrupt-fraction": 0.0,
@@ -275,16 +277,25 @@ def test_a_server_that_lowers_gamma_in_the_run_config_is_refused_by_the_nodes_fl
     nodes = roster_nodes(tmp_path, 10, **{"secagg-min-gamma": 0.2})
     document = aborted(config, lambda: run_nodes(config, 10, nodes))
     reasons = list(document["steps"][0]["dropouts"].values())
-    assert len(reasons) == 10 and all("threshold >= 7" in r for r in reasons)
+    assert len(reasons) == 10
+    assert all("below this node's secagg-min-gamma=0.2" in r for r in reasons)
 
 
 def test_an_honest_but_curious_node_floor_refuses_a_low_threshold(tmp_path: Path) -> None:
     # the same attack against honest-but-curious nodes with their own floor gamma = 0.3:
-    # t = 6 of 9 share holders leaves 10 P[Bin(9, 0.3) >= 6] > 2^-40; every node refuses
-    config = run_config(tmp_path, scenario_file(tmp_path, 10), **{"secagg-corrupt-fraction": 0.0})
-    nodes = {5000 + i: {"secagg-min-gamma": 0.3} for i in range(10)}
-    document = aborted(config, lambda: run_nodes(config, 10, nodes))
-    assert all("guards against gamma = 0.3" in r for r in document["steps"][0]["dropouts"].values())
+    # t = 6 of 9 share holders leaves 10 P[Bin(9, 0.3) >= 6] > 2^-40; every node refuses,
+    # whether the server states a lower gamma (refused as such) or the node's own
+    for stated, refusal in (
+        (0.0, "below this node's secagg-min-gamma=0.3"),
+        (0.3, "guards against gamma = 0.3"),
+    ):
+        config = run_config(
+            tmp_path, scenario_file(tmp_path, 10), **{"secagg-corrupt-fraction": stated}
+        )
+        nodes = {5000 + i: {"secagg-min-gamma": 0.3} for i in range(10)}
+        document = aborted(config, lambda c=config, m=nodes: run_nodes(c, 10, m))
+        reasons = document["steps"][0]["dropouts"].values()
+        assert len(reasons) == 10 and all(refusal in r for r in reasons)
 
 
 @pytest.mark.parametrize(

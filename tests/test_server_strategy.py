@@ -46,7 +46,11 @@ class InMemoryTransport:
             5000 + i: Context(
                 run_id=1,
                 node_id=5000 + i,
-                node_config={"partition-id": i, "num-partitions": num_partitions},
+                node_config={
+                    "partition-id": i,
+                    "num-partitions": num_partitions,
+                    "allow-seeded-noise": True,  # in process, like a Flower simulation
+                },
                 state=RecordDict(),
                 run_config=dict(config),
             )

@@ -249,7 +249,7 @@ def _advertise(tmp_path: Path, summary: str, node_config: dict[str, Any]) -> tup
     context = Context(
         run_id=1,
         node_id=1,
-        node_config=node_config,
+        node_config={"allow-seeded-noise": True, **node_config},  # in process: seeded noise
         state=RecordDict(),
         run_config=dict(run_config(tmp_path, path)),
     )

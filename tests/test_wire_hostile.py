@@ -369,7 +369,7 @@ def test_a_hostile_server_cannot_make_a_client_decode_much(tmp_path: Path) -> No
     context = Context(
         run_id=1,
         node_id=5000,
-        node_config={"partition-id": 0, "num-partitions": 12},
+        node_config={"partition-id": 0, "num-partitions": 12, "allow-seeded-noise": True},
         state=RecordDict(),
         run_config=dict(config),
     )

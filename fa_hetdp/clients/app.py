@@ -442,11 +442,13 @@ def advertise_keys(
         local, shown = _local_data(settings, features, labels, summary)
     else:
         settings = _settings(context)
+        check_node_safety(context.node_config, settings, default_unit=None)
         pid, num = _partition(context)
         _maybe_drop(settings, pid, ADVERTISE_KEYS)
         request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
         sent = None
         features, labels = _records_of((records or scenario_records)(context))
+        _check_record_count(settings, features.shape[0])
         local, shown = _local_data(settings, features, labels, client_summary(settings.scenario))
     d = int(local[_LOCAL_KEY[_analysis(settings)]].shape[-1])
     client_id = int(request[Key.CLIENT_ID])

@@ -264,17 +264,25 @@ def read_settings(document: object) -> SentSettings:
     return SentSettings(run=run, summary=spec, document=dict(parts))
 
 
-def check_node_safety(node_config: Mapping[str, Any], settings: RunSettings) -> None:
+def check_node_safety(
+    node_config: Mapping[str, Any], settings: RunSettings, *, default_unit: str | None = "client"
+) -> None:
     """Refuse settings that undercut what this node's own config asks for.
+
+    Both apps call it before a session starts: the drop-in on the settings document of the
+    first message, our own app on the run config (which the server side writes too).
+    ``default_unit`` is the unit a node accepts when its config names none: the drop-in's
+    ``"client"``; our own app passes ``None`` (a scenario states its unit, and a node that
+    pins ``privacy-unit`` refuses any other).
 
     Raises
     ------
     ValueError
-        One line: the document asks for seeded noise (``mode = "simulation"``: anyone with
+        One line: the settings ask for seeded noise (``mode = "simulation"``: anyone with
         the seed can remove it) outside a Flower simulation, on a node whose config does not
-        say ``allow-seeded-noise = true``; its privacy unit is not the node's
-        ``privacy-unit`` (default ``"client"``); or its ``secagg-corrupt-fraction`` is below
-        the node's ``secagg-min-gamma``.
+        say ``allow-seeded-noise = true``; their privacy unit is not the node's
+        ``privacy-unit``; or their ``secagg-corrupt-fraction`` is below the node's
+        ``secagg-min-gamma``.
     """
     if settings.mode == "simulation" and not _seeded_noise_allowed(node_config):
         raise ValueError(
@@ -282,9 +290,9 @@ def check_node_safety(node_config: Mapping[str, Any], settings: RunSettings) -> 
             "which whoever knows the seed can remove; refused outside a Flower simulation "
             f"(node-config {NODE_ALLOW_SEED}=true only on test nodes)"
         )
-    unit = node_config.get(NODE_PRIVACY_UNIT, "client")
+    unit = node_config.get(NODE_PRIVACY_UNIT, default_unit)
     stated_unit = settings.protocol.setting("privacy_unit")
-    if stated_unit != unit:
+    if unit is not None and stated_unit != unit:
         raise ValueError(
             f"the server asks for privacy unit {stated_unit!r}, this node accepts {unit!r} "
             f"(node-config {NODE_PRIVACY_UNIT}); refused"
