@@ -129,6 +129,8 @@ def test_own_share_never_counts_a_timed_out_neighbourhood_cannot_expose_a_client
         server.receive_share_keys(c.share_keys(directories[i]))
     x = _inputs(n, seed=2)
     _masked(server, clients, x, skip={3, 4, 5, 6})  # honest neighbours "time out"
+    # an honest server aborts here (tests/test_secagg_holders.py); a malicious one asks anyway
+    server._check_holders = lambda survivors: None  # type: ignore[method-assign]
     requests = server.unmask_requests()
     assert server.survivors == (0, 1, 2)
     with pytest.raises(UnmaskRefused, match="fewer than threshold"):

@@ -495,11 +495,37 @@ class SecAggServer:
                 f"summation {self.summation}: {len(survivors)} masked inputs, fewer than "
                 f"threshold {self.threshold}."
             )
+        self._check_holders(frozenset(survivors))
         self.survivors, self._survivor_set = survivors, frozenset(survivors)
         self.dropped = tuple(sorted(set(self.incoming) - self._survivor_set))
         self._dropped_set = frozenset(self.dropped)
         self.responses = {}
         self.signatures = {}
+
+    def _check_holders(self, survivors: frozenset[int]) -> None:
+        """Abort unless every secret the unmask round needs has ``threshold`` holders left.
+
+        A survivor's self-mask seed and a dropped client's mask key are shared among the
+        owner's neighbours, never the owner: each needs ``threshold`` surviving neighbours
+        (the clients refuse an unmask request otherwise, :mod:`.refusals`). Checked here so
+        that no request is sent that the survivors must refuse.
+        """
+        if self.graph.complete:  # a survivor has len(survivors) - 1 holders, a dropped one more
+            short = [(c, len(survivors) - 1) for c in sorted(survivors)]
+        else:
+            owners = set(survivors) | {
+                j for i in survivors for j in self.incoming.get(i, frozenset())
+            }
+            short = [(c, len(self._survivor_neighbours(c, set(survivors)))) for c in sorted(owners)]
+        short = [(c, h) for c, h in short if h < self.threshold]
+        if short:
+            client, holders = short[0]
+            self.phase = "aborted"
+            raise ProtocolAborted(
+                f"summation {self.summation}: client {client}'s masks have {holders} surviving "
+                f"share holders, fewer than threshold {self.threshold} ({len(short)} such "
+                "clients; a client's own share does not count): the sum cannot be unmasked."
+            )
 
     def consistency_request(self) -> dict[str, MessageValue]:
         """Close the masked-input round; return the survivor list to sign (to every survivor).
