@@ -720,6 +720,10 @@ def format_table(tally: Tally) -> str:
     return "\n".join(lines)
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=50, help="simulations (default 50)")
@@ -737,6 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.sessions < 0 or args.deploy_runs < 0 or args.superlink_restarts < 0:
         parser.error("--sessions, --deploy-runs and --superlink-restarts must be >= 0")
+    # SIGTERM unwinds like Ctrl-C, so each session's cluster stops what it started
+    signal.signal(signal.SIGTERM, _interrupted)
     load = os.getloadavg()
     print(f"soak: seed {args.seed}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     with contextlib.ExitStack() as stack:

@@ -206,3 +206,33 @@ def test_reduced_soak_holds_the_zeros(tmp_path: Path) -> None:
     assert zeros == dict.fromkeys(zeros, 0), tallies
     assert tallies["leaked_rss_mib"] <= 50, tallies
     assert code == 0
+
+
+@pytest.mark.slow
+def test_a_soak_stopped_with_sigterm_leaves_nothing_running(tmp_path: Path) -> None:
+    """SIGTERM mid-session unwinds the session's cluster (before: its SuperLink and SuperExec
+    outlived the benchmark). Waits on progress: the session's SuperLink appearing."""
+    import signal
+    import time
+
+    root = tmp_path / "runs"
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "soak_bench.py"
+    process = subprocess.Popen(
+        [sys.executable, str(bench), "--sessions", "1", "--deploy-runs", "0", "--no-busy",
+         "--workdir", str(root)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        while process.poll() is None and not any(
+            "flower-superlink" in command
+            for command in soak.processes_of(root, [process.pid]).values()
+        ):
+            time.sleep(0.2)
+        assert process.poll() is None, "the session ended before its SuperLink was seen"
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+        left = soak.collect_orphans(root, [process.pid], quiet=5.0, cap=30.0)
+        assert left == {}, left
+    finally:
+        process.kill()
+        process.wait()
