@@ -35,6 +35,16 @@ def _run(config: dict[str, Any], node_keys: dict[str, Any]) -> dict[str, Any]:
     return HeterogeneityStrategy(RunSettings.from_run_config(config)).run(transport)
 
 
+def _three_records(tmp_path: Path) -> Path:
+    """A digits scenario whose clients hold three records each (``records_per_client``)."""
+    scenario = scenario_file(tmp_path, N)
+    text = scenario.read_text()
+    scenario.write_text(
+        text.replace(f"num_clients = {N}", f"num_clients = {N}\nrecords_per_client = 3")
+    )
+    return scenario
+
+
 def _refusals(config: dict[str, Any], node_keys: dict[str, Any]) -> list[str]:
     """Every node's reason for leaving at the first step (the run aborts: all refuse)."""
     with pytest.raises(ProtocolAbortError, match="advertise_keys"):
@@ -74,19 +84,14 @@ def test_a_corrupt_fraction_above_the_nodes_floor_runs(tmp_path: Path) -> None:
 
 
 def test_a_node_that_pins_its_privacy_unit_refuses_another(tmp_path: Path) -> None:
-    config = run_config(tmp_path, scenario_file(tmp_path, N), **{"privacy-unit": "record"})
+    config = run_config(tmp_path, _three_records(tmp_path), **{"privacy-unit": "record"})
     reasons = _refusals(config, {"allow-seeded-noise": True, "privacy-unit": "client"})
     assert all("asks for privacy unit 'record'" in reason for reason in reasons)
 
 
 def test_a_node_without_a_pinned_unit_takes_the_run_configs(tmp_path: Path) -> None:
     # a pinned node refuses "record" above; an unpinned one goes on to its records
-    scenario = scenario_file(tmp_path, N)
-    text = scenario.read_text().replace(
-        f"num_clients = {N}", f"num_clients = {N}\nrecords_per_client = 3"
-    )
-    scenario.write_text(text)
-    config = run_config(tmp_path, scenario, **{"privacy-unit": "record", "min-records": 3})
+    config = run_config(tmp_path, _three_records(tmp_path), **{"privacy-unit": "record"})
     document = _run(config, {"allow-seeded-noise": True})
     assert document["status"] == "success"
     assert "record" in json.dumps(document["privacy"])
@@ -95,12 +100,15 @@ def test_a_node_without_a_pinned_unit_takes_the_run_configs(tmp_path: Path) -> N
 def test_a_node_with_fewer_records_than_min_records_refuses_the_record_unit(
     tmp_path: Path,
 ) -> None:
-    # digits clients hold one record each: under the record unit with min_records = 2 the
-    # noise is sized for a record moving a client's mean by 1/2, and one record moves it by
-    # 1. Before this check our own app (not the drop-in) joined such a session: the run
-    # succeeded with every client under-noised by a factor of two.
-    config = run_config(
-        tmp_path, scenario_file(tmp_path, N), **{"privacy-unit": "record", "min-records": 2}
-    )
-    reasons = _refusals(config, {"allow-seeded-noise": True})
-    assert all("fewer than the session's min_records=2" in reason for reason in reasons)
+    # A data owner's own file (node config data-path) holds 2 records; the session's
+    # min_records is 3, so the noise is sized for a record moving a client's mean by 1/3,
+    # and one of its records moves it by 1/2. Before this check our own app (not the
+    # drop-in) joined such a session. (The server holds an override to the scenario's
+    # records_per_client before Flower starts: tests/test_privacy_unit.py.)
+    import numpy as np
+
+    rows = tmp_path / "two-records.npy"
+    np.save(rows, np.full((2, 64), 0.5))
+    config = run_config(tmp_path, _three_records(tmp_path), **{"privacy-unit": "record"})
+    reasons = _refusals(config, {"allow-seeded-noise": True, "data-path": str(rows)})
+    assert all("holds 2 records, fewer than the session's min_records=3" in r for r in reasons)

@@ -9,6 +9,7 @@ privacy"), which the brute-force tests below check against random record replace
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -429,11 +430,47 @@ def test_the_cli_and_the_run_config_take_the_unit() -> None:
     assert (args.privacy_unit, args.min_records) == ("record", 30)
     root = Path(__file__).resolve().parents[1]
     app = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    given = {**app, "mode": "simulation", "privacy-unit": "record", "min-records": 30}
+    silos = str(root / "scenarios" / "silos.toml")  # 4 000 records per client
+    given = {**app, "mode": "simulation", "scenario": silos, "privacy-unit": "record"}
+    given["min-records"] = 30
     settings = RunSettings.from_run_config(given).settings
     assert settings["privacy_unit"] == "record" and settings["min_records"] == 30
     with pytest.raises(ConfigError, match=r"run-config\.privacy-unit: unknown value 'rows'"):
         RunSettings.from_run_config({**given, "privacy-unit": "rows"})
+
+
+def test_an_override_is_held_to_the_scenario_s_record_count() -> None:
+    # the scenario rule (min_records <= records_per_client) for run-config keys and flags:
+    # before, --privacy-unit record --min-records 2 on one-record clients reached Flower
+    import argparse
+    import tomllib
+    from pathlib import Path
+
+    from fa_hetdp.cli.run import add_arguments, check_flags
+    from fa_hetdp.config.scenario import load_scenario
+    from fa_hetdp.flowerkit.settings import RunSettings
+
+    root = Path(__file__).resolve().parents[1]
+    app = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    quickstart = str(root / "scenarios" / "quickstart.toml")  # one record per client
+    given = {**app, "mode": "simulation", "scenario": quickstart, "privacy-unit": "record"}
+    with pytest.raises(ConfigError, match=r"run-config\.min-records: must be at most data\.rec"):
+        RunSettings.from_run_config({**given, "min-records": 2})
+    with pytest.raises(ConfigError, match=r"run-config\.min-records: required with unit"):
+        RunSettings.from_run_config(given)
+    parser = argparse.ArgumentParser(prog="fa-hetdp run")
+    add_arguments(parser)
+    scenario = load_scenario(quickstart)
+    for flags, message in (
+        (["--min-records", "2"], "--min-records: must be at most data.records_per_client = 1"),
+        ([], "--min-records: required with unit"),
+    ):
+        args = parser.parse_args(["--privacy-unit", "record", *flags])
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            check_flags(args, scenario)
+    silos = load_scenario(str(root / "scenarios" / "silos.toml"))
+    args = parser.parse_args(["--privacy-unit", "record", "--min-records", "4000"])
+    assert check_flags(args, silos)["min-records"] == 4000
 
 
 def test_the_meta_plan_bounds_are_the_proved_ones() -> None:

@@ -26,7 +26,13 @@ from fa_hetdp.cli.setting_flags import add_setting_flags, flag_settings
 from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.flowerkit.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
+from fa_hetdp.flowerkit.settings import (
+    RUN_CONFIG_KEYS,
+    UNSET,
+    record_unit_problem,
+    resolve_overrides,
+    run_config_key,
+)
 from fa_hetdp.flowerkit.steps import (
     CONSISTENCY_STEP,
     INPUT_STEP,
@@ -128,6 +134,9 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
         return run_config_key(name)
 
     problems += validate(values, key)
+    unit_problem = record_unit_problem(dict(values), scenario)
+    if unit_problem is not None:
+        problems.append((flags.get("min_records", key("min_records")), unit_problem))
     overrides: dict[str, object] = {
         RUN_CONFIG_KEYS[name]: ("true" if v else "false") if isinstance(v, bool) else v
         for name, v in given.items()

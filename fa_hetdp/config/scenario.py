@@ -46,6 +46,7 @@ __all__ = [
     "available_scenarios",
     "default_scenario",
     "load_scenario",
+    "min_records_problem",
     "scenario_from_dict",
     "scenarios_dir",
 ]
@@ -200,30 +201,42 @@ def _spec_value(setting: Setting, value: Any) -> Any:
     return float(value) if real and value is not None else value
 
 
+def min_records_problem(stated: object, records: int) -> str | None:
+    """Return why ``min_records`` does not fit a scenario's ``records_per_client``, or None.
+
+    Every client of a scenario holds ``records_per_client`` records, so that count is public:
+    a ``min_records`` above it is a bound the clients do not meet (they would refuse the
+    session at its first step), and one record per client makes the record and the client
+    the same unit. ``stated`` None means left out (the caller takes ``records`` when >= 2).
+    """
+    if stated is None and records < 2:
+        return (
+            'required with unit = "record": an integer >= 2, at most data.records_per_client '
+            f"(got records_per_client = {records}: one record per client is the client unit)"
+        )
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated > records:
+        return (
+            f"must be at most data.records_per_client = {records} (every client holds that "
+            f"many records), got {stated}"
+        )
+    return None
+
+
 def _record_count(c: Checker, values: dict[str, Any], records: int) -> None:
     """``[privacy] unit = "record"``: ``min_records`` from the public ``records_per_client``.
 
-    Every client of a scenario holds ``records_per_client`` records, so that count is public:
-    a left-out ``min_records`` takes it, and one above it (a bound the clients do not meet) or
-    one record per client (a client and its one record are the same unit) are refused.
+    A left-out ``min_records`` takes ``records_per_client`` (when >= 2); otherwise
+    :func:`min_records_problem` says what is refused.
     """
     if values.get("privacy_unit") != "record":
         return
     stated = values.get("min_records")
     if stated is None and records >= 2:
         values["min_records"] = records
-    elif stated is None:
-        c.fail(
-            "privacy.min_records",
-            'required with unit = "record": an integer >= 2, at most data.records_per_client '
-            f"(got records_per_client = {records}: one record per client is the client unit)",
-        )
-    elif isinstance(stated, int) and not isinstance(stated, bool) and stated > records:
-        c.fail(
-            "privacy.min_records",
-            f"must be at most data.records_per_client = {records} (every client holds that "
-            f"many records), got {stated}",
-        )
+        return
+    problem = min_records_problem(stated, records)
+    if problem is not None:
+        c.fail("privacy.min_records", problem)
 
 
 def _settings(

@@ -251,7 +251,7 @@ def read_settings(document: object) -> SentSettings:
         {k: values[k] for k in values if k in _SCENARIO_ONLY}, lambda k: f"settings.{k}"
     )
     raise_problems("measurement settings", problems)
-    run = RunSettings.from_run_config(run_config)
+    run = RunSettings.from_run_config(run_config, scenario_records=False)
     if values:
         protocol_fields = {k: v for k, v in values.items() if SETTINGS[k].protocol}
         others = {k: v for k, v in values.items() if not SETTINGS[k].protocol}
