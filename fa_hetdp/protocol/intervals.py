@@ -298,6 +298,9 @@ def noise_confidence_intervals(
     - ``total_dispersion = sum_j D''_j``: as ``dispersion``, with
       ``sum_j (mu_j - clip(mu'_j))^2 <= tau^2 chi^2_d`` and noise std
       ``sqrt(sum_j s_3j^2)/n`` (``sqrt(d) s_3/n`` for a uniform ``s_3``).
+    - Both dispersion intervals are then cut to the public range ``[0, 1/4]`` per
+      coordinate (``[0, d/4]`` for the total): the true value lies there, so every interval
+      that held it still does.
     - ``i2_total = max(0, 1 - (n-1) d/sum_j Q''_j)``: the image of the interval of
       ``sum_j Q_j``, whose lower side bounds ``B sum_j delta_j^2`` by
       ``(2 s_2^2/B_lo) chi^2_d`` (delta method) and the noise by ``sqrt(sum_j s_4j^2)``.
@@ -386,6 +389,11 @@ def noise_confidence_intervals(
         lower["total_dispersion"] -= 2.0 * tau * math.sqrt(chi2_d) * k2
         cross = np.minimum(k2 * k2, 2.0 * tau * math.sqrt(chi2_d) * k2)
         upper["total_dispersion"] = total + z4 * sd_total + cross
+    # D in [0, 1/4] per coordinate is public (vectors in [0, 1]): cutting both ends to that
+    # range keeps every D the interval held, so coverage is unchanged
+    for name, top in (("dispersion", 0.25), ("total_dispersion", 0.25 * d)):
+        lower[name] = np.clip(lower[name], 0.0, top)
+        upper[name] = np.clip(upper[name], 0.0, top)
     q_sum_lo, q_sum_hi, _ = _q_sum_bounds(result, plan, s4, b_lo, alpha)
     lower["i2_total"] = summed_i_squared(q_sum_lo, n, d)
     upper["i2_total"] = summed_i_squared(q_sum_hi, n, d)
