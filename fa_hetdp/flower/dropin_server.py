@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import fa_hetdp
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.flowerkit.measurement import SummarySpec, read_settings, settings_document
+from fa_hetdp.flowerkit.settings import meta_plan
+from fa_hetdp.protocol.meta_plan import MetaPlan
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
 
@@ -46,7 +49,7 @@ log = logging.getLogger("flwr.fa_hetdp.server")
 class Budget(Protocol):
     """What :func:`measure` needs of a budget (:class:`fa_hetdp.PrivacyBudget`)."""
 
-    def charge(self, plan: ProtocolPlan) -> Any:
+    def charge(self, plan: ProtocolPlan | MetaPlan) -> Any:
         """Charge one measurement's plan; raise ``PrivacyParameterError`` on an overrun."""
         ...
 
@@ -66,7 +69,7 @@ def measure(
     seed: int | None = None,
     result_path: str | Path | None = None,
     **settings: Any,
-) -> PrivateStatistics:
+) -> PrivateStatistics | PrivateMetaAnalysis:
     """Measure the heterogeneity of the grid's clients privately; return the result.
 
     Parameters
@@ -105,8 +108,10 @@ def measure(
 
     Returns
     -------
-    PrivateStatistics
-        The private statistics with their ``guarantee`` and ``spent`` privacy.
+    PrivateStatistics or PrivateMetaAnalysis
+        The private statistics with their ``guarantee`` and ``spent`` privacy; with
+        ``analysis="meta"`` the private meta-analysis of every client's records
+        (:func:`fa_hetdp.private_meta_analysis` over Flower: rounds A, B, C).
 
     Raises
     ------
@@ -133,19 +138,32 @@ def measure(
         settings=settings,
     )
     run = read_settings(document).run
+    meta = run.protocol.setting("analysis") == "meta"
+    if meta and spec.kind != "mean":
+        raise PrivacyParameterError(
+            f"analysis='meta' analyses every record of a client; summary={summary!r} does not "
+            "apply (leave it at 'mean')"
+        )
     write = result_path is not None
     if result_path is not None:
         run = dataclasses.replace(run, result_path=Path(result_path).expanduser())
     if budget is not None:
         # Charged before any message. The composed cost of a plan is its target whatever d
         # (only its split over the releases depends on d): the summary's d where the server
-        # knows it (label histogram, pooled), else 1.
-        d = spec.resolve(1).dim if spec.kind != "mean" else 1
-        budget.charge(plan_protocol(run.protocol, n=count, d=d))
+        # knows it (label histogram, pooled), else 1. A meta-analysis' releases have unit
+        # sensitivity, so its charge does not depend on the record counts it will learn
+        # either: planned here at min_records (or 2) records each.
+        if meta:
+            floor = run.protocol.setting("min_records")
+            counts = [floor if isinstance(floor, int) else 2] * count
+            budget.charge(meta_plan(run, counts, 1))
+        else:
+            d = spec.resolve(1).dim if spec.kind != "mean" else 1
+            budget.charge(plan_protocol(run.protocol, n=count, d=d))
     strategy = HeterogeneityStrategy(run, version=fa_hetdp.__version__, write_results=write)
     transport = GridTransport(grid, limits=strategy.message_limits, settings=document)
     strategy.run(transport)
-    result = strategy.result
-    if result is None:  # pragma: no cover - run() returns only after stage 2
+    result = strategy.meta_result if meta else strategy.result
+    if result is None:  # pragma: no cover - run() returns only after its last round
         raise PrivacyParameterError("the measurement ended without a result")
     return result

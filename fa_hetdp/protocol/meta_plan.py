@@ -441,6 +441,11 @@ class MetaPlan:
     labels: tuple[str, ...] = field(default=())
 
     @property
+    def privacy_unit(self) -> str:
+        """What the plan protects (a budget keeps one unit per ledger)."""
+        return self.settings.privacy_unit
+
+    @property
     def m_min(self) -> int:
         """The ``m`` of the record bounds: ``min_records``, else the smallest ``m_i``."""
         s = self.settings.min_records
