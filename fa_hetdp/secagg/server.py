@@ -513,10 +513,9 @@ class SecAggServer:
         if self.graph.complete:  # a survivor has len(survivors) - 1 holders, a dropped one more
             short = [(c, len(survivors) - 1) for c in sorted(survivors)]
         else:
-            owners = set(survivors) | {
-                j for i in survivors for j in self.incoming.get(i, frozenset())
-            }
-            short = [(c, len(self._survivor_neighbours(c, set(survivors)))) for c in sorted(owners)]
+            alive = set(survivors)
+            owners = alive | {j for i in survivors for j in self.incoming.get(i, frozenset())}
+            short = [(c, len(self._survivor_neighbours(c, alive))) for c in sorted(owners)]
         short = [(c, h) for c, h in short if h < self.threshold]
         if short:
             client, holders = short[0]
