@@ -19,44 +19,16 @@ from test_dropin import (
     make_grid,
     server_context,
 )
+from test_meta_flower import replay_records
 
 import fa_hetdp
-from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.errors import PrivacyParameterError
-from fa_hetdp.protocol.meta_client import client_round, summarise
-from fa_hetdp.protocol.meta_server import (
-    PrivateMetaAnalysis,
-    assemble_result,
-    assemble_round_a,
-    assemble_round_b,
-    round_sigmas,
-    split_round,
-)
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 
 
 def _replay(result: PrivateMetaAnalysis) -> PrivateMetaAnalysis:
-    """The session in process: each node's seeded generator, the plain sum, the server's
-    meta functions, with the plan the run calibrated on the counts it learnt."""
-    plan = result.plan
-    summaries = [summarise(FEATURES[rows]) for rows in PARTS]
-    rngs = [client_generator("simulation", seed=SEED, partition_id=i) for i in range(NODES)]
-
-    def secure_sum(rnd: str, broadcast: object) -> np.ndarray:
-        sigmas = round_sigmas(plan, rnd, broadcast)  # type: ignore[arg-type]
-        total = np.zeros(sigmas.shape)
-        for summary, rng in zip(summaries, rngs, strict=True):
-            values = client_round(plan, summary, rnd, broadcast, sigmas, rng)  # type: ignore[arg-type]
-            rng.random(values.size)  # the encoding's stochastic rounding draws
-            total += values
-        return total
-
-    total_a = secure_sum("A", None)
-    broadcast_b = assemble_round_a(plan, total_a)
-    sums_b, broadcast_c = assemble_round_b(plan, broadcast_b, secure_sum("B", broadcast_b))
-    sums_c = split_round(plan, "C", secure_sum("C", broadcast_c))
-    return assemble_result(
-        plan, broadcast_b, split_round(plan, "A", total_a), sums_b, broadcast_c, sums_c
-    )
+    """The session in process, with the plan the run calibrated on the counts it learnt."""
+    return replay_records(result.plan, [FEATURES[rows] for rows in PARTS], SEED)
 
 
 def test_measure_returns_the_meta_analysis_charged_and_equal_to_its_replay() -> None:

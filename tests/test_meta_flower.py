@@ -114,8 +114,13 @@ def replay(config: dict[str, Any], document: dict[str, Any]) -> PrivateMetaAnaly
     assert document["partitions_in_sum"]["A"] == list(range(n))
     records = [client_records(settings.scenario, pid, n)[0] for pid in range(n)]
     plan = meta_plan(settings, [len(r) for r in records], records[0].shape[1])
+    return replay_records(plan, records, settings.seed)
+
+
+def replay_records(plan: Any, records: list[np.ndarray], seed: Any) -> PrivateMetaAnalysis:
+    """Rounds A, B, C in process for clients ``0 .. len(records)-1`` of a seeded session."""
     rngs = [
-        client_generator("simulation", seed=settings.seed, partition_id=pid) for pid in range(n)
+        client_generator("simulation", seed=seed, partition_id=pid) for pid in range(len(records))
     ]
     summaries = [summarise(r) for r in records]
 
