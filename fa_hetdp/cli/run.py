@@ -25,14 +25,9 @@ from fa_hetdp.cli.plan import run_plan_lines
 from fa_hetdp.cli.setting_flags import add_setting_flags, flag_settings
 from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
+from fa_hetdp.config.scenario import min_records_problem
 from fa_hetdp.config.schema import Scenario
-from fa_hetdp.flowerkit.settings import (
-    RUN_CONFIG_KEYS,
-    UNSET,
-    record_unit_problem,
-    resolve_overrides,
-    run_config_key,
-)
+from fa_hetdp.flowerkit.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.flowerkit.steps import (
     CONSISTENCY_STEP,
     INPUT_STEP,
@@ -134,7 +129,7 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
         return run_config_key(name)
 
     problems += validate(values, key)
-    unit_problem = record_unit_problem(dict(values), scenario)
+    unit_problem = min_records_problem(dict(values), scenario.data.records_per_client)
     if unit_problem is not None:
         problems.append((flags.get("min_records", key("min_records")), unit_problem))
     overrides: dict[str, object] = {

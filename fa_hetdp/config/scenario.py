@@ -201,15 +201,23 @@ def _spec_value(setting: Setting, value: Any) -> Any:
     return float(value) if real and value is not None else value
 
 
-def min_records_problem(stated: object, records: int) -> str | None:
-    """Return why ``min_records`` does not fit a scenario's ``records_per_client``, or None.
+def min_records_problem(values: dict[str, Any], records: int) -> str | None:
+    """Hold ``min_records`` to the public ``records_per_client`` under the record unit.
 
     Every client of a scenario holds ``records_per_client`` records, so that count is public:
-    a ``min_records`` above it is a bound the clients do not meet (they would refuse the
-    session at its first step), and one record per client makes the record and the client
-    the same unit. ``stated`` None means left out (the caller takes ``records`` when >= 2).
+    a left-out ``min_records`` takes it (when >= 2, written into ``values``); one above it is a
+    bound the clients do not meet (they would refuse the session at its first step), and one
+    record per client makes the record and the client the same unit. Returns why the value
+    does not fit, or None (also when ``privacy_unit`` is not ``"record"``). Used for a
+    scenario's own settings and for the run config's and the flags' overrides.
     """
-    if stated is None and records < 2:
+    if values.get("privacy_unit") != "record":
+        return None
+    stated = values.get("min_records")
+    if stated is None and records >= 2:
+        values["min_records"] = records
+        return None
+    if stated is None:
         return (
             'required with unit = "record": an integer >= 2, at most data.records_per_client '
             f"(got records_per_client = {records}: one record per client is the client unit)"
@@ -220,23 +228,6 @@ def min_records_problem(stated: object, records: int) -> str | None:
             f"many records), got {stated}"
         )
     return None
-
-
-def _record_count(c: Checker, values: dict[str, Any], records: int) -> None:
-    """``[privacy] unit = "record"``: ``min_records`` from the public ``records_per_client``.
-
-    A left-out ``min_records`` takes ``records_per_client`` (when >= 2); otherwise
-    :func:`min_records_problem` says what is refused.
-    """
-    if values.get("privacy_unit") != "record":
-        return
-    stated = values.get("min_records")
-    if stated is None and records >= 2:
-        values["min_records"] = records
-        return
-    problem = min_records_problem(stated, records)
-    if problem is not None:
-        c.fail("privacy.min_records", problem)
 
 
 def _settings(
@@ -259,7 +250,9 @@ def _settings(
             values[name] = default
     if isinstance(data, DataSpec):
         values["num_clients"] = data.num_clients
-        _record_count(c, values, data.records_per_client)
+        problem = min_records_problem(values, data.records_per_client)
+        if problem is not None:
+            c.fail("privacy.min_records", problem)
     grids = [s.name for s in SETTINGS.values() if s.grid]
     problems = validate(values, keys, lists=grids)
     c.errors.extend(problems)

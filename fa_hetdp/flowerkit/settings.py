@@ -257,21 +257,6 @@ def resolve_overrides(
     return values
 
 
-def record_unit_problem(values: dict[str, Any], scenario: Scenario) -> str | None:
-    """Apply the scenario's ``min_records`` rule to settings that override it (run config, flags).
-
-    Under ``privacy_unit = "record"`` a left-out ``min_records`` takes the scenario's public
-    ``records_per_client`` (when >= 2, written into ``values``); returns why the value does
-    not fit (:func:`~fa_hetdp.config.scenario.min_records_problem`), or None.
-    """
-    if values.get("privacy_unit") != "record":
-        return None
-    records = scenario.data.records_per_client
-    if values.get("min_records") is None and records >= 2:
-        values["min_records"] = records
-    return min_records_problem(values.get("min_records"), records)
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """Everything a run needs, resolved from the run config and the scenario.
@@ -378,7 +363,8 @@ class RunSettings:
         (reported as ``run-config.<key>``); the threshold is resolved by
         :func:`~fa_hetdp.config.secagg.resolve_graph`, as the scenario's derived value is.
         ``scenario_records``: the clients hold the scenario's ``records_per_client`` records,
-        so an overriding ``min_records`` is held to it (:func:`record_unit_problem`); False
+        so an overriding ``min_records`` is held to it
+        (:func:`~fa_hetdp.config.scenario.min_records_problem`); False
         for a drop-in measurement, whose records come from the user's loader (each client
         checks its own count).
         """
@@ -388,7 +374,8 @@ class RunSettings:
         scenario = default_scenario() if name in ("", "quickstart") else load_scenario(name)
         values = resolve_overrides(scenario, raw, problems)
         problems += validate(values, run_config_key)
-        record_problem = record_unit_problem(values, scenario) if scenario_records else None
+        records = scenario.data.records_per_client
+        record_problem = min_records_problem(values, records) if scenario_records else None
         if record_problem is not None:
             problems.append((run_config_key("min_records"), record_problem))
         max_epsilon = raw.get("max-epsilon", UNSET["max-epsilon"])  # checked as an epsilon
