@@ -436,10 +436,6 @@ def advertise_keys(
         check_node_safety(context.node_config, settings)
         pid, num = _partition(context, required=settings.mode == "simulation")
         _maybe_drop(settings, pid, ADVERTISE_KEYS)
-        features, labels = _records_of((records or scenario_records)(context))
-        _check_record_count(settings, features.shape[0])
-        summary = sent.summary.resolve(features.shape[1])
-        local, shown = _local_data(settings, features, labels, summary)
     else:
         settings = _settings(context)
         check_node_safety(context.node_config, settings, default_unit=None)
@@ -447,9 +443,14 @@ def advertise_keys(
         _maybe_drop(settings, pid, ADVERTISE_KEYS)
         request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
         sent = None
-        features, labels = _records_of((records or scenario_records)(context))
-        _check_record_count(settings, features.shape[0])
-        local, shown = _local_data(settings, features, labels, client_summary(settings.scenario))
+    features, labels = _records_of((records or scenario_records)(context))
+    _check_record_count(settings, features.shape[0])
+    summary = (
+        client_summary(settings.scenario)
+        if sent is None
+        else sent.summary.resolve(features.shape[1])
+    )
+    local, shown = _local_data(settings, features, labels, summary)
     d = int(local[_LOCAL_KEY[_analysis(settings)]].shape[-1])
     client_id = int(request[Key.CLIENT_ID])
     own = node_secagg(context.node_config, settings, (pid, num))  # the node's own keys
