@@ -141,9 +141,8 @@ FIELDS: Final[dict[str, Field]] = {
     "node_wait_timeout": Field((Real(low=0.0, low_open=True),)),
     "stage_timeout": Field((Real(low=0.0, low_open=True),)),
     "run_timeout": Field((Real(low=0.0, low_open=True),)),
-    "on_degraded": Field(
-        (Options(("refuse", "release")),)
-    ),  # above max-epsilon (flowerkit.settings)
+    # what to do above max-epsilon (flowerkit.settings)
+    "on_degraded": Field((Options(("refuse", "release")),)),
     # secure aggregation's adversary (fa_hetdp.config.secagg)
     "threat_model": Field((Options(THREAT_MODELS),)),
     "corrupt_fraction": Field((Real(low=0.0, high=1.0, high_open=True),)),  # gamma
