@@ -23,8 +23,10 @@ from fa_hetdp.cli.cluster import (
     ClusterError,
     FlowerCluster,
     ManagedProcess,
+    _descendants,
     find_program,
     free_port,
+    process_stats,
     read_progress,
     toml_value,
 )
@@ -230,3 +232,49 @@ def wait_for_step(cluster: FlowerCluster, progress: Path, step: str, timeout: fl
             pytest.fail("flwr run exited before step " + step + ":\n" + run.log_tail())
         time.sleep(0.05)
     pytest.fail(f"step {step} not reached within {timeout} s:\n" + run.log_tail())
+
+
+def online_nodes(cluster: FlowerCluster) -> int:
+    """Nodes the SuperLink lists as online (``flwr supernode list --format json``)."""
+    flwr = find_program("flwr")
+    assert flwr is not None
+    done = subprocess.run(
+        [flwr, "supernode", "list", CONNECTION_NAME, "--format", "json"],
+        env=cluster.env,
+        cwd=cluster.workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.count('"online"')
+
+
+def _supernode_cpu(cluster: FlowerCluster) -> int:
+    """Clock ticks of CPU used so far by the cluster's SuperNodes and their descendants."""
+    pids = {p.pid for p in cluster.processes if p.name.startswith("supernode") and p.alive()}
+    for pid in list(pids):
+        pids.update(_descendants(pid))
+    return sum(int(f[11]) + int(f[12]) for pid, f in process_stats() if pid in pids)
+
+
+def wait_online(
+    cluster: FlowerCluster, count: int, *, quiet: float = 60.0, cap: float = 900.0
+) -> None:
+    """Wait until the SuperLink lists ``count`` SuperNodes online.
+
+    Progress-based: the ``quiet`` window restarts whenever another node comes online or the
+    SuperNodes (still starting, or retrying) use CPU: a busy machine is slow, not stuck.
+    ``cap`` seconds at most.
+    """
+    start = last = time.monotonic()
+    online, cpu = 0, _supernode_cpu(cluster)
+    while (now := online_nodes(cluster)) < count:
+        used = _supernode_cpu(cluster)
+        if now > online or used > cpu:
+            last = time.monotonic()
+        online, cpu = now, used
+        waited = time.monotonic()
+        if waited - last > quiet or waited - start > cap:
+            pytest.fail(f"{now} of {count} SuperNodes online after {waited - start:.0f} s")
+        time.sleep(1.0)

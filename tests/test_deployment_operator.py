@@ -22,7 +22,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from deployment_cluster import SEEDED_NODE, DeploymentCluster, TlsSettings, wait_for_step
+from deployment_cluster import (
+    SEEDED_NODE,
+    DeploymentCluster,
+    TlsSettings,
+    wait_for_step,
+    wait_online,
+)
 from test_flower_helpers import APP_CONFIG_KEYS, scenario_file
 
 from fa_hetdp.cli.cluster import (
@@ -150,6 +156,8 @@ def test_only_the_coordinator_reaches_the_control_api(tmp_path: Path) -> None:
                 {"partition-id": i, "num-partitions": nodes_count},
                 auth_private_key=key.private_key,
             )
+        # before the run: its node-wait-timeout is wall clock, a busy machine starts them slowly
+        wait_online(cluster, nodes_count)
         outcome = cluster.wait_run(
             cluster.submit(config), Path(str(config["result-path"])), timeout=300
         )

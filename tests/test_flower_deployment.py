@@ -14,15 +14,19 @@ manager).
 
 from __future__ import annotations
 
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from deployment_cluster import SEEDED_NODE, DeploymentCluster, TlsSettings, wait_for_step
+from deployment_cluster import (
+    SEEDED_NODE,
+    DeploymentCluster,
+    TlsSettings,
+    wait_for_step,
+    wait_online,
+)
 from test_flower_helpers import APP_CONFIG_KEYS, assert_matches_reference, scenario_file
 
-from fa_hetdp.cli.cluster import CONNECTION_NAME, find_program, read_progress
+from fa_hetdp.cli.cluster import read_progress
 from fa_hetdp.dp.accounting import privacy_spent
 from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.protocol.plan import plan_protocol
@@ -115,30 +119,6 @@ def test_deployment_survives_a_killed_supernode(tmp_path: Path, tls: bool) -> No
         assert all(len(v) == 64 for v in result["statistics"].values() if v is not None)
 
 
-def online_nodes(cluster: DeploymentCluster) -> int:
-    """Nodes the SuperLink lists as online (``flwr supernode list --format json``)."""
-    flwr = find_program("flwr")
-    assert flwr is not None
-    done = subprocess.run(
-        [flwr, "supernode", "list", CONNECTION_NAME, "--format", "json"],
-        env=cluster.env,
-        cwd=cluster.workdir,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.stdout.count('"online"')
-
-
-def wait_online(cluster: DeploymentCluster, count: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while online_nodes(cluster) < count:
-        if time.monotonic() > deadline:
-            pytest.fail(f"fewer than {count} SuperNodes online within {timeout} s")
-        time.sleep(1.0)
-
-
 def test_superlink_restart_with_a_database_keeps_nodes_and_registrations(tmp_path: Path) -> None:
     """A SuperLink with ``--database`` restarts without losing its SuperNodes or their keys.
 
@@ -169,10 +149,10 @@ def test_superlink_restart_with_a_database_keeps_nodes_and_registrations(tmp_pat
             )
             for i, key in enumerate(keys)
         ]
-        wait_online(cluster, nodes_count, timeout=120)
+        wait_online(cluster, nodes_count)
         cluster.restart_superlink()
         assert all(node.alive() for node in nodes)
-        wait_online(cluster, nodes_count, timeout=120)  # same keys, no new registration
+        wait_online(cluster, nodes_count)  # same keys, no new registration
         outcome = cluster.wait_run(cluster.submit(config), result_path, timeout=300)
     assert (cluster_dir / "superlink.db").is_file()
     result = outcome.result
