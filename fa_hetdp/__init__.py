@@ -7,6 +7,7 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 
 from __future__ import annotations
 
+from fa_hetdp.accuracy.meta_design import private_meta_analysis
 from fa_hetdp.accuracy.metrics import emse, expected_mse
 from fa_hetdp.accuracy.planner import plan_accuracy
 from fa_hetdp.config.protocol import ProtocolConfig
@@ -33,7 +34,6 @@ from fa_hetdp.errors import (
     ScenarioError,
 )
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
-from fa_hetdp.protocol.meta_simulate import private_meta_analysis
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch

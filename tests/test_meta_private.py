@@ -1,5 +1,7 @@
-"""The private meta-analysis (protocol/meta_*.py): exactness without noise, calibration, bounds,
-the client unit against the record unit, and the coverage of its confidence intervals."""
+"""The private meta-analysis' secure-sums design (protocol/meta_*.py): exactness without noise,
+calibration, bounds, the client unit against the record unit, and the coverage of its confidence
+intervals. Every run here names ``design="secure-sums"`` (the default ``"auto"`` may choose the
+silo summaries, tested in tests/test_silo_summaries.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,8 @@ from fa_hetdp import (
     PrivateMetaAnalysis,
     calibrate_sigma,
     meta_analysis,
-    private_meta_analysis,
 )
+from fa_hetdp import private_meta_analysis as _any_design
 from fa_hetdp.protocol.meta_client import (
     BroadcastB,
     BroadcastC,
@@ -26,6 +28,12 @@ from fa_hetdp.protocol.meta_client import (
 from fa_hetdp.protocol.meta_plan import MetaSettings, plan_meta
 
 EPS, DELTA = 1.0, 1e-5
+
+
+def private_meta_analysis(*args: object, **kwargs: object) -> PrivateMetaAnalysis:
+    """The secure-sums design (this module's subject)."""
+    kwargs.setdefault("design", "secure-sums")
+    return _any_design(*args, **kwargs)  # type: ignore[arg-type]
 
 
 def _federation(

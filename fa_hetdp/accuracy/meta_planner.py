@@ -36,7 +36,7 @@ error of its own); the pooled and random-effects means relative to ``|mu_j|``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -45,9 +45,10 @@ import numpy.typing as npt
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.meta_client import ClientSummary
-from fa_hetdp.protocol.meta_plan import MetaPlan, plan_meta, settings_from, with_settings
+from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, settings_from
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
-from fa_hetdp.protocol.meta_simulate import run_rounds
+from fa_hetdp.protocol.meta_simulate import plan_design, run_design
+from fa_hetdp.protocol.silo_summaries import SiloPlan, silo_summaries_problem
 from fa_hetdp.stats.meta import meta_from_effects
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "MetaAccuracyPlan",
     "MetaModel",
     "MetaPlannedError",
+    "choose_plan",
     "expected_meta_errors",
     "min_clients_meta",
     "min_records",
@@ -181,8 +183,13 @@ class MetaAccuracyPlan:
         ``"record"`` or ``"client"``.
     errors : tuple[MetaPlannedError, ...]
         One row per :data:`META_STATISTICS` key.
-    plan : MetaPlan
-        The calibrated plan of the run (:mod:`fa_hetdp.protocol.meta_plan`).
+    plan : MetaPlan or SiloPlan
+        The calibrated plan of the run (:mod:`fa_hetdp.protocol.meta_plan`,
+        :mod:`fa_hetdp.protocol.silo_summaries`).
+    alternatives : tuple[MetaAccuracyPlan, ...]
+        With ``design = "auto"``: the plan of the design not chosen (its errors beside).
+    reason : str
+        Why this design runs.
     """
 
     model: MetaModel
@@ -190,7 +197,14 @@ class MetaAccuracyPlan:
     delta: float
     privacy_unit: str
     errors: tuple[MetaPlannedError, ...]
-    plan: MetaPlan
+    plan: MetaPlan | SiloPlan
+    alternatives: tuple[MetaAccuracyPlan, ...] = ()
+    reason: str = ""
+
+    @property
+    def design(self) -> str:
+        """The design planned (``"secure-sums"`` or ``"silo-summaries"``)."""
+        return self.plan.design
 
     @property
     def n(self) -> int:
@@ -221,15 +235,18 @@ class MetaAccuracyPlan:
             f"model: I^2 {i2.min():.2f}-{i2.max():.2f} over the coordinates, within-variance "
             f"of a record {float(np.mean(self.model.within_variance)):.3g}, coordinate mean "
             f"{float(np.mean(self.model.coordinate_mean)):.3g} (averages)",
-            "| statistic | typical | expected error (coordinate average) |",
-            "|---|---|---|",
+            f"design: {self.design}" + (f" ({self.reason})" if self.reason else ""),
         ]
+        plans = (self, *self.alternatives)
+        out.append(
+            "| statistic | typical | "
+            + " | ".join(f"expected error, {p.design}" for p in plans)
+            + " |"
+        )
+        out.append("|---|---|" + "---|" * len(plans))
         for row in self.errors:
-            if row.relative:
-                err = f"{100 * row.error:.3g} % of the value"
-            else:
-                err = f"{row.error:.3g} (absolute)"
-            out.append(f"| {row.display} | {row.typical:.4g} | {err} |")
+            cells = [_error_text(p.error(row.key)) for p in plans]
+            out.append(f"| {row.display} | {row.typical:.4g} | " + " | ".join(cells) + " |")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -243,6 +260,11 @@ class MetaAccuracyPlan:
             "epsilon": self.epsilon,
             "delta": self.delta,
             "privacy_unit": self.privacy_unit,
+            "design": self.design,
+            "design_reason": self.reason,
+            "alternatives": {
+                p.design: {r.key: r.error for r in p.errors} for p in self.alternatives
+            },
             "assumptions": {
                 "i2": self.model.i2.tolist(),
                 "within_variance": self.model.within_variance.tolist(),
@@ -278,6 +300,12 @@ def _summaries(model: MetaModel, theta: FloatArray) -> list[ClientSummary]:
     return [ClientSummary(theta=theta[i], ss=ss[i], sq=sq[i], m=int(m[i])) for i in range(model.n)]
 
 
+def _error_text(row: MetaPlannedError) -> str:
+    if row.relative:
+        return f"{100 * row.error:.3g} % of the value"
+    return f"{row.error:.3g} (absolute)"
+
+
 def _draw_errors(
     private: PrivateMetaAnalysis, reference: tuple[FloatArray, ...]
 ) -> dict[str, float]:
@@ -298,7 +326,7 @@ def _draw_errors(
 
 
 def expected_meta_errors(
-    model: MetaModel, plan: MetaPlan, *, draws: int = DRAWS, seed: int = 0
+    model: MetaModel, plan: MetaPlan | SiloPlan, *, draws: int = DRAWS, seed: int = 0
 ) -> tuple[MetaPlannedError, ...]:
     """Return the planned errors of ``model`` under ``plan`` (module docstring).
 
@@ -320,7 +348,15 @@ def expected_meta_errors(
     rng = np.random.default_rng(seed)
     m = model.records_per_client[:, None]
     scale = np.sqrt(model.within_variance[None, :] / m + model.tau2[None, :])
-    noise_free = with_settings(plan, noise=False) if model.one_hot else None
+    noise_free = None
+    if model.one_hot:
+        noise_free = plan_design(
+            plan.epsilon,
+            plan.delta,
+            plan.records_per_client,
+            plan.d,
+            replace(plan.settings, noise=False),
+        )
     runs = []
     for _ in range(draws):
         theta = np.clip(
@@ -329,12 +365,12 @@ def expected_meta_errors(
         if model.one_hot:  # label shares are counts over m
             theta = np.round(theta * m) / m
         summaries = _summaries(model, theta)
-        private = run_rounds(plan, summaries, rng)
+        private = run_design(plan, summaries, rng)
         reference: tuple[FloatArray, ...]
         if noise_free is not None:
             # as the benchmark: a silo lacking a label has no exact weight there; the
             # reference is the same protocol without noise
-            ref = run_rounds(noise_free, summaries, rng)
+            ref = run_design(noise_free, summaries, rng)
             reference = (ref.pooled_mean, ref.i2, ref.tau2, ref.random_effects_mean)
         else:
             mu, _q, i2, tau2, _raw, re = meta_from_effects(theta, scale**2 - model.tau2)
@@ -473,15 +509,48 @@ def plan_meta_accuracy(
     )
     meta_settings = settings_from(privacy_unit=privacy_unit, one_hot=one_hot, **settings)
     counts = model.records_per_client.astype(np.int64)
-    plan = plan_meta(epsilon, delta, counts, model.d, meta_settings)
-    return MetaAccuracyPlan(
-        model=model,
-        epsilon=epsilon,
-        delta=delta,
-        privacy_unit=privacy_unit,
-        errors=expected_meta_errors(model, plan, draws=draws),
-        plan=plan,
+
+    def one(design: str) -> MetaAccuracyPlan:
+        plan = plan_design(epsilon, delta, counts, model.d, replace(meta_settings, design=design))
+        return MetaAccuracyPlan(
+            model=model,
+            epsilon=epsilon,
+            delta=delta,
+            privacy_unit=privacy_unit,
+            errors=expected_meta_errors(model, plan, draws=draws),
+            plan=plan,
+        )
+
+    if meta_settings.design != "auto":
+        return one(meta_settings.design)
+    return choose_plan(meta_settings, one)
+
+
+def choose_plan(
+    settings: MetaSettings, plan_of: Callable[[str], MetaAccuracyPlan]
+) -> MetaAccuracyPlan:
+    """Plan both designs and return the one ``design = "auto"`` runs, the other beside it.
+
+    The silo summaries run where they are allowed (:func:`silo_summaries_problem`) and their
+    planned error of the random-effects mean is the smaller (ties: of ``I^2``): the issue's
+    rule (the random-effects mean decides where the two figures disagree).
+    """
+    secure = plan_of("secure-sums")
+    problem = silo_summaries_problem(settings)
+    if problem is not None:
+        return replace(secure, reason=f"secure sums only: {problem}")
+    silo = plan_of("silo-summaries")
+
+    def key(p: MetaAccuracyPlan) -> tuple[float, float]:
+        return (p.error("random_effects_mean").error, p.error("i2").error)
+
+    winner, other = (silo, secure) if key(silo) <= key(secure) else (secure, silo)
+    re_w, re_o = key(winner)[0], key(other)[0]
+    reason = (
+        f"auto: planned random-effects mean error {100 * re_w:.3g} % against "
+        f"{100 * re_o:.3g} % for the {other.design}"
     )
+    return replace(winner, alternatives=(other,), reason=reason)
 
 
 def _search(error_at: Callable[[int], float], low: int, high: int, target: float) -> int | None:

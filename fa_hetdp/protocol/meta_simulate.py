@@ -1,8 +1,11 @@
-"""``private_meta_analysis``: the three rounds of the private meta-analysis, in process.
+"""The private meta-analysis in process, in either design.
 
-Every client runs :mod:`fa_hetdp.protocol.meta_client` on its own records, the secure sum is
-the plain sum of their messages (what secure aggregation reveals), and the server runs
-:mod:`fa_hetdp.protocol.meta_server`; the Flower app drives the same functions over the wire.
+Secure sums: every client runs :mod:`fa_hetdp.protocol.meta_client` on its own records, the
+secure sum is the plain sum of their messages (what secure aggregation reveals), and the server
+runs :mod:`fa_hetdp.protocol.meta_server`. Silo summaries: every silo releases its own noisy
+summaries (:func:`fa_hetdp.protocol.silo_summaries.release_silo`) and the server analyses them.
+The Flower app drives the same functions over the wire. ``design = "auto"`` is chosen above
+this layer, by the planner (:func:`fa_hetdp.accuracy.meta_design.choose_design`).
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.protocol.meta_client import (
     BroadcastB,
     BroadcastC,
     ClientSummary,
     client_round,
 )
-from fa_hetdp.protocol.meta_plan import MetaPlan, plan_meta, settings_from
+from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta, settings_from
 from fa_hetdp.protocol.meta_server import (
     PrivateMetaAnalysis,
     add_central_noise,
@@ -28,10 +32,80 @@ from fa_hetdp.protocol.meta_server import (
     round_sigmas,
     split_round,
 )
+from fa_hetdp.protocol.silo_summaries import (
+    SiloPlan,
+    assemble_silo_result,
+    plan_silo_summaries,
+    release_silo,
+)
 from fa_hetdp.protocol.simulate import as_generator
 from fa_hetdp.stats.meta import check_meta_input, client_summaries
 
-__all__ = ["private_meta_analysis", "run_rounds"]
+__all__ = [
+    "clients_of",
+    "plan_design",
+    "private_meta_analysis",
+    "run_design",
+    "run_rounds",
+    "run_silo_summaries",
+]
+
+
+def plan_design(
+    epsilon: float,
+    delta: float,
+    records_per_client: Any,
+    d: int,
+    settings: MetaSettings,
+) -> MetaPlan | SiloPlan:
+    """Calibrate the design ``settings.design`` names (``"auto"`` must be chosen before).
+
+    Raises
+    ------
+    PrivacyParameterError
+        ``design = "auto"`` (the planner chooses it, a layer above), or what the design's own
+        planner refuses.
+    """
+    if settings.design == "auto":
+        raise PrivacyParameterError(
+            "design='auto' is chosen by the planner (fa_hetdp.private_meta_analysis, "
+            "fa_hetdp.accuracy.meta_design.choose_design); here name 'silo-summaries' or "
+            "'secure-sums'."
+        )
+    if settings.design == "silo-summaries":
+        return plan_silo_summaries(epsilon, delta, records_per_client, d, settings)
+    return plan_meta(epsilon, delta, records_per_client, d, settings)
+
+
+def run_silo_summaries(
+    plan: SiloPlan, clients: list[ClientSummary], rng: np.random.Generator
+) -> PrivateMetaAnalysis:
+    """Every silo releases its own noisy summaries; the server analyses them."""
+    releases = [release_silo(plan, i, c, rng) for i, c in enumerate(clients)]
+    return assemble_silo_result(plan, releases)
+
+
+def run_design(
+    plan: MetaPlan | SiloPlan, clients: list[ClientSummary], rng: np.random.Generator
+) -> PrivateMetaAnalysis:
+    """Run the plan's design for the clients' summaries."""
+    if isinstance(plan, SiloPlan):
+        return run_silo_summaries(plan, clients, rng)
+    return run_rounds(plan, clients, rng)
+
+
+def clients_of(
+    records: npt.ArrayLike, client_ids: npt.ArrayLike, *, one_hot: bool = False
+) -> list[ClientSummary]:
+    """Every client's summary of its own records (checked as the exact analysis checks them)."""
+    x, ids, n = check_meta_input(records, client_ids, one_hot=one_hot)
+    summ = client_summaries(x, ids, n)
+    sq = np.zeros((n, x.shape[1]))
+    np.add.at(sq, ids, x * x)
+    return [
+        ClientSummary(theta=summ.theta[i], ss=summ.ss[i], sq=sq[i], m=int(summ.m[i]))
+        for i in range(n)
+    ]
 
 
 def run_rounds(
@@ -70,9 +144,11 @@ def private_meta_analysis(
     """Differentially private inverse-variance meta-analysis of the clients' coordinate means.
 
     The figures of :func:`fa_hetdp.meta_analysis` (fixed-effect mean, Q, I^2, DerSimonian-Laird
-    tau2, random-effects mean, the scalar I^2) from three rounds of noisy secure sums
-    (:mod:`fa_hetdp.protocol.meta_plan`), ``(epsilon, delta)``-DP under exact Gaussian
-    composition.
+    tau2, random-effects mean, the scalar I^2), ``(epsilon, delta)``-DP under exact Gaussian
+    composition, in the design ``settings["design"]`` names: ``"secure-sums"`` (three rounds of
+    noisy secure sums, :mod:`fa_hetdp.protocol.meta_plan`) or ``"silo-summaries"``
+    (:mod:`fa_hetdp.protocol.silo_summaries`). ``"auto"`` is chosen by the planner:
+    :func:`fa_hetdp.private_meta_analysis` (the public function) does that, this one refuses it.
 
     Parameters
     ----------
@@ -102,13 +178,7 @@ def private_meta_analysis(
         A bad budget or setting.
     """
     s = settings_from(**settings)
-    x, ids, n = check_meta_input(records, client_ids, one_hot=s.one_hot)
-    summ = client_summaries(x, ids, n)
-    sq = np.zeros((n, x.shape[1]))
-    np.add.at(sq, ids, x * x)
-    clients = [
-        ClientSummary(theta=summ.theta[i], ss=summ.ss[i], sq=sq[i], m=int(summ.m[i]))
-        for i in range(n)
-    ]
-    plan = plan_meta(epsilon, delta, summ.m, x.shape[1], s)
-    return run_rounds(plan, clients, as_generator(rng))
+    clients = clients_of(records, client_ids, one_hot=s.one_hot)
+    counts = [c.m for c in clients]
+    plan = plan_design(epsilon, delta, counts, clients[0].theta.shape[0], s)
+    return run_design(plan, clients, as_generator(rng))

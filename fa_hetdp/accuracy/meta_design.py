@@ -1,0 +1,146 @@
+"""``fa_hetdp.private_meta_analysis``: the private meta-analysis in the design chosen for it.
+
+Two designs compute the same figures (:mod:`fa_hetdp.protocol.meta_simulate`): the secure sums
+(only aggregates over all silos are seen) and the silo summaries (each silo releases its own
+noisy summaries at the whole budget; record unit, public counts). ``design = "auto"`` (the
+default) plans both from public inputs only -- the record counts, ``d``, the budget and the
+stated assumptions about the data (the planner's model, :func:`plan_meta_accuracy`) -- and runs
+the one with the smaller planned error of the random-effects mean (:func:`choose_plan`). The
+choice costs no privacy: nothing of the records enters it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.meta_plan import MetaSettings, settings_from
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.protocol.meta_simulate import clients_of, plan_design, run_design
+from fa_hetdp.protocol.simulate import as_generator
+
+__all__ = ["ASSUMPTIONS", "AUTO_DRAWS", "choose_design", "private_meta_analysis"]
+
+AUTO_DRAWS: Final = 60
+"""Planner draws per design behind an ``"auto"`` choice (seeded: the choice is deterministic)."""
+ASSUMPTIONS: Final = ("i2", "within_variance", "coordinate_mean")
+"""The public assumptions the planner's model takes (:func:`plan_meta_accuracy`)."""
+
+
+def choose_design(
+    records_per_client: npt.ArrayLike,
+    d: int,
+    *,
+    epsilon: float,
+    delta: float,
+    settings: MetaSettings,
+    assumptions: Mapping[str, Any] | None = None,
+    draws: int = AUTO_DRAWS,
+) -> MetaAccuracyPlan:
+    """Return the plan of the design ``settings`` run (``"auto"``: the planner's choice).
+
+    Raises
+    ------
+    InputDataError
+        An assumption the planner does not take (the allowed ones: :data:`ASSUMPTIONS`).
+    """
+    stated = dict(assumptions or {})
+    bad = [k for k in stated if k not in ASSUMPTIONS]
+    if bad:
+        raise InputDataError(f"unknown assumptions {bad}; allowed: {ASSUMPTIONS}.")
+    counts = np.asarray(records_per_client, dtype=np.int64)
+    fields = {
+        k: getattr(settings, k)
+        for k in settings.__dataclass_fields__
+        if k not in ("privacy_unit", "one_hot")
+    }
+    fields["noise"] = True  # a reference run without noise runs what the private run would
+    return plan_meta_accuracy(
+        int(counts.size),
+        int(d),
+        records_per_client=counts,
+        epsilon=epsilon,
+        delta=delta,
+        privacy_unit=settings.privacy_unit,
+        one_hot=settings.one_hot,
+        draws=draws,
+        **stated,
+        **fields,
+    )
+
+
+def private_meta_analysis(
+    records: npt.ArrayLike,
+    client_ids: npt.ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None = None,
+    assumptions: Mapping[str, Any] | None = None,
+    **settings: Any,
+) -> PrivateMetaAnalysis:
+    """Differentially private inverse-variance meta-analysis of the clients' coordinate means.
+
+    The figures of :func:`fa_hetdp.meta_analysis` (fixed-effect mean, Q, I^2, DerSimonian-Laird
+    tau2, random-effects mean, the scalar I^2), ``(epsilon, delta)``-DP under exact Gaussian
+    composition, in one of two designs (``design``): ``"secure-sums"`` -- three rounds of
+    noisy secure sums, the server sees only sums over all silos -- or ``"silo-summaries"`` --
+    every silo releases its own noisy means and variances at the whole budget (record unit with
+    public counts: silos' records are disjoint, so their releases compose in parallel), the
+    server sees every silo's noisy summaries. ``"auto"`` (the default) runs the one the planner
+    predicts more accurate (module docstring); the result's ``design`` and ``labels`` say which
+    ran and why.
+
+    Parameters
+    ----------
+    records, client_ids : array_like
+        As :func:`fa_hetdp.meta_analysis`. The record counts ``m_i`` are public.
+    epsilon, delta : float
+        The budget of the whole analysis.
+    rng : numpy.random.Generator, int or None
+        The noise generator (None: a CSPRNG; an int: a seeded generator, for tests).
+    assumptions : mapping, optional
+        What may be said publicly about the data, for the ``"auto"`` choice: ``i2``,
+        ``within_variance``, ``coordinate_mean`` (one value or one per coordinate; the
+        planner's defaults otherwise).
+    **settings
+        :class:`~fa_hetdp.protocol.meta_plan.MetaSettings`: ``design``, ``privacy_unit``
+        (default ``"record"`` here -- one record of one client), ``min_records``, ``kappa``,
+        ``kappa_star``, ``adaptive_kappa``, ``floor_fraction``, ``min_floor``, ``placement``,
+        ``corrupt_fraction``, ``mechanism``, ``statistics``, ``noise_shape``, ``one_hot``,
+        ``weights``, ``noise`` (False: no noise, a reference run that states no epsilon).
+
+    Returns
+    -------
+    PrivateMetaAnalysis
+
+    Raises
+    ------
+    InputDataError
+        Malformed records or ids (one line, what is wrong and what is allowed).
+    PrivacyParameterError
+        A bad budget or setting, or a design the settings do not allow.
+    """
+    s = settings_from(**settings)
+    clients = clients_of(records, client_ids, one_hot=s.one_hot)
+    counts = [c.m for c in clients]
+    d = int(clients[0].theta.shape[0])
+    if s.design != "auto":
+        if assumptions is not None:
+            raise InputDataError(
+                f"assumptions are for design='auto' (the planner's choice); design="
+                f"{s.design!r} is named."
+            )
+        return run_design(plan_design(epsilon, delta, counts, d, s), clients, as_generator(rng))
+    chosen = choose_design(
+        counts, d, epsilon=epsilon, delta=delta, settings=s, assumptions=assumptions
+    )
+    plan = plan_design(epsilon, delta, counts, d, replace(s, design=chosen.design))
+    result = run_design(plan, clients, as_generator(rng))
+    return replace(result, labels=(*result.labels, f"design {chosen.design}: {chosen.reason}"))
