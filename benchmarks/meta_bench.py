@@ -322,6 +322,7 @@ def predict(fed: Federation, unit: str, **settings: Any) -> dict[str, float]:
         within_variance=fed.within_variance,
         coordinate_mean=fed.coordinate_mean,
         one_hot=fed.one_hot,
+        variance_ratio=1.0,  # the model's one within-variance per coordinate for every silo
         **settings,
     )
     return {row.key: row.error for row in acc.errors}

@@ -44,6 +44,7 @@ from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     CONSISTENCY_STEP,
     INPUT_STEP,
+    SILO_SUMMARIES,
     STEPS,
     UNMASK_STEP,
     Key,
@@ -194,7 +195,13 @@ def server_context() -> Context:
 def test_register_adds_every_step_beside_the_users_train_and_evaluate() -> None:
     app = user_client_app()
     registered = set(app._registered_funcs)
-    steps = {*STEPS, *INPUT_STEP.values(), *UNMASK_STEP.values(), *CONSISTENCY_STEP.values()}
+    steps = {
+        *STEPS,
+        *INPUT_STEP.values(),
+        *UNMASK_STEP.values(),
+        *CONSISTENCY_STEP.values(),
+        SILO_SUMMARIES,  # a meta-analysis' silo-summaries design
+    }
     assert registered == {"train.default", "evaluate.default"} | {f"query.{s}" for s in steps}
     with pytest.raises(ValueError, match="already registered"):
         fa_hetdp.flower.register(app, records=user_records)  # twice: Flower refuses

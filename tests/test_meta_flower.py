@@ -49,9 +49,15 @@ SEED = 11
 
 
 def silos_file(
-    tmp_path: Path, *, extra: str = "", unit: str = "record", threshold: float = 0.67
+    tmp_path: Path,
+    *,
+    extra: str = "",
+    unit: str = "record",
+    threshold: float = 0.67,
+    design: str = "secure-sums",
 ) -> Path:
-    """A small cross-silo scenario: 4 silos x 300 synthetic records, d = 6."""
+    """A small cross-silo scenario: 4 silos x 300 synthetic records, d = 6 (the secure sums
+    unless ``design`` says otherwise: tests/test_meta_design_flower.py runs the others)."""
     path = tmp_path / "silos-small.toml"
     path.write_text(
         f"""
@@ -74,6 +80,7 @@ epsilon = 1.0
 delta = 1e-5
 analysis = "meta"
 unit = "{unit}"
+design = "{design}"
 [secagg]
 threshold = {threshold}
 neighbours = "complete"

@@ -27,7 +27,7 @@ bench = benchmark_module("meta_bench")
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("unit", "epsilon"), [("record", 4.0), ("client", 1.0)])
-def test_prediction_is_within_20_percent_of_the_measured_error(unit: str, epsilon: float) -> None:
+def test_prediction_is_within_25_percent_of_the_measured_error(unit: str, epsilon: float) -> None:
     """The planner, from public quantities only (n, the m range, d, the I^2 profile, the
     within-variance), against the median of 40 measured runs of private_meta_analysis on
     fresh Beta-record federations (benchmarks/meta_bench.py; 12 silos x 1000-2000 records,
@@ -36,7 +36,9 @@ def test_prediction_is_within_20_percent_of_the_measured_error(unit: str, epsilo
     epsilon = 1: noise-dominated, the server's clamps matter). tau^2's relative error is
     heavy-tailed -- a median of 40 runs of it moves by tens of per cent between seeds -- so
     it gets +-40 %. At seeds 1-3 the ratios planned/measured were 0.90-1.14 (I^2, means) and
-    0.65-1.25 (tau^2)."""
+    0.65-1.25 (tau^2). Since the model draws each silo's sample variance (chi-square, m - 1
+    degrees of freedom) the record-unit pooled mean's ratio is 0.78 at seed 1: the tolerance
+    on I^2 and the means is the +-25 % that issue 25 sets for the planner on real data."""
     row = bench.measure(
         "small",
         unit,
@@ -46,7 +48,7 @@ def test_prediction_is_within_20_percent_of_the_measured_error(unit: str, epsilo
         overrides={"n": 12, "m_range": (1000, 2000), "d": 6},
     )
     for key in META_STATISTICS:
-        tolerance = 0.4 if key == "tau2" else 0.2
+        tolerance = 0.4 if key == "tau2" else 0.25
         assert row.predicted[key] == pytest.approx(row.median(key), rel=tolerance), key
 
 
@@ -62,7 +64,15 @@ def test_the_plan_is_deterministic_and_falls_with_m() -> None:
 
 
 def test_the_inverse_finds_the_smallest_m_and_n() -> None:
-    kwargs = {"epsilon": 1.0, "delta": 1e-5, "within_variance": 0.08, "draws": 24}
+    # the earlier default I^2 profile 0..0.95 stated (the new default, near 1, meets a 5 %
+    # pooled-mean target at n = 3 already, and this test is of the search)
+    kwargs = {
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "within_variance": 0.08,
+        "i2": np.linspace(0.0, 0.95, 4),
+        "draws": 24,
+    }
     m = min_records(0.01, "pooled_mean", 10, 4, max_records=50_000, **kwargs)
     assert m is not None
 
@@ -125,7 +135,9 @@ def test_the_model_is_validated_with_one_line_errors() -> None:
 def test_typical_variance_gives_the_target_i2_in_expectation() -> None:
     """Higgins & Thompson: with tau^2 = I^2/(1 - I^2) s^2, E[Q] = (n-1) + tau^2 (C - D/C),
     so (E[Q] - (n-1))/E[Q] equals the target I^2 exactly when all m_i are equal."""
-    model = meta_model(10, 3, records_per_client=400, i2=[0.0, 0.5, 0.9], within_variance=0.1)
+    model = meta_model(
+        10, 3, records_per_client=400, i2=[0.0, 0.5, 0.9], within_variance=0.1, variance_ratio=1.0
+    )
     w = 400 / 0.1
     big_c, big_d = 10 * w, 10 * w * w
     expected_q = 9 + model.tau2 * (big_c - big_d / big_c)

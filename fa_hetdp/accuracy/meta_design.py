@@ -29,7 +29,7 @@ __all__ = ["ASSUMPTIONS", "AUTO_DRAWS", "choose_design", "private_meta_analysis"
 
 AUTO_DRAWS: Final = 60
 """Planner draws per design behind an ``"auto"`` choice (seeded: the choice is deterministic)."""
-ASSUMPTIONS: Final = ("i2", "within_variance", "coordinate_mean")
+ASSUMPTIONS: Final = ("i2", "within_variance", "coordinate_mean", "variance_ratio", "silo_variance")
 """The public assumptions the planner's model takes (:func:`plan_meta_accuracy`)."""
 
 

@@ -144,13 +144,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="M or LO:HI",
         help="plan the cross-silo meta-analysis (private_meta_analysis) of clients holding M "
         "records each, or counts spread evenly over LO..HI; privacy unit record unless "
-        "--privacy-unit client; --i2 and --within-variance (of one record) describe the data",
+        "--privacy-unit client; --i2, --within-variance (of one record) and --variance-ratio "
+        "describe the data; both designs are planned and the one design='auto' runs is named",
     )
     group = parser.add_argument_group("public assumptions (defaults are conservative)")
     group.add_argument("--within-variance", type=float, default=None, help="typical s_i^2")
     group.add_argument("--coordinate-mean", type=float, default=None, help="typical mu_j")
     group.add_argument("--spread", type=float, default=None, help="typical dispersion D_j")
-    group.add_argument("--i2", type=float, default=None, help="typical I^2 of a coordinate")
+    group.add_argument(
+        "--i2",
+        type=float,
+        default=None,
+        help="typical I^2 of a coordinate (meta-analysis default: 0.9-0.999 over the "
+        "coordinates, as real cross-silo data)",
+    )
+    group.add_argument(
+        "--variance-ratio",
+        type=float,
+        default=None,
+        help="meta-analysis (--records-per-client): how far the silos' within-variances "
+        "differ, largest over smallest, >= 1 (default 3, the median of real cross-silo data; "
+        "1: equal)",
+    )
     inverse = parser.add_argument_group("inverse: the smallest n or epsilon for a target")
     inverse.add_argument(
         "--target", type=float, default=None, help="target RMSE (relative unless --absolute)"
@@ -225,6 +240,7 @@ def _run_meta(args: argparse.Namespace, settings: dict[str, Any]) -> int:
         "i2": args.i2,
         "within_variance": args.within_variance,
         "coordinate_mean": args.coordinate_mean,
+        "variance_ratio": args.variance_ratio,
         **settings,
     }
     accuracy: MetaAccuracyPlan = plan_accuracy(
@@ -265,6 +281,11 @@ def run_command(args: argparse.Namespace) -> int:
         settings["min_records"] = args.min_records
     if args.records_per_client is not None:
         return _run_meta(args, settings)
+    if args.variance_ratio is not None:
+        raise InputDataError(
+            "--variance-ratio is an assumption of the meta-analysis plan; give "
+            "--records-per-client with it."
+        )
     if args.privacy_unit is not None:
         settings["privacy_unit"] = args.privacy_unit
     if args.statistic is None:

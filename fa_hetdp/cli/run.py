@@ -363,7 +363,8 @@ def meta_plan_line(setup: RunSetup) -> str:
     """Return the line printed before a meta-analysis run: what it measures, at what privacy."""
     return (
         f"{setup.scenario_name}: a meta-analysis of {setup.num_clients} clients' records "
-        f"(d={setup.dim}): fixed- and random-effects means, Q, I², τ², in three secure sums"
+        f"(d={setup.dim}): fixed- and random-effects means, Q, I², τ²; design: the secure sums "
+        "or each silo's own summaries, chosen by the run's design setting"
     )
 
 

@@ -30,6 +30,9 @@ session size), does its step with the :mod:`fa_hetdp.protocol` client functions 
 ``stage2_unmask``   shares that remove the stage-2 masks (summation 1)
 ``stageK_consistency``  ``secagg-threat-model = "malicious-server"`` only, before each unmask:
                     sign the survivor list shown (Bonawitz et al.'s consistency round)
+``silo_summaries``  a meta-analysis in the silo-summaries design: the silo's own noisy means
+                    and variances, unmasked (:mod:`fa_hetdp.clients.meta`); refused when
+                    ``node_config["release-silo-summaries"]`` is false (the first reply says so)
 ==================  =========================================================================
 
 The session size n that sets the noise share is the length of the setup's id list, which is
@@ -81,11 +84,17 @@ from fa_hetdp.flowerkit.measurement import (
     check_node_safety,
     read_settings,
 )
-from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions, node_secagg
+from fa_hetdp.flowerkit.settings import (
+    RunSettings,
+    dropout_partitions,
+    node_secagg,
+    releases_silo_summaries,
+)
 from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     INPUT_STEP,
     SHARE_KEYS,
+    SILO_SUMMARIES,
     STAGE0_CONSISTENCY,
     STAGE0_INPUT,
     STAGE0_UNMASK,
@@ -451,6 +460,8 @@ def advertise_keys(
         else sent.summary.resolve(features.shape[1])
     )
     local, shown = _local_data(settings, features, labels, summary)
+    if _analysis(settings) == "meta":  # the server runs the secure sums if any node says no
+        shown[Key.RELEASES_SILO_SUMMARIES] = releases_silo_summaries(context.node_config)
     d = int(local[_LOCAL_KEY[_analysis(settings)]].shape[-1])
     client_id = int(request[Key.CLIENT_ID])
     own = node_secagg(context.node_config, settings, (pid, num))  # the node's own keys
@@ -638,6 +649,36 @@ def _meta_values(stage: int) -> InputValues:
     return values
 
 
+def silo_summaries(msg: Message, context: Context) -> Message:
+    """Meta-analysis, silo-summaries design: this silo's own noisy means and variances.
+
+    Refused (one line) when the node's config says ``release-silo-summaries = false``, and
+    outside a meta-analysis session. The noise comes from the node's generator (a CSPRNG in
+    deployment mode, the seeded stream in simulation).
+    """
+    if not releases_silo_summaries(context.node_config):  # the node's word, checked first
+        raise ValueError(
+            f"this node does not release its own summaries (node-config "
+            f"{NodeConfig.RELEASE_SILO_SUMMARIES} = false): only the secure sums"
+        )
+    settings, pid, record = _start_step(context, SILO_SUMMARIES)
+    if _analysis(settings) != "meta":
+        raise RuntimeError("silo_summaries outside a meta-analysis session")
+    arrays = context.state.get(State.LOCAL)
+    if not isinstance(arrays, ArrayRecord):
+        raise RuntimeError("no local data: the session did not start on this node")
+    records = np.asarray(arrays[State.RECORDS].numpy(), dtype=np.float64)
+    request = decode(msg.content, limits=_limits(context, SILO_SUMMARIES))
+    client_id = _state_int(record, State.CLIENT_ID)
+    counts = meta.read_silo_counts(
+        request, client_id=client_id, m=records.shape[0], d=records.shape[1]
+    )
+    rng = _generator(settings, record, pid)
+    release = meta.silo_release(settings, records, counts, client_id, rng)
+    _save_generator(settings, record, rng)
+    return _reply(msg, {Key.SILO_RELEASE: release})
+
+
 #: Each analysis' values of the masked-input stages 0, 1, 2 (the ``analysis`` setting).
 _INPUT_VALUES: Mapping[str, Mapping[int, InputValues]] = {
     "heterogeneity": {0: _floor_values, 1: _stage1_values, 2: _stage2_values},
@@ -706,6 +747,7 @@ _STEP_HANDLERS: Mapping[str, Callable[[Message, Context], Message]] = {
     STAGE2_INPUT: stage2_input,
     STAGE2_UNMASK: stage2_unmask,
     STAGE2_CONSISTENCY: stage2_consistency,
+    SILO_SUMMARIES: silo_summaries,
 }
 
 

@@ -11,6 +11,12 @@ answers the three masked-input steps with the round vectors of
                     from the key directory) and keeps the list: the plan is calibrated on it
 ``stage1_input``    round B: ``[A | B | C | D]`` at the broadcast centre, floor and clip
 ``stage2_input``    round C: ``[E | F]`` at the broadcast ``tau2`` and clip ``kappa*``
+``silo_summaries``  the silo-summaries design instead of rounds A, B, C: the request lists every
+                    silo's public count (the client checks its own and ``d``); the reply is the
+                    silo's own noisy means and sample variances, unmasked, at the whole budget
+                    (:func:`silo_release`). A node whose config says
+                    ``release-silo-summaries = false`` says so in its first reply and refuses
+                    this step
 ==================  ==========================================================================
 
 Each client computes the noise of its share from the plan and the broadcast itself
@@ -29,7 +35,7 @@ from typing import Any, Final
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan, silo_plan
 from fa_hetdp.flowerkit.steps import Key
 from fa_hetdp.protocol.meta_client import (
     BroadcastB,
@@ -39,12 +45,15 @@ from fa_hetdp.protocol.meta_client import (
     summarise,
 )
 from fa_hetdp.protocol.meta_server import round_sigmas
+from fa_hetdp.protocol.silo_summaries import release_silo
 
 __all__ = [
     "ROUND_OF_STAGE",
     "broadcast_of",
     "meta_round",
     "read_counts",
+    "read_silo_counts",
+    "silo_release",
 ]
 
 ROUND_OF_STAGE: Final[Mapping[int, str]] = {0: "A", 1: "B", 2: "C"}
@@ -81,6 +90,55 @@ def read_counts(request: Mapping[str, Any], *, client_id: int, m: int, n: int) -
     if own != m:
         raise ValueError(f"round A: the counts give this client {own!r} records, it holds {m}")
     return sorted(pairs)
+
+
+def read_silo_counts(
+    request: Mapping[str, Any], *, client_id: int, m: int, d: int
+) -> list[list[int]]:
+    """Check a ``silo_summaries`` request; return its counts as ``[[client id, m_i], ...]``.
+
+    The list must hold distinct ids with integer counts >= 2 (at least two silos), this
+    client's own entry with its own count ``m``, and the request's ``d`` must be the
+    client's. Its length is not checked against the session: a silo's noise depends on its
+    own count only (:func:`fa_hetdp.flowerkit.settings.silo_plan`), so no list the server
+    sends can lower it.
+
+    Raises
+    ------
+    ValueError
+        One line: what is wrong (the server drops this silo).
+    """
+    raw = request.get(Key.META_COUNTS)
+    size = len(raw) if isinstance(raw, list) else -1
+    try:
+        pairs = read_counts(request, client_id=client_id, m=m, n=size)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("round A:", "silo summaries:")) from None
+    if len(pairs) < 2:
+        raise ValueError("silo summaries: a meta-analysis needs at least 2 silos' counts")
+    stated = request.get(Key.D)
+    if stated != d:
+        raise ValueError(f"silo summaries: the request says d={stated!r}, this silo has d={d}")
+    return pairs
+
+
+def silo_release(
+    settings: RunSettings,
+    records: FloatArray,
+    counts: list[list[int]],
+    client_id: int,
+    rng: np.random.Generator,
+) -> dict[str, FloatArray]:
+    """Return this silo's release as the reply carries it: ``{"theta": ..., "s2": ...}``.
+
+    The plan is the run's (:func:`fa_hetdp.flowerkit.settings.silo_plan`) for the checked
+    ``counts`` (:func:`read_silo_counts`); ``rng`` is the silo's noise generator.
+    """
+    summary: ClientSummary = summarise(records)
+    plan = silo_plan(settings, [count for _, count in counts], summary.theta.shape[0])
+    index = [cid for cid, _ in counts].index(client_id)
+    release = release_silo(plan, index, summary, rng)
+    return {"theta": release.theta, "s2": release.s2}
 
 
 def _vector(request: Mapping[str, Any], key: str, d: int) -> FloatArray:

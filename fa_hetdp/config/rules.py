@@ -257,6 +257,22 @@ def _pool_block_fits(v: Mapping[str, Any]) -> str | None:
     return pool_block_problem(v["dataset"], v["data_dim"], v["pool_block"])
 
 
+def _silo_summaries_allowed(v: Mapping[str, Any]) -> str | None:
+    if v["design"] != "silo-summaries":
+        return None
+    if v["privacy_unit"] != "record":
+        return (
+            "silo-summaries needs privacy unit 'record' (each silo's own release at the whole "
+            "budget composes in parallel only across disjoint records); use 'secure-sums' or 'auto'"
+        )
+    if v["placement"] != "distributed":
+        return (
+            "silo-summaries adds each silo's noise on the silo; placement 'central' would show "
+            "the server a silo's exact summaries; use 'secure-sums' or 'auto'"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class CrossRule:
     """A rule between settings: checked when all of ``fields`` are given and valid.
@@ -319,6 +335,12 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     ),
     CrossRule("noise-shape", NOISE_SHAPE_FIELDS, noise_shape_supported, "noise_shape"),
     CrossRule("center", CENTER_FIELDS, dispersion_center_supported, "dispersion_center"),
+    CrossRule(
+        "silo-summaries-allowed",
+        ("design", "privacy_unit", "placement"),
+        _silo_summaries_allowed,
+        "design",
+    ),
     CrossRule(
         "dropouts-simulation-only",
         ("mode", "dropout_fraction"),

@@ -48,6 +48,7 @@ from fa_hetdp.config.statistics import STATISTICS_SUBSET
 from fa_hetdp.dp.mechanisms import mechanism_names
 
 __all__ = [
+    "META_DESIGNS",
     "NOT_RECOMMENDED",
     "PRESETS",
     "SETTINGS",
@@ -66,6 +67,10 @@ class _NotRecommended:
 
 
 NOT_RECOMMENDED: Final[Any] = _NotRecommended()
+
+META_DESIGNS: Final[tuple[str, ...]] = ("auto", "silo-summaries", "secure-sums")
+"""The designs of a meta-analysis (``design``): the values of
+:data:`fa_hetdp.protocol.meta_plan.DESIGNS`, which sits a layer above (a test checks they agree)."""
 
 
 @dataclass(frozen=True)
@@ -332,10 +337,22 @@ SETTINGS: Final[dict[str, Setting]] = {
             "what a run measures: the paper's heterogeneity statistics (one vector per "
             "client: mean, dispersion, Q, I²), or a meta-analysis of the clients' records "
             "(per-client means and sampling variances: fixed- and random-effects means, Q, "
-            'I², τ²; three secure sums, README "Cross-silo")',
+            'I², τ²; the secure sums or the silo summaries, README "Cross-silo")',
             flag="--analysis",
             protocol=False,
             **_run("analysis", ""),
+        ),
+        _d(
+            "design",
+            Field((Options(META_DESIGNS),)),  # protocol.meta_plan.DESIGNS (a test checks)
+            "auto",
+            "a meta-analysis' design: every silo releases its own noisy means and variances "
+            "(record unit with public counts; the server sees each silo's noisy summaries), or "
+            "three noisy secure sums (the server sees sums over all silos only); auto: the one "
+            "the planner predicts more accurate for the public counts (docs/privacy.md)",
+            flag="--design",
+            protocol=False,
+            **_run("design", ""),
         ),
         _d(
             "placement",

@@ -10,7 +10,8 @@
     fa_hetdp.flower.register(app, records=records)
 
 :func:`register` adds one ``@app.query("<step>")`` handler per protocol step
-(:data:`fa_hetdp.flowerkit.steps.STEPS`, the stage-0 and consistency steps included): Flower
+(:data:`fa_hetdp.flowerkit.steps.STEPS`, the stage-0 and consistency steps and a
+meta-analysis' ``silo_summaries`` included): Flower
 routes ``query.<step>`` messages to them, and ``train``/``evaluate`` messages to the user's
 handlers as before. They are the very handlers of fa-hetdp's own ``ClientApp``
 (:mod:`fa_hetdp.clients.app`), which registers them with a loader of its scenario or data
@@ -23,8 +24,10 @@ file; the only difference is where the settings come from:
 - what protects the client is read from its node config only, never from the server: its
   privacy unit (``privacy-unit``, default ``"client"``), the corrupt fraction it guards
   against (``secagg-min-gamma``), its threat model, roster and identity key
-  (:func:`fa_hetdp.flowerkit.settings.node_secagg`). A server that states another unit or a
-  lower corrupt fraction is refused.
+  (:func:`fa_hetdp.flowerkit.settings.node_secagg`), and whether it releases its own noisy
+  summaries in a meta-analysis (``release-silo-summaries``, default ``true``; ``false``: the
+  server runs the secure sums). A server that states another unit or a lower corrupt fraction
+  is refused.
 
 ``records(context)`` returns the client's records, ``features`` of shape ``(N, d)`` with
 values in ``[0, 1]`` (or ``(features, labels)`` with ``labels`` of shape ``(N,)``, needed by

@@ -104,14 +104,20 @@ def measure(
         Any other setting by its canonical name (``mechanism``, ``adaptive_floor``,
         ``threshold``, ``neighbours``, ``corrupt_fraction``, ``threat_model``,
         ``stage_timeout``, ``node_wait_timeout``, ``max_epsilon``, ``on_degraded``,
-        ``broadcast_bounds``, ...), checked by the same validator as a run config.
+        ``broadcast_bounds``, ``design``, ...), checked by the same validator as a run
+        config. With ``analysis="meta"``, ``design`` picks the meta-analysis' design:
+        ``"auto"`` (default: the planner's choice once the nodes' public record counts are
+        known), ``"silo-summaries"`` (every silo releases its own noisy summaries, one plain
+        step) or ``"secure-sums"`` (rounds A, B, C); a node whose config says
+        ``release-silo-summaries = false`` makes it the secure sums. The result's ``design``
+        and ``labels`` say which ran and why.
 
     Returns
     -------
     PrivateStatistics or PrivateMetaAnalysis
         The private statistics with their ``guarantee`` and ``spent`` privacy; with
         ``analysis="meta"`` the private meta-analysis of every client's records
-        (:func:`fa_hetdp.private_meta_analysis` over Flower: rounds A, B, C).
+        (:func:`fa_hetdp.private_meta_analysis` over Flower, in the design chosen).
 
     Raises
     ------
@@ -152,7 +158,9 @@ def measure(
         # (only its split over the releases depends on d): the summary's d where the server
         # knows it (label histogram, pooled), else 1. A meta-analysis' releases have unit
         # sensitivity, so its charge does not depend on the record counts it will learn
-        # either: planned here at min_records (or 2) records each.
+        # either: planned here at min_records (or 2) records each. Nor on its design: both
+        # spend the whole (epsilon, delta) under Gaussian composition (the silo summaries by
+        # parallel composition over disjoint records), so the charge is the same.
         if meta:
             floor = run.protocol.setting("min_records")
             counts = [floor if isinstance(floor, int) else 2] * count

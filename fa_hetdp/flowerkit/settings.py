@@ -15,6 +15,7 @@ client's generator with ``SeedSequence(seed, spawn_key=(partition_id,))`` and th
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_p
 from fa_hetdp.config.settings import SETTINGS, Setting
 from fa_hetdp.flowerkit.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
 from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta
+from fa_hetdp.protocol.silo_summaries import SiloPlan, plan_silo_summaries
 from fa_hetdp.secagg.identity import Roster, load_identity_key, public_identity
 from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
 
@@ -40,7 +42,11 @@ __all__ = [
     "RunSettings",
     "dropout_partitions",
     "meta_plan",
+    "meta_settings",
     "node_secagg",
+    "public_count_settings",
+    "releases_silo_summaries",
+    "silo_plan",
     "simulation_identities",
 ]
 
@@ -573,6 +579,23 @@ def node_secagg(
     return NodeSecAgg(threat_model=model, gamma=gamma, identity=identity, roster=roster)
 
 
+def meta_settings(settings: RunSettings, *, design: str | None = None) -> MetaSettings:
+    """Return the run's :class:`MetaSettings` (``design``: the run's ``design`` setting if None).
+
+    The unit of privacy, ``min_records``, the placement, the mechanism and the secagg ``gamma``
+    (colluding clients' noise shares are not counted) of the run.
+    """
+    p = settings.protocol
+    return MetaSettings(
+        privacy_unit=str(p.setting("privacy_unit")),
+        min_records=p.setting("min_records"),
+        placement=p.placement,
+        corrupt_fraction=settings.corrupt_fraction,
+        mechanism=p.mechanism,
+        design=str(p.setting("design")) if design is None else design,
+    )
+
+
 def meta_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) -> MetaPlan:
     """Return the plan of a meta-analysis run (``analysis = "meta"``) for the public counts.
 
@@ -588,11 +611,56 @@ def meta_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) 
         ``min_records`` above a client's count.
     """
     p = settings.protocol
-    meta = MetaSettings(
-        privacy_unit=str(p.setting("privacy_unit")),
-        min_records=p.setting("min_records"),
-        placement=p.placement,
-        corrupt_fraction=settings.corrupt_fraction,
-        mechanism=p.mechanism,
-    )
+    meta = meta_settings(settings, design="secure-sums")
     return plan_meta(p.epsilon, p.delta, records_per_client, d, meta)
+
+
+def public_count_settings(settings: RunSettings, design: str) -> MetaSettings:
+    """Return the run's :class:`MetaSettings` with the counts public: ``min_records`` None.
+
+    A meta-analysis session publishes every silo's count ``m_i`` (each node's first reply;
+    the round-A and ``silo_summaries`` requests list them all), so the silo summaries are
+    calibrated to each silo's own ``m_i`` (:func:`silo_plan`) and the ``"auto"`` choice
+    compares the designs at those counts; ``min_records`` stays a bound every node checks at
+    its first step.
+    """
+    return dataclasses.replace(meta_settings(settings, design=design), min_records=None)
+
+
+def silo_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) -> SiloPlan:
+    """Return the silo-summaries plan of a meta-analysis run for the public counts.
+
+    The sibling of :func:`meta_plan`: the server and every node build it from the run's
+    settings and the session's counts. Silo ``i``'s noise depends only on its own ``m_i``,
+    ``d`` and the budget, so the plan over any subset of the silos gives each of them the
+    same noise (the server analyses the silos that replied with the plan over them).
+
+    Raises
+    ------
+    PrivacyParameterError
+        The run's settings do not allow the design (privacy unit ``"client"``, central
+        placement; :func:`~fa_hetdp.protocol.silo_summaries.silo_summaries_problem`).
+    InputDataError
+        Fewer than 2 counts, or a count below 2.
+    """
+    p = settings.protocol
+    meta = public_count_settings(settings, "silo-summaries")
+    return plan_silo_summaries(p.epsilon, p.delta, records_per_client, d, meta)
+
+
+def releases_silo_summaries(node_config: Mapping[str, Any]) -> bool:
+    """Read the node config's ``release-silo-summaries`` (default ``True``).
+
+    Raises
+    ------
+    ValueError
+        A value other than ``true`` or ``false`` (one line).
+    """
+    value = node_config.get(NodeConfig.RELEASE_SILO_SUMMARIES, True)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ValueError(
+            f"node-config {NodeConfig.RELEASE_SILO_SUMMARIES} must be true or false, got {value!r}"
+        )
+    return value

@@ -26,6 +26,7 @@ __all__ = [
     "CONSISTENCY_STEP",
     "INPUT_STEP",
     "SHARE_KEYS",
+    "SILO_SUMMARIES",
     "STAGE0_CONSISTENCY",
     "STAGE0_INPUT",
     "STAGE0_UNMASK",
@@ -70,6 +71,11 @@ STAGE1_CONSISTENCY: Final = "stage1_consistency"
 """Stage 1, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
 STAGE2_CONSISTENCY: Final = "stage2_consistency"
 """Stage 2, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
+
+SILO_SUMMARIES: Final = "silo_summaries"
+"""Meta-analysis, silo-summaries design only: one plain (unmasked) message per silo after the
+key advertisement; the request lists every silo's public record count, the reply is the silo's
+own noisy means and sample variances (no secure aggregation; not in :data:`STEPS`)."""
 
 STEPS: Final[tuple[str, ...]] = (
     ADVERTISE_KEYS,
@@ -157,6 +163,13 @@ class Key:
     """Round C: the between-client variance ``tau2`` of round B."""
     META_KAPPA_STAR: Final = "meta-kappa-star"
     """Round C: the clip ``kappa*``."""
+    RELEASES_SILO_SUMMARIES: Final = "releases-silo-summaries"
+    """``advertise_keys`` reply (meta-analysis): whether this node releases its own noisy
+    summaries (its node config's ``release-silo-summaries``); one ``False`` makes the server
+    run the secure sums."""
+    SILO_RELEASE: Final = "silo-release"
+    """``silo_summaries`` reply: ``{"theta": (d,), "s2": (d,)}``, the silo's noisy means and
+    sample variances (:func:`fa_hetdp.protocol.silo_summaries.release_silo`)."""
 
 
 # ---------------------------------------------------------------------------- client state
@@ -213,6 +226,10 @@ class NodeConfig:
     """The corrupt fraction gamma this node guards against, whatever the run config says:
     it refuses a session (and an unmask request) whose threshold is too low for it.
     Required with ``"malicious-server"``."""
+    RELEASE_SILO_SUMMARIES: Final = "release-silo-summaries"
+    """Whether this node releases its own noisy summaries in a meta-analysis (the
+    silo-summaries design; default ``true``). ``false``: it says so in its first reply, the
+    server runs the secure sums instead, and the node refuses a ``silo_summaries`` request."""
 
 
 # ---------------------------------------------------------------------------- progress
@@ -226,6 +243,8 @@ class Event:
     """One step finished (with ``step``, ``sent``, ``replied``)."""
     STAGE1: Final = "stage1"
     """Stage 1 assembled (with ``clients``)."""
+    DESIGN: Final = "design"
+    """A meta-analysis' design resolved (with ``design`` and ``reason``), before any release."""
     DONE: Final = "done"
     """The result file was written with ``status = "success"``."""
     ABORTED: Final = "aborted"

@@ -41,9 +41,12 @@ from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 
 __all__ = [
+    "DESIGNS",
     "META_RELEASES",
     "META_STATISTICS",
     "ROUNDS",
+    "SILO_RELEASES",
+    "SILO_WEIGHTS",
     "MetaPlan",
     "MetaSettings",
     "client_bound_a",
@@ -102,6 +105,19 @@ DEFAULT_WEIGHTS: Final[dict[str, float]] = {
 """Default budget weights (shares of ``mu^2``), chosen by measured error (module README)."""
 
 MAX_WITHIN_VARIANCE: Final = 0.25
+
+_SILO_BOUNDED: Final = ("B", "C", "D", "E", "F")
+"""Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts
+(``A``'s record bound already holds its client bound ``kappa^2``; ``T``, ``U``, ``W``'s are 1)."""
+
+DESIGNS: Final = ("auto", "silo-summaries", "secure-sums")
+"""The designs of the private meta-analysis (:class:`MetaSettings` ``design``)."""
+
+SILO_RELEASES: Final = ("theta", "s2")
+"""The silo-summaries design's releases per silo: its means and its sample variances."""
+
+SILO_WEIGHTS: Final[dict[str, float]] = {"theta": 0.6, "s2": 0.4}
+"""Default budget weights (shares of ``mu^2``) of the silo-summaries design."""
 
 
 # ------------------------------------------------------------------------------ the bounds
@@ -291,6 +307,11 @@ class MetaSettings:
         Budget weights per release; None: :data:`DEFAULT_WEIGHTS`.
     noise : bool
         False: no noise, no clipping statement (a reference run; the result states no epsilon).
+    design : {"auto", "silo-summaries", "secure-sums"}
+        Which design runs (:mod:`fa_hetdp.protocol.silo_summaries` for the silo summaries):
+        ``"auto"`` the one the planner predicts more accurate for the public counts
+        (:func:`fa_hetdp.accuracy.meta_design.choose_design`); the silo summaries need the
+        record unit and public counts (``min_records`` None).
     clip_correction : bool
         Add back to ``A`` the mass the clip is expected to remove under the normal
         random-effects model (``z_i ~ N(0, 1 + m_i rho)``, ``rho`` fitted to ``A`` per
@@ -315,9 +336,11 @@ class MetaSettings:
     weights: Mapping[str, float] | None = None
     noise: bool = True
     clip_correction: bool = True
+    design: str = "auto"
 
     def __post_init__(self) -> None:
         _choice("privacy_unit", self.privacy_unit, ("record", "client"))
+        _choice("design", self.design, DESIGNS)
         _choice("placement", self.placement, ("distributed", "central"))
         _choice("noise_shape", self.noise_shape, ("per_coordinate", "isotropic"))
         if self.mechanism != "agm":
@@ -357,10 +380,11 @@ class MetaSettings:
                 )
             object.__setattr__(self, "statistics", stats)
         if self.weights is not None:
-            bad = [k for k in self.weights if k not in META_RELEASES]
+            allowed = META_RELEASES + SILO_RELEASES
+            bad = [k for k in self.weights if k not in allowed]
             if bad:
                 raise PrivacyParameterError(
-                    f"weights name unknown releases {bad}; allowed: {META_RELEASES}."
+                    f"weights name unknown releases {bad}; allowed: {allowed}."
                 )
             for k, v in self.weights.items():
                 _positive(f"weights[{k!r}]", v)
@@ -525,9 +549,42 @@ class MetaPlan:
                 "E": lambda: client_bound_e(big, f, ks, t2),
                 "F": lambda: client_bound_f(big, f, t2),
             }
+        if (
+            self.settings.privacy_unit == "record"
+            and self.settings.min_records is None
+            and name in _SILO_BOUNDED
+        ):
+            return self._silo_bound(name, f, k, ks, t2)
         value = table[name]
         out = value() if callable(value) else value
         return np.broadcast_to(np.asarray(out, dtype=np.float64), (d,)).copy()
+
+    def _silo_bound(
+        self, name: str, f: FloatArray, k: FloatArray, ks: FloatArray, t2: FloatArray
+    ) -> FloatArray:
+        """Record bound under public counts: ``max_i min(record_i, client_i)`` per coordinate.
+
+        A replaced record moves only its own silo's summand, by at most that silo's record
+        bound (at its own ``m_i``) and at most the range of the summand at ``m_i`` (the client
+        bound: a record neighbour is also a client neighbour); the largest over the silos of
+        the smaller of the two holds whichever silo it is (docs/privacy.md, "Record-level
+        sensitivity of the meta-analysis").
+        """
+        out = np.zeros(self.d)
+        for mi in np.unique(self.records_per_client):
+            m = int(mi)
+            if name == "B":
+                rec, cli = record_bound_b(m, f, k), client_bound_b(m, f, k)
+            elif name == "C":
+                rec, cli = record_bound_c(m, f), client_bound_c(m, f)
+            elif name == "D":
+                rec, cli = record_bound_d(m, f), client_bound_d(m, f)
+            elif name == "E":
+                rec, cli = record_bound_e(m, f, ks, t2), client_bound_e(m, f, ks, t2)
+            else:
+                rec, cli = record_bound_f(m, f, t2), client_bound_f(m, f, t2)
+            out = np.maximum(out, np.minimum(rec, cli))
+        return np.asarray(out, dtype=np.float64)
 
     def sensitivity(self, bounds: FloatArray, shape: FloatArray) -> float:
         """L2 sensitivity of the block scaled by ``1/shape``: ``||b/a||`` (one-hot: top two)."""
@@ -567,6 +624,31 @@ class MetaPlan:
     def spent(self) -> Any:
         """The privacy spent when every share arrives (None without noise)."""
         return None if self.budget is None else privacy_spent(self.budget)
+
+    @property
+    def design(self) -> str:
+        """The design this plan runs."""
+        return "secure-sums"
+
+    @property
+    def adversary(self) -> str:
+        """Whom the guarantee holds against (the secure aggregation's own terms aside)."""
+        if self.settings.placement == "central":
+            return (
+                "trusted server (central placement: it sees the exact sums and adds the noise); "
+                "the guarantee holds against everyone who sees the released values"
+            )
+        colluders = self.n - self.t
+        if colluders == 0:
+            return (
+                f"server honest-but-curious; no colluding clients assumed: all n = {self.n} "
+                "noise shares counted as honest"
+            )
+        return (
+            f"server honest-but-curious; at most {colluders} colluding clients, whose noise "
+            f"shares are not counted: noise calibrated to t = {self.t} honest shares of "
+            f"n = {self.n}"
+        )
 
     @property
     def unit_of_privacy(self) -> str:

@@ -184,6 +184,11 @@ def clip_scatter_b(plan: MetaPlan, broadcast_b: BroadcastB, big_a: FloatArray) -
     return out.reshape(target.shape)
 
 
+SECURE_SUMS_SAW = (
+    "only the noisy sums over all silos of each round (secure aggregation) and the public "
+    "record counts; no silo's own figures"
+)
+
 PLUG_IN_NOISE = 0.05
 """A noisy ``C``, ``D`` or ``F`` whose noise std exceeds this fraction of its plug-in value
 (from the pooled within-variance of round A and the public ``m_i``) is replaced by it."""
@@ -299,7 +304,11 @@ class PrivateMetaAnalysis:
     """The private meta-analysis: the figures of :class:`~fa_hetdp.stats.meta.MetaAnalysis`.
 
     Figures not asked for (``statistics``) are NaN. :meth:`confidence_intervals` gives
-    intervals for the privacy noise; ``labels`` says what was clipped or floored.
+    intervals for the privacy noise; ``labels`` says what was clipped or floored. ``design``
+    names the design that ran (``"secure-sums"``: the rounds of this module;
+    ``"silo-summaries"``: :mod:`fa_hetdp.protocol.silo_summaries`, whose result also carries
+    every silo's noisy means ``silo_means`` and variance estimates ``silo_variances``);
+    ``adversary`` whom the guarantee holds against and ``server_saw`` what the server saw.
     """
 
     pooled_mean: FloatArray
@@ -315,12 +324,17 @@ class PrivateMetaAnalysis:
     tau2_raw: FloatArray
     spent: PrivacySpent | None
     unit_of_privacy: str
-    plan: MetaPlan
+    plan: Any
     labels: tuple[str, ...] = ()
     broadcast_b: BroadcastB | None = None
     broadcast_c: BroadcastC | None = None
     sums: dict[str, FloatArray] = field(default_factory=dict)
     noise_std: dict[str, FloatArray] = field(default_factory=dict)
+    design: str = "secure-sums"
+    adversary: str = ""
+    server_saw: str = ""
+    silo_means: FloatArray | None = None
+    silo_variances: FloatArray | None = None
 
     def confidence_intervals(
         self, level: float = 0.95, *, draws: int = 2000, seed: int = 0
@@ -337,6 +351,10 @@ class PrivateMetaAnalysis:
         """
         if not 0.0 < level < 1.0:
             raise PrivacyParameterError(f"level must be in (0, 1), got level={level!r}.")
+        if self.design == "silo-summaries":
+            from fa_hetdp.protocol.silo_summaries import silo_intervals
+
+            return silo_intervals(self, level, draws, seed)
         if self.broadcast_b is None:
             raise AggregationError("no sums to draw intervals from")
         rng = np.random.default_rng(seed)
@@ -455,4 +473,7 @@ def assemble_result(
         broadcast_c=broadcast_c,
         sums=sums,
         noise_std=noise_std,
+        design="secure-sums",
+        adversary=plan.adversary,
+        server_saw=SECURE_SUMS_SAW,
     )

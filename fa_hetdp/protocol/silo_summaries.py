@@ -75,6 +75,9 @@ WHAT_THE_SERVER_SAW: Final = (
     "every silo's noisy coordinate means and sample variances (its own release, at the whole "
     "budget; record unit, m_i public)"
 )
+VARIANCE_RESOLUTION: Final = 1e-6
+"""A non-constant silo's sample variance is at least ``1/(m - 1)^2`` times this on values
+that differ by at least ``1/m``; the intervals' candidate true variances stay above it."""
 MIN_VARIANCE: Final = 1e-12
 """The smallest variance estimate a silo's weight may use (a constant column's weight is
 otherwise infinite)."""
@@ -321,6 +324,12 @@ def _variance_estimates(plan: SiloPlan, s2: FloatArray) -> FloatArray:
     return np.asarray(np.clip(shrunk, floor, top))
 
 
+def _true_variances(plan: SiloPlan, s2: FloatArray) -> FloatArray:
+    """Clip candidate true variances to what a sample variance of values in [0, 1] can be."""
+    m = plan.records_per_client.astype(np.float64)[:, None]
+    return np.asarray(np.clip(s2, VARIANCE_RESOLUTION, m / (4.0 * (m - 1.0))))
+
+
 def silo_figures(
     plan: SiloPlan, theta: FloatArray, s2: FloatArray, *, exact: bool = False
 ) -> dict[str, FloatArray]:
@@ -334,11 +343,10 @@ def silo_figures(
     """
     n = plan.n
     m = plan.records_per_client.astype(np.float64)[:, None]
-    st, ss = plan.sigmas
+    st, _ = plan.sigmas
     noise = np.zeros((n, 1)) if exact else (st * st)[:, None]
     if exact:
-        top = m / (4.0 * (m - 1.0))
-        var = np.clip(s2, np.maximum(ss, MIN_VARIANCE)[:, None], top)
+        var = _true_variances(plan, s2)
     else:
         var = _variance_estimates(plan, s2)
     w = m / var
@@ -448,12 +456,16 @@ def silo_intervals(
     rng = np.random.default_rng(seed)
     theta, s2 = result.sums["theta"], result.sums["s2"]
     shape = (draws, *theta.shape)
+    sd_s2 = result.noise_std["s2"]
+    # the bootstrap world's true variances: the released ones less a noise draw (what they may
+    # have been), so a silo whose true variance may be far below its release is in it
+    true_s2 = _true_variances(plan, s2 - sd_s2 * rng.standard_normal(shape))
     boot = silo_figures(
         plan,
         theta + result.noise_std["theta"] * rng.standard_normal(shape),
-        s2 + result.noise_std["s2"] * rng.standard_normal(shape),
+        true_s2 + sd_s2 * rng.standard_normal(shape),
     )
-    truth = silo_figures(plan, theta, s2, exact=True)
+    truth = silo_figures(plan, np.broadcast_to(theta, shape), true_s2, exact=True)
     point = silo_figures(plan, theta, s2)
     lo_q, hi_q = (1.0 - level) / 2.0, (1.0 + level) / 2.0
     n = plan.n

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ __all__ = [
     "format_meta",
     "meta_section",
     "plot_meta_i2",
+    "silo_estimates",
 ]
 
 META_STATISTICS: Final[tuple[str, ...]] = (
@@ -62,14 +63,22 @@ def _number(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def meta_section(result: PrivateMetaAnalysis, *, level: float = 0.95) -> dict[str, Any]:
+def meta_section(
+    result: PrivateMetaAnalysis, *, level: float = 0.95, silo_names: Sequence[Any] | None = None
+) -> dict[str, Any]:
     """Return the JSON section of a private meta-analysis (plain lists and numbers).
 
     Every figure with its interval at ``level`` (:meth:`PrivateMetaAnalysis.confidence_intervals`:
     the privacy noise, conditional on the broadcasts). A figure that is not a number (NaN:
     not asked for, or a constant coordinate) is ``null``, with its reason in ``labels``.
+    Also the design that ran, what the server saw, whom the guarantee holds against and the
+    ``(epsilon, delta)`` spent (``null`` without noise); in the silo-summaries design every
+    silo's own release (:func:`silo_estimates`; ``silo_names`` name the silos, e.g. their
+    partitions, default ``0 .. n-1``).
     """
     intervals = result.confidence_intervals(level)
+    spent = result.spent
+    silos = silo_estimates(result, silo_names)
     statistics: dict[str, Any] = {}
     for name in (*META_STATISTICS, *_SCALARS):
         convert: Callable[[Any], Any] = _number if name in _SCALARS else _floats
@@ -85,8 +94,51 @@ def meta_section(result: PrivateMetaAnalysis, *, level: float = 0.95) -> dict[st
         "level": float(level),
         "statistics": statistics,
         "unit_of_privacy": str(result.unit_of_privacy),
+        "design": str(result.design),
+        "server_saw": str(result.server_saw),
+        "adversary": str(result.adversary),
+        "epsilon": None if spent is None or spent.epsilon is None else _number(spent.epsilon),
+        "delta": None if spent is None or spent.delta is None else _number(spent.delta),
+        **({} if silos is None else {"silos": silos}),
         "labels": [str(label) for label in result.labels],
     }
+
+
+def silo_estimates(
+    result: PrivateMetaAnalysis, names: Sequence[Any] | None = None
+) -> list[dict[str, Any]] | None:
+    """Every silo's own release in a silo-summaries result (None for the secure sums).
+
+    Per silo: its name, its public record count, its noisy coordinate means with their noise
+    standard deviation (one number: the same for every coordinate), its noisy sample variances
+    with theirs, and the variance estimate its weight used (post-processing, shrunk towards the
+    pooled within-variance).
+    """
+    if result.silo_means is None or result.design != "silo-summaries":
+        return None
+    means = np.asarray(result.silo_means, dtype=np.float64)
+    raw = np.asarray(result.sums.get("s2", np.full(means.shape, np.nan)), dtype=np.float64)
+    used = (
+        np.full(means.shape, np.nan)
+        if result.silo_variances is None
+        else np.asarray(result.silo_variances, dtype=np.float64)
+    )
+    sd_mean = np.asarray(result.noise_std.get("theta", np.zeros(means.shape)), dtype=np.float64)
+    sd_var = np.asarray(result.noise_std.get("s2", np.zeros(means.shape)), dtype=np.float64)
+    counts = [int(c) for c in np.ravel(result.records_per_client)]
+    labels = list(range(len(counts))) if names is None else list(names)
+    return [
+        {
+            "silo": labels[i],
+            "records": counts[i],
+            "mean": _floats(means[i]),
+            "mean_noise_sd": _number(np.ravel(sd_mean[i])[0]),
+            "variance": _floats(raw[i]),
+            "variance_noise_sd": _number(np.ravel(sd_var[i])[0]),
+            "variance_used": _floats(used[i]),
+        }
+        for i in range(len(counts))
+    ]
 
 
 def _value(section: Mapping[str, Any], name: str, key: str = "value") -> np.ndarray:
@@ -147,6 +199,10 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
         f"  I² of the summed Q: {_scalar(section, 'i2_total')};  coordinate average of I²: "
         f"{_scalar(section, 'i2_average')}",
     ]
+    if section.get("design"):
+        lines.append(f"  design: {section['design']}")
+    if section.get("server_saw"):
+        lines.append(f"  the server saw: {section['server_saw']}")
     if section.get("unit_of_privacy"):
         lines.append(f"  unit of privacy: {section['unit_of_privacy']}")
     which = "all coordinates" if len(shown) == d else f"the {len(shown)} of {d} with the largest I²"

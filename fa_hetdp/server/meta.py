@@ -1,4 +1,8 @@
-"""The meta-analysis over Flower: rounds A, B and C of a session (``analysis = "meta"``).
+"""The meta-analysis over Flower in the secure-sums design: rounds A, B and C of a session.
+
+Which design a run makes is resolved once the counts are known
+(:mod:`fa_hetdp.server.meta_design`); this module runs the secure sums, and holds the result's
+``privacy`` part of either design (:func:`meta_privacy_section`).
 
 After the key advertisement (where every client reports its record count ``m_i``, public in
 a meta-analysis), :func:`meta_rounds` runs the three secure sums of
@@ -23,8 +27,9 @@ bounded by the whole plan's). A client whose first reply has no usable count is 
 there, before the key directory is fixed.
 
 The result document holds the meta-analysis (:func:`fa_hetdp.report.meta.meta_section`:
-values and intervals), the unit of privacy, the spent ``(epsilon, delta)`` and the partitions
-in each sum (the in-process replay of a simulation takes them).
+values and intervals), the design and why it ran, what the server saw, the unit of privacy,
+the adversary (the plan's, with the secure aggregation's own terms), the spent ``(epsilon,
+delta)`` and the partitions in each sum (the in-process replay of a simulation takes them).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from fa_hetdp.protocol.meta_server import (
     split_round,
 )
 from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY
+from fa_hetdp.protocol.silo_summaries import SILO_ADVERSARY, SiloPlan
 from fa_hetdp.report.meta import meta_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
 from fa_hetdp.secagg.params import SecAggParameters
@@ -79,6 +85,7 @@ __all__ = [
     "meta_encoding",
     "meta_privacy_section",
     "meta_rounds",
+    "session_counts",
 ]
 
 
@@ -152,27 +159,20 @@ def meta_encoding(
     )
 
 
-def _adversary(plan: MetaPlan, secagg: SecAggParameters | None) -> str:
-    if plan.settings.placement == "central":
-        return (
-            "trusted server (central placement: it sees the exact sums and adds the noise); "
-            "the guarantee holds against everyone who sees the released values"
-        )
-    colluders = plan.n - plan.t
-    clients = (
-        f"no colluding clients assumed: all n = {plan.n} noise shares counted as honest"
-        if colluders == 0
-        else f"at most {colluders} colluding clients, whose noise shares are not counted: "
-        f"noise calibrated to t = {plan.t} honest shares of n = {plan.n}"
-    )
-    if secagg is None:
-        return f"server honest-but-curious; {clients}"
+def _adversary(plan: MetaPlan | SiloPlan, secagg: SecAggParameters | None) -> str:
+    """Whom the guarantee holds against: the plan's own sentence, with the secagg clause."""
+    if isinstance(plan, SiloPlan):
+        return SILO_ADVERSARY  # no noise share is shared, no secure aggregation
+    base = plan.adversary
+    if plan.settings.placement == "central" or secagg is None:
+        return base
     kind = "malicious" if secagg.threat_model == "malicious-server" else "honest-but-curious"
+    clients = base.removeprefix("server honest-but-curious; ")
     return f"server {kind}; {clients}; secure aggregation: {secagg.guarantee()}"
 
 
 def meta_privacy_section(
-    plan: MetaPlan,
+    plan: MetaPlan | SiloPlan,
     spent: PrivacySpent | None,
     *,
     released: Sequence[str],
@@ -183,6 +183,9 @@ def meta_privacy_section(
 
     ``spent`` None: the run stopped before its last round; what went out is part of the plan,
     so it spent at most the plan's ``(epsilon, delta)`` (stated as ``epsilon_at_most``).
+    Either design: ``design``, ``adversary`` and, once released, ``epsilon`` and ``delta``
+    (a silo-summaries plan: every silo's release at the whole budget, parallel composition
+    over disjoint records, so one silo's spend is the run's).
     """
     full = plan.spent
     dp = plan.budget is not None and full is not None and full.epsilon is not None
@@ -197,16 +200,20 @@ def meta_privacy_section(
         delta=None if spent is None or spent.delta is None else float(spent.delta),
         unit_of_privacy=plan.unit_of_privacy,
         adversary=_adversary(plan, secagg),
-        honest_shares=None if plan.settings.placement == "central" else plan.t,
+        honest_shares=None
+        if isinstance(plan, SiloPlan) or plan.settings.placement == "central"
+        else plan.t,
         n=plan.n,
         not_dp_because=reasons,
         caveats=tuple(notes),
     ).as_dict()
     section: dict[str, Any] = {
         "differentially_private": dp,
+        "design": plan.design,
         "released": list(released),
         "guarantee": guarantee,
         "unit_of_privacy": plan.unit_of_privacy,
+        "adversary": guarantee["adversary"],
     }
     if not dp or full is None:
         section["not_private_because"] = list(reasons)
@@ -225,6 +232,7 @@ def meta_privacy_section(
                 {"epsilon": _number(epsilon), "delta": plan.delta},
                 {"epsilon": plan.epsilon, "delta": _number(delta_at)},
             ],
+            "epsilon": _number(epsilon),
             "epsilon_spent": _number(epsilon),
             "delta": spent.delta,
             "mu": _number(spent.mu),
@@ -271,18 +279,39 @@ def _floats(values: Any) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
-def meta_rounds(strategy: HeterogeneityStrategy, session: Session) -> dict[str, Any]:
-    """Run rounds A, B and C after the key advertisement; write and return the result."""
-    s = strategy.settings
-    transport, server, n, d = session.transport, session.server, session.n, session.d
-    _, ids, active = route = session.route
+def session_counts(strategy: HeterogeneityStrategy, session: Session) -> list[list[int]]:
+    """Return ``[[client id, m_i], ...]`` of every client in the key directory (public).
+
+    Raises
+    ------
+    ProtocolAbortError
+        Not one count per client of the session (the run aborts).
+    """
+    _, ids, _ = session.route
     counts = sorted(
         [ids[node], int(reply[Key.RECORDS])]
         for node, reply in session.advertised.items()
-        if ids[node] in server.keys
+        if ids[node] in session.server.keys
     )
-    if len(counts) != n:
-        raise strategy.abort(f"{len(counts)} record counts for the {n} clients of the session")
+    if len(counts) != session.n:
+        raise strategy.abort(
+            f"{len(counts)} record counts for the {session.n} clients of the session"
+        )
+    return counts
+
+
+def meta_rounds(
+    strategy: HeterogeneityStrategy, session: Session, *, reason: str = ""
+) -> dict[str, Any]:
+    """Run rounds A, B and C after the key advertisement; write and return the result.
+
+    ``reason``: why the secure sums run (the design's choice,
+    :func:`fa_hetdp.server.meta_design.resolve_design`), stated in the result.
+    """
+    s = strategy.settings
+    transport, server, n, d = session.transport, session.server, session.n, session.d
+    _, _, active = route = session.route
+    counts = session_counts(strategy, session)
     plan = meta_plan(s, [m for _, m in counts], d)
     released: list[str] = []
     caveats = simulation_caveats(s)
@@ -356,10 +385,14 @@ def meta_rounds(strategy: HeterogeneityStrategy, session: Session) -> dict[str, 
     result = assemble_result(
         plan, broadcast_b, sums_a, sums_b, broadcast_c if sums_c is not None else None, sums_c
     )
+    if reason:
+        labels = (*result.labels, f"design secure-sums: {reason}")
+        result = dataclasses.replace(result, labels=labels)
     released.append("the meta-analysis (every figure of the result)")
     strategy.timings["protocol"] = strategy.clock() - strategy._protocol_start
     strategy.timings["total"] = strategy.clock() - strategy._start
     document = _document(strategy, plan, result, released, partitions, errors, noise)
+    document["design_reason"] = reason
     strategy.meta_result = result
     if strategy.write_results:
         strategy._settle_file(write_result(strategy._target, document), partial=False)
@@ -390,6 +423,8 @@ def _document(
         "differentially_private": privacy["differentially_private"],
         **strategy._base_document(),
         "analysis": "meta",
+        "design": result.design,
+        "server_saw": result.server_saw,
         "secagg": secagg_section(s),
         "n": plan.n,
         "d": plan.d,

@@ -18,8 +18,10 @@ protocol"; Thm 3.3, 3.8, 3.13) over any :class:`Transport` (the ServerApp's is F
 
 Analyses. Steps 1 and 2's key advertisement are the same for every run; what follows is the
 analysis' (:data:`ANALYSES`, by the ``analysis`` setting): the paper's stages above, or
-``"meta"``, the meta-analysis of the clients' records (:mod:`fa_hetdp.server.meta`: rounds
-A, B, C on summations 0, 1, 2, the same steps and secure aggregation).
+``"meta"``, the meta-analysis of the clients' records in the design chosen for the public
+counts (:mod:`fa_hetdp.server.meta_design`): rounds A, B, C on summations 0, 1, 2, the same
+steps and secure aggregation (:mod:`fa_hetdp.server.meta`), or one plain ``silo_summaries``
+step, every silo's own noisy summaries (:mod:`fa_hetdp.server.silo_summaries`).
 
 Dropouts. An error reply, a missing reply (timeout) or a malformed reply (undecodable, or
 rejected by the secagg server) removes the client from the rest of the session. A step goes
@@ -91,7 +93,8 @@ from fa_hetdp.report.results import sigmas_section, statistics_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
 from fa_hetdp.secagg.server import SecAggServer, SumResult
-from fa_hetdp.server.meta import check_count, meta_rounds
+from fa_hetdp.server.meta import check_count
+from fa_hetdp.server.meta_design import meta_analysis
 from fa_hetdp.server.results import (
     degraded_refusal,
     floor_section,
@@ -387,14 +390,27 @@ class HeterogeneityStrategy:
         step: str,
         payloads: Mapping[int, Mapping[str, Any]],
         active: set[int],
+        *,
+        check: Callable[[int, Mapping[str, Any]], str | None] | None = None,
+        minimum: int | None = None,
     ) -> dict[int, dict[str, Any]]:
+        """Send one step's payloads; return the usable replies (the rest are dropouts).
+
+        ``check(node, reply)``: why a node's reply is unusable (None: usable); such a reply
+        drops that node like a missing one. ``minimum``: the replies the step needs to go on
+        (default: the secure-aggregation threshold).
+        """
         started = self.clock()
         replies, dropouts = transport.exchange(step, payloads, self.settings.stage_timeout)
         for node in payloads:
             if node not in replies and node not in dropouts:
                 dropouts[node] = "no reply"
         replies = {k: v for k, v in replies.items() if k in payloads and k not in dropouts}
-        return self._record_step(step, payloads, replies, dropouts, active, started)
+        for node, reply in list(replies.items()):
+            if check is not None and (why := check(node, reply)) is not None:
+                del replies[node]
+                dropouts[node] = f"malformed: {why}"
+        return self._record_step(step, payloads, replies, dropouts, active, started, minimum)
 
     def _record_step(
         self,
@@ -404,6 +420,7 @@ class HeterogeneityStrategy:
         dropouts: dict[int, str],
         active: set[int],
         started: float,
+        minimum: int | None = None,
     ) -> dict[int, dict[str, Any]]:
         active.difference_update(dropouts)
         seconds = self.clock() - started
@@ -411,7 +428,13 @@ class HeterogeneityStrategy:
         self.steps.append(outcome)
         self.timings[step] = seconds
         self.progress(Event.STEP, step=step, sent=len(payloads), replied=len(replies))
-        self._check_threshold(step, len(replies), len(payloads))
+        if minimum is None:
+            self._check_threshold(step, len(replies), len(payloads))
+        elif len(replies) < minimum:
+            raise self.abort(
+                f"step {step!r}: {len(replies)} of {len(payloads)} clients replied usably, "
+                f"fewer than the {minimum} it needs"
+            )
         return replies
 
     def _check_threshold(self, step: str, remaining: int, sent: int) -> None:
@@ -769,7 +792,9 @@ ANALYSES: Mapping[str, Analysis] = {
         summations=lambda p: 3 if uses_adaptive_floor(p) else 2,
         rounds=HeterogeneityStrategy._heterogeneity,
     ),
-    # the meta-analysis (server.meta): rounds A, B, C on summations 0, 1, 2
-    "meta": Analysis(summations=lambda p: 3, rounds=meta_rounds, check_reply=check_count),
+    # the meta-analysis (server.meta_design): the design chosen for the public counts, either
+    # rounds A, B, C on summations 0, 1, 2 (server.meta) or one plain step of every silo's own
+    # noisy summaries (server.silo_summaries)
+    "meta": Analysis(summations=lambda p: 3, rounds=meta_analysis, check_reply=check_count),
 }
 """The analyses a run can make, by the value of the ``analysis`` setting."""

@@ -20,7 +20,8 @@ one deliberate difference: the random-effects weights use the *truncated* ``tau2
 DerSimonian-Laird estimator as published), where statsmodels puts a negative ``tau2`` into the
 weights; where ``tau2_raw >= 0`` the two agree.
 
-A coordinate on which some client's records are constant (``v_ij = 0``) has no
+A coordinate on which some client's records are constant (``v_ij = 0``; an ``SS`` at or
+below the rounding of equal values, ``m (m eps theta)^2``, counts as 0) has no
 inverse-variance weight (statsmodels divides by zero there too): every figure of that
 coordinate is NaN, and :attr:`MetaAnalysis.labels` names it. The scalars average and sum over
 the defined coordinates only.
@@ -201,6 +202,12 @@ def client_summaries(records: FloatArray, client_ids: IntArray, n: int) -> Clien
     dev = records - theta[client_ids]
     ss = np.zeros((n, d))
     np.add.at(ss, client_ids, dev * dev)
+    # a client whose records are all equal (a) leaves SS of rounding only: its summed mean is
+    # off by at most (m - 1) u |a| (u = eps/2, sequential summation), so SS <= m (m u a)^2;
+    # at or below m (m eps theta)^2 (four times that) SS is rounding, not spread: set to 0
+    eps = np.finfo(np.float64).eps
+    rounding = m[:, None] * (m[:, None] * eps * theta) ** 2
+    ss = np.where(ss <= rounding, 0.0, ss)
     return ClientSummaries(theta=theta, ss=ss, m=m)
 
 

@@ -1,0 +1,87 @@
+"""Which design a meta-analysis runs over Flower, chosen once the public counts are known.
+
+The ``design`` setting (``"auto"``, ``"silo-summaries"``, ``"secure-sums"``) is resolved after
+the key advertisement, where every node states its record count ``m_i`` (public in a
+meta-analysis) and whether it releases its own summaries (node config
+``release-silo-summaries``, default true), and before anything is released:
+
+1. a node that refuses to release its own summaries makes the run use the secure sums (whatever
+   the setting: the silo summaries need every silo's release, and each silo decides for itself);
+2. ``"silo-summaries"`` or ``"secure-sums"``: that design;
+3. ``"auto"``: the secure sums where the settings rule the silo summaries out (the client
+   unit, central placement), else the planner's choice for the public counts, ``d`` and the
+   budget (:func:`fa_hetdp.accuracy.meta_design.choose_design`, the one the in-process
+   :func:`fa_hetdp.private_meta_analysis` makes; nothing of the records enters it).
+
+Then :func:`meta_analysis` runs it: the secure sums' rounds A, B, C
+(:func:`fa_hetdp.server.meta.meta_rounds`) or one plain step of every silo's own release
+(:func:`fa_hetdp.server.silo_summaries.silo_round`). The result states the design and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fa_hetdp.accuracy.meta_design import choose_design
+from fa_hetdp.flowerkit.settings import RunSettings, public_count_settings
+from fa_hetdp.flowerkit.steps import Event, Key, NodeConfig
+from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
+from fa_hetdp.server.meta import meta_rounds, session_counts
+from fa_hetdp.server.silo_summaries import silo_round
+
+if TYPE_CHECKING:
+    from fa_hetdp.server.strategy import HeterogeneityStrategy, Session
+
+__all__ = ["DesignChoice", "meta_analysis", "resolve_design"]
+
+
+@dataclass(frozen=True)
+class DesignChoice:
+    """The design a run makes, and why (one sentence, stated in the result)."""
+
+    design: str
+    reason: str
+
+
+def resolve_design(
+    settings: RunSettings, counts: list[int], d: int, *, refusing: int = 0
+) -> DesignChoice:
+    """Resolve the run's ``design`` setting for the public ``counts`` (module docstring).
+
+    ``refusing``: the nodes of the session whose first reply says they do not release their
+    own summaries.
+    """
+    asked = str(settings.protocol.setting("design"))
+    if refusing:
+        return DesignChoice(
+            "secure-sums",
+            f"secure sums: {refusing} of {len(counts)} silos do not release their own summaries "
+            f"(node config {NodeConfig.RELEASE_SILO_SUMMARIES} = false)"
+            + ("; the run asked for silo-summaries" if asked == "silo-summaries" else ""),
+        )
+    if asked != "auto":
+        return DesignChoice(asked, f"design {asked!r} set by the run")
+    p = settings.protocol
+    public = public_count_settings(settings, "auto")
+    problem = silo_summaries_problem(public)
+    if problem is not None:  # as the planner says it, without planning a design that cannot run
+        return DesignChoice("secure-sums", f"secure sums only: {problem}")
+    chosen = choose_design(counts, d, epsilon=p.epsilon, delta=p.delta, settings=public)
+    return DesignChoice(chosen.design, chosen.reason)
+
+
+def meta_analysis(strategy: HeterogeneityStrategy, session: Session) -> dict[str, Any]:
+    """Run the meta-analysis in its resolved design; write and return the result."""
+    counts = session_counts(strategy, session)
+    in_session = {
+        node: reply
+        for node, reply in session.advertised.items()
+        if session.ids[node] in session.server.keys
+    }
+    refusing = sum(1 for r in in_session.values() if r.get(Key.RELEASES_SILO_SUMMARIES) is False)
+    choice = resolve_design(strategy.settings, [m for _, m in counts], session.d, refusing=refusing)
+    strategy.progress(Event.DESIGN, design=choice.design, reason=choice.reason)
+    if choice.design == "silo-summaries":
+        return silo_round(strategy, session, reason=choice.reason)
+    return meta_rounds(strategy, session, reason=choice.reason)

@@ -1,0 +1,125 @@
+"""Issue 25 part 2: the meta-analysis' defaults on real-shaped silos, and constant clients.
+
+The exact analysis must recognise a client whose records are all equal even where the summed
+mean leaves an ``SS`` of rounding (about 1e-30 for 0.7, 0.1 or 1/3, which are not binary
+fractions); the private path's bounds and defaults are checked below against brute force and
+the exact analysis on federations shaped like the real data sets of the issue (silos with
+``I^2`` near 1 and within-variances differing many-fold).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fa_hetdp import meta_analysis
+from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta
+from fa_hetdp.stats.meta import client_summaries
+
+
+@pytest.mark.parametrize("value", [0.7, 0.1, 1.0 / 3.0])
+@pytest.mark.parametrize("m", [3, 10, 1000])
+def test_a_client_constant_at_a_non_binary_value_is_undefined_not_all_the_weight(
+    value: float, m: int
+) -> None:
+    # before: SS of rounding (~1e-30) gave that client all the weight, tau2 = inf, RE NaN and
+    # no label; now the coordinate is NaN and labelled like an exactly constant one
+    rng = np.random.default_rng(3)
+    sizes = [m, 40, 55, 70]
+    ids = np.repeat(np.arange(4), sizes)
+    x = rng.uniform(0.0, 1.0, (ids.size, 2))
+    x[ids == 0, 1] = value
+    summ = client_summaries(x, ids, 4)
+    assert summ.ss[0, 1] == 0.0 and summ.ss[0, 0] > 0.0
+    res = meta_analysis(x, ids)
+    for key in ("pooled_mean", "q", "i2", "tau2", "random_effects_mean", "tau2_raw"):
+        figure = np.asarray(getattr(res, key))
+        assert np.isnan(figure[1]), key
+        assert np.isfinite(figure[0]), key
+    assert any("[1]" in label and "constant" in label for label in res.labels)
+
+
+def test_a_tiny_real_spread_is_not_taken_for_a_constant() -> None:
+    ids = np.repeat(np.arange(3), [2, 30, 30])
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0.2, 0.8, (ids.size, 1))
+    x[0, 0], x[1, 0] = 0.7, 0.7 + 1e-9  # SS = 5e-19: a spread, far above the rounding
+    res = meta_analysis(x, ids)
+    assert np.isfinite(res.pooled_mean[0]) and not res.labels
+
+
+# ------------------------------------------------------------------ record bounds, public m_i
+
+
+def _plan(counts: list[int], d: int = 3) -> MetaPlan:
+    return plan_meta(1.0, 1e-5, counts, d, MetaSettings(design="secure-sums"))
+
+
+def test_public_counts_take_each_silos_smaller_of_its_record_and_client_bound() -> None:
+    # before: every record bound at m_min (here 3 records) although the silo of 3 records can
+    # move C by at most its whole range 3/f, far below the record bound m/((m - 1) f^2)
+    from fa_hetdp.protocol.meta_plan import (
+        client_bound_c,
+        record_bound_b,
+        record_bound_c,
+        record_bound_d,
+    )
+
+    counts = [3, 40, 400, 5000]
+    plan = _plan(counts)
+    floor, kappa = np.array([1e-3, 0.01, 0.05]), np.array([4.0, 6.0, 20.0])
+    got_c = plan.bounds("C", floor, kappa)
+    old_c = record_bound_c(3, floor)
+    assert np.all(got_c < old_c)
+    each = [np.minimum(record_bound_c(m, floor), client_bound_c(m, floor)) for m in counts]
+    want = np.max(each, axis=0)
+    np.testing.assert_allclose(got_c, want)
+    assert np.all(plan.bounds("B", floor, kappa) <= record_bound_b(3, floor, kappa))
+    assert np.all(plan.bounds("D", floor, kappa) <= record_bound_d(5000, floor))
+    # a stated min_records keeps the old bounds (the counts are not public then)
+    stated = plan_meta(1.0, 1e-5, counts, 3, MetaSettings(min_records=3, design="secure-sums"))
+    np.testing.assert_allclose(stated.bounds("C", floor, kappa), old_c)
+
+
+def test_no_record_replacement_beats_the_public_count_bounds() -> None:
+    # brute force on the clients' own round functions: replace one record of one silo (the
+    # worst of random, 0/1 and far-corner replacements) and compare with the plan's bound
+    from fa_hetdp.protocol.meta_client import (
+        BroadcastB,
+        BroadcastC,
+        round_b_values,
+        round_c_values,
+        summarise,
+    )
+
+    rng = np.random.default_rng(2525)
+    counts = [2, 3, 6, 30, 300]
+    d = 4
+    plan = _plan(counts, d)
+    worst: dict[str, float] = {}
+    for trial in range(60):
+        floor = rng.choice([1e-3, 0.01, 0.05], d)
+        kappa = rng.choice([1.0, 4.0, 30.0], d)
+        tau2 = rng.choice([0.0, 1e-3, 0.05], d)
+        centre = rng.random(d)
+        bb = BroadcastB(centre=centre, floor=floor, kappa=kappa)
+        bc = BroadcastC(centre=centre, floor=floor, tau2=tau2, kappa_star=kappa)
+        bounds_b = {r: plan.bounds(r, floor, kappa) for r in "ABCD"}
+        bounds_c = {r: plan.bounds(r, floor, None, kappa, tau2) for r in "EF"}
+        for m in counts:
+            spread = [0.5, np.sqrt(floor.min()), 0.01][trial % 3]
+            records = np.clip(rng.random((1, d)) + spread * rng.standard_normal((m, d)), 0, 1)
+            base = summarise(records)
+            before = np.r_[round_b_values(plan, base, bb), round_c_values(plan, base, bc)]
+            for _ in range(20):
+                other = records.copy()
+                other[int(rng.integers(m))] = rng.choice([rng.random(d), rng.integers(0, 2, d)])
+                s = summarise(other)
+                after = np.r_[round_b_values(plan, s, bb), round_c_values(plan, s, bc)]
+                change = np.abs(after - before).reshape(6, d)
+                for k, name in enumerate("ABCDEF"):
+                    bound = (bounds_b | bounds_c)[name]
+                    ratio = float(np.max(change[k] / bound))
+                    assert ratio <= 1.0 + 1e-9, (name, m, ratio)
+                    worst[name] = max(worst.get(name, 0.0), ratio)
+    assert all(v > 0.05 for v in worst.values()), worst  # not vacuous

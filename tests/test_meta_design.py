@@ -1,0 +1,96 @@
+"""design = "auto": the planner's choice between the secure sums and the silo summaries.
+
+The choice uses public inputs only (counts, d, the budget, stated assumptions), so the same
+counts give the same design whatever the records; it names its reason in the result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fa_hetdp
+from fa_hetdp.accuracy.meta_design import choose_design
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.meta_plan import MetaSettings
+
+DELTA = 1e-5
+
+
+def _records(counts: list[int], d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = np.repeat(np.arange(len(counts)), counts)
+    centres = rng.uniform(0.3, 0.7, (len(counts), d))
+    x = np.clip(centres[ids] + 0.25 * rng.standard_normal((ids.size, d)), 0.0, 1.0)
+    return x, ids
+
+
+def test_few_large_silos_get_the_silo_summaries() -> None:
+    counts = np.linspace(5000, 20000, 20).astype(int)
+    chosen = choose_design(counts, 16, epsilon=1.0, delta=DELTA, settings=MetaSettings(), draws=20)
+    assert chosen.design == "silo-summaries"
+    assert chosen.alternatives[0].design == "secure-sums"
+    assert "random-effects mean" in chosen.reason
+
+
+def test_silos_whose_variance_release_is_noise_get_the_secure_sums() -> None:
+    # 8 silos of 100-1000 records, d = 2, epsilon = 1: the variance noise of the smallest silo
+    # swamps a within-variance of 1/12 (the measured limit of tests/test_silo_summaries.py)
+    counts = [100, 150, 200, 300, 400, 600, 800, 1000]
+    chosen = choose_design(counts, 2, epsilon=1.0, delta=DELTA, settings=MetaSettings(), draws=20)
+    assert chosen.design == "secure-sums"
+    assert "variance release" in chosen.reason
+
+
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({"privacy_unit": "client"}, "privacy_unit='client'"),
+        ({"min_records": 100}, "min_records"),
+        ({"placement": "central"}, "central"),
+    ],
+)
+def test_settings_that_rule_out_the_silo_summaries_run_the_secure_sums(
+    settings: dict[str, object], why: str
+) -> None:
+    x, ids = _records([300, 400, 500], 2, 0)
+    res = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0, **settings)
+    assert res.design == "secure-sums"
+    assert any(why in label for label in res.labels), res.labels
+
+
+def test_the_choice_reads_no_record() -> None:
+    counts = [2000, 3000, 4000, 5000]
+    one = fa_hetdp.private_meta_analysis(*_records(counts, 3, 1), epsilon=1.0, delta=DELTA, rng=0)
+    two = fa_hetdp.private_meta_analysis(*_records(counts, 3, 2), epsilon=1.0, delta=DELTA, rng=0)
+    assert one.design == two.design
+    assert one.labels[-1] == two.labels[-1]  # the reason, planned numbers included
+
+
+def test_without_noise_auto_runs_the_design_the_private_run_would() -> None:
+    counts = [2000, 3000, 4000, 5000]
+    x, ids = _records(counts, 3, 3)
+    private = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0)
+    reference = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0, noise=False)
+    assert reference.design == private.design
+    assert reference.spent is None
+
+
+def test_assumptions_are_for_auto_only_and_named() -> None:
+    x, ids = _records([300, 400, 500], 2, 0)
+    with pytest.raises(InputDataError, match="assumptions are for design='auto'"):
+        fa_hetdp.private_meta_analysis(
+            x, ids, epsilon=1.0, delta=DELTA, design="secure-sums", assumptions={"i2": 0.5}
+        )
+    with pytest.raises(InputDataError, match="unknown assumptions"):
+        fa_hetdp.private_meta_analysis(
+            x, ids, epsilon=1.0, delta=DELTA, assumptions={"colour": "red"}
+        )
+
+
+def test_auto_is_refused_below_the_planner() -> None:
+    from fa_hetdp.errors import PrivacyParameterError
+    from fa_hetdp.protocol.meta_simulate import plan_design
+
+    with pytest.raises(PrivacyParameterError, match="chosen by the planner"):
+        plan_design(1.0, DELTA, [300, 400], 2, MetaSettings())
