@@ -25,7 +25,8 @@ in some silo has no inverse-variance weight -- are left out and counted):
   of tau^2: coordinates with tau^2 = 0 have no relative error of their own);
 - ``μ err``: ``mean_j |mu'_j - mu_j| / |mu_j|`` of the fixed-effect pooled mean;
 - ``μ_RE err``: the same for the random-effects mean;
-- ``cover``: the share of the 95 % intervals (pooled mean, Q, I^2, tau^2, random-effects mean,
+- ``cover``: the share of the 95 % sample intervals (``target="sample"``: the privacy noise
+  around the exact value on these records; pooled mean, Q, I^2, tau^2, random-effects mean,
   every coordinate, every run) that hold the exact value -- pooled over runs, not a median;
 - ``plan``: the planner's prediction of the same figure
   (:func:`fa_hetdp.accuracy.meta_planner.plan_meta_accuracy`) from public quantities and the
@@ -250,7 +251,7 @@ def run_errors(private: Any, exact: Any) -> dict[str, float]:
         truth = pick(exact, key)
         out[key] = float(np.mean(np.abs(pick(private, key) - truth) / np.abs(truth)))
     out["i2_total"] = abs(float(private.i2_total) - float(exact.i2_total))
-    ci = private.confidence_intervals(0.95)
+    ci = private.confidence_intervals(0.95, target="sample")
     hits = total = 0
     for key in COVERED:
         lower = np.asarray(ci.lower[key], dtype=float)[ok]
@@ -463,7 +464,7 @@ def _cell(value: float, predicted: float | None, relative: bool, goal: float | N
 
 def table(rows: Sequence[Row], *, goals: bool = True) -> list[str]:
     """Markdown table of ``rows``: medians over runs, the planner's prediction in brackets."""
-    head = "| case | unit | n | m | \\|I² err\\| | τ² err | μ err | μ_RE err | cover |"
+    head = "| case | unit | n | m | \\|I² err\\| | τ² err | μ err | μ_RE err | cover (sample) |"
     lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         g = goals and row.case == "goal"

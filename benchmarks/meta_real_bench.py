@@ -17,10 +17,11 @@ columns follow ``benchmarks/meta_bench.py``: medians over ``--runs`` runs of
 - ``τ² err``: ``mean_j |tau2'_j - tau2_j| / mean_j tau2_j``;
 - ``μ err``, ``μ_RE err``: ``mean_j |mu'_j - mu_j| / |mu_j|`` (fixed-effect, random-effects);
 
-and ``cover``: the share of the 95 % intervals (``result.confidence_intervals(0.95)``; pooled
-mean, Q, I^2, tau^2, random-effects mean, every coordinate) holding the exact value, pooled
-over ``--coverage-runs`` runs. A "noise off" row per design runs it once with ``noise=False``
-(no privacy noise: the floors and clips alone) and gives the same figures of that run against
+and ``cover``: the share of the 95 % sample intervals (the privacy noise around the exact value on
+these records, ``result.confidence_intervals(0.95, target="sample")``; pooled mean, Q, I^2,
+tau^2, random-effects mean, every coordinate) holding the exact value, pooled over
+``--coverage-runs`` runs. A "noise off" row per design runs it once with ``noise=False`` (no
+privacy noise: the floors and clips alone) and gives the same figures of that run against
 the exact analysis.
 
 Coordinates where the exact analysis is undefined are left out and counted (``undefined``): a
@@ -105,7 +106,7 @@ def errors(result: Any, exact: Any, ok: np.ndarray) -> dict[str, float]:
 def interval_hits(result: Any, exact: Any, ok: np.ndarray) -> tuple[int, int]:
     """How many of ``result``'s 95 % intervals (:data:`COVERED`, coordinates ``ok``) hold the
     exact value, and how many there are."""
-    ci = result.confidence_intervals(0.95)
+    ci = result.confidence_intervals(0.95, target="sample")
     hits = total = 0
     for key in COVERED:
         lower = np.asarray(ci.lower[key], dtype=float)[ok]
@@ -267,7 +268,7 @@ def table(rows: Sequence[Row]) -> list[str]:
     """Markdown table: a row per data set and design (medians), a noise-off row under it."""
     lines = [
         "| data set | design (ran) | n | m | def. | \\|I² err\\| | τ² err | μ err | μ_RE err "
-        "| cover |",
+        "| cover (sample) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:

@@ -225,7 +225,9 @@ META_CASES = {
 def test_audit_meta_round_stays_below_its_claim(rnd: str) -> None:
     lower, claimed = _meta_audit(rnd[0], *META_CASES[rnd], seed=2029)
     assert lower <= claimed, (rnd, lower, claimed)
-    assert lower > 0.3, (rnd, lower)  # the attack sees a part of the round's budget
+    # the attack sees a part of the round's budget (round A: 0.25 of its 2.11 since it holds U
+    # for the per-silo clips, 0.45 of 1.72 before; its sigma/4 control reaches 4.81)
+    assert lower > 0.2, (rnd, lower)
 
 
 @pytest.mark.statistical

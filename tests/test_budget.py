@@ -264,3 +264,28 @@ def test_dp_events_names_the_missing_package(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "dp_accounting", None)
     with pytest.raises(ImportError, match="pip install dp-accounting"):
         b.dp_events()
+
+
+def test_restore_keeps_a_ledger_kept_elsewhere_even_beyond_the_budget() -> None:
+    # a node's ledger file (fa_hetdp.flowerkit.ledger) is read back into a budget
+    spent = PrivacyBudget(10.0, 1e-5)
+    charges = [spent.charge((3.0, 1e-5), name="a"), spent.charge((3.0, 1e-5), name="b")]
+    restored = PrivacyBudget.restore(10.0, 1e-5, charges)
+    assert restored.spent() == spent.spent() and restored.charges == tuple(charges)
+    smaller = PrivacyBudget.restore(2.0, 1e-5, charges)  # a cap lowered since: all recorded
+    assert smaller.spent().epsilon > 2.0 and smaller.remaining().epsilon == 0.0
+    assert not smaller.can_afford((0.01, 1e-5))
+    with pytest.raises(PrivacyParameterError, match="Charge objects"):
+        PrivacyBudget.restore(1.0, 1e-5, [(1.0, 1e-5)])  # type: ignore[list-item]
+
+
+def test_a_priced_charge_is_charged_as_it_is() -> None:
+    budget = PrivacyBudget(1.0, 1e-6)
+    charge = PrivacyBudget(1.0, 1e-6).cost((0.5, 1e-6), name="priced")
+    assert budget.cost(charge) == charge
+    assert budget.charge(charge, name="renamed").releases == charge.releases
+    assert budget.charges[0].name == "renamed"
+    client = Charge("c", "agm", charge.releases, "client")
+    record = Charge("r", "agm", charge.releases, "record")
+    with pytest.raises(PrivacyParameterError, match="budget per unit"):
+        PrivacyBudget.restore(10.0, 1e-6, [client, record])

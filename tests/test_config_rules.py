@@ -378,7 +378,7 @@ def test_scenario_threshold_is_the_run_threshold_and_the_reported_one(tmp_path: 
     scenario = load_scenario(path)
     derived = scenario.to_dict()["derived"]["secagg_threshold_count"]
     settings = RunSettings.from_run_config({**APP_CONFIG, "scenario": str(path)})
-    document = HeterogeneityStrategy(settings)._base_document()
+    document = HeterogeneityStrategy(settings).base_document()
     assert derived == settings.threshold == document["secagg_threshold"] == 5
     assert settings.neighbours == 10 and document["secagg_neighbours"] == 10
 
@@ -396,7 +396,7 @@ def test_auto_scenario_k_and_t_are_the_run_ones_and_the_reported_ones(tmp_path: 
     derived = scenario.to_dict()["derived"]
     chosen = choose_parameters(100, gamma=0.125, delta=0.125)
     settings = RunSettings.from_run_config({**APP_CONFIG, "scenario": str(path)})
-    document = HeterogeneityStrategy(settings)._base_document()
+    document = HeterogeneityStrategy(settings).base_document()
     assert (chosen.degree, chosen.threshold) == (54, 31)  # sparse: 54 < n - 1
     assert derived["secagg_threshold_count"] == settings.threshold == chosen.threshold
     assert document["secagg_threshold"] == document["secagg"]["threshold"] == chosen.threshold

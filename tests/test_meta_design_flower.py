@@ -21,7 +21,7 @@ from test_meta_flower import RECORDS, SILOS, our_grid, run_meta, silos_file
 
 import fa_hetdp
 from fa_hetdp.accuracy.meta_design import choose_design
-from fa_hetdp.clients import meta as client_meta
+from fa_hetdp.clients import silo_summaries as client_silo
 from fa_hetdp.config.partition import client_records
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.settings import META_DESIGNS
@@ -158,7 +158,7 @@ def test_a_node_that_refuses_its_own_release_makes_the_run_use_the_secure_sums(
     _, document = run_meta(config, grid)
     assert document["status"] == "success" and document["design"] == "secure-sums"
     steps = [step["step"] for step in document["steps"]]
-    assert "silo_summaries" not in steps and "stage2_unmask" in steps
+    assert "silo_summaries" not in steps and "meta_round_c_unmask" in steps
     assert document["clients_in_sum"] == {"A": SILOS, "B": SILOS, "C": SILOS}
     reason = document["design_reason"]
     assert reason.startswith("secure sums: 1 of 4 silos do not release their own summaries")
@@ -177,8 +177,11 @@ def test_a_refusing_node_refuses_the_step_with_one_line() -> None:
     assert releases_silo_summaries({"release-silo-summaries": "false"}) is False
     with pytest.raises(ValueError, match="must be true or false, got 'no'"):
         releases_silo_summaries({"release-silo-summaries": "no"})
-    from fa_hetdp.clients.app import silo_summaries
+    from flwr.supercore.task_identity import TaskIdentity
 
+    from fa_hetdp.clients.silo_summaries import silo_summaries
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0  # a Message's ids
     context = Context(
         run_id=1, node_id=1, node_config={"release-silo-summaries": False},
         state=fa_hetdp_state(), run_config={},
@@ -198,13 +201,13 @@ def fa_hetdp_state() -> Any:
 
 def test_a_silo_checks_its_own_count_and_d() -> None:
     request = {Key.META_COUNTS: [[1, 300], [2, 250]], Key.D: 6}
-    assert client_meta.read_silo_counts(request, client_id=2, m=250, d=6) == [[1, 300], [2, 250]]
+    assert client_silo.read_silo_counts(request, client_id=2, m=250, d=6) == [[1, 300], [2, 250]]
     with pytest.raises(ValueError, match="silo summaries: the counts give this client 250"):
-        client_meta.read_silo_counts(request, client_id=2, m=251, d=6)
+        client_silo.read_silo_counts(request, client_id=2, m=251, d=6)
     with pytest.raises(ValueError, match="the request says d=6, this silo has d=5"):
-        client_meta.read_silo_counts(request, client_id=2, m=250, d=5)
+        client_silo.read_silo_counts(request, client_id=2, m=250, d=5)
     with pytest.raises(ValueError, match="at least 2 silos"):
-        client_meta.read_silo_counts(
+        client_silo.read_silo_counts(
             {Key.META_COUNTS: [[2, 250]], Key.D: 6}, client_id=2, m=250, d=6
         )
 

@@ -203,9 +203,9 @@ def test_against_a_malicious_server_each_round_has_its_consistency_check(
     _, document = run_meta(config, our_grid(config))
     steps = [step["step"] for step in document["steps"]]
     assert [s for s in steps if s.endswith("_consistency")] == [
-        "stage0_consistency",
-        "stage1_consistency",
-        "stage2_consistency",
+        "meta_round_a_consistency",
+        "meta_round_b_consistency",
+        "meta_round_c_consistency",
     ]
     assert "server malicious" in document["privacy"]["guarantee"]["adversary"]
     assert_document_matches_replay(config, document)
@@ -296,11 +296,13 @@ def _section(d: int = 5) -> dict[str, Any]:
     i2 = [0.1, 0.9, None, 0.5, 0.0][:d]
 
     def entry(values: list[float | None], spread: float) -> dict[str, Any]:
-        return {
-            "value": values,
-            "lower": [None if v is None else v - spread for v in values],
-            "upper": [None if v is None else v + spread for v in values],
-        }
+        def bounds(width: float) -> dict[str, Any]:
+            return {
+                "lower": [None if v is None else v - width for v in values],
+                "upper": [None if v is None else v + width for v in values],
+            }
+
+        return {"value": values, "population": bounds(spread), "sample": bounds(spread / 2)}
 
     return {
         "n": 5,
@@ -313,7 +315,7 @@ def _section(d: int = 5) -> dict[str, Any]:
             "q": {"value": [4.4, 40.0, None, 8.0, 1.0][:d]},
             "i2": entry(i2, 0.05),
             "tau2": entry([1e-6, 2.5e-4, None, 3e-5, 0.0][:d], 1e-6),
-            "i2_total": {"value": 0.62, "lower": 0.55, "upper": 0.68},
+            "i2_total": {"value": 0.62, "sample": {"lower": 0.55, "upper": 0.68}},
             "i2_average": {"value": 0.375},
         },
         "unit_of_privacy": "one record of one client",
@@ -325,7 +327,9 @@ def test_the_table_lists_the_coordinates_by_i2_with_their_intervals() -> None:
     lines = format_meta(_section(), top=3)
     text = "\n".join(lines)
     assert "n=5 clients, 3000-4000 records each, d=5" in lines[0]
-    assert "I² of the summed Q: 0.620 [0.550, 0.680]" in lines[1]
+    assert lines[1].startswith("  [95 % CI]: confidence interval of the population value")
+    assert lines[2].startswith("  [sample 95 %]: interval of the exact value on these records")
+    assert "I² of the summed Q: 0.620 [sample 95 %: 0.550, 0.680]" in lines[3]
     rows = [line.split() for line in lines if line.startswith("    ") and line.split()[0].isdigit()]
     assert [r[0] for r in rows] == ["1", "3", "0"]  # the three largest I², largest first
     assert "0.9000 [0.8500, 0.9500]" not in text  # I² with 3 digits
@@ -360,8 +364,10 @@ def test_meta_section_round_trips_a_private_result() -> None:
     assert section["n"] == 3 and section["d"] == 4 and section["records_per_client"] == [200] * 3
     stats = section["statistics"]
     np.testing.assert_allclose(stats["i2"]["value"], result.i2)
-    intervals = result.confidence_intervals(0.95)
-    np.testing.assert_allclose(stats["tau2"]["upper"], intervals.upper["tau2"])
+    intervals = result.confidence_intervals(0.95, target="population")
+    np.testing.assert_allclose(stats["tau2"]["population"]["upper"], intervals.upper["tau2"])
+    sample = result.confidence_intervals(0.95, target="sample")
+    np.testing.assert_allclose(stats["tau2"]["sample"]["upper"], sample.upper["tau2"])
     assert math.isclose(stats["i2_total"]["value"], result.i2_total, rel_tol=1e-12)
     assert section["unit_of_privacy"] == result.unit_of_privacy
     assert format_meta(section)[0].startswith("meta-analysis: n=3 clients, 200 records each")
@@ -412,8 +418,9 @@ def test_the_progress_display_names_the_rounds_of_a_meta_analysis() -> None:
 
     meta = step_labels(RunSetup("silos", 5, {}, {}, analysis="meta"))
     paper = step_labels(RunSetup("quickstart", 100, {}, {}))
-    assert meta["stage1_input"] == "round B: masked Q, I², τ² + noise"
-    assert meta["stage0_unmask"] == "round A: unmask"
+    assert meta["meta_round_b"] == "round B: masked Q, I², τ² + noise"
+    assert meta["meta_round_a_unmask"] == "round A: unmask"
+    assert meta["stage1_input"] == paper["stage1_input"]  # the paper's steps keep their names
     assert paper["stage1_input"].startswith("stage 1: masked [x, w x, w]")
 
 

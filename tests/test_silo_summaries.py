@@ -299,7 +299,7 @@ def _coverage(counts: list[int], spread: float, epsilon: float) -> dict[str, flo
     hits = dict.fromkeys((*COVERAGE_KEYS, "i2_total"), 0.0)
     for run in range(COVERAGE_RUNS):
         res = run_silo_summaries(plan, clients, rng)
-        iv = res.confidence_intervals(0.95, draws=1000, seed=run)
+        iv = res.confidence_intervals(0.95, target="sample", draws=1000, seed=run)
         for key in COVERAGE_KEYS:
             v = getattr(exact, key)
             hits[key] += float(np.mean((iv.lower[key] <= v + 1e-12) & (v <= iv.upper[key] + 1e-12)))
@@ -354,7 +354,7 @@ def test_the_result_fields() -> None:
     np.testing.assert_array_equal(res.noise_std["theta"][:, 0], res.plan.sigmas[0])
     np.testing.assert_array_equal(res.records_per_client, counts)
     assert "record" in res.unit_of_privacy
-    iv = res.confidence_intervals(0.9, draws=200, seed=1)
+    iv = res.confidence_intervals(0.9, target="sample", draws=200, seed=1)
     for key in ("pooled_mean", "q", "i2", "tau2", "random_effects_mean"):
         assert np.all(iv.lower[key] <= iv.upper[key]), key
 

@@ -2,7 +2,8 @@
 
 :class:`FlowerCluster` starts a simulation SuperLink on a free port with its own
 ``FLWR_HOME`` in a working directory and ``flwr run`` submissions, and stops every process it
-started (SuperLink, SuperExec/app children, Ray) when it is closed, also on errors and Ctrl-C.
+started (SuperLink, SuperExec/app children, Ray) when it is closed, also on errors and Ctrl-C
+(and SIGTERM or SIGHUP inside :func:`signals_unwind`, which ``fa-hetdp run`` uses).
 The deployment tests extend it (SuperNodes, TLS, SuperNode authentication) through
 :meth:`FlowerCluster.superlink_options` and :meth:`FlowerCluster.connection_options`.
 :func:`run_simulation` is the simulation run behind ``fa-hetdp run`` (:mod:`fa_hetdp.cli.run`).
@@ -28,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ __all__ = [
     "APP_PACKAGES",
     "ClusterError",
     "FlowerCluster",
+    "Interrupted",
     "ManagedProcess",
     "RunOutcome",
     "find_program",
@@ -52,6 +55,7 @@ __all__ = [
     "programs_path",
     "read_progress",
     "run_simulation",
+    "signals_unwind",
     "toml_value",
 ]
 
@@ -149,6 +153,81 @@ CONNECTION_NAME = "fa-hetdp"
 
 class ClusterError(FaHetdpError, RuntimeError):
     """A Flower process failed to start, or a run failed or timed out."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal stopped the run: Ctrl-C (SIGINT), or SIGTERM or SIGHUP (:func:`signals_unwind`).
+
+    A ``KeyboardInterrupt``, so it unwinds every ``with`` on the way out as Ctrl-C does (each
+    :class:`FlowerCluster` stops what it started). :func:`run_simulation` raises it with the
+    run's result file, marked aborted with what was released.
+
+    Attributes
+    ----------
+    signum : int
+        The signal.
+    result_path : Path or None
+        The run's result file (None: the signal came before the run started).
+    result : dict or None
+        Its document (None: no file was written: nothing had been released).
+    """
+
+    def __init__(
+        self,
+        signum: int = signal.SIGINT,
+        *,
+        result_path: Path | None = None,
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+        self.result_path = result_path
+        self.result = result
+
+    @property
+    def signal_name(self) -> str:
+        """Return the signal's name (``"SIGTERM"``)."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """Return the shell's code for a process ended by this signal: 128 + its number."""
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def signals_unwind(signals: Sequence[str] = ("SIGTERM", "SIGHUP")) -> Iterator[None]:
+    """Make ``signals`` (by name) unwind like Ctrl-C while inside: raise :class:`Interrupted`.
+
+    SIGTERM (what ``timeout``, systemd and CI send) would otherwise end the process at once
+    and leave every Flower process it started running. The first signal raises in the main
+    thread; a repeated one is ignored while the ``with`` blocks on the way out stop the
+    processes (their stop ends in SIGKILL). A signal the process ignores (SIGHUP under
+    ``nohup``) stays ignored, and one the platform lacks is skipped. Outside the main thread
+    (where Python cannot take signals) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def unwind(signum: int, frame: object) -> None:
+        nonlocal raised
+        if raised:
+            return
+        raised = True
+        raise Interrupted(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    for name in signals:
+        sig = getattr(signal, name, None)
+        if isinstance(sig, signal.Signals) and signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, unwind)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass
@@ -371,9 +450,21 @@ class FlowerCluster:
             process.popen.wait(timeout=10)
 
     def close(self) -> None:
-        """Stop every process started here, newest first."""
+        """Stop every process started here, newest first.
+
+        A signal that interrupts one stop (a Ctrl-C, or a SIGTERM under
+        :func:`signals_unwind`) kills that process at once (SIGKILL), and the others are
+        stopped all the same before it is raised again.
+        """
+        interrupted: BaseException | None = None
         for process in reversed(self.processes):
-            self.stop(process)
+            try:
+                self.stop(process)
+            except BaseException as exc:  # re-raised below, after the others are stopped
+                interrupted = interrupted or exc
+                self.kill(process)
+        if interrupted is not None:
+            raise interrupted
 
     def __enter__(self) -> FlowerCluster:
         return self
@@ -554,7 +645,8 @@ def run_simulation(
     events; default ``workdir/result.json``). All processes are stopped on return; the run is
     then over, so a result file still ``"running"`` (the ServerApp stopped before its end) is
     marked aborted, with the releases it records (:func:`fa_hetdp.server.results.read_result`),
-    also when the run is stopped by its time-out or Ctrl-C (a time-out's error names the file).
+    also when the run is stopped by its time-out or a signal (a time-out's error names the
+    file; Ctrl-C, and SIGTERM under :func:`signals_unwind`, raise :class:`Interrupted` with it).
     """
     from fa_hetdp.server.results import read_result
 
@@ -580,9 +672,13 @@ def run_simulation(
                 run, _result_file(template, progress_path, started), timeout=timeout, on_poll=poll
             )
             poll()
-    except BaseException as exc:  # a time-out, Ctrl-C: every process is stopped, run over
+    except BaseException as exc:  # a time-out, Ctrl-C, SIGTERM: every process stopped, run over
         path = _result_file(template, progress_path, started)
         document = read_result(path)
+        if isinstance(exc, KeyboardInterrupt):
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            found = None if document is None else path
+            raise Interrupted(signum, result_path=found, result=document) from exc
         if document is None or not isinstance(exc, ClusterError):
             raise
         first, _, rest = str(exc).partition("\n")

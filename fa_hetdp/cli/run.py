@@ -19,22 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from fa_hetdp.cli.checks import check_ring
-from fa_hetdp.cli.cluster import ClusterError, run_simulation
+from fa_hetdp.cli.cluster import ClusterError, Interrupted, run_simulation, signals_unwind
 from fa_hetdp.cli.paths import check_writable_folder
 from fa_hetdp.cli.plan import run_plan_lines
 from fa_hetdp.cli.setting_flags import add_setting_flags, flag_settings
 from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
-from fa_hetdp.config.scenario import min_records_problem
+from fa_hetdp.config.scenario import meta_records_problem, min_records_problem
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.flowerkit.settings import RUN_CONFIG_KEYS, UNSET, resolve_overrides, run_config_key
 from fa_hetdp.flowerkit.steps import (
     CONSISTENCY_STEP,
-    INPUT_STEP,
+    META_ROUNDS,
+    SILO_SUMMARIES,
     STAGE0_INPUT,
     STAGE0_UNMASK,
     STEP_LABELS,
-    UNMASK_STEP,
     Event,
 )
 from fa_hetdp.protocol.guarantee import Guarantee
@@ -132,6 +132,9 @@ def check_flags(args: argparse.Namespace, scenario: Scenario) -> dict[str, objec
     unit_problem = min_records_problem(dict(values), scenario.data.records_per_client)
     if unit_problem is not None:
         problems.append((flags.get("min_records", key("min_records")), unit_problem))
+    known = scenario.data.records_per_client if scenario.data.partitioner is None else None
+    if (meta_problem := meta_records_problem(values, known)) is not None:  # with the others
+        problems.append((flags.get("analysis", key("analysis")), meta_problem))
     overrides: dict[str, object] = {
         RUN_CONFIG_KEYS[name]: ("true" if v else "false") if isinstance(v, bool) else v
         for name, v in given.items()
@@ -236,20 +239,8 @@ def prepare(args: argparse.Namespace) -> RunSetup:
     vectors = partition_scenario(scenario).vectors
     truth = true_statistics(vectors, variance_floor=scenario.privacy.variance_floor).summary()
     adaptive = run_config.get("adaptive-floor", "")
+    # a meta-analysis' own checks (records per client, its mechanism) ran with the others
     analysis = str(run_config.get("analysis") or dict(scenario.privacy.extra).get("analysis", ""))
-    if analysis == "meta" and scenario.data.partitioner is None:
-        records = scenario.data.records_per_client
-        if records < 2:  # each client's sampling variance needs two records
-            where = "--analysis" if run_config.get("analysis") else "privacy.analysis"
-            raise_problems(
-                "command line",
-                [
-                    (
-                        where,
-                        f"meta needs >= 2 records per client; data.records_per_client = {records}",
-                    )
-                ],
-            )
     return RunSetup(
         scenario_name=scenario.name,
         num_clients=scenario.num_clients,
@@ -311,11 +302,14 @@ def step_labels(setup: RunSetup) -> dict[str, str]:
     labels[STAGE0_INPUT] = "stage 0: masked s_i^2 bucket + noise (the floor)"
     labels[STAGE0_UNMASK] = "stage 0: unmask"
     labels.update({s: f"stage {k}: consistency check" for k, s in CONSISTENCY_STEP.items()})
-    if setup.analysis == "meta":  # the three summations carry rounds A, B, C
+    if setup.analysis == "meta":  # rounds A, B, C on their own steps
         rounds = (("A", "sums, spread"), ("B", "Q, I², τ²"), ("C", "random effects"))
-        for k, (rnd, what) in enumerate(rounds):
-            labels[INPUT_STEP[k]] = f"round {rnd}: masked {what} + noise"
-            labels[UNMASK_STEP[k]] = f"round {rnd}: unmask"
+        for rnd, what in rounds:
+            steps = META_ROUNDS[rnd]
+            labels[steps.input] = f"round {rnd}: masked {what} + noise"
+            labels[steps.consistency] = f"round {rnd}: consistency check"
+            labels[steps.unmask] = f"round {rnd}: unmask"
+        labels[SILO_SUMMARIES] = "silo summaries: each silo's own noisy release"
     return labels
 
 
@@ -597,8 +591,28 @@ def run_command(args: argparse.Namespace) -> int:
 
     Everything is checked before Flower starts (flags, grid, paths, the secagg ring). A
     start-up failure of Flower is one line with a hint; a run that did not succeed exits 1
-    with its reason, whatever ``flwr run`` returned.
+    with its reason, whatever ``flwr run`` returned. SIGTERM and SIGHUP unwind like Ctrl-C
+    (:func:`~fa_hetdp.cli.cluster.signals_unwind`): every process the run started is
+    stopped, the result file is marked aborted with what was released, and the command says
+    so and exits 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C).
     """
+    with signals_unwind():
+        try:
+            return _run(args)
+        except Interrupted as exc:
+            print(
+                f"fa-hetdp run: stopped by {exc.signal_name}; every process it started was "
+                "stopped.",
+                file=sys.stderr,
+            )
+            if exc.result is not None and exc.result_path is not None:
+                print_privacy(exc.result, file=sys.stderr)
+                status = exc.result.get("status")
+                print(f"  result ({status}): {shown_path(exc.result_path)}", file=sys.stderr)
+            return exc.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
     check_paths(args)
     setup = prepare(args)
     if setup.analysis == "meta":  # the paper protocol's ring check and plan do not apply

@@ -30,10 +30,17 @@ session size), does its step with the :mod:`fa_hetdp.protocol` client functions 
 ``stage2_unmask``   shares that remove the stage-2 masks (summation 1)
 ``stageK_consistency``  ``secagg-threat-model = "malicious-server"`` only, before each unmask:
                     sign the survivor list shown (Bonawitz et al.'s consistency round)
+``meta_round_*``    a meta-analysis' secure sums, rounds A, B, C on their own steps
+                    (:mod:`fa_hetdp.clients.meta`); a ``stageK_input`` in a meta-analysis
+                    session is refused (an older server's)
 ``silo_summaries``  a meta-analysis in the silo-summaries design: the silo's own noisy means
-                    and variances, unmasked (:mod:`fa_hetdp.clients.meta`); refused when
-                    ``node_config["release-silo-summaries"]`` is false (the first reply says so)
+                    and variances, unmasked (:mod:`fa_hetdp.clients.silo_summaries`); refused
+                    when ``node_config["release-silo-summaries"]`` is false (the first reply
+                    says so)
 ==================  =========================================================================
+
+What every step's handler shares (the settings, the session state, the noise generator, the
+secure aggregation's rounds) is :mod:`fa_hetdp.clients.session`.
 
 The session size n that sets the noise share is the length of the setup's id list, which is
 bound into the session id of every share channel (a server that shows two clients different
@@ -59,7 +66,6 @@ clients fail at one step, to test dropout handling.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -70,31 +76,36 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 import fa_hetdp
-from fa_hetdp.clients import meta
+from fa_hetdp.clients import meta, silo_summaries
+from fa_hetdp.clients.session import (
+    SENT_SETTINGS,
+    Handler,
+    SimulatedDropoutError,
+    analysis_of,
+    consistency,
+    masked_input,
+    maybe_drop,
+    node_partition,
+    noise_generator,
+    read_sent,
+    reply_to,
+    run_settings,
+    secagg_client,
+    start_step,
+    state_int,
+    step_limits_of,
+    unmask,
+)
 from fa_hetdp.config.partition import client_records, client_summary
-from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
-from fa_hetdp.dp.rng import client_generator
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.flowerkit.limits import step_limits
-from fa_hetdp.flowerkit.measurement import (
-    SETTINGS_KEY,
-    SentSettings,
-    check_node_safety,
-    read_settings,
-)
-from fa_hetdp.flowerkit.settings import (
-    RunSettings,
-    dropout_partitions,
-    node_secagg,
-    releases_silo_summaries,
-)
+from fa_hetdp.flowerkit.measurement import SETTINGS_KEY, check_node_safety
+from fa_hetdp.flowerkit.settings import RunSettings, node_secagg, releases_silo_summaries
 from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     INPUT_STEP,
     SHARE_KEYS,
-    SILO_SUMMARIES,
     STAGE0_CONSISTENCY,
     STAGE0_INPUT,
     STAGE0_UNMASK,
@@ -108,7 +119,7 @@ from fa_hetdp.flowerkit.steps import (
     NodeConfig,
     State,
 )
-from fa_hetdp.flowerkit.wire import Limits, decode, encode
+from fa_hetdp.flowerkit.wire import Limits, decode
 from fa_hetdp.protocol.client import (
     LocalValues,
     local_values,
@@ -120,7 +131,14 @@ from fa_hetdp.protocol.floor import floor_contribution
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.secagg.client import SecAggClient
 
-__all__ = ["Records", "RecordsLoader", "app", "register_steps", "scenario_records"]
+__all__ = [
+    "Records",
+    "RecordsLoader",
+    "SimulatedDropoutError",
+    "app",
+    "register_steps",
+    "scenario_records",
+]
 
 Records = npt.ArrayLike | tuple[npt.ArrayLike, npt.ArrayLike | None]
 """What a records loader returns: ``features`` ``(N, d)``, or ``(features, labels)``."""
@@ -130,35 +148,9 @@ SettingsSource = Literal["run-config", "message"]
 """Where a session's settings come from: the run config (this package's own app) or the
 first message of a drop-in measurement (:mod:`fa_hetdp.flowerkit.measurement`)."""
 
-#: ``context.state`` key (in the session's ``ConfigRecord``) of a drop-in's settings document.
-SENT_SETTINGS = "sent-settings"
 
 app = ClientApp()
 log = logging.getLogger("flwr.fa_hetdp.client")
-
-
-class SimulatedDropoutError(RuntimeError):
-    """Raised by a client chosen to drop out (``dropout-fraction`` > 0, simulation only)."""
-
-
-def _partition(context: Context, *, required: bool = True) -> tuple[int, int]:
-    """Return the node's ``(partition-id, num-partitions)``; ``(-1, 0)`` for its own data.
-
-    ``required = False`` (a drop-in session in deployment mode): a node without a
-    ``partition-id`` loads its records itself and needs none.
-    """
-    config = context.node_config
-    try:
-        own_data = NodeConfig.DATA_PATH in config or not required
-        if own_data and NodeConfig.PARTITION_ID not in config:
-            return -1, 0  # a data owner with its own records needs no partition id
-        pid = int(config[NodeConfig.PARTITION_ID])
-        return pid, int(config.get(NodeConfig.NUM_PARTITIONS, 0))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RuntimeError(
-            "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>' (data "
-            "from the scenario) or 'data-path=\"/path/to/x.npy\"' (its own data)"
-        ) from exc
 
 
 def load_vector(path: str) -> np.ndarray:
@@ -184,8 +176,8 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
         return load_checked_records(data_path), None  # a file has no labels
-    pid, num = _partition(context)
-    return client_records(_settings(context).scenario, pid, num)
+    pid, num = node_partition(context)
+    return client_records(run_settings(context).scenario, pid, num)
 
 
 def _records_of(loaded: Records) -> tuple[np.ndarray, np.ndarray | None]:
@@ -263,11 +255,6 @@ def _summarise(
     return summarise(features, labels, summary)
 
 
-def _analysis(settings: RunSettings) -> str:
-    """Return the run's ``analysis`` setting: ``"heterogeneity"`` or ``"meta"``."""
-    return str(settings.protocol.setting("analysis"))
-
-
 #: Under which key of :attr:`State.LOCAL` each analysis keeps the client's data.
 _LOCAL_KEY: Mapping[str, str] = {"heterogeneity": State.X, "meta": State.RECORDS}
 
@@ -284,7 +271,7 @@ def _local_data(
     keeps the records themselves and shows their count ``m_i`` (public in a meta-analysis:
     the plan is calibrated on every client's count).
     """
-    if _analysis(settings) == "meta":
+    if analysis_of(settings) == "meta":
         if features.shape[0] < 2:
             raise InputDataError(
                 f"a meta-analysis needs at least 2 records per client, this node holds "
@@ -292,88 +279,6 @@ def _local_data(
             )
         return {State.RECORDS: features}, {Key.RECORDS: int(features.shape[0])}
     return {State.X: _summarise(features, labels, summary)}, {}
-
-
-_SETTINGS_CACHE: dict[object, RunSettings] = {}
-_SENT_CACHE: dict[str, SentSettings] = {}
-
-
-def _settings(context: Context) -> RunSettings:
-    """Resolve the run settings (cached per process: a run sends six messages per client).
-
-    A drop-in session keeps the settings document of its first message in its state
-    (:data:`SENT_SETTINGS`); every other session reads the run config.
-    """
-    sent = _sent_settings(context)
-    if sent is not None:
-        return sent.run
-    key = tuple(sorted(context.run_config.items()))
-    settings = _SETTINGS_CACHE.get(key)
-    if settings is None:
-        if len(_SETTINGS_CACHE) >= 4:
-            _SETTINGS_CACHE.clear()
-        settings = RunSettings.from_run_config(context.run_config)
-        _SETTINGS_CACHE[key] = settings
-    return settings
-
-
-def _sent_settings(context: Context) -> SentSettings | None:
-    record = context.state.get(State.RECORD)
-    if not isinstance(record, ConfigRecord):
-        return None
-    text = record.get(SENT_SETTINGS, "")
-    if not isinstance(text, str) or not text:
-        return None
-    return _read_sent(json.loads(text))
-
-
-def _read_sent(document: object) -> SentSettings:
-    key = json.dumps(document, sort_keys=True)
-    sent = _SENT_CACHE.get(key)
-    if sent is None:
-        if len(_SENT_CACHE) >= 4:
-            _SENT_CACHE.clear()
-        try:
-            sent = read_settings(document)
-        except ConfigError as exc:  # one line: the server keeps the first line of a reason
-            problems = "; ".join(f"{where}: {what}" for where, what in exc.problems)
-            raise ValueError(f"the measurement's settings are refused: {problems}") from exc
-        _SENT_CACHE[key] = sent
-    return sent
-
-
-def _maybe_drop(settings: RunSettings, partition_id: int, step: str) -> None:
-    if step == settings.dropout_step and partition_id in dropout_partitions(settings):
-        raise SimulatedDropoutError(f"partition {partition_id} drops out at step {step!r}")
-
-
-def _start_step(context: Context, step: str) -> tuple[RunSettings, int, ConfigRecord]:
-    # Every step after advertise_keys: settings, partition id (after a simulated dropout
-    # check) and the session state.
-    settings = _settings(context)
-    pid, _ = _partition(context, required=_sent_settings(context) is None)
-    _maybe_drop(settings, pid, step)
-    return settings, pid, _record(context)
-
-
-def _record(context: Context) -> ConfigRecord:
-    record = context.state.get(State.RECORD)
-    if not isinstance(record, ConfigRecord):
-        raise RuntimeError("no protocol state: the session did not start on this node")
-    return record
-
-
-def _generator(settings: RunSettings, record: ConfigRecord, pid: int) -> np.random.Generator:
-    rng = client_generator(settings.mode, seed=settings.seed, partition_id=pid)
-    saved = record.get(State.RNG_STATE, "")
-    if settings.mode == "simulation" and isinstance(saved, str) and saved:
-        rng.bit_generator.state = json.loads(saved)
-    return rng
-
-
-def _save_generator(settings: RunSettings, record: ConfigRecord, rng: np.random.Generator) -> None:
-    if settings.mode == "simulation":
-        record[State.RNG_STATE] = json.dumps(rng.bit_generator.state)
 
 
 def _local(context: Context, plan: ProtocolPlan) -> LocalValues:
@@ -384,41 +289,11 @@ def _local(context: Context, plan: ProtocolPlan) -> LocalValues:
     return local_values(x, variance_floor=plan.variance_floor)  # the adaptive floor, if any
 
 
-def _state_int(record: ConfigRecord, key: str) -> int:
-    value = record.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RuntimeError(f"corrupt protocol state: {key!r} is {value!r}, not an int")
-    return value
-
-
 def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
-    n = _state_int(record, State.SESSION_SIZE)
+    n = state_int(record, State.SESSION_SIZE)
     floor = record.get(State.FLOOR)  # set by stage1_input in adaptive_floor runs
     floor = float(floor) if isinstance(floor, float) else None
-    return plan_protocol(settings.protocol, n=n, d=_state_int(record, State.D), floor=floor)
-
-
-def _limits(context: Context, step: str) -> Limits:
-    """Return what the server's message of ``step`` may make this client decode.
-
-    :mod:`fa_hetdp.flowerkit.limits`: ``k`` from the run config, ``d`` the client's own.
-    """
-    settings = _settings(context)
-    k = settings.num_clients - 1 if settings.neighbours is None else settings.neighbours
-    record = context.state.get(State.RECORD)
-    d = record.get(State.D) if isinstance(record, ConfigRecord) else None
-    return step_limits(step, k=max(k, 0), d=d if isinstance(d, int) else None)
-
-
-def _reply(msg: Message, payload: dict[str, Any]) -> Message:
-    return Message(encode(payload), reply_to=msg)
-
-
-def _secagg(record: ConfigRecord) -> SecAggClient:
-    blob = record.get(State.SECAGG, b"")
-    if not isinstance(blob, bytes):
-        raise RuntimeError("corrupt secagg state")
-    return SecAggClient.from_bytes(blob)
+    return plan_protocol(settings.protocol, n=n, d=state_int(record, State.D), floor=floor)
 
 
 def advertise_keys(
@@ -440,17 +315,17 @@ def advertise_keys(
         del context.state[State.RECORD]
     if settings_from == "message":
         request = decode(msg.content, limits=Limits())  # the codec's caps: k is not known yet
-        sent = _read_sent(request.get(SETTINGS_KEY))
+        sent = read_sent(request.get(SETTINGS_KEY))
         settings = sent.run
         check_node_safety(context.node_config, settings)
-        pid, num = _partition(context, required=settings.mode == "simulation")
-        _maybe_drop(settings, pid, ADVERTISE_KEYS)
+        pid, num = node_partition(context, required=settings.mode == "simulation")
+        maybe_drop(settings, pid, ADVERTISE_KEYS)
     else:
-        settings = _settings(context)
+        settings = run_settings(context)
         check_node_safety(context.node_config, settings, default_unit=None)
-        pid, num = _partition(context)
-        _maybe_drop(settings, pid, ADVERTISE_KEYS)
-        request = decode(msg.content, limits=_limits(context, ADVERTISE_KEYS))
+        pid, num = node_partition(context)
+        maybe_drop(settings, pid, ADVERTISE_KEYS)
+        request = decode(msg.content, limits=step_limits_of(context, ADVERTISE_KEYS))
         sent = None
     features, labels = _records_of((records or scenario_records)(context))
     _check_record_count(settings, features.shape[0])
@@ -460,9 +335,9 @@ def advertise_keys(
         else sent.summary.resolve(features.shape[1])
     )
     local, shown = _local_data(settings, features, labels, summary)
-    if _analysis(settings) == "meta":  # the server runs the secure sums if any node says no
+    if analysis_of(settings) == "meta":  # the server runs the secure sums if any node says no
         shown[Key.RELEASES_SILO_SUMMARIES] = releases_silo_summaries(context.node_config)
-    d = int(local[_LOCAL_KEY[_analysis(settings)]].shape[-1])
+    d = int(local[_LOCAL_KEY[analysis_of(settings)]].shape[-1])
     client_id = int(request[Key.CLIENT_ID])
     own = node_secagg(context.node_config, settings, (pid, num))  # the node's own keys
     if own.roster is not None:
@@ -497,7 +372,7 @@ def advertise_keys(
         }
     )
     context.state[State.RECORD] = record
-    return _reply(
+    return reply_to(
         msg,
         {
             Key.D: d,
@@ -512,43 +387,44 @@ def advertise_keys(
 
 def share_keys(msg: Message, context: Context) -> Message:
     """Secagg round 1: encrypted shares of the mask keys and self-mask seeds."""
-    _, _, record = _start_step(context, SHARE_KEYS)
-    secagg = _secagg(record)
-    reply = secagg.share_keys(decode(msg.content, limits=_limits(context, SHARE_KEYS))[Key.SECAGG])
+    _, _, record = start_step(context, SHARE_KEYS)
+    secagg = secagg_client(record)
+    request = decode(msg.content, limits=step_limits_of(context, SHARE_KEYS))
+    reply = secagg.share_keys(request[Key.SECAGG])
     record[State.SECAGG] = secagg.to_bytes()
     # n (sets the noise share) from the key directory, never a number the server states
     record[State.SESSION_SIZE] = secagg.session_size
-    return _reply(msg, {Key.SECAGG: reply})
+    return reply_to(msg, {Key.SECAGG: reply})
 
 
 def stage0_input(msg: Message, context: Context) -> Message:
-    """Stage 0: ``adaptive_floor``'s bucket of ``s_i^2``, or round A of a meta-analysis."""
+    """Stage 0: ``adaptive_floor``'s bucket of ``s_i^2`` plus a noise share."""
     return _input(msg, context, 0)
 
 
 def stage0_unmask(msg: Message, context: Context) -> Message:
     """Stage 0: reveal the shares that remove the masks."""
-    return _unmask(msg, context, STAGE0_UNMASK)
+    return unmask(msg, context, STAGE0_UNMASK)
 
 
 def stage1_input(msg: Message, context: Context) -> Message:
-    """Stage 1: ``[x, w x, w]``, or round B of a meta-analysis, plus a noise share."""
+    """Stage 1: ``[x, w x, w]`` plus a noise share."""
     return _input(msg, context, 1)
 
 
 def stage1_unmask(msg: Message, context: Context) -> Message:
     """Stage 1: reveal the shares that remove the masks."""
-    return _unmask(msg, context, STAGE1_UNMASK)
+    return unmask(msg, context, STAGE1_UNMASK)
 
 
 def stage2_input(msg: Message, context: Context) -> Message:
-    """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]``, or round C, plus a noise share."""
+    """Stage 2: ``[(x - mu')^2, w (x - mu_bar')^2]`` plus a noise share."""
     return _input(msg, context, 2)
 
 
 def stage2_unmask(msg: Message, context: Context) -> Message:
     """Stage 2: reveal the shares that remove the masks."""
-    return _unmask(msg, context, STAGE2_UNMASK)
+    return unmask(msg, context, STAGE2_UNMASK)
 
 
 InputValues = Callable[
@@ -558,12 +434,18 @@ InputValues = Callable[
 
 
 def _input(msg: Message, context: Context, stage: int) -> Message:
-    # Every masked-input step: the analysis' values of this stage, encoded and masked.
-    settings, pid, record = _start_step(context, INPUT_STEP[stage])
-    request = decode(msg.content, limits=_limits(context, INPUT_STEP[stage]))
-    rng = _generator(settings, record, pid)
-    values = _INPUT_VALUES[_analysis(settings)][stage](context, settings, record, request, rng)
-    return _masked_input(msg, request, values, settings, record, rng)
+    # Every masked-input step of the paper's stages: this stage's values, encoded and masked.
+    settings, pid, record = start_step(context, INPUT_STEP[stage])
+    if analysis_of(settings) != "heterogeneity":  # e.g. an older server's meta rounds
+        raise RuntimeError(
+            f"{INPUT_STEP[stage]} in a {analysis_of(settings)!r} session: the meta-analysis' "
+            "rounds have their own steps (meta_round_a, meta_round_b, meta_round_c); the "
+            "server runs an older fa-hetdp"
+        )
+    request = decode(msg.content, limits=step_limits_of(context, INPUT_STEP[stage]))
+    rng = noise_generator(settings, record, pid)
+    values = _STAGE_VALUES[stage](context, settings, record, request, rng)
+    return masked_input(msg, request, values, settings, record, rng)
 
 
 def _floor_values(
@@ -621,122 +503,29 @@ def _stage2_values(
     )
 
 
-def _meta_values(stage: int) -> InputValues:
-    """Round A, B or C of a meta-analysis (:mod:`fa_hetdp.clients.meta`) at ``stage``."""
-
-    def values(
-        context: Context,
-        settings: RunSettings,
-        record: ConfigRecord,
-        request: dict[str, Any],
-        rng: np.random.Generator,
-    ) -> np.ndarray:
-        arrays = context.state.get(State.LOCAL)
-        if not isinstance(arrays, ArrayRecord):
-            raise RuntimeError("no local data: the session did not start on this node")
-        records = np.asarray(arrays[State.RECORDS].numpy(), dtype=np.float64)
-        if stage == 0:  # round A: the public counts the plan is calibrated on
-            counts = meta.read_counts(
-                request,
-                client_id=_state_int(record, State.CLIENT_ID),
-                m=records.shape[0],
-                n=_state_int(record, State.SESSION_SIZE),
-            )
-            record[State.META_COUNTS] = meta.counts_to_json(counts)
-        counts = meta.counts_from_json(record.get(State.META_COUNTS))
-        return meta.meta_round(settings, records, counts, stage, request, rng)
-
-    return values
-
-
-def silo_summaries(msg: Message, context: Context) -> Message:
-    """Meta-analysis, silo-summaries design: this silo's own noisy means and variances.
-
-    Refused (one line) when the node's config says ``release-silo-summaries = false``, and
-    outside a meta-analysis session. The noise comes from the node's generator (a CSPRNG in
-    deployment mode, the seeded stream in simulation).
-    """
-    if not releases_silo_summaries(context.node_config):  # the node's word, checked first
-        raise ValueError(
-            f"this node does not release its own summaries (node-config "
-            f"{NodeConfig.RELEASE_SILO_SUMMARIES} = false): only the secure sums"
-        )
-    settings, pid, record = _start_step(context, SILO_SUMMARIES)
-    if _analysis(settings) != "meta":
-        raise RuntimeError("silo_summaries outside a meta-analysis session")
-    arrays = context.state.get(State.LOCAL)
-    if not isinstance(arrays, ArrayRecord):
-        raise RuntimeError("no local data: the session did not start on this node")
-    records = np.asarray(arrays[State.RECORDS].numpy(), dtype=np.float64)
-    request = decode(msg.content, limits=_limits(context, SILO_SUMMARIES))
-    client_id = _state_int(record, State.CLIENT_ID)
-    counts = meta.read_silo_counts(
-        request, client_id=client_id, m=records.shape[0], d=records.shape[1]
-    )
-    rng = _generator(settings, record, pid)
-    release = meta.silo_release(settings, records, counts, client_id, rng)
-    _save_generator(settings, record, rng)
-    return _reply(msg, {Key.SILO_RELEASE: release})
-
-
-#: Each analysis' values of the masked-input stages 0, 1, 2 (the ``analysis`` setting).
-_INPUT_VALUES: Mapping[str, Mapping[int, InputValues]] = {
-    "heterogeneity": {0: _floor_values, 1: _stage1_values, 2: _stage2_values},
-    "meta": {stage: _meta_values(stage) for stage in (0, 1, 2)},
-}
-
-
-def _masked_input(
-    msg: Message,
-    request: dict[str, Any],
-    values: np.ndarray,
-    settings: RunSettings,
-    record: ConfigRecord,
-    rng: np.random.Generator,
-) -> Message:
-    # Shared tail of both input stages: mask the contribution, keep the secagg and rng state.
-    secagg = _secagg(record)
-    reply = secagg.masked_input(request[Key.SECAGG], values, rng=rng)
-    record[State.SECAGG] = secagg.to_bytes()
-    _save_generator(settings, record, rng)
-    return _reply(msg, {Key.SECAGG: reply})
+#: The values of the paper's masked-input stages 0 (``adaptive_floor``), 1 and 2.
+_STAGE_VALUES: Mapping[int, InputValues] = {0: _floor_values, 1: _stage1_values, 2: _stage2_values}
 
 
 def stage0_consistency(msg: Message, context: Context) -> Message:
     """Stage 0 (malicious-server sessions): sign the survivor list shown."""
-    return _consistency(msg, context, STAGE0_CONSISTENCY)
+    return consistency(msg, context, STAGE0_CONSISTENCY)
 
 
 def stage1_consistency(msg: Message, context: Context) -> Message:
     """Stage 1 (malicious-server sessions): sign the survivor list shown."""
-    return _consistency(msg, context, STAGE1_CONSISTENCY)
+    return consistency(msg, context, STAGE1_CONSISTENCY)
 
 
 def stage2_consistency(msg: Message, context: Context) -> Message:
     """Stage 2 (malicious-server sessions): sign the survivor list shown."""
-    return _consistency(msg, context, STAGE2_CONSISTENCY)
+    return consistency(msg, context, STAGE2_CONSISTENCY)
 
 
-def _consistency(msg: Message, context: Context, step: str) -> Message:
-    _, _, record = _start_step(context, step)
-    secagg = _secagg(record)
-    reply = secagg.sign_survivors(decode(msg.content, limits=_limits(context, step))[Key.SECAGG])
-    record[State.SECAGG] = secagg.to_bytes()
-    return _reply(msg, {Key.SECAGG: reply})
-
-
-def _unmask(msg: Message, context: Context, step: str) -> Message:
-    _, _, record = _start_step(context, step)
-    secagg = _secagg(record)
-    try:
-        reply = secagg.unmask(decode(msg.content, limits=_limits(context, step))[Key.SECAGG])
-    finally:  # a refusal can change the state too (e.g. "excluded"): keep it
-        record[State.SECAGG] = secagg.to_bytes()
-    return _reply(msg, {Key.SECAGG: reply})
-
-
-#: The handler of every step but ``advertise_keys`` (which takes the records loader).
-_STEP_HANDLERS: Mapping[str, Callable[[Message, Context], Message]] = {
+#: The handler of every step but ``advertise_keys`` (which takes the records loader): the
+#: paper protocol's (here), the meta-analysis' rounds (clients.meta) and the silo summaries
+#: (clients.silo_summaries); flowerkit.steps.ALL_STEPS lists them all.
+_STEP_HANDLERS: Mapping[str, Handler] = {
     SHARE_KEYS: share_keys,
     STAGE0_INPUT: stage0_input,
     STAGE0_UNMASK: stage0_unmask,
@@ -747,7 +536,8 @@ _STEP_HANDLERS: Mapping[str, Callable[[Message, Context], Message]] = {
     STAGE2_INPUT: stage2_input,
     STAGE2_UNMASK: stage2_unmask,
     STAGE2_CONSISTENCY: stage2_consistency,
-    SILO_SUMMARIES: silo_summaries,
+    **meta.HANDLERS,
+    **silo_summaries.HANDLERS,
 }
 
 

@@ -1,23 +1,23 @@
 """The meta-analysis on a client (``analysis = "meta"``): rounds A, B, C from its records.
 
 The ClientApp (:mod:`fa_hetdp.clients.app`) keeps the client's records, not one vector, and
-answers the three masked-input steps with the round vectors of
-:mod:`fa_hetdp.protocol.meta_client` plus its noise share:
+answers the meta-analysis' own steps (:data:`HANDLERS`, :data:`fa_hetdp.flowerkit.steps.
+META_ROUNDS`) with the round vectors of :mod:`fa_hetdp.protocol.meta_client` plus its noise
+share:
 
-==================  ==========================================================================
-``stage0_input``    round A: ``[T | U | W]`` (sums of the records, of their squares, the sum of
-                    squared deviations). The request lists every client's public record count;
-                    the client checks its own entry and the list's length (the session size
-                    from the key directory) and keeps the list: the plan is calibrated on it
-``stage1_input``    round B: ``[A | B | C | D]`` at the broadcast centre, floor and clip
-``stage2_input``    round C: ``[E | F]`` at the broadcast ``tau2`` and clip ``kappa*``
-``silo_summaries``  the silo-summaries design instead of rounds A, B, C: the request lists every
-                    silo's public count (the client checks its own and ``d``); the reply is the
-                    silo's own noisy means and sample variances, unmasked, at the whole budget
-                    (:func:`silo_release`). A node whose config says
-                    ``release-silo-summaries = false`` says so in its first reply and refuses
-                    this step
-==================  ==========================================================================
+=======================  ========================================================================
+``meta_round_a``         round A: ``[T | U | W]`` (sums of the records, of their squares, the
+                         sum of squared deviations). The request lists every client's public
+                         record count; the client checks its own entry and the list's length
+                         (the session size from the key directory) and keeps the list: the plan
+                         is calibrated on it
+``meta_round_b``         round B: ``[A | B | C | D]`` at the broadcast centre, floor and clip
+``meta_round_c``         round C: ``[E | F]`` at the broadcast ``tau2`` and clip ``kappa*``
+``meta_round_x_unmask``  each round's shares that remove the masks; against a malicious server
+                         ``meta_round_x_consistency`` signs the survivor list shown first
+=======================  ========================================================================
+
+The silo-summaries design's client part is :mod:`fa_hetdp.clients.silo_summaries`.
 
 Each client computes the noise of its share from the plan and the broadcast itself
 (:func:`fa_hetdp.protocol.meta_server.round_sigmas`, the server's own formula), never from a
@@ -33,10 +33,23 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import numpy as np
+from flwr.app import ArrayRecord, Context, Message
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.flowerkit.settings import RunSettings, meta_plan, silo_plan
-from fa_hetdp.flowerkit.steps import Key
+from fa_hetdp.clients.session import (
+    Handler,
+    analysis_of,
+    consistency,
+    masked_input,
+    noise_generator,
+    start_step,
+    state_int,
+    step_limits_of,
+    unmask,
+)
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
+from fa_hetdp.flowerkit.steps import META_ROUNDS, Key, State
+from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.meta_client import (
     BroadcastB,
     BroadcastC,
@@ -45,15 +58,14 @@ from fa_hetdp.protocol.meta_client import (
     summarise,
 )
 from fa_hetdp.protocol.meta_server import round_sigmas
-from fa_hetdp.protocol.silo_summaries import release_silo
 
 __all__ = [
+    "HANDLERS",
     "ROUND_OF_STAGE",
     "broadcast_of",
+    "local_records",
     "meta_round",
     "read_counts",
-    "read_silo_counts",
-    "silo_release",
 ]
 
 ROUND_OF_STAGE: Final[Mapping[int, str]] = {0: "A", 1: "B", 2: "C"}
@@ -92,55 +104,6 @@ def read_counts(request: Mapping[str, Any], *, client_id: int, m: int, n: int) -
     return sorted(pairs)
 
 
-def read_silo_counts(
-    request: Mapping[str, Any], *, client_id: int, m: int, d: int
-) -> list[list[int]]:
-    """Check a ``silo_summaries`` request; return its counts as ``[[client id, m_i], ...]``.
-
-    The list must hold distinct ids with integer counts >= 2 (at least two silos), this
-    client's own entry with its own count ``m``, and the request's ``d`` must be the
-    client's. Its length is not checked against the session: a silo's noise depends on its
-    own count only (:func:`fa_hetdp.flowerkit.settings.silo_plan`), so no list the server
-    sends can lower it.
-
-    Raises
-    ------
-    ValueError
-        One line: what is wrong (the server drops this silo).
-    """
-    raw = request.get(Key.META_COUNTS)
-    size = len(raw) if isinstance(raw, list) else -1
-    try:
-        pairs = read_counts(request, client_id=client_id, m=m, n=size)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("round A:", "silo summaries:")) from None
-    if len(pairs) < 2:
-        raise ValueError("silo summaries: a meta-analysis needs at least 2 silos' counts")
-    stated = request.get(Key.D)
-    if stated != d:
-        raise ValueError(f"silo summaries: the request says d={stated!r}, this silo has d={d}")
-    return pairs
-
-
-def silo_release(
-    settings: RunSettings,
-    records: FloatArray,
-    counts: list[list[int]],
-    client_id: int,
-    rng: np.random.Generator,
-) -> dict[str, FloatArray]:
-    """Return this silo's release as the reply carries it: ``{"theta": ..., "s2": ...}``.
-
-    The plan is the run's (:func:`fa_hetdp.flowerkit.settings.silo_plan`) for the checked
-    ``counts`` (:func:`read_silo_counts`); ``rng`` is the silo's noise generator.
-    """
-    summary: ClientSummary = summarise(records)
-    plan = silo_plan(settings, [count for _, count in counts], summary.theta.shape[0])
-    index = [cid for cid, _ in counts].index(client_id)
-    release = release_silo(plan, index, summary, rng)
-    return {"theta": release.theta, "s2": release.s2}
-
-
 def _vector(request: Mapping[str, Any], key: str, d: int) -> FloatArray:
     value = np.asarray(request.get(key), dtype=np.float64)
     if value.shape != (d,) or not np.all(np.isfinite(value)):
@@ -165,9 +128,10 @@ def broadcast_of(request: Mapping[str, Any], rnd: str, d: int) -> BroadcastB | B
         raise ValueError("the broadcast floor must lie in (0, 1/4]")
     if rnd == "B":
         kappa = _vector(request, Key.META_KAPPA, d)
-        if np.any(kappa <= 0.0):
-            raise ValueError("the broadcast clip kappa must be > 0")
-        return BroadcastB(centre=centre, floor=floor, kappa=kappa)
+        rho = _vector(request, Key.META_RHO, d)
+        if np.any(kappa <= 0.0) or np.any(rho < 0.0):
+            raise ValueError("the broadcast clip kappa must be > 0 and rho >= 0")
+        return BroadcastB(centre=centre, floor=floor, kappa=kappa, rho=rho)
     tau2 = _vector(request, Key.META_TAU2, d)
     kappa_star = _vector(request, Key.META_KAPPA_STAR, d)
     if np.any(tau2 < 0.0) or np.any(kappa_star <= 0.0):
@@ -206,3 +170,63 @@ def counts_from_json(text: object) -> list[list[int]]:
         raise RuntimeError("no record counts: round A did not run on this node")
     value = json.loads(text)
     return [[int(a), int(b)] for a, b in value]
+
+
+# ---------------------------------------------------------------------------- the handlers
+def local_records(context: Context) -> FloatArray:
+    """Return the records the session keeps (``(m, d)``: a meta-analysis keeps them all)."""
+    arrays = context.state.get(State.LOCAL)
+    if not isinstance(arrays, ArrayRecord):
+        raise RuntimeError("no local data: the session did not start on this node")
+    return np.asarray(arrays[State.RECORDS].numpy(), dtype=np.float64)
+
+
+def _round_input(stage: int) -> Handler:
+    """Return the handler of round ``ROUND_OF_STAGE[stage]``'s masked input."""
+    step = META_ROUNDS[ROUND_OF_STAGE[stage]].input
+
+    def handler(msg: Message, context: Context) -> Message:
+        settings, pid, record = start_step(context, step)
+        if analysis_of(settings) != "meta":
+            raise RuntimeError(f"{step} outside a meta-analysis session")
+        request = decode(msg.content, limits=step_limits_of(context, step))
+        rng = noise_generator(settings, record, pid)
+        records = local_records(context)
+        if stage == 0:  # round A: the public counts the plan is calibrated on
+            counts = read_counts(
+                request,
+                client_id=state_int(record, State.CLIENT_ID),
+                m=records.shape[0],
+                n=state_int(record, State.SESSION_SIZE),
+            )
+            record[State.META_COUNTS] = counts_to_json(counts)
+        counts = counts_from_json(record.get(State.META_COUNTS))
+        values = meta_round(settings, records, counts, stage, request, rng)
+        return masked_input(msg, request, values, settings, record, rng)
+
+    handler.__name__ = step
+    handler.__doc__ = f"Round {ROUND_OF_STAGE[stage]}: this client's masked vector + noise share."
+    return handler
+
+
+def _secagg_step(step: str) -> Handler:
+    """Return the handler of a round's consistency or unmask step (secure aggregation's)."""
+    run = unmask if step.endswith("_unmask") else consistency
+
+    def handler(msg: Message, context: Context) -> Message:
+        return run(msg, context, step)
+
+    handler.__name__ = step
+    handler.__doc__ = f"{step}: the secure aggregation's round of the meta-analysis."
+    return handler
+
+
+HANDLERS: Final[Mapping[str, Handler]] = {
+    **{META_ROUNDS[rnd].input: _round_input(stage) for stage, rnd in ROUND_OF_STAGE.items()},
+    **{
+        step: _secagg_step(step)
+        for steps in META_ROUNDS.values()
+        for step in (steps.consistency, steps.unmask)
+    },
+}
+"""The meta rounds' handlers by step (:data:`fa_hetdp.flowerkit.steps.META_ROUNDS`)."""

@@ -45,6 +45,9 @@ from fa_hetdp.config.secagg import (
     AUTO,
     THREAT_MODELS,
     auto_together,
+    malicious_complete,
+    malicious_gamma_possible,
+    malicious_threshold,
     modulus_supported,
     neighbours_even,
     parameters_exist,
@@ -273,6 +276,15 @@ def _silo_summaries_allowed(v: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _meta_mechanism(v: Mapping[str, Any]) -> str | None:
+    if v["analysis"] != "meta" or v["mechanism"] == "agm":
+        return None
+    return (
+        f"the meta-analysis needs mechanism 'agm' (its releases compose exactly as Gaussians), "
+        f"got {v['mechanism']!r}"
+    )
+
+
 @dataclass(frozen=True)
 class CrossRule:
     """A rule between settings: checked when all of ``fields`` are given and valid.
@@ -321,6 +333,24 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
         "neighbours",
     ),
     CrossRule(
+        "malicious-server-gamma",
+        ("threat_model", "num_clients", "corrupt_fraction"),
+        malicious_gamma_possible,
+        "corrupt_fraction",
+    ),
+    CrossRule(
+        "malicious-server-complete",
+        ("threat_model", "num_clients", "neighbours"),
+        malicious_complete,
+        "neighbours",
+    ),
+    CrossRule(
+        "malicious-server-threshold",
+        ("threat_model", "num_clients", "corrupt_fraction", "neighbours", "threshold"),
+        malicious_threshold,
+        "threshold",
+    ),
+    CrossRule(
         "i2-extra-weight", ("split", "extra_i2_noise"), _i2_extra_weight_needs_stage, "split"
     ),
     CrossRule("seed-simulation-only", ("mode", "seed"), _seed_only_in_simulation, "seed"),
@@ -335,6 +365,7 @@ CROSS_RULES: Final[tuple[CrossRule, ...]] = (
     ),
     CrossRule("noise-shape", NOISE_SHAPE_FIELDS, noise_shape_supported, "noise_shape"),
     CrossRule("center", CENTER_FIELDS, dispersion_center_supported, "dispersion_center"),
+    CrossRule("meta-mechanism", ("analysis", "mechanism"), _meta_mechanism, "mechanism"),
     CrossRule(
         "silo-summaries-allowed",
         ("design", "privacy_unit", "placement"),

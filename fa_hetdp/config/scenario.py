@@ -230,6 +230,19 @@ def min_records_problem(values: dict[str, Any], records: int) -> str | None:
     return None
 
 
+def meta_records_problem(values: Mapping[str, Any], records: int | None) -> str | None:
+    """Refuse a meta-analysis whose clients hold fewer than 2 records each.
+
+    ``records``: the scenario's public ``records_per_client`` (None: not known, e.g. a
+    partitioner decides). Each client's sampling variance needs two records. Returns why, or
+    None. Used for the run config's and the flags' overrides, beside the declared rules, so
+    that every problem is reported together.
+    """
+    if values.get("analysis") != "meta" or records is None or records >= 2:
+        return None
+    return f"meta needs >= 2 records per client; data.records_per_client = {records}"
+
+
 def _settings(
     c: Checker, tables: Mapping[str, Mapping[str, Any]], data: Any
 ) -> tuple[Any, Any, Any, Any]:

@@ -47,6 +47,7 @@ from fa_hetdp.secagg.params import (
     ThreatModel,
     binomial_tail_at_least,
     choose_parameters,
+    min_signatures,
 )
 
 __all__ = [
@@ -60,6 +61,9 @@ __all__ = [
     "THREAT_MODELS",
     "auto_parameters",
     "graph_degree",
+    "malicious_complete",
+    "malicious_gamma_possible",
+    "malicious_threshold",
     "modulus_supported",
     "resolve_graph",
     "resolve_modulus_bits",
@@ -295,8 +299,14 @@ def auto_together(v: Mapping[str, Any]) -> str | None:
 
 
 def parameters_exist(v: Mapping[str, Any]) -> str | None:
-    """Rule ``secagg-parameters-exist``: ``"auto"`` has a solution (else why it has none)."""
+    """Rule ``secagg-parameters-exist``: ``"auto"`` has a solution (else why it has none).
+
+    A malicious-server ``gamma`` that no threshold meets is reported by
+    :func:`malicious_gamma_possible` instead (with the reason).
+    """
     if v["neighbours"] != AUTO and v["threshold"] != AUTO:
+        return None
+    if v["threat_model"] == "malicious-server" and _malicious_floor(v)[1] is not None:
         return None
     try:
         auto_parameters(
@@ -309,4 +319,87 @@ def parameters_exist(v: Mapping[str, Any]) -> str | None:
         )
     except ValueError as exc:
         return f"'auto' has no solution: {exc}"
+    return None
+
+
+def _malicious_floor(v: Mapping[str, Any]) -> tuple[int, int | None]:
+    """Return the malicious-server threshold floor and the smallest ``n`` that meets it.
+
+    The second is None when this ``n`` already does (some ``t <= n - 1`` meets the floor).
+    """
+    n, gamma = int(v["num_clients"]), float(v["corrupt_fraction"])
+    needed = min_signatures(n, gamma)
+    if needed <= n - 1:
+        return needed, None
+    enough = next((m for m in range(n + 1, 10**6) if min_signatures(m, gamma) <= m - 1), 10**6)
+    return needed, enough
+
+
+def malicious_gamma_possible(v: Mapping[str, Any]) -> str | None:
+    """Rule ``malicious-server-gamma``: some threshold meets the malicious-server floor.
+
+    Against a malicious server every node refuses a session whose threshold is below
+    :func:`secagg.params.min_signatures` ``(n, gamma)`` (``gamma``: the larger of its own
+    ``secagg-min-gamma`` and the run's ``corrupt_fraction``, so at least the run's), and a
+    client's shares go to the other ``n - 1`` clients, never itself: with ``t > n - 1`` no node
+    can accept the run (with ``n = 3`` no ``gamma > 0``). Refused before the run starts rather
+    than by every node after a key round.
+    """
+    if v["threat_model"] != "malicious-server":
+        return None
+    needed, enough = _malicious_floor(v)
+    if enough is None:
+        return None
+    n, gamma = int(v["num_clients"]), float(v["corrupt_fraction"])
+    return (
+        f"no node can accept a malicious-server session of n = {n} clients guarding against "
+        f"gamma = {gamma:g}: each node needs threshold >= floor((n + ceil(gamma n)) / 2) + 1 "
+        f"= {needed} shares, and a client's shares go to the other n - 1 = {n - 1} clients "
+        f"(never itself); use corrupt_fraction = 0 with {n} clients, or at least {enough} "
+        f"clients for gamma = {gamma:g}"
+    )
+
+
+def malicious_complete(v: Mapping[str, Any]) -> str | None:
+    """Rule ``malicious-server-complete``: an explicit graph is the complete graph.
+
+    Against a malicious server every node refuses a session on a sparse graph (the
+    consistency round needs the complete graph, :mod:`fa_hetdp.secagg.consistency`).
+    """
+    if v["threat_model"] != "malicious-server" or v["neighbours"] == AUTO:
+        return None
+    n, k = int(v["num_clients"]), v["neighbours"]
+    degree = graph_degree(k, n)
+    if degree is None:
+        return None
+    return (
+        f"every node refuses a malicious-server session that is not on the complete graph "
+        f"(its consistency round needs it); {k} is a {degree}-regular graph for n = {n}: use "
+        "'complete' (run config: secagg-neighbours = 0) or 'auto'"
+    )
+
+
+def malicious_threshold(v: Mapping[str, Any]) -> str | None:
+    """Rule ``malicious-server-threshold``: an explicit threshold nodes can accept.
+
+    Against a malicious server every node refuses a session whose threshold is below
+    :func:`secagg.params.min_signatures` ``(n, gamma)`` (:mod:`fa_hetdp.secagg.consistency`),
+    ``gamma`` at least the run's ``corrupt_fraction``. ``"auto"`` meets it
+    (:func:`parameters_exist`); a ``gamma`` that no threshold meets is
+    :func:`malicious_gamma_possible`'s, a sparse graph :func:`malicious_complete`'s.
+    """
+    if v["threat_model"] != "malicious-server" or AUTO in (v["neighbours"], v["threshold"]):
+        return None
+    n, k, gamma = int(v["num_clients"]), v["neighbours"], float(v["corrupt_fraction"])
+    needed, enough = _malicious_floor(v)
+    if enough is not None or graph_degree(k, n) is not None:
+        return None
+    t = resolve_threshold(v["threshold"], n, k)
+    if t < needed and threshold_within_holders(v) is None:
+        return (
+            f"every node refuses a malicious-server session (n = {n} clients, gamma = "
+            f"{gamma:g}) whose threshold is below floor((n + ceil(gamma n)) / 2) + 1 = "
+            f"{needed}; {v['threshold']} is {t} shares: use a count from {needed} to the "
+            f"{n - 1} share holders, or 'auto'"
+        )
     return None

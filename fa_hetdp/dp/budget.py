@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from numbers import Real
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -152,7 +153,8 @@ class BudgetState:
 
 
 Chargeable = Any
-"""A BudgetPlan, an object with a BudgetPlan ``budget`` (ProtocolPlan), or ``(epsilon, delta)``."""
+"""A BudgetPlan, an object with a BudgetPlan ``budget`` (ProtocolPlan), ``(epsilon, delta)``,
+or a :class:`Charge` already priced."""
 
 
 class PrivacyBudget:
@@ -232,6 +234,8 @@ class PrivacyBudget:
         """
         with self._lock:
             default = f"measurement {len(self._charges) + 1}"
+        if isinstance(item, Charge):
+            default = item.name
         return _charge_of(item, name if name is not None else default)
 
     def can_afford(self, item: Chargeable) -> bool:
@@ -241,6 +245,34 @@ class PrivacyBudget:
             return _unit_problem(self._charges, charge) is None and self._fits(
                 [*self._charges, charge]
             )
+
+    @classmethod
+    def restore(cls, epsilon: float, delta: float, charges: Iterable[Charge]) -> PrivacyBudget:
+        """Return a budget whose ledger already holds ``charges`` (oldest first).
+
+        For a ledger kept outside this object (a node's file,
+        :class:`fa_hetdp.flowerkit.ledger.NodeLedger`): the charges are recorded as they
+        are, even beyond the budget (what was spent stays spent; a smaller budget than when
+        they were charged then refuses every further charge); later charges are checked as
+        usual.
+
+        Raises
+        ------
+        PrivacyParameterError
+            A bad ``epsilon``/``delta``, an item that is not a :class:`Charge`, or charges of
+            different privacy units.
+        """
+        budget = cls(epsilon, delta)
+        for charge in charges:
+            if not isinstance(charge, Charge):
+                raise PrivacyParameterError(
+                    f"a restored ledger holds Charge objects, got {type(charge).__name__}"
+                )
+            problem = _unit_problem(budget._charges, charge)
+            if problem is not None:
+                raise PrivacyParameterError(problem)
+            budget._charges.append(charge)
+        return budget
 
     def reserve(self, item: Chargeable, *, name: str | None = None) -> Charge:
         """Charge ``item`` before it runs, or refuse if it would overrun the budget.
@@ -400,6 +432,8 @@ def _charge_of(item: Chargeable, name: str) -> Charge:
     """Return the charge of a plan, a plan holder, or an ``(epsilon, delta)`` Gaussian target."""
     if not isinstance(name, str) or not name:
         raise PrivacyParameterError(f"a charge's name must be a non-empty string, got {name!r}")
+    if isinstance(item, Charge):  # already priced (a ledger kept elsewhere: restore())
+        return item if name == item.name else replace(item, name=name)
     if isinstance(item, tuple) and len(item) == 2:
         eps, delta = item
         if not all(isinstance(v, Real) and not isinstance(v, bool) for v in (eps, delta)):

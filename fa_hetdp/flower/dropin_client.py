@@ -10,8 +10,8 @@
     fa_hetdp.flower.register(app, records=records)
 
 :func:`register` adds one ``@app.query("<step>")`` handler per protocol step
-(:data:`fa_hetdp.flowerkit.steps.STEPS`, the stage-0 and consistency steps and a
-meta-analysis' ``silo_summaries`` included): Flower
+(:data:`fa_hetdp.flowerkit.steps.ALL_STEPS`: the paper protocol's, the meta-analysis' own
+``meta_round_*`` steps and its ``silo_summaries``): Flower
 routes ``query.<step>`` messages to them, and ``train``/``evaluate`` messages to the user's
 handlers as before. They are the very handlers of fa-hetdp's own ``ClientApp``
 (:mod:`fa_hetdp.clients.app`), which registers them with a loader of its scenario or data

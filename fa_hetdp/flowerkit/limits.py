@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from fa_hetdp.flowerkit.steps import INPUT_STEP, SILO_SUMMARIES
+from fa_hetdp.flowerkit.steps import MASKED_INPUT_STEPS, SILO_SUMMARIES
 from fa_hetdp.flowerkit.wire import MAX_DOCUMENT_CHARS, MAX_MESSAGE_BYTES, Limits
 
 __all__ = [
@@ -52,7 +52,7 @@ DOCUMENT_BASE: Final = 16 * 1024
 DOCUMENT_PER_PEER: Final = 256
 """The JSON document's part per neighbour, in characters (measured about 21)."""
 
-_INPUT_STEPS: Final = frozenset({*INPUT_STEP.values(), SILO_SUMMARIES})  # d-vectors in them
+_INPUT_STEPS: Final = MASKED_INPUT_STEPS | {SILO_SUMMARIES}  # d-vectors in them
 
 
 def stage_words(d: int) -> int:

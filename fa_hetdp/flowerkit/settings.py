@@ -25,7 +25,12 @@ from typing import Any, Final, Literal
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import Problem, raise_problems, validate
-from fa_hetdp.config.scenario import default_scenario, load_scenario, min_records_problem
+from fa_hetdp.config.scenario import (
+    default_scenario,
+    load_scenario,
+    meta_records_problem,
+    min_records_problem,
+)
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.config.settings import SETTINGS, Setting
@@ -384,6 +389,9 @@ class RunSettings:
         record_problem = min_records_problem(values, records) if scenario_records else None
         if record_problem is not None:
             problems.append((run_config_key("min_records"), record_problem))
+        known = records if scenario_records and scenario.data.partitioner is None else None
+        if (meta_problem := meta_records_problem(values, known)) is not None:
+            problems.append((run_config_key("analysis"), meta_problem))
         max_epsilon = raw.get("max-epsilon", UNSET["max-epsilon"])  # checked as an epsilon
         if max_epsilon != UNSET["max-epsilon"]:
             problems += validate({"epsilon": max_epsilon}, lambda _: "run-config.max-epsilon")

@@ -7,7 +7,11 @@ defined here once (as Flower does for SecAgg+ in
 
 - the protocol steps, in order, with the labels the launcher shows (:data:`STEPS`,
   :data:`STEP_LABELS`); each is one ``query.<step>`` message per client and one
-  ``@app.query(<step>)`` handler on the client;
+  ``@app.query(<step>)`` handler on the client (:data:`ALL_STEPS`: every one of them). Each
+  analysis has its own steps, named for what travels: the paper protocol's ``stageK_*``, the
+  meta-analysis' ``meta_round_a/b/c*`` (:data:`META_ROUNDS`) and ``silo_summaries``; a node that
+  lacks one fails it naming it, and the server refuses that node by name
+  (:func:`unknown_step`);
 - the keys of the request and reply payloads (:class:`Key`);
 - the keys the client keeps in ``context.state`` between steps (:class:`State`);
 - the keys of a SuperNode's ``--node-config`` (:class:`NodeConfig`);
@@ -18,13 +22,27 @@ This module imports nothing from Flower, so the launcher and the tests can use i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final, final
 
 __all__ = [
     "ADVERTISE_KEYS",
+    "ALL_STEPS",
     "CONSISTENCY_STEP",
     "INPUT_STEP",
+    "MASKED_INPUT_STEPS",
+    "META_ROUNDS",
+    "META_ROUND_A",
+    "META_ROUND_A_CONSISTENCY",
+    "META_ROUND_A_UNMASK",
+    "META_ROUND_B",
+    "META_ROUND_B_CONSISTENCY",
+    "META_ROUND_B_UNMASK",
+    "META_ROUND_C",
+    "META_ROUND_C_CONSISTENCY",
+    "META_ROUND_C_UNMASK",
     "SHARE_KEYS",
     "SILO_SUMMARIES",
     "STAGE0_CONSISTENCY",
@@ -36,6 +54,7 @@ __all__ = [
     "STAGE2_CONSISTENCY",
     "STAGE2_INPUT",
     "STAGE2_UNMASK",
+    "STAGE_SUMS",
     "STEPS",
     "STEP_LABELS",
     "UNMASK_STEP",
@@ -43,7 +62,9 @@ __all__ = [
     "Key",
     "NodeConfig",
     "State",
+    "SumSteps",
     "message_type",
+    "unknown_step",
 ]
 
 # ---------------------------------------------------------------------------- steps
@@ -77,6 +98,28 @@ SILO_SUMMARIES: Final = "silo_summaries"
 key advertisement; the request lists every silo's public record count, the reply is the silo's
 own noisy means and sample variances (no secure aggregation; not in :data:`STEPS`)."""
 
+META_ROUND_A: Final = "meta_round_a"
+"""Meta-analysis, secure-sums design: round A's masked ``[T | U | W]`` plus a noise share; the
+request lists every client's public record count (the session's first summation)."""
+META_ROUND_A_CONSISTENCY: Final = "meta_round_a_consistency"
+"""Round A, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
+META_ROUND_A_UNMASK: Final = "meta_round_a_unmask"
+"""Round A: the shares that remove the masks."""
+META_ROUND_B: Final = "meta_round_b"
+"""Round B: masked ``[A | B | C | D]`` plus a noise share, at the broadcast centre, floor and
+clip (the second summation)."""
+META_ROUND_B_CONSISTENCY: Final = "meta_round_b_consistency"
+"""Round B, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
+META_ROUND_B_UNMASK: Final = "meta_round_b_unmask"
+"""Round B: the shares that remove the masks."""
+META_ROUND_C: Final = "meta_round_c"
+"""Round C (when the random-effects mean is asked for): masked ``[E | F]`` plus a noise share,
+at the broadcast ``tau2`` and clip ``kappa*`` (the third summation)."""
+META_ROUND_C_CONSISTENCY: Final = "meta_round_c_consistency"
+"""Round C, ``threat_model = "malicious-server"`` only: sign the survivor list shown."""
+META_ROUND_C_UNMASK: Final = "meta_round_c_unmask"
+"""Round C: the shares that remove the masks."""
+
 STEPS: Final[tuple[str, ...]] = (
     ADVERTISE_KEYS,
     SHARE_KEYS,
@@ -109,6 +152,68 @@ CONSISTENCY_STEP: Final[Mapping[int, str]] = {
 """The consistency step (Bonawitz et al.'s signatures on the survivor list) of each stage,
 between its input and unmask steps; only with ``secagg-threat-model = "malicious-server"``
 (not in :data:`STEPS`, which lists the steps of every run)."""
+
+
+@dataclass(frozen=True)
+class SumSteps:
+    """The three steps of one masked summation, and its name in messages (``"stage-1"``).
+
+    The masked input, the consistency check (``malicious-server`` only) and the unmask.
+    """
+
+    input: str
+    consistency: str
+    unmask: str
+    name: str
+
+    @property
+    def steps(self) -> tuple[str, str, str]:
+        """``(input, consistency, unmask)``, in the order they run."""
+        return self.input, self.consistency, self.unmask
+
+
+STAGE_SUMS: Final[Mapping[int, SumSteps]] = {
+    stage: SumSteps(
+        INPUT_STEP[stage], CONSISTENCY_STEP[stage], UNMASK_STEP[stage], f"stage-{stage}"
+    )
+    for stage in (0, 1, 2)
+}
+"""The paper protocol's summations: stages 0 (``adaptive_floor`` only), 1 and 2."""
+META_ROUNDS: Final[Mapping[str, SumSteps]] = {
+    "A": SumSteps(META_ROUND_A, META_ROUND_A_CONSISTENCY, META_ROUND_A_UNMASK, "round-A"),
+    "B": SumSteps(META_ROUND_B, META_ROUND_B_CONSISTENCY, META_ROUND_B_UNMASK, "round-B"),
+    "C": SumSteps(META_ROUND_C, META_ROUND_C_CONSISTENCY, META_ROUND_C_UNMASK, "round-C"),
+}
+"""The meta-analysis' secure-sums rounds A, B, C, by round (their own steps: an old node that
+lacks them is refused by name, :func:`unknown_step`)."""
+MASKED_INPUT_STEPS: Final[frozenset[str]] = frozenset(
+    s.input for s in (*STAGE_SUMS.values(), *META_ROUNDS.values())
+)
+"""Every step whose messages carry stage vectors of ``d``-words (masked inputs)."""
+ALL_STEPS: Final[tuple[str, ...]] = (
+    ADVERTISE_KEYS,
+    SHARE_KEYS,
+    *(step for sums in STAGE_SUMS.values() for step in sums.steps),
+    *(step for sums in META_ROUNDS.values() for step in sums.steps),
+    SILO_SUMMARIES,
+)
+"""Every step a ClientApp of this version answers (one ``@app.query`` handler each)."""
+
+_UNKNOWN_STEP = re.compile(
+    r"(?:No query function registered with name|unknown step) '(?P<step>[A-Za-z0-9_.-]+)'"
+)
+
+
+def unknown_step(reason: str) -> str | None:
+    """Return the step an error reply says its node does not know, or None.
+
+    A ``ClientApp`` without a handler of a step (an older fa-hetdp, a drop-in registered with
+    an older version) fails it with Flower's ``No query function registered with name
+    '<step>'``; the server refuses such a node by name (``upgrade fa-hetdp on ...``).
+    """
+    match = _UNKNOWN_STEP.search(reason)
+    return None if match is None else match.group("step")
+
 
 _QUERY: Final = "query"  # flwr.app.MessageType.QUERY (not imported: this module is Flower-free)
 
@@ -147,18 +252,22 @@ class Key:
     """``stage1_input`` request (``adaptive_floor``): the floor chosen from the stage-0
     histogram, which the client uses in stages 1 and 2."""
 
-    # the meta-analysis (analysis = "meta"): rounds A, B, C on the stage 0, 1, 2 steps
+    # the meta-analysis (analysis = "meta"): rounds A, B, C (META_ROUNDS), the silo summaries
     RECORDS: Final = "records"
     """``advertise_keys`` reply (meta-analysis): the client's record count ``m_i`` (public)."""
     META_COUNTS: Final = "meta-counts"
-    """``stage0_input`` request (round A): ``[[client id, m_i], ...]`` of every client in the
-    key directory, which the plan is calibrated for (each client checks its own)."""
+    """``meta_round_a`` request (round A), and ``silo_summaries`` request: ``[[client id,
+    m_i], ...]`` of every client in the key directory, which the plan is calibrated for (each
+    client checks its own)."""
     META_CENTRE: Final = "meta-centre"
-    """``stage1_input``/``stage2_input`` requests (rounds B, C): the centre ``c``."""
+    """``meta_round_b``/``meta_round_c`` requests (rounds B, C): the centre ``c``."""
     META_FLOOR: Final = "meta-floor"
     """Rounds B, C: the variance floor ``f`` of every coordinate."""
     META_KAPPA: Final = "meta-kappa"
     """Round B: the clip ``kappa`` of the standardised deviations."""
+    META_RHO: Final = "meta-rho"
+    """Round B: the pilot ratio ``rho`` of the per-silo clips (client ``i`` clips at
+    :func:`fa_hetdp.protocol.meta_plan.silo_kappa` ``(kappa, rho, m_i, f)``)."""
     META_TAU2: Final = "meta-tau2"
     """Round C: the between-client variance ``tau2`` of round B."""
     META_KAPPA_STAR: Final = "meta-kappa-star"

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.meta_plan import ROUNDS, MetaPlan
+from fa_hetdp.protocol.meta_plan import ROUNDS, MetaPlan, silo_kappa
 
 __all__ = [
     "BroadcastB",
@@ -48,7 +48,10 @@ class ClientSummary:
 
 @dataclass(frozen=True)
 class BroadcastB:
-    """What the server broadcasts after round A: centre ``c``, floor ``f``, clip ``kappa``.
+    """What the server broadcasts after round A: centre, floor, clip and pilot ratio.
+
+    Centre ``c``, floor ``f``, clip ``kappa`` and the pilot ratio ``rho`` (None: 0): client
+    ``i`` clips at :func:`~fa_hetdp.protocol.meta_plan.silo_kappa` ``(kappa, rho, m_i, f)``.
 
     ``spread`` (the pooled within-variance ``sigma^2``, server side only; clients ignore it)
     gives the plug-in weights of :func:`fa_hetdp.protocol.meta_server.figures_from_sums`.
@@ -58,6 +61,7 @@ class BroadcastB:
     floor: FloatArray
     kappa: FloatArray
     spread: FloatArray | None = None
+    rho: FloatArray | None = None
 
 
 @dataclass(frozen=True)
@@ -100,11 +104,15 @@ def round_a_values(plan: MetaPlan, summary: ClientSummary) -> FloatArray:
 
 
 def round_b_values(plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastB) -> FloatArray:
-    """Round B: ``[A | B | C | D]`` summands ``z^2``, ``sqrt(w) z``, ``w``, ``w^2``."""
+    """Round B: ``[A | B | C | D]`` summands ``z^2``, ``sqrt(w) z``, ``w``, ``w^2``.
+
+    ``z`` is clipped at the client's own ``kappa_i`` (:func:`silo_kappa` of the broadcast).
+    """
     s2 = np.maximum(summary.s2, broadcast.floor)
     w = summary.m / s2
     root = np.sqrt(w)
-    z = np.clip((summary.theta - broadcast.centre) * root, -broadcast.kappa, broadcast.kappa)
+    kappa = silo_kappa(broadcast.kappa, broadcast.rho, summary.m, broadcast.floor)
+    z = np.clip((summary.theta - broadcast.centre) * root, -kappa, kappa)
     return _blocks(plan, "B", {"A": z * z, "B": root * z, "C": w, "D": w * w})
 
 

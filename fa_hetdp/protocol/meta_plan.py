@@ -4,11 +4,13 @@
 (client ``i`` holds ``m_i`` records; ``theta``, ``SS``, ``s2 = SS/(m - 1)`` its own mean, sum of
 squared deviations and sample variance; every ``m_i`` is public):
 
-- round A: ``T = sum_i sum_k x_ik`` (and, with ``adaptive_kappa``, ``U = sum_i sum_k x_ik^2``),
+- round A: ``T = sum_i sum_k x_ik`` (and, for an adaptive clip, ``U = sum_i sum_k x_ik^2``),
   ``W = sum_i SS_i``. The server broadcasts the centre ``c = clip(T/M, 0, 1)``, the floor
-  ``f = max(phi sigma^2, f_min)`` with ``sigma^2 = clip(W/(M - n), f_min, 1/4)``, and ``kappa``;
+  ``f = max(phi sigma^2, f_min)`` with ``sigma^2 = clip(W/(M - n), f_min, 1/4)``, ``kappa``
+  and (``kappa_per_silo``) the pilot ratio ``rho = tau2_pilot/f``;
 - round B: with ``s~2 = max(s2, f)``, ``w = m/s~2``, ``z = (theta - c) sqrt(w)``,
-  ``z^ = clip(z, +-kappa)``: ``A = sum z^2``, ``B = sum sqrt(w) z^``, ``C = sum w``,
+  ``z^ = clip(z, +-kappa_i)``, ``kappa_i = min(kappa sqrt(1 + m_i rho), sqrt(m_i/f))``
+  (:func:`silo_kappa`): ``A = sum z^2``, ``B = sum sqrt(w) z^``, ``C = sum w``,
   ``D = sum w^2``; the server computes the fixed effect ``c + B/C``, ``Q = A - B^2/C``, ``I^2``
   and DerSimonian-Laird ``tau2`` (exact for any ``c`` while nothing clips);
 - round C: ``w* = 1/(s~2/m + tau2)``, ``u = (theta - c) sqrt(w*)``, ``u^ = clip(u, +-kappa*)``:
@@ -70,6 +72,7 @@ __all__ = [
     "record_bound_u2",
     "record_bound_w",
     "record_bound_z",
+    "silo_kappa",
 ]
 
 ROUNDS: Final[dict[str, tuple[str, ...]]] = {
@@ -106,9 +109,9 @@ DEFAULT_WEIGHTS: Final[dict[str, float]] = {
 
 MAX_WITHIN_VARIANCE: Final = 0.25
 
-_SILO_BOUNDED: Final = ("B", "C", "D", "E", "F")
-"""Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts
-(``A``'s record bound already holds its client bound ``kappa^2``; ``T``, ``U``, ``W``'s are 1)."""
+_SILO_BOUNDED: Final = ("A", "B", "C", "D", "E", "F")
+"""Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts, each
+silo at its own ``m_i`` and clip ``kappa_i`` (``T``, ``U``, ``W``'s are 1)."""
 
 DESIGNS: Final = ("auto", "silo-summaries", "secure-sums")
 """The designs of the private meta-analysis (:class:`MetaSettings` ``design``)."""
@@ -151,6 +154,24 @@ def record_bound_a(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatA
     """Bound ``A = sum z^2``: ``min(2 kappa b_z, kappa^2)`` (docs/privacy.md, round B)."""
     k = np.asarray(kappa, dtype=np.float64)
     return np.asarray(np.minimum(2.0 * k * record_bound_z(m, floor, kappa), k * k))
+
+
+def silo_kappa(
+    kappa: npt.ArrayLike, rho: npt.ArrayLike | None, m: npt.ArrayLike, floor: npt.ArrayLike
+) -> FloatArray:
+    """Silo ``i``'s round-B clip ``kappa_i = min(kappa sqrt(1 + m_i rho), sqrt(m_i/f))``.
+
+    ``rho`` (broadcast after round A; None: 0) is the pilot ratio ``tau2/sigma2``, under which
+    ``z_i ~ N(0, 1 + m_i rho)``: the clip scales with the silo's own spread, so a large silo is
+    not clipped and a small one keeps a small clip (and small bounds). ``|z| <= sqrt(m/f)``
+    always. A public function of the broadcast and the public ``m_i`` (docs/privacy.md,
+    "Record-level sensitivity of the meta-analysis"); increasing in ``m``.
+    """
+    k = np.asarray(kappa, dtype=np.float64)
+    r = np.zeros_like(k) if rho is None else np.asarray(rho, dtype=np.float64)
+    m_ = np.asarray(m, dtype=np.float64)
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(np.minimum(k * np.sqrt(1.0 + m_ * r), np.sqrt(m_ / f)))
 
 
 def record_bound_b(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
@@ -288,6 +309,13 @@ class MetaSettings:
         sum of squares over the pooled within-variance).
     kappa_scale : float
         The multiplier of the adaptive clip.
+    kappa_per_silo : bool
+        Round A also releases ``U``; the server broadcasts the pilot ratio ``rho_j =
+        tau2_j/sigma2_j`` (``(Q_pilot_j - (n - 1))_+ / (M - sum m_i^2/M)``) and silo ``i`` clips
+        at ``kappa_ij = kappa_j sqrt(1 + m_i rho_j)`` (:func:`silo_kappa`), the spread of its
+        ``z`` under the random-effects model: small silos keep small clips (and bounds), large
+        ones are not clipped at ``I^2`` near 1. Needs the record unit and public counts
+        (``min_records`` None); otherwise every silo clips at ``kappa_j``.
     floor_fraction, min_floor : float
         ``phi`` and ``f_min`` of the floor ``f_j = max(phi sigma^2_j, f_min)``.
     placement : {"distributed", "central"}
@@ -325,6 +353,7 @@ class MetaSettings:
     kappa_star: float | None = None
     adaptive_kappa: bool = False
     kappa_scale: float = 2.5
+    kappa_per_silo: bool = True
     floor_fraction: float = 0.75
     min_floor: float = 1e-4
     placement: str = "distributed"
@@ -395,15 +424,24 @@ class MetaSettings:
         return self.kappa if self.kappa_star is None else float(self.kappa_star)
 
     @property
+    def per_silo_clip(self) -> bool:
+        """Whether silos clip at their own ``kappa_i``.
+
+        ``kappa_per_silo``, the record unit and public counts (under the client unit ``A``'s
+        bound is the widest clip squared, so wider clips for large silos only add noise).
+        """
+        return self.kappa_per_silo and self.min_records is None and self.privacy_unit == "record"
+
+    @property
     def wanted(self) -> tuple[str, ...]:
         """The figures asked for."""
         return tuple(META_STATISTICS) if self.statistics is None else tuple(self.statistics)
 
     @property
     def releases(self) -> tuple[str, ...]:
-        """The releases made (those the wanted figures need, ``U`` with ``adaptive_kappa``)."""
+        """The releases made (those the wanted figures need, ``U`` for an adaptive clip)."""
         need = {r for s in self.wanted for r in META_STATISTICS[s]}
-        if self.adaptive_kappa and "A" in need:
+        if (self.adaptive_kappa or self.per_silo_clip) and "A" in need:
             need.add("U")
         return tuple(r for r in META_RELEASES if r in need)
 
@@ -509,11 +547,13 @@ class MetaPlan:
         kappa: npt.ArrayLike | None = None,
         kappa_star: npt.ArrayLike | None = None,
         tau2: npt.ArrayLike | None = None,
+        rho: npt.ArrayLike | None = None,
     ) -> FloatArray:
         """Per-coordinate bound ``b_j`` of release ``name`` under the plan's unit.
 
-        ``floor``, ``kappa``, ``kappa_star``, ``tau2``: the public broadcasts (round A's floor
-        and clip, round B's ``tau2`` for round C; ``tau2`` None: 0, the worst case).
+        ``floor``, ``kappa``, ``kappa_star``, ``tau2``, ``rho``: the public broadcasts (round
+        A's floor, clip and pilot ratio, round B's ``tau2`` for round C; ``tau2`` None: 0, the
+        worst case; ``rho`` None: 0). Silo ``i`` clips at ``silo_kappa(kappa, rho, m_i, f)``.
         """
         d = self.d
         f = np.broadcast_to(np.asarray(1.0 if floor is None else floor, float), (d,))
@@ -524,7 +564,14 @@ class MetaPlan:
             np.asarray(self.settings.kappa_c if kappa_star is None else kappa_star, float), (d,)
         )
         t2 = np.broadcast_to(np.asarray(0.0 if tau2 is None else tau2, float), (d,))
+        r = np.broadcast_to(np.asarray(0.0 if rho is None else rho, float), (d,))
         m, big = self.m_min, self.m_max
+        if np.any(r > 0) and not (
+            self.settings.privacy_unit == "client" or self.settings.min_records is None
+        ):
+            raise PrivacyParameterError(
+                "per-silo clips (rho > 0) need public counts: min_records must be None"
+            )
         if self.settings.privacy_unit == "record":
             table: dict[str, Any] = {
                 "T": record_bound_t(),
@@ -542,8 +589,9 @@ class MetaPlan:
                 "T": client_bound_t(big),
                 "U": client_bound_u2(big),
                 "W": client_bound_w(big),
-                "A": lambda: client_bound_a(k),
-                "B": lambda: client_bound_b(big, f, k),
+                # the largest silo has the largest clip and the largest range
+                "A": lambda: client_bound_a(silo_kappa(k, r, big, f)),
+                "B": lambda: client_bound_b(big, f, silo_kappa(k, r, big, f)),
                 "C": lambda: client_bound_c(big, f),
                 "D": lambda: client_bound_d(big, f),
                 "E": lambda: client_bound_e(big, f, ks, t2),
@@ -554,27 +602,36 @@ class MetaPlan:
             and self.settings.min_records is None
             and name in _SILO_BOUNDED
         ):
-            return self._silo_bound(name, f, k, ks, t2)
+            return self._silo_bound(name, f, k, ks, t2, r)
         value = table[name]
         out = value() if callable(value) else value
         return np.broadcast_to(np.asarray(out, dtype=np.float64), (d,)).copy()
 
     def _silo_bound(
-        self, name: str, f: FloatArray, k: FloatArray, ks: FloatArray, t2: FloatArray
+        self,
+        name: str,
+        f: FloatArray,
+        k: FloatArray,
+        ks: FloatArray,
+        t2: FloatArray,
+        r: FloatArray,
     ) -> FloatArray:
         """Record bound under public counts: ``max_i min(record_i, client_i)`` per coordinate.
 
         A replaced record moves only its own silo's summand, by at most that silo's record
-        bound (at its own ``m_i``) and at most the range of the summand at ``m_i`` (the client
-        bound: a record neighbour is also a client neighbour); the largest over the silos of
-        the smaller of the two holds whichever silo it is (docs/privacy.md, "Record-level
-        sensitivity of the meta-analysis").
+        bound (at its own ``m_i`` and clip ``kappa_i``) and at most the range of the summand at
+        ``m_i`` (the client bound: a record neighbour is also a client neighbour); the largest
+        over the silos of the smaller of the two holds whichever silo it is (docs/privacy.md,
+        "Record-level sensitivity of the meta-analysis").
         """
         out = np.zeros(self.d)
         for mi in np.unique(self.records_per_client):
             m = int(mi)
-            if name == "B":
-                rec, cli = record_bound_b(m, f, k), client_bound_b(m, f, k)
+            ki = silo_kappa(k, r, m, f)
+            if name == "A":
+                rec, cli = record_bound_a(m, f, ki), client_bound_a(ki)
+            elif name == "B":
+                rec, cli = record_bound_b(m, f, ki), client_bound_b(m, f, ki)
             elif name == "C":
                 rec, cli = record_bound_c(m, f), client_bound_c(m, f)
             elif name == "D":
@@ -600,11 +657,12 @@ class MetaPlan:
         kappa: npt.ArrayLike | None = None,
         kappa_star: npt.ArrayLike | None = None,
         tau2: npt.ArrayLike | None = None,
+        rho: npt.ArrayLike | None = None,
     ) -> FloatArray:
         """Per-coordinate ``sigma_kj = a_j ||b/a|| / mu_k`` (0 for a release not made)."""
         if name not in self.releases or self.budget is None:
             return np.zeros(self.d)
-        b = self.bounds(name, floor, kappa, kappa_star, tau2)
+        b = self.bounds(name, floor, kappa, kappa_star, tau2, rho)
         a = b if self.settings.noise_shape == "per_coordinate" else np.ones(self.d)
         return np.asarray(a * self.sensitivity(b, a) / self.mu(name))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -20,10 +21,21 @@ from scipy.special import ndtr
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.dp.accounting import PrivacySpent
-from fa_hetdp.errors import AggregationError, PrivacyParameterError
+from fa_hetdp.errors import AggregationError
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
-from fa_hetdp.protocol.meta_plan import MAX_WITHIN_VARIANCE, ROUNDS, MetaPlan
-from fa_hetdp.stats.meta import fixed_effect_from_sums, i2_from_q
+from fa_hetdp.protocol.meta_plan import (
+    MAX_WITHIN_VARIANCE,
+    ROUNDS,
+    MetaPlan,
+    silo_kappa,
+    with_settings,
+)
+from fa_hetdp.stats.meta import (
+    MetaIntervals,
+    PredictionInterval,
+    fixed_effect_from_sums,
+    i2_from_q,
+)
 
 __all__ = [
     "PLUG_IN_NOISE",
@@ -38,6 +50,7 @@ __all__ = [
     "figures_from_sums",
     "plug_in_weights",
     "round_sigmas",
+    "silo_clips",
     "split_round",
 ]
 
@@ -46,15 +59,15 @@ def round_sigmas(
     plan: MetaPlan, rnd: str, broadcast: BroadcastB | BroadcastC | None = None
 ) -> FloatArray:
     """Return the calibrated ``sigma`` of every coordinate of round ``rnd``'s vector."""
-    floor = kappa = kappa_star = tau2 = None
+    floor = kappa = kappa_star = tau2 = rho = None
     if broadcast is not None:
         floor = broadcast.floor
         if isinstance(broadcast, BroadcastB):
-            kappa = broadcast.kappa
+            kappa, rho = broadcast.kappa, broadcast.rho
         else:
             kappa_star, tau2 = broadcast.kappa_star, broadcast.tau2
     return np.concatenate(
-        [plan.sigma_vector(r, floor, kappa, kappa_star, tau2) for r in ROUNDS[rnd]]
+        [plan.sigma_vector(r, floor, kappa, kappa_star, tau2, rho) for r in ROUNDS[rnd]]
     )
 
 
@@ -78,8 +91,13 @@ def split_round(plan: MetaPlan, rnd: str, total: FloatArray) -> dict[str, FloatA
     return {r: vec[i * plan.d : (i + 1) * plan.d] for i, r in enumerate(names)}
 
 
+PILOT_MARGIN = 2.0
+"""The pilot ratio ``rho`` of the per-silo clips is taken this many noise stds below its
+estimate (a lower confidence bound: noise alone does not widen the clips)."""
+
+
 def assemble_round_a(plan: MetaPlan, total: FloatArray) -> BroadcastB:
-    """Centre, floor and clip from round A's noisy sum (module docstring of meta_plan)."""
+    """Centre, floor, clip and pilot ratio from round A's noisy sum (meta_plan's docstring)."""
     s = plan.settings
     sums = split_round(plan, "A", total)
     m_total, n = plan.total_records, plan.n
@@ -87,14 +105,43 @@ def assemble_round_a(plan: MetaPlan, total: FloatArray) -> BroadcastB:
     spread = np.clip(sums["W"] / (m_total - n), s.min_floor, MAX_WITHIN_VARIANCE)
     floor = np.maximum(s.floor_fraction * spread, s.min_floor)
     kappa = np.full(plan.d, float(s.kappa))
+    rho = np.zeros(plan.d)
     if "U" in plan.releases:
         # between-client sum of squares sum m_i (theta_i - mean)^2 = U - W - T^2/M, over the
         # pooled within-variance: a pilot Q; clients' z spread with RMS sqrt(Q/n)
         between = sums["U"] - sums["W"] - sums["T"] ** 2 / m_total
         pilot = np.maximum(between, 0.0) / spread
-        kappa = np.maximum(kappa, s.kappa_scale * np.sqrt(pilot / n))
+        if s.adaptive_kappa:
+            kappa = np.maximum(kappa, s.kappa_scale * np.sqrt(pilot / n))
+        if s.per_silo_clip:
+            # E[pilot] = (n - 1) + (tau2/sigma2) (M - sum m_i^2/M) with equal within-variances,
+            # less PILOT_MARGIN times the pilot's noise std (public: the private plan's noise of
+            # T, U, W, also in a noise-off run), so that noise does not widen the clips; rho is
+            # tau2 over the floor, the spread of z for a silo at the floor
+            m = plan.records_per_client.astype(np.float64)
+            private = plan if plan.budget is not None else with_settings(plan, noise=True)
+            noise = {r: private.noise_std(private.sigma_vector(r)) for r in ("T", "U", "W")}
+            sd = np.sqrt(noise["U"] ** 2 + noise["W"] ** 2 + (2.0 * centre * noise["T"]) ** 2)
+            excess = pilot - (n - 1) - PILOT_MARGIN * sd / spread
+            tau2 = np.maximum(excess, 0.0) * spread / (m_total - float(np.sum(m * m)) / m_total)
+            rho = tau2 / floor
     kappa = np.minimum(kappa, np.sqrt(plan.m_max / floor))  # |z| <= sqrt(m/f) always
-    return BroadcastB(centre=centre, floor=floor, kappa=kappa, spread=spread)
+    return BroadcastB(centre=centre, floor=floor, kappa=kappa, spread=spread, rho=rho)
+
+
+def silo_clips(plan: MetaPlan, broadcast_b: BroadcastB) -> FloatArray:
+    """Every silo's round-B clip ``kappa_ij`` (``(d, n)``; public: the broadcast and ``m_i``)."""
+    m = plan.records_per_client.astype(np.float64)[None, :]
+    rho = None if broadcast_b.rho is None else broadcast_b.rho[:, None]
+    return silo_kappa(broadcast_b.kappa[:, None], rho, m, broadcast_b.floor[:, None])
+
+
+def _clips(plan: MetaPlan, kappa: FloatArray | BroadcastB) -> FloatArray:
+    """``(d, n)`` clips: the silos' own from a broadcast, or one ``(d,)`` clip for every silo."""
+    if isinstance(kappa, BroadcastB):
+        return silo_clips(plan, kappa)
+    k = np.asarray(kappa, dtype=np.float64).reshape(-1)
+    return np.broadcast_to(k[:, None], (k.size, plan.n))
 
 
 def _weight_range(
@@ -122,14 +169,16 @@ def _lost_moments(var: FloatArray, kappa: FloatArray) -> tuple[FloatArray, Float
 
 
 def clip_correction(
-    plan: MetaPlan, kappa: FloatArray, big_a: FloatArray
+    plan: MetaPlan, kappa: FloatArray | BroadcastB, big_a: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
     """Return the mass the clip is expected to remove from ``A`` and its variance.
 
-    Client ``i``'s ``z_i`` is modelled ``N(0, 1 + m_i rho)`` (``rho = tau2/sigma2``; the
-    public ``m_i``); ``rho >= 0`` is fitted per coordinate so that ``sum_i E[min(z_i^2,
-    kappa^2)]`` equals the (noisy) ``A`` (interpolated on a grid of ``rho``); the correction
-    is ``sum_i E[(z_i^2 - kappa^2)_+]`` at that ``rho``, and its variance (the realised
+    ``kappa``: round A's broadcast (each silo's own clip ``kappa_ij``, :func:`silo_clips`) or
+    one ``(d,)`` clip for every silo. Client ``i``'s ``z_i`` is modelled ``N(0, 1 + m_i rho)``
+    (``rho = tau2/sigma2``; the public ``m_i``); ``rho >= 0`` is fitted per coordinate so that
+    ``sum_i E[min(z_i^2, kappa_i^2)]`` equals the (noisy) ``A`` (interpolated on a grid of
+    ``rho``); the correction is ``sum_i E[(z_i^2 - kappa_i^2)_+]`` at that ``rho``, and its
+    variance (the realised
     clipped mass scatters around it; the intervals draw it) ``sum_i Var[(z_i^2 - kappa^2)_+]``.
     Post-processing of public values; about 0 where the clip does not bind; ``A`` beyond the
     grid takes its end. Reliable while most clients are inside the clip: where most are beyond
@@ -137,18 +186,19 @@ def clip_correction(
     the exact ``Q`` with 13 of 20 clients clipped; tests/test_meta_private.py).
     """
     m = plan.records_per_client.astype(np.float64)
-    k = np.asarray(kappa, dtype=np.float64)
+    k = _clips(plan, kappa)  # (d, n)
     target = np.asarray(big_a, dtype=np.float64)
     rho = np.concatenate([[0.0], np.logspace(-9, np.log10(1e4 * float(np.max(k)) ** 2), 400)])
     var = 1.0 + m[None, :, None] * rho[None, None, :]  # (1, n, grid)
-    kk = k.reshape(-1)[:, None, None]  # (d, 1, 1)
+    kk = k[:, :, None]  # (d, n, 1)
     lost_i, lost_var_i = _lost_moments(var, kk)
     kept = np.sum(var - lost_i, axis=1)  # sum_i E[min(z^2, kappa^2)], increasing in rho
     lost, lost_var = np.sum(lost_i, axis=1), np.sum(lost_var_i, axis=1)  # (d, grid)
-    flat = target.reshape(-1, k.size)
+    d = k.shape[0]
+    flat = target.reshape(-1, d)
     out = np.empty_like(flat)
     out_var = np.empty_like(flat)
-    for j in range(k.size):
+    for j in range(d):
         out[:, j] = np.interp(flat[:, j], kept[j], lost[j])
         out_var[:, j] = np.interp(flat[:, j], kept[j], lost_var[j])
     return out.reshape(target.shape), out_var.reshape(target.shape)
@@ -159,27 +209,29 @@ def clip_scatter_b(plan: MetaPlan, broadcast_b: BroadcastB, big_a: FloatArray) -
 
     ``B = sum sqrt(w_i) z^_i`` loses ``sqrt(w_i) (z_i - z^_i)``, mean 0 under the symmetric
     model of :func:`clip_correction` (same fitted ``rho``), variance
-    ``w_i E[(|z_i| - kappa)_+^2] = w_i 2 ((v + kappa^2) Phi(-a) - kappa sqrt(v) phi(a))``,
-    ``v = 1 + m_i rho``, ``a = kappa/sqrt(v)``, with the plug-in ``w_i = m_i/max(sigma^2, f)``.
-    The intervals of the means draw it (the estimate itself is left as it is).
+    ``w_i E[(|z_i| - kappa_i)_+^2] = w_i 2 ((v + kappa_i^2) Phi(-a) - kappa_i sqrt(v) phi(a))``,
+    ``v = 1 + m_i rho``, ``a = kappa_i/sqrt(v)`` (each silo's own clip, :func:`silo_clips`),
+    with the plug-in ``w_i = m_i/max(sigma^2, f)``. The intervals of the means draw it (the
+    estimate itself is left as it is).
     """
     m = plan.records_per_client.astype(np.float64)
-    k = np.asarray(broadcast_b.kappa, dtype=np.float64)
+    k = silo_clips(plan, broadcast_b)  # (d, n)
     spread = broadcast_b.floor if broadcast_b.spread is None else broadcast_b.spread
     w = m[None, :, None] / np.maximum(spread, broadcast_b.floor)[:, None, None]  # (d, n, 1)
     target = np.asarray(big_a, dtype=np.float64)
     rho = np.concatenate([[0.0], np.logspace(-9, np.log10(1e4 * float(np.max(k)) ** 2), 400)])
     var = 1.0 + m[None, :, None] * rho[None, None, :]
-    kk = k.reshape(-1)[:, None, None]
+    kk = k[:, :, None]  # (d, n, 1)
     lost_i, _ = _lost_moments(var, kk)
     kept = np.sum(var - lost_i, axis=1)
     sd = np.sqrt(var)
     a = kk / sd
     tail = (var + kk * kk) * ndtr(-a) - kk * sd * np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi)
     scatter = np.sum(w * 2.0 * np.maximum(tail, 0.0), axis=1)  # (d, grid)
-    flat = target.reshape(-1, k.size)
+    d = k.shape[0]
+    flat = target.reshape(-1, d)
     out = np.empty_like(flat)
-    for j in range(k.size):
+    for j in range(d):
         out[:, j] = np.interp(flat[:, j], kept[j], scatter[j])
     return out.reshape(target.shape)
 
@@ -247,7 +299,7 @@ def figures_from_sums(
     big_c = np.maximum(weights["C"], least)
     big_a = sums.get("A")
     if big_a is not None and plan.settings.clip_correction:
-        big_a = big_a + clip_correction(plan, broadcast_b.kappa, big_a)[0]
+        big_a = big_a + clip_correction(plan, broadcast_b, big_a)[0]
     mean, q_raw = fixed_effect_from_sums(np.nan if big_a is None else big_a, sums["B"], big_c, c0)
     out["pooled_mean"] = np.clip(mean, 0.0, 1.0)
     if big_a is not None:
@@ -291,20 +343,14 @@ def assemble_round_b(
 
 
 @dataclass(frozen=True)
-class MetaIntervals:
-    """Confidence intervals of the private figures: ``lower[key]``, ``upper[key]``."""
-
-    level: float
-    lower: dict[str, Any]
-    upper: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class PrivateMetaAnalysis:
     """The private meta-analysis: the figures of :class:`~fa_hetdp.stats.meta.MetaAnalysis`.
 
-    Figures not asked for (``statistics``) are NaN. :meth:`confidence_intervals` gives
-    intervals for the privacy noise; ``labels`` says what was clipped or floored. ``design``
+    Figures not asked for (``statistics``) are NaN. :meth:`confidence_intervals` gives two
+    kinds of interval (``target="population"``: sampling error and privacy noise;
+    ``"sample"``: the privacy noise only), :attr:`standard_errors` the population standard
+    errors and :meth:`prediction_interval` a new silo's; ``labels`` says what was clipped or
+    floored. ``design``
     names the design that ran (``"secure-sums"``: the rounds of this module;
     ``"silo-summaries"``: :mod:`fa_hetdp.protocol.silo_summaries`, whose result also carries
     every silo's noisy means ``silo_means`` and variance estimates ``silo_variances``);
@@ -337,76 +383,51 @@ class PrivateMetaAnalysis:
     silo_variances: FloatArray | None = None
 
     def confidence_intervals(
-        self, level: float = 0.95, *, draws: int = 2000, seed: int = 0
+        self,
+        level: float = 0.95,
+        target: str = "population",
+        *,
+        draws: int = 2000,
+        seed: int = 0,
     ) -> MetaIntervals:
-        """Intervals for every figure from the known noise (a seeded parametric bootstrap).
+        """Intervals of the figures at ``level``; ``target`` says what they cover.
 
-        The released sums are redrawn with the plan's noise around the noisy values, the
-        figures recomputed by :func:`figures_from_sums`; the interval of an untruncated figure
-        (``q``, ``tau2`` before truncation, the means, the summed ``Q``) is the basic
-        bootstrap ``[2 x - q_hi, 2 x - q_lo]``; ``i2`` and ``i2_total`` are the monotone images
-        of their ``Q`` intervals and ``tau2`` the truncation of ``tau2_raw``'s. Conditional on
-        the broadcasts (centre, floor, clip, round-C ``tau2``): the bias of a binding clip or
-        floor is not in them (see :attr:`labels`).
+        ``"population"`` (the default; what metafor's CI means): the population effect, the
+        sampling error and the privacy noise -- ``pooled_mean`` (under the common-effect model),
+        ``random_effects_mean``, ``tau2`` and ``i2``; ``q`` and ``i2_total`` are sample
+        statistics and have none (:func:`fa_hetdp.protocol.meta_inference.population_intervals`
+        says how, per design). ``"sample"``: the exact value on these records, the privacy
+        noise only -- a seeded parametric bootstrap of the known noise through the estimator,
+        every figure (secure sums: conditional on the broadcasts, the bias of a binding clip or
+        floor is not in them, see :attr:`labels`; silo summaries:
+        :func:`~fa_hetdp.protocol.silo_summaries.silo_intervals`). The returned intervals
+        carry their ``target`` and a ``methods`` line per figure.
         """
-        if not 0.0 < level < 1.0:
-            raise PrivacyParameterError(f"level must be in (0, 1), got level={level!r}.")
-        if self.design == "silo-summaries":
-            from fa_hetdp.protocol.silo_summaries import silo_intervals
+        from fa_hetdp.protocol.meta_inference import meta_intervals
 
-            return silo_intervals(self, level, draws, seed)
-        if self.broadcast_b is None:
-            raise AggregationError("no sums to draw intervals from")
-        rng = np.random.default_rng(seed)
-        redrawn = {
-            k: v + self.noise_std[k] * rng.standard_normal((draws, self.d))
-            for k, v in self.sums.items()
-        }
-        if "A" in redrawn and self.plan.settings.clip_correction:
-            # the realised clipped mass scatters around the model's mean: draw it too
-            _, lost_var = clip_correction(self.plan, self.broadcast_b.kappa, self.sums["A"])
-            redrawn["A"] = redrawn["A"] + np.sqrt(lost_var) * rng.standard_normal((draws, self.d))
-            scatter_b = clip_scatter_b(self.plan, self.broadcast_b, self.sums["A"])
-            redrawn["B"] = redrawn["B"] + np.sqrt(scatter_b) * rng.standard_normal((draws, self.d))
-        tau2_used = None if self.broadcast_c is None else self.broadcast_c.tau2
-        boot = figures_from_sums(self.plan, self.broadcast_b, redrawn, tau2_used)
-        point = figures_from_sums(self.plan, self.broadcast_b, self.sums, tau2_used)
-        lo_q, hi_q = (1.0 - level) / 2.0, (1.0 + level) / 2.0
-        lower: dict[str, Any] = {}
-        upper: dict[str, Any] = {}
+        return meta_intervals(self, level, target, draws, seed)
 
-        def basic(key: str) -> tuple[FloatArray, FloatArray]:
-            x = point[key]
-            b = boot[key]
-            return 2 * x - np.quantile(b, hi_q, axis=0), 2 * x - np.quantile(b, lo_q, axis=0)
+    @cached_property
+    def standard_errors(self) -> dict[str, FloatArray]:
+        """Population standard errors with the privacy noise, arrays ``(d,)``.
 
-        nan = np.full(self.d, np.nan)
-        n = self.n
-        for key in ("pooled_mean", "random_effects_mean"):
-            if key in point:
-                lo, hi = basic(key)
-                lower[key], upper[key] = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
-            else:
-                lower[key], upper[key] = nan, nan
-        if "q_raw" in point:
-            lo, hi = basic("q_raw")
-            lower["q"], upper["q"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-            lower["i2"], upper["i2"] = i2_from_q(lower["q"], n), i2_from_q(upper["q"], n)
-            lo_t, hi_t = basic("q_total")
-            lower["i2_total"] = float(i2_from_q(max(float(lo_t), 0.0), n, self.d))
-            upper["i2_total"] = float(i2_from_q(max(float(hi_t), 0.0), n, self.d))
-        else:
-            for key in ("q", "i2"):
-                lower[key], upper[key] = nan, nan
-            lower["i2_total"] = upper["i2_total"] = float("nan")
-        if "tau2_raw" in point:
-            lo, hi = basic("tau2_raw")
-            lower["tau2_raw"], upper["tau2_raw"] = lo, hi
-            lower["tau2"], upper["tau2"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-        else:
-            for key in ("tau2", "tau2_raw"):
-                lower[key], upper[key] = nan, nan
-        return MetaIntervals(level=level, lower=lower, upper=upper)
+        Keys ``"pooled_mean"``, ``"random_effects_mean"``, ``"tau2"``: sampling error and
+        privacy noise in quadrature (:func:`fa_hetdp.protocol.meta_inference.standard_errors`);
+        not :attr:`noise_std`, which is each release's noise alone.
+        """
+        from fa_hetdp.protocol.meta_inference import standard_errors
+
+        return standard_errors(self)
+
+    def prediction_interval(self, level: float = 0.95) -> PredictionInterval:
+        """Where a new silo's true mean is expected to lie, per coordinate.
+
+        ``mu +- t_{n-2} sqrt(tau2 + SE^2)`` with the private random-effects mean and ``tau2``,
+        ``SE`` from :attr:`standard_errors` (the privacy noise included).
+        """
+        from fa_hetdp.protocol.meta_inference import prediction_interval
+
+        return prediction_interval(self, level, self.standard_errors["random_effects_mean"])
 
 
 def assemble_result(
@@ -437,6 +458,7 @@ def assemble_result(
                 broadcast_b.kappa,
                 None if broadcast_c is None else broadcast_c.kappa_star,
                 None if broadcast_c is None else broadcast_c.tau2,
+                broadcast_b.rho,
             )
         )
         for r in sums
@@ -444,9 +466,10 @@ def assemble_result(
     i2 = get("i2", "i2")
     labels = list(plan.labels)
     s = plan.settings
+    clips = silo_clips(plan, broadcast_b)
     labels.append(
-        f"round B clips |z| at kappa (per coordinate {float(np.min(broadcast_b.kappa)):.3g}-"
-        f"{float(np.max(broadcast_b.kappa)):.3g}) and floors s^2 at f "
+        f"round B clips |z| at kappa (per silo and coordinate {float(np.min(clips)):.3g}-"
+        f"{float(np.max(clips)):.3g}) and floors s^2 at f "
         f"({float(np.min(broadcast_b.floor)):.3g}-{float(np.max(broadcast_b.floor)):.3g}; "
         f"floor_fraction {s.floor_fraction:g}, min_floor {s.min_floor:g}): a client beyond the "
         "clip pulls Q and I^2 down, one below the floor gets less weight; the intervals cover "

@@ -64,6 +64,7 @@ __all__ = [
     "silo_bounds",
     "silo_figures",
     "silo_intervals",
+    "silo_noise_errors",
     "silo_summaries_problem",
 ]
 
@@ -437,18 +438,15 @@ def assemble_silo_result(plan: SiloPlan, releases: Sequence[SiloRelease]) -> Pri
     )
 
 
-def silo_intervals(
-    result: PrivateMetaAnalysis, level: float, draws: int, seed: int
-) -> MetaIntervals:
-    """Intervals of the exact figures from the known noise (a seeded parametric bootstrap).
+def silo_noise_errors(
+    result: PrivateMetaAnalysis, draws: int, seed: int
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Return the point figures and ``draws`` bootstrap errors of the privacy noise (silos).
 
     The released summaries are taken as the silos' true ones (the bootstrap world's truth:
     their exact analysis, ``silo_figures(..., exact=True)``), every release is redrawn with its
-    noise around them and the estimator applied; the interval of an untruncated figure
-    (``q_raw``, ``tau2_raw``, the means, the summed ``Q``) is the estimate less the quantiles
-    of the bootstrap error (estimate minus truth), ``[x - e_hi, x - e_lo]``, so the estimator's
-    own bias (the shrinkage of noisy variances) is in it; ``q``, ``i2``, ``i2_total`` and
-    ``tau2`` are the monotone images of theirs.
+    noise around them and the estimator applied; the error is the estimate minus that truth, so
+    the estimator's own bias (the shrinkage of noisy variances) is in it.
     """
     plan = result.plan
     if not isinstance(plan, SiloPlan):
@@ -467,25 +465,21 @@ def silo_intervals(
     )
     truth = silo_figures(plan, np.broadcast_to(theta, shape), true_s2, exact=True)
     point = silo_figures(plan, theta, s2)
-    lo_q, hi_q = (1.0 - level) / 2.0, (1.0 + level) / 2.0
-    n = plan.n
+    return point, {key: np.asarray(boot[key] - truth[key]) for key in point}
 
-    def basic(key: str) -> tuple[FloatArray, FloatArray]:
-        x, err = point[key], boot[key] - truth[key]
-        return x - np.quantile(err, hi_q, axis=0), x - np.quantile(err, lo_q, axis=0)
 
-    lower: dict[str, Any] = {}
-    upper: dict[str, Any] = {}
-    for key in ("pooled_mean", "random_effects_mean"):
-        lo, hi = basic(key)
-        lower[key], upper[key] = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
-    lo, hi = basic("q_raw")
-    lower["q"], upper["q"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-    lower["i2"], upper["i2"] = i2_from_q(lower["q"], n), i2_from_q(upper["q"], n)
-    lo_t, hi_t = basic("q_total")
-    lower["i2_total"] = float(i2_from_q(max(float(lo_t), 0.0), n, plan.d))
-    upper["i2_total"] = float(i2_from_q(max(float(hi_t), 0.0), n, plan.d))
-    lo, hi = basic("tau2_raw")
-    lower["tau2_raw"], upper["tau2_raw"] = lo, hi
-    lower["tau2"], upper["tau2"] = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-    return MetaIntervals(level=level, lower=lower, upper=upper)
+def silo_intervals(
+    result: PrivateMetaAnalysis, level: float, draws: int, seed: int
+) -> MetaIntervals:
+    """Sample intervals (``target="sample"``): the exact figures, from the known noise.
+
+    A seeded parametric bootstrap (:func:`silo_noise_errors`); the interval of an untruncated
+    figure (``q_raw``, ``tau2_raw``, the means, the summed ``Q``) is the estimate less the
+    quantiles of the bootstrap error (estimate minus truth), ``[x - e_hi, x - e_lo]``; ``q``,
+    ``i2``, ``i2_total`` and ``tau2`` are the monotone images of theirs. The population
+    intervals are :func:`fa_hetdp.protocol.meta_inference.population_intervals`.
+    """
+    from fa_hetdp.protocol.meta_inference import intervals_from_errors
+
+    point, err = silo_noise_errors(result, draws, seed)
+    return intervals_from_errors(point, err, level, result.n, result.d)

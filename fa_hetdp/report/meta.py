@@ -1,13 +1,19 @@
 """The meta-analysis in a result: its JSON section, a forest-plot-like table and the I² figure.
 
 A run with ``analysis = "meta"`` (README "Cross-silo") stores the private meta-analysis as a
-plain section of the result JSON (:func:`meta_section`): every statistic as
-``{"value", "lower", "upper"}`` (per coordinate, or one number for the scalar summaries), the
-interval level, the clients' record counts, the unit of privacy and the labels.
+plain section of the result JSON (:func:`meta_section`): every statistic as ``{"value",
+"standard_error", "population": {"lower", "upper"}, "sample": {"lower", "upper"}}`` (per
+coordinate, or one number for the scalar summaries; each key only where the statistic has it),
+the two kinds of interval named in ``"intervals"`` (:data:`INTERVAL_TARGETS`: ``population``,
+the population effect with sampling error and privacy noise; ``sample``, the exact value on
+these records with the privacy noise only) with their methods, a new silo's prediction
+interval, the interval level, the clients' record counts, the unit of privacy and the labels.
 :func:`format_meta` prints it like the summary of a forest plot (the coordinates with the
-largest I² first, pooled means with their intervals, Q, I², τ²) and :func:`plot_meta_i2`
-draws every coordinate's I² with its interval; both read only that section, so a result file
-written earlier can be shown again without the run.
+largest I² first, pooled means with their confidence intervals, Q, I², τ²) and
+:func:`plot_meta_i2` draws every coordinate's I² with its interval; both read only that section
+and label every interval with what it covers, so a result file written earlier can be shown
+again without the run (a section written before the two kinds existed holds ``"lower"`` and
+``"upper"`` of the privacy noise only: shown as sample intervals).
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ import numpy as np
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 
 __all__ = [
+    "INTERVAL_TARGETS",
     "META_STATISTICS",
     "READING",
     "format_meta",
     "meta_section",
     "plot_meta_i2",
     "silo_estimates",
+    "table_target",
 ]
 
 META_STATISTICS: Final[tuple[str, ...]] = (
@@ -41,6 +49,20 @@ META_STATISTICS: Final[tuple[str, ...]] = (
 """The per-coordinate statistics of the section, in the table's order."""
 
 _SCALARS: Final[tuple[str, ...]] = ("i2_total", "i2_average")
+_WITH_SE: Final[tuple[str, ...]] = ("pooled_mean", "random_effects_mean", "tau2")
+
+INTERVAL_TARGETS: Final[dict[str, str]] = {
+    "population": (
+        "confidence interval of the population value (what metafor's CI means): sampling "
+        "error and privacy noise; the fixed-effect pooled mean's under the common-effect model; "
+        "none for Q and the I² of the summed Q (sample statistics)"
+    ),
+    "sample": (
+        "interval of the exact value on these records: the privacy noise only (not the "
+        "sampling error)"
+    ),
+}
+"""What each kind of interval of the section covers (``section["intervals"]``)."""
 
 READING: Final[tuple[str, ...]] = (
     "how to read it: I² is the share of the spread between the clients' means that sampling "
@@ -68,24 +90,38 @@ def meta_section(
 ) -> dict[str, Any]:
     """Return the JSON section of a private meta-analysis (plain lists and numbers).
 
-    Every figure with its interval at ``level`` (:meth:`PrivateMetaAnalysis.confidence_intervals`:
-    the privacy noise, conditional on the broadcasts). A figure that is not a number (NaN:
-    not asked for, or a constant coordinate) is ``null``, with its reason in ``labels``.
-    Also the design that ran, what the server saw, whom the guarantee holds against and the
-    ``(epsilon, delta)`` spent (``null`` without noise); in the silo-summaries design every
-    silo's own release (:func:`silo_estimates`; ``silo_names`` name the silos, e.g. their
-    partitions, default ``0 .. n-1``).
+    Every figure with its two intervals at ``level``
+    (:meth:`PrivateMetaAnalysis.confidence_intervals`): ``"population"`` (sampling error and
+    privacy noise; none for Q and ``i2_total``) and ``"sample"`` (the privacy noise only,
+    conditional on the broadcasts), the population
+    standard errors of the means and τ² (:attr:`PrivateMetaAnalysis.standard_errors`) and a new
+    silo's prediction interval. A figure that is not a number (NaN: not asked for, or a
+    constant coordinate) is ``null``, with its reason in ``labels``. Also the design that ran,
+    what the server saw, whom the guarantee holds against and the ``(epsilon, delta)`` spent
+    (``null`` without noise); in the silo-summaries design every silo's own release
+    (:func:`silo_estimates`; ``silo_names`` name the silos, e.g. their partitions, default
+    ``0 .. n-1``).
     """
-    intervals = result.confidence_intervals(level)
+    kinds = {
+        "population": result.confidence_intervals(level, target="population"),
+        "sample": result.confidence_intervals(level, target="sample"),
+    }
+    errors = result.standard_errors
+    predicted = result.prediction_interval(level)
     spent = result.spent
     silos = silo_estimates(result, silo_names)
     statistics: dict[str, Any] = {}
     for name in (*META_STATISTICS, *_SCALARS):
         convert: Callable[[Any], Any] = _number if name in _SCALARS else _floats
         entry: dict[str, Any] = {"value": convert(getattr(result, name))}
-        if name in intervals.lower and name in intervals.upper:
-            entry["lower"] = convert(intervals.lower[name])
-            entry["upper"] = convert(intervals.upper[name])
+        if name in _WITH_SE:
+            entry["standard_error"] = convert(errors[name])
+        for target, intervals in kinds.items():
+            if name in intervals.lower and name in intervals.upper:
+                entry[target] = {
+                    "lower": convert(intervals.lower[name]),
+                    "upper": convert(intervals.upper[name]),
+                }
         statistics[name] = entry
     return {
         "n": int(result.n),
@@ -93,6 +129,15 @@ def meta_section(
         "records_per_client": [int(c) for c in np.ravel(result.records_per_client)],
         "level": float(level),
         "statistics": statistics,
+        "intervals": {
+            target: {"covers": INTERVAL_TARGETS[target], "methods": dict(iv.methods)}
+            for target, iv in kinds.items()
+        },
+        "prediction_interval": {
+            "lower": _floats(predicted.lower),
+            "upper": _floats(predicted.upper),
+            "method": predicted.method,
+        },
         "unit_of_privacy": str(result.unit_of_privacy),
         "design": str(result.design),
         "server_saw": str(result.server_saw),
@@ -149,6 +194,44 @@ def _value(section: Mapping[str, Any], name: str, key: str = "value") -> np.ndar
     return np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
 
 
+def _bounds(entry: Mapping[str, Any], target: str) -> tuple[Any, Any]:
+    """Return an entry's ``target`` bounds (None, None where it has none).
+
+    A section from before the two kinds holds plain ``"lower"``/``"upper"``: the sample interval.
+    """
+    kind = entry.get(target)
+    if isinstance(kind, Mapping):
+        return kind.get("lower"), kind.get("upper")
+    if target == "sample" and "population" not in entry:
+        return entry.get("lower"), entry.get("upper")
+    return None, None
+
+
+def _interval(section: Mapping[str, Any], name: str, target: str) -> tuple[np.ndarray, ...]:
+    entry = section["statistics"].get(name) or {}
+    d = int(section["d"])
+    out = []
+    for raw in _bounds(entry, target):
+        out.append(
+            np.full(d, np.nan)
+            if raw is None
+            else np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
+        )
+    return tuple(out)
+
+
+def table_target(section: Mapping[str, Any]) -> str:
+    """Return the kind of interval the table shows: population where the section has it."""
+    stats = section["statistics"]
+    has = any(isinstance((stats.get(k) or {}).get("population"), Mapping) for k in stats)
+    return "population" if has else "sample"
+
+
+def _tag(target: str, level: float) -> str:
+    pct = f"{100 * level:g} %"
+    return f"{pct} CI" if target == "population" else f"sample {pct}"
+
+
 def _fmt(value: float | None, digits: int = 4) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
@@ -157,22 +240,31 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}"
 
 
-def _cell(section: Mapping[str, Any], name: str, j: int, digits: int = 4) -> str:
+def _cell(section: Mapping[str, Any], name: str, j: int, target: str, digits: int = 4) -> str:
     value = _value(section, name)[j]
-    lower, upper = _value(section, name, "lower")[j], _value(section, name, "upper")[j]
+    lower, upper = (b[j] for b in _interval(section, name, target))
     text = _fmt(float(value), digits)
     if math.isfinite(lower) and math.isfinite(upper):
         text += f" [{_fmt(float(lower), digits)}, {_fmt(float(upper), digits)}]"
     return text
 
 
-def _scalar(section: Mapping[str, Any], name: str) -> str:
+def _prediction(section: Mapping[str, Any], j: int) -> str:
+    entry = section.get("prediction_interval") or {}
+    lower, upper = entry.get("lower"), entry.get("upper")
+    if not lower or not upper or lower[j] is None or upper[j] is None:
+        return "n/a"
+    return f"[{_fmt(lower[j])}, {_fmt(upper[j])}]"
+
+
+def _scalar(section: Mapping[str, Any], name: str, level: float) -> str:
     entry = section["statistics"].get(name)
     if not entry:
         return "n/a"
     text = _fmt(entry.get("value"), 3)
-    if entry.get("lower") is not None and entry.get("upper") is not None:
-        text += f" [{_fmt(entry['lower'], 3)}, {_fmt(entry['upper'], 3)}]"
+    lower, upper = _bounds(entry, "sample")
+    if lower is not None and upper is not None:
+        text += f" [{_tag('sample', level)}: {_fmt(lower, 3)}, {_fmt(upper, 3)}]"
     return text
 
 
@@ -180,11 +272,16 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     """Return the forest-plot-like summary of a meta-analysis section, one line per row.
 
     The coordinates with the largest I² come first (``top`` of them; None: all), each with
-    the fixed-effect and random-effects pooled means and their intervals, Q, I² and τ² with
-    theirs; then the scalar summaries, the labels and how to read I² and τ² (:data:`READING`).
+    the fixed-effect and random-effects pooled means, I² and τ² with their confidence
+    intervals of the population value (``[95 % CI]``: sampling error and privacy noise; a
+    section written before the two kinds shows its sample intervals, so labelled), a new silo's
+    prediction interval and Q; then the scalar summaries with their sample intervals (the
+    privacy noise only: they are sample statistics), the labels and how to read I² and τ²
+    (:data:`READING`). Every interval is labelled with what it covers.
     """
     d, n = int(section["d"]), int(section["n"])
     level = float(section.get("level", 0.95))
+    target = table_target(section)
     i2 = _value(section, "i2")
     order = sorted(range(d), key=lambda j: (-i2[j] if math.isfinite(i2[j]) else math.inf, j))
     shown = order if top is None else order[: max(top, 0)]
@@ -193,12 +290,17 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     if counts:
         low, high = min(counts), max(counts)
         records = f", {low} records each" if low == high else f", {low}-{high} records each"
-    pct = f"{100 * level:g} %"
+    tag = _tag(target, level)
     lines = [
-        f"meta-analysis: n={n} clients{records}, d={d}; {pct} intervals include the privacy noise",
-        f"  I² of the summed Q: {_scalar(section, 'i2_total')};  coordinate average of I²: "
-        f"{_scalar(section, 'i2_average')}",
+        f"meta-analysis: n={n} clients{records}, d={d}",
+        f"  [{tag}]: {INTERVAL_TARGETS[target]}",
     ]
+    if target == "population":
+        lines.append(f"  [{_tag('sample', level)}]: {INTERVAL_TARGETS['sample']}")
+    lines.append(
+        f"  I² of the summed Q: {_scalar(section, 'i2_total', level)};  coordinate average of "
+        f"I²: {_scalar(section, 'i2_average', level)}"
+    )
     if section.get("design"):
         lines.append(f"  design: {section['design']}")
     if section.get("server_saw"):
@@ -206,16 +308,30 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     if section.get("unit_of_privacy"):
         lines.append(f"  unit of privacy: {section['unit_of_privacy']}")
     which = "all coordinates" if len(shown) == d else f"the {len(shown)} of {d} with the largest I²"
-    lines.append(f"  per coordinate ({which}; value [{pct} interval]):")
-    header = ("coord", "pooled mean (fixed effect)", "random-effects mean", "Q", "I²", "τ²")
+    predicted = bool(section.get("prediction_interval"))
+    lines.append(
+        f"  per coordinate ({which}; value [{tag}]"
+        + (f"; a new silo's mean: its {100 * level:g} % prediction interval" if predicted else "")
+        + "):"
+    )
+    header: tuple[str, ...] = (
+        "coord",
+        "pooled mean (fixed effect)",
+        "random-effects mean",
+        *(("prediction interval",) if predicted else ()),
+        "Q",
+        "I²",
+        "τ²",
+    )
     rows = [
         (
             str(j),
-            _cell(section, "pooled_mean", j),
-            _cell(section, "random_effects_mean", j),
+            _cell(section, "pooled_mean", j, target),
+            _cell(section, "random_effects_mean", j, target),
+            *((_prediction(section, j),) if predicted else ()),
             _fmt(float(_value(section, "q")[j]), 4),
-            _cell(section, "i2", j, 3),
-            _cell(section, "tau2", j, 3),
+            _cell(section, "i2", j, target, 3),
+            _cell(section, "tau2", j, target, 3),
         )
         for j in shown
     ]
@@ -234,6 +350,9 @@ def plot_meta_i2(
 ) -> Path:
     """Draw every coordinate's I² with its interval (a forest plot of I²) and save a PNG.
 
+    The interval is the confidence interval of the population I² (a section from before the two
+    kinds: its sample interval), and the axis says which.
+
     The coordinates are sorted by I²; the dashed line is the I² of the summed Q. Written to a
     temporary file beside ``path`` and renamed, so a reader never sees half a figure.
 
@@ -246,7 +365,8 @@ def plot_meta_i2(
 
     d = int(section["d"])
     i2 = _value(section, "i2")
-    lower, upper = _value(section, "i2", "lower"), _value(section, "i2", "upper")
+    target = table_target(section)
+    lower, upper = _interval(section, "i2", target)
     order = sorted(range(d), key=lambda j: (i2[j] if math.isfinite(i2[j]) else -math.inf, j))
     figure, (ax,) = _new_figure(1, width=5.6, height=max(2.6, 0.22 * d + 1.2))
     y = np.arange(d)
@@ -265,7 +385,12 @@ def plot_meta_i2(
         ax.legend(fontsize=7, loc="lower right")
     ax.set_yticks(y, [str(j) for j in order])
     ax.set_xlim(-0.02, 1.02)
-    ax.set_xlabel(f"I² with its {100 * float(section.get('level', 0.95)):g} % interval")
+    covers = (
+        "confidence interval (sampling error and privacy noise)"
+        if target == "population"
+        else "sample interval (privacy noise only)"
+    )
+    ax.set_xlabel(f"I² with its {100 * float(section.get('level', 0.95)):g} % {covers}")
     ax.set_ylabel("coordinate")
     ax.grid(True, axis="x", alpha=0.35)
     if title:

@@ -3,7 +3,8 @@
 ``@app.main()`` resolves the run settings from ``context.run_config``
 (:class:`fa_hetdp.flowerkit.settings.RunSettings`), and hands a :class:`GridTransport` to
 :class:`server.strategy.HeterogeneityStrategy`, which waits for the expected nodes, runs
-the six steps and writes the result file. On an abort the strategy writes a result with
+the key advertisement and the run's analysis (:mod:`fa_hetdp.server.analysis`) and writes the
+result file. On an abort the strategy writes a result with
 ``status = "aborted"`` and its reason, and the ServerApp raises so Flower marks the run failed.
 """
 

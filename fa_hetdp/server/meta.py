@@ -5,20 +5,24 @@ Which design a run makes is resolved once the counts are known
 ``privacy`` part of either design (:func:`meta_privacy_section`).
 
 After the key advertisement (where every client reports its record count ``m_i``, public in
-a meta-analysis), :func:`meta_rounds` runs the three secure sums of
-:mod:`fa_hetdp.protocol.meta_plan` on the session's summations 0, 1 and 2 (the
-``stage0/1/2`` steps of :mod:`fa_hetdp.flowerkit.steps`), with the server functions the in-process
+a meta-analysis), :class:`SecureSums` (an :class:`~fa_hetdp.server.analysis.Analysis`) runs
+the three secure sums of :mod:`fa_hetdp.protocol.meta_plan` on the session
+(:meth:`~fa_hetdp.server.session.AnalysisSession.secure_sum`), each on its own steps
+(:data:`fa_hetdp.flowerkit.steps.META_ROUNDS`), with the server functions the in-process
 :func:`fa_hetdp.private_meta_analysis` uses (:mod:`fa_hetdp.protocol.meta_server`):
 
 1. ``share_keys``;
-2. round A (``stage0_input``): the request lists every client's count (the plan's
-   calibration); the noisy ``[T | U | W]`` gives the centre, floor and clip
+2. round A (``meta_round_a``, ``meta_round_a_unmask``): the request lists every client's
+   count (the plan's calibration); the noisy ``[T | U | W]`` gives the centre, floor and clip
    (:func:`~fa_hetdp.protocol.meta_server.assemble_round_a`), broadcast with round B;
-3. round B (``stage1_input``): ``[A | B | C | D]``; the fixed effect, ``Q``, ``I^2`` and
-   ``tau2`` (:func:`~fa_hetdp.protocol.meta_server.assemble_round_b`), ``tau2`` broadcast
-   with round C;
-4. round C (``stage2_input``, when the random-effects mean is asked for): ``[E | F]``;
-   the result (:func:`~fa_hetdp.protocol.meta_server.assemble_result`).
+3. round B (``meta_round_b``, ``meta_round_b_unmask``): ``[A | B | C | D]``; the fixed
+   effect, ``Q``, ``I^2`` and ``tau2`` (:func:`~fa_hetdp.protocol.meta_server.
+   assemble_round_b`), ``tau2`` broadcast with round C;
+4. round C (``meta_round_c``, ``meta_round_c_unmask``, when the random-effects mean is
+   asked for): ``[E | F]``; the result (:func:`~fa_hetdp.protocol.meta_server.assemble_result`).
+
+Against a malicious server each round has its ``meta_round_x_consistency`` step before its
+unmask step.
 
 Every client of the key directory must take part in every round: their counts calibrate the
 plan and each counts as one study, so a dropout after the key advertisement aborts the run
@@ -37,15 +41,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.dp.calibration import weak_privacy_label
 from fa_hetdp.flowerkit.settings import meta_plan
-from fa_hetdp.flowerkit.steps import SHARE_KEYS, Event, Key
+from fa_hetdp.flowerkit.steps import META_ROUNDS, Event, Key
 from fa_hetdp.protocol.guarantee import Guarantee
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
 from fa_hetdp.protocol.meta_plan import (
@@ -58,6 +63,7 @@ from fa_hetdp.protocol.meta_plan import (
     client_bound_t,
     client_bound_u2,
     client_bound_w,
+    silo_kappa,
 )
 from fa_hetdp.protocol.meta_server import (
     PrivateMetaAnalysis,
@@ -73,14 +79,13 @@ from fa_hetdp.protocol.silo_summaries import SILO_ADVERSARY, SiloPlan
 from fa_hetdp.report.meta import meta_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
 from fa_hetdp.secagg.params import SecAggParameters
-from fa_hetdp.secagg.server import SumResult
-from fa_hetdp.server.results import secagg_section, simulation_caveats, write_result
-
-if TYPE_CHECKING:
-    from fa_hetdp.server.strategy import HeterogeneityStrategy, Session
+from fa_hetdp.server.analysis import Analysis
+from fa_hetdp.server.results import secagg_section, simulation_caveats
+from fa_hetdp.server.session import AnalysisSession, SecureSum
 
 __all__ = [
     "MIN_SCALE",
+    "SecureSums",
     "check_count",
     "meta_encoding",
     "meta_privacy_section",
@@ -111,7 +116,8 @@ def _value_bounds(
     if rnd == "A":
         parts = [client_bound_t(big), client_bound_u2(big), client_bound_w(big)]
     elif isinstance(broadcast, BroadcastB):
-        f, k = broadcast.floor, broadcast.kappa
+        f = broadcast.floor
+        k = silo_kappa(broadcast.kappa, broadcast.rho, big, f)  # the largest silo's clip
         parts = [
             client_bound_a(k),
             client_bound_b(big, f, k),
@@ -256,6 +262,7 @@ def _broadcasts(result: PrivateMetaAnalysis) -> dict[str, dict[str, list[float]]
             "centre": _floats(b.centre),
             "floor": _floats(b.floor),
             "kappa": _floats(b.kappa),
+            "rho": _floats(np.zeros(len(b.kappa)) if b.rho is None else b.rho),
         }
     if result.broadcast_c is not None:
         c = result.broadcast_c
@@ -279,7 +286,7 @@ def _floats(values: Any) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
-def session_counts(strategy: HeterogeneityStrategy, session: Session) -> list[list[int]]:
+def session_counts(session: AnalysisSession) -> list[list[int]]:
     """Return ``[[client id, m_i], ...]`` of every client in the key directory (public).
 
     Raises
@@ -287,88 +294,104 @@ def session_counts(strategy: HeterogeneityStrategy, session: Session) -> list[li
     ProtocolAbortError
         Not one count per client of the session (the run aborts).
     """
-    _, ids, _ = session.route
     counts = sorted(
-        [ids[node], int(reply[Key.RECORDS])]
-        for node, reply in session.advertised.items()
-        if ids[node] in session.server.keys
+        [client, int(reply[Key.RECORDS])] for client, reply in session.first_replies.items()
     )
     if len(counts) != session.n:
-        raise strategy.abort(
+        raise session.abort(
             f"{len(counts)} record counts for the {session.n} clients of the session"
         )
     return counts
 
 
-def meta_rounds(
-    strategy: HeterogeneityStrategy, session: Session, *, reason: str = ""
-) -> dict[str, Any]:
+class SecureSums(Analysis):
+    """The meta-analysis' secure sums: rounds A, B and C (``design = "secure-sums"``).
+
+    ``reason``: why this design runs (the design's choice,
+    :func:`fa_hetdp.server.meta_design.resolve_design`), stated in the result.
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+
+    def summations(self, protocol: ProtocolConfig) -> int:
+        """Return 3: rounds A, B and C."""
+        del protocol
+        return 3
+
+    def check_reply(self, reply: Mapping[str, Any]) -> str | None:
+        """Refuse a reply without a usable record count (:func:`check_count`)."""
+        return check_count(reply)
+
+    def run(self, session: AnalysisSession) -> dict[str, Any]:
+        """Run rounds A, B and C (:func:`meta_rounds`)."""
+        return meta_rounds(session, reason=self.reason)
+
+
+def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]:
     """Run rounds A, B and C after the key advertisement; write and return the result.
 
     ``reason``: why the secure sums run (the design's choice,
     :func:`fa_hetdp.server.meta_design.resolve_design`), stated in the result.
     """
-    s = strategy.settings
-    transport, server, n, d = session.transport, session.server, session.n, session.d
-    _, _, active = route = session.route
-    counts = session_counts(strategy, session)
+    s = session.settings
+    n, d = session.n, session.d
+    counts = session_counts(session)
     plan = meta_plan(s, [m for _, m in counts], d)
-    released: list[str] = []
     caveats = simulation_caveats(s)
     secagg = s.secagg_parameters()
-    strategy.partial_privacy = lambda: meta_privacy_section(
-        plan, None, released=released, secagg=secagg, caveats=caveats
+    session.record(  # on record from here on: nothing released yet
+        lambda released: meta_privacy_section(
+            plan, None, released=released, secagg=secagg, caveats=caveats
+        )
     )
-    strategy.log_release()  # on record from here on: nothing released yet
     bits = s.modulus_bits
 
-    directories = strategy._secagg(server.key_directory)  # each client: its neighbours' keys
-    strategy._round(transport, SHARE_KEYS, directories, server.receive_share_keys, *route)
-
     def secure_sum(
-        stage: int, rnd: str, broadcast: BroadcastB | BroadcastC | None, extra: dict[str, Any]
-    ) -> tuple[FloatArray, SumResult]:
+        rnd: str, broadcast: BroadcastB | BroadcastC | None, extra: dict[str, Any]
+    ) -> tuple[FloatArray, SecureSum]:
         encoding = meta_encoding(plan, rnd, broadcast, n, modulus_bits=bits)
-        result = strategy._summation(transport, server, stage, encoding, *route, extra=extra)
+        result = session.secure_sum(META_ROUNDS[rnd], encoding, extra)
         if len(result.survivors) != n:
             missing = n - len(result.survivors)
-            raise strategy.abort(
+            raise session.abort(
                 f"round {rnd}: {missing} of the {n} clients dropped out; a meta-analysis needs "
                 "every client of the key directory in every round (their record counts "
                 "calibrate the plan)"
             )
         sigmas = round_sigmas(plan, rnd, broadcast)
         noise.update(split_round(plan, rnd, plan.noise_std(sigmas)))  # each release's noise
-        return add_central_noise(plan, sigmas, result.sum, strategy.rng), result
+        return add_central_noise(plan, sigmas, result.sum, session.rng), result
 
     partitions: dict[str, list[int]] = {}
     errors: dict[str, list[float]] = {}
     noise: dict[str, FloatArray] = {}
 
-    def note(rnd: str, result: SumResult) -> None:
-        partitions[rnd] = sorted(strategy.partitions.get(c, -1) for c in result.survivors)
+    def note(rnd: str, result: SecureSum) -> None:
+        partitions[rnd] = list(result.partitions)
         errors[rnd] = _floats(result.max_error)
 
     # round A: the public counts out, centre / floor / clip back ---------------------------
-    total_a, sum_a = secure_sum(0, "A", None, {Key.META_COUNTS: counts})
+    total_a, sum_a = secure_sum("A", None, {Key.META_COUNTS: counts})
     note("A", sum_a)
     sums_a = split_round(plan, "A", total_a)
     broadcast_b = assemble_round_a(plan, total_a)
-    released.append(f"round A: centre, floor and clip broadcast to the {len(active)} clients")
-    strategy.log_release()
-    strategy.progress(Event.STAGE1, clients=len(sum_a.survivors), round="A")
+    session.release(
+        f"round A: centre, floor and clip broadcast to the {len(session.active)} clients"
+    )
+    session.progress(Event.STAGE1, clients=len(sum_a.survivors), round="A")
 
     # round B: fixed effect, Q, I^2, tau2 ---------------------------------------------------
     extra_b = {
         Key.META_CENTRE: broadcast_b.centre,
         Key.META_FLOOR: broadcast_b.floor,
         Key.META_KAPPA: broadcast_b.kappa,
+        Key.META_RHO: np.zeros(plan.d) if broadcast_b.rho is None else broadcast_b.rho,
     }
-    total_b, sum_b = secure_sum(1, "B", broadcast_b, extra_b)
+    total_b, sum_b = secure_sum("B", broadcast_b, extra_b)
     note("B", sum_b)
     sums_b, broadcast_c = assemble_round_b(plan, broadcast_b, total_b)
-    released.append(f"round B: tau2 broadcast to the {len(active)} clients")
-    strategy.log_release()
+    session.release(f"round B: tau2 broadcast to the {len(session.active)} clients")
 
     # round C: the random-effects mean (when asked for) -------------------------------------
     sums_c: dict[str, FloatArray] | None = None
@@ -379,7 +402,7 @@ def meta_rounds(
             Key.META_TAU2: broadcast_c.tau2,
             Key.META_KAPPA_STAR: broadcast_c.kappa_star,
         }
-        total_c, sum_c = secure_sum(2, "C", broadcast_c, extra_c)
+        total_c, sum_c = secure_sum("C", broadcast_c, extra_c)
         note("C", sum_c)
         sums_c = split_round(plan, "C", total_c)
     result = assemble_result(
@@ -388,20 +411,14 @@ def meta_rounds(
     if reason:
         labels = (*result.labels, f"design secure-sums: {reason}")
         result = dataclasses.replace(result, labels=labels)
-    released.append("the meta-analysis (every figure of the result)")
-    strategy.timings["protocol"] = strategy.clock() - strategy._protocol_start
-    strategy.timings["total"] = strategy.clock() - strategy._start
-    document = _document(strategy, plan, result, released, partitions, errors, noise)
+    released = [*session.released, "the meta-analysis (every figure of the result)"]
+    document = _document(session, plan, result, released, partitions, errors, noise)
     document["design_reason"] = reason
-    strategy.meta_result = result
-    if strategy.write_results:
-        strategy._settle_file(write_result(strategy._target, document), partial=False)
-    strategy.progress(Event.DONE)
-    return document
+    return session.finish(document, result)
 
 
 def _document(
-    strategy: HeterogeneityStrategy,
+    session: AnalysisSession,
     plan: MetaPlan,
     result: PrivateMetaAnalysis,
     released: Sequence[str],
@@ -409,7 +426,7 @@ def _document(
     errors: Mapping[str, list[float]],
     noise: Mapping[str, FloatArray],
 ) -> dict[str, Any]:
-    s = strategy.settings
+    s = session.settings
     privacy = meta_privacy_section(
         plan,
         result.spent,
@@ -421,7 +438,7 @@ def _document(
     return {
         "status": "success",
         "differentially_private": privacy["differentially_private"],
-        **strategy._base_document(),
+        **session.base_document(),
         "analysis": "meta",
         "design": result.design,
         "server_saw": result.server_saw,

@@ -13,27 +13,29 @@ meta-analysis) and whether it releases its own summaries (node config
    budget (:func:`fa_hetdp.accuracy.meta_design.choose_design`, the one the in-process
    :func:`fa_hetdp.private_meta_analysis` makes; nothing of the records enters it).
 
-Then :func:`meta_analysis` runs it: the secure sums' rounds A, B, C
-(:func:`fa_hetdp.server.meta.meta_rounds`) or one plain step of every silo's own release
-(:func:`fa_hetdp.server.silo_summaries.silo_round`). The result states the design and why.
+Then :class:`MetaAnalysis` (the ``"meta"`` :class:`~fa_hetdp.server.analysis.Analysis`) runs
+it: the secure sums' rounds A, B, C (:class:`fa_hetdp.server.meta.SecureSums`) or one plain
+step of every silo's own release (:class:`fa_hetdp.server.silo_summaries.SiloSummaries`). The
+result states the design and why.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fa_hetdp.accuracy.meta_design import choose_design
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.flowerkit.settings import RunSettings, public_count_settings
 from fa_hetdp.flowerkit.steps import Event, Key, NodeConfig
 from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
-from fa_hetdp.server.meta import meta_rounds, session_counts
-from fa_hetdp.server.silo_summaries import silo_round
+from fa_hetdp.server.analysis import Analysis
+from fa_hetdp.server.meta import SecureSums, check_count, session_counts
+from fa_hetdp.server.session import AnalysisSession
+from fa_hetdp.server.silo_summaries import SiloSummaries
 
-if TYPE_CHECKING:
-    from fa_hetdp.server.strategy import HeterogeneityStrategy, Session
-
-__all__ = ["DesignChoice", "meta_analysis", "resolve_design"]
+__all__ = ["DesignChoice", "MetaAnalysis", "resolve_design"]
 
 
 @dataclass(frozen=True)
@@ -71,17 +73,34 @@ def resolve_design(
     return DesignChoice(chosen.design, chosen.reason)
 
 
-def meta_analysis(strategy: HeterogeneityStrategy, session: Session) -> dict[str, Any]:
-    """Run the meta-analysis in its resolved design; write and return the result."""
-    counts = session_counts(strategy, session)
-    in_session = {
-        node: reply
-        for node, reply in session.advertised.items()
-        if session.ids[node] in session.server.keys
-    }
-    refusing = sum(1 for r in in_session.values() if r.get(Key.RELEASES_SILO_SUMMARIES) is False)
-    choice = resolve_design(strategy.settings, [m for _, m in counts], session.d, refusing=refusing)
-    strategy.progress(Event.DESIGN, design=choice.design, reason=choice.reason)
-    if choice.design == "silo-summaries":
-        return silo_round(strategy, session, reason=choice.reason)
-    return meta_rounds(strategy, session, reason=choice.reason)
+class MetaAnalysis(Analysis):
+    """The meta-analysis (``analysis = "meta"``): the design resolved, then its analysis.
+
+    The session carries the secure sums' three summations whichever design runs (the design
+    is chosen after the keys are advertised); the silo summaries share no key.
+    """
+
+    def summations(self, protocol: ProtocolConfig) -> int:
+        """Return those of the secure sums (rounds A, B, C)."""
+        return SecureSums().summations(protocol)
+
+    def check_reply(self, reply: Mapping[str, Any]) -> str | None:
+        """Refuse a reply without a usable record count (:func:`~.meta.check_count`)."""
+        return check_count(reply)
+
+    def run(self, session: AnalysisSession) -> dict[str, Any]:
+        """Resolve the design for the public counts; run it; return the result document."""
+        counts = session_counts(session)
+        refusing = sum(
+            1 for r in session.first_replies.values() if r.get(Key.RELEASES_SILO_SUMMARIES) is False
+        )
+        choice = resolve_design(
+            session.settings, [m for _, m in counts], session.d, refusing=refusing
+        )
+        session.progress(Event.DESIGN, design=choice.design, reason=choice.reason)
+        design: Analysis = (
+            SiloSummaries(choice.reason)
+            if choice.design == "silo-summaries"
+            else SecureSums(choice.reason)
+        )
+        return design.run(session)

@@ -3,11 +3,13 @@
 Under the record unit with public counts each silo releases its own noisy means and sample
 variances at the whole budget (:mod:`fa_hetdp.protocol.silo_summaries`: silos hold disjoint
 records, so their releases compose in parallel). After the key advertisement (each node's first
-reply states its count ``m_i``), :func:`silo_round` sends one ``silo_summaries`` message per
-node: the session's public counts and ``d``, nothing masked, no secure aggregation. Each node
-rebuilds the plan from its own settings and the counts, checks its own count and ``d``, and
-replies with :func:`~fa_hetdp.protocol.silo_summaries.release_silo` drawn from its own noise
-generator (:func:`fa_hetdp.clients.meta.silo_release`).
+reply states its count ``m_i``), :class:`SiloSummaries` (an
+:class:`~fa_hetdp.server.analysis.Analysis`) sends one ``silo_summaries`` message per node
+(:meth:`~fa_hetdp.server.session.AnalysisSession.broadcast`): the session's public counts and
+``d``, nothing masked, no secure aggregation. Each node rebuilds the plan from its own
+settings and the counts, checks its own count and ``d``, and replies with
+:func:`~fa_hetdp.protocol.silo_summaries.release_silo` drawn from its own noise
+generator (:mod:`fa_hetdp.clients.silo_summaries`).
 
 A reply that is missing, an error or malformed (:func:`~fa_hetdp.protocol.silo_summaries.
 check_silo_release`) drops that silo only. The server analyses the silos that replied with the
@@ -24,10 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.flowerkit.settings import silo_plan
 from fa_hetdp.flowerkit.steps import SILO_SUMMARIES, Event, Key
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
@@ -38,64 +41,73 @@ from fa_hetdp.protocol.silo_summaries import (
     check_silo_release,
 )
 from fa_hetdp.report.meta import meta_section
-from fa_hetdp.server.meta import meta_privacy_section, session_counts
-from fa_hetdp.server.results import simulation_caveats, write_result
+from fa_hetdp.server.analysis import Analysis
+from fa_hetdp.server.meta import check_count, meta_privacy_section, session_counts
+from fa_hetdp.server.results import simulation_caveats
+from fa_hetdp.server.session import AnalysisSession
 
-if TYPE_CHECKING:
-    from fa_hetdp.server.strategy import HeterogeneityStrategy, Session
-
-__all__ = ["MIN_SILOS", "silo_round"]
+__all__ = ["MIN_SILOS", "SiloSummaries", "silo_round"]
 
 MIN_SILOS = 2
 """The fewest usable releases a meta-analysis can be made of."""
 
 
-def silo_round(
-    strategy: HeterogeneityStrategy, session: Session, *, reason: str = ""
-) -> dict[str, Any]:
+class SiloSummaries(Analysis):
+    """The meta-analysis' silo summaries: every silo's own noisy release, one plain step.
+
+    ``reason``: why this design runs (stated in the result).
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+
+    def summations(self, protocol: ProtocolConfig) -> int:
+        """Return 0: nothing is masked (no key is shared)."""
+        del protocol
+        return 0
+
+    def check_reply(self, reply: Mapping[str, Any]) -> str | None:
+        """Refuse a reply without a usable record count (:func:`~.meta.check_count`)."""
+        return check_count(reply)
+
+    def run(self, session: AnalysisSession) -> dict[str, Any]:
+        """Ask every silo for its release; analyse them (:func:`silo_round`)."""
+        return silo_round(session, reason=self.reason)
+
+
+def silo_round(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]:
     """Ask every silo for its own noisy summaries; analyse them; write and return the result.
 
     ``reason``: why this design runs (stated in the result).
     """
-    s = strategy.settings
+    s = session.settings
     d = session.d
-    nodes_of, ids, active = session.route
-    counts = session_counts(strategy, session)
+    counts = session_counts(session)
     count_of = dict((cid, m) for cid, m in counts)
     planned = silo_plan(s, [m for _, m in counts], d)  # every silo's noise, before any release
-    released: list[str] = []
     caveats = simulation_caveats(s)
-    strategy.partial_privacy = lambda: meta_privacy_section(
-        planned, None, released=released, caveats=caveats
+    session.record(  # on record from here on: nothing released yet
+        lambda released: meta_privacy_section(planned, None, released=released, caveats=caveats)
     )
-    strategy.log_release()  # on record from here on: nothing released yet
 
     releases: dict[int, SiloRelease] = {}
 
-    def check(node: int, reply: Mapping[str, Any]) -> str | None:
-        cid = ids[node]
+    def check(cid: int, reply: Mapping[str, Any]) -> str | None:
         try:
             releases[cid] = check_silo_release(reply.get(Key.SILO_RELEASE), d, count_of[cid])
         except ValueError as exc:
             return str(exc)
         return None
 
-    payloads = {
-        nodes_of[cid]: {Key.META_COUNTS: counts, Key.D: d}
-        for cid, _ in counts
-        if nodes_of[cid] in active
-    }
-    replies = strategy._step(
-        session.transport, SILO_SUMMARIES, payloads, active, check=check, minimum=MIN_SILOS
-    )
-    kept = sorted(ids[node] for node in replies)
+    request = {Key.META_COUNTS: counts, Key.D: d}
+    replies = session.broadcast(SILO_SUMMARIES, request, check=check, minimum=MIN_SILOS)
+    kept = sorted(replies)
     releases = {cid: releases[cid] for cid in kept}
-    released.append(
+    session.release(
         f"silo summaries: {len(kept)} of {len(counts)} silos' own noisy means and variances "
         "(each at the whole budget; parallel composition over disjoint records)"
     )
-    strategy.log_release()
-    strategy.progress(Event.STAGE1, clients=len(kept), round="silo summaries")
+    session.progress(Event.STAGE1, clients=len(kept), round="silo summaries")
 
     plan = silo_plan(s, [count_of[c] for c in kept], d)  # each silo's own noise (docstring)
     result = assemble_silo_result(plan, [releases[c] for c in kept])
@@ -109,16 +121,10 @@ def silo_round(
             "noise depends only on its own count, so the plan over them is the one each drew)"
         )
     result = _with_labels(result, labels)
-    released.append("the meta-analysis (every figure of the result)")
-    strategy.timings["protocol"] = strategy.clock() - strategy._protocol_start
-    strategy.timings["total"] = strategy.clock() - strategy._start
-    partitions = [strategy.partitions.get(c, -1) for c in kept]
-    document = _document(strategy, plan, result, released, partitions, reason)
-    strategy.meta_result = result
-    if strategy.write_results:
-        strategy._settle_file(write_result(strategy._target, document), partial=False)
-    strategy.progress(Event.DONE)
-    return document
+    released = [*session.released, "the meta-analysis (every figure of the result)"]
+    partitions = [session.partitions.get(c, -1) for c in kept]
+    document = _document(session, plan, result, released, partitions, reason)
+    return session.finish(document, result)
 
 
 def _with_labels(result: PrivateMetaAnalysis, labels: Sequence[str]) -> PrivateMetaAnalysis:
@@ -130,14 +136,14 @@ def _floats(values: Any) -> list[float]:
 
 
 def _document(
-    strategy: HeterogeneityStrategy,
+    session: AnalysisSession,
     plan: SiloPlan,
     result: PrivateMetaAnalysis,
     released: Sequence[str],
     partitions: Sequence[int],
     reason: str,
 ) -> dict[str, Any]:
-    s = strategy.settings
+    s = session.settings
     privacy = meta_privacy_section(
         plan, result.spent, released=released, caveats=simulation_caveats(s)
     )
@@ -145,7 +151,7 @@ def _document(
     return {
         "status": "success",
         "differentially_private": privacy["differentially_private"],
-        **strategy._base_document(),
+        **session.base_document(),
         "analysis": "meta",
         "design": result.design,
         "design_reason": reason,

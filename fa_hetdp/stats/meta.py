@@ -28,30 +28,67 @@ the defined coordinates only.
 
 The private path (:func:`fa_hetdp.private_meta_analysis`) computes the same figures from noisy
 sums; :func:`fixed_effect_from_sums` and :func:`dl_from_sums` are the formulas both share.
+
+Inference (:meth:`MetaAnalysis.confidence_intervals`, ``target="population"``: what metafor's
+CI means, the population effect under the random-effects model): the pooled means'
+z-intervals (the fixed-effect one under the common-effect model), ``tau2``'s Q-profile
+interval (:func:`q_profile`, Viechtbauer 2007) and ``I^2``'s as its image
+(:func:`i2_from_tau2`, as metafor does); ``Q`` and ``i2_total`` are statistics of these records
+and have none. :attr:`MetaAnalysis.standard_errors` and :meth:`MetaAnalysis.prediction_interval`
+(``mu +- t_{n-2} sqrt(tau2 + SE^2)``) complete it. The exact analysis has no privacy noise, so it
+has no ``target="sample"`` interval: its figures are the sample values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+from scipy.stats import chi2, norm
+from scipy.stats import t as student_t
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.stats.exact import i_squared
 
 __all__ = [
+    "NO_POPULATION_INTERVAL",
+    "TARGETS",
     "ClientSummaries",
     "MetaAnalysis",
+    "MetaIntervals",
+    "PredictionInterval",
+    "check_level",
     "check_meta_input",
+    "check_target",
     "client_summaries",
     "dl_from_sums",
+    "dl_tau2_variance",
     "fixed_effect_from_sums",
     "i2_from_q",
+    "i2_from_tau2",
     "meta_analysis",
+    "meta_analysis_of_summaries",
     "meta_from_effects",
+    "prediction_bounds",
+    "q_profile",
+    "q_profile_solve",
+    "weight_traces",
 ]
+
+TARGETS: Final[tuple[str, ...]] = ("population", "sample")
+"""What an interval covers: ``"population"`` -- the population effect (sampling error, and on a
+private result the privacy noise too); ``"sample"`` -- the exact value on these records (the
+privacy noise only; private results only)."""
+
+NO_POPULATION_INTERVAL: Final = (
+    "none: a statistic of these records (a sample statistic), not a population parameter; "
+    "target='sample' gives the interval of its exact value on a private result"
+)
+"""The method line of ``q`` and ``i2_total`` in a population :class:`MetaIntervals`."""
 
 IntArray = npt.NDArray[np.int64]
 
@@ -86,6 +123,163 @@ class ClientSummaries:
 
 
 @dataclass(frozen=True)
+class MetaIntervals:
+    """Intervals of a meta-analysis' figures at ``level``: ``lower[key]``, ``upper[key]``.
+
+    ``target`` says what they cover (:data:`TARGETS`): ``"population"`` -- the population
+    effect, sampling error and any privacy noise; ``"sample"`` -- the exact value on these
+    records, the privacy noise only. ``methods[key]`` says how each figure's interval was made;
+    a figure without an interval (``q`` and ``i2_total`` under ``"population"``) is absent
+    from ``lower`` and ``upper`` and its ``methods`` line says why.
+    """
+
+    level: float
+    lower: dict[str, Any]
+    upper: dict[str, Any]
+    target: str
+    methods: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PredictionInterval:
+    """Where a new silo's true mean is expected to lie, per coordinate, at ``level``."""
+
+    level: float
+    lower: FloatArray
+    upper: FloatArray
+    method: str
+
+
+def check_target(target: str) -> str:
+    """Return ``target`` if it names a kind of interval (:data:`TARGETS`); raise otherwise.
+
+    Raises
+    ------
+    InputDataError
+        Not ``"population"`` or ``"sample"``.
+    """
+    if target not in TARGETS:
+        raise InputDataError(
+            f"target must be 'population' (the population effect: sampling error and privacy "
+            f"noise) or 'sample' (the exact value on these records: privacy noise only), got "
+            f"target={target!r}."
+        )
+    return target
+
+
+def check_level(level: float) -> float:
+    """Return ``level`` as a float in (0, 1); raise otherwise.
+
+    Raises
+    ------
+    InputDataError
+        ``level`` outside (0, 1).
+    """
+    if not 0.0 < float(level) < 1.0:
+        raise InputDataError(f"level must be in (0, 1), got level={level!r}.")
+    return float(level)
+
+
+def weight_traces(w: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``S1 = sum w``, ``S2 = sum w^2``, ``S3 = sum w^3`` over the silo axis (``-2``)."""
+    return np.sum(w, axis=-2), np.sum(w * w, axis=-2), np.sum(w**3, axis=-2)
+
+
+def dl_tau2_variance(
+    s1: npt.ArrayLike, s2: npt.ArrayLike, s3: npt.ArrayLike, tau2: npt.ArrayLike, n: int
+) -> FloatArray:
+    """Return the sampling variance of the DerSimonian-Laird ``tau2`` at ``tau2`` (RE model).
+
+    ``Q = y' P y`` with ``P = W - w w'/S1``: ``Var Q = 2 (n - 1) + 4 tau2 tr P + 2 tau2^2
+    tr P^2``, ``tr P = S1 - S2/S1``, ``tr P^2 = S2 - 2 S3/S1 + S2^2/S1^2`` (Biggerstaff and
+    Tweedie 1997; metafor's ``se.tau2`` for ``method="DL"``), and ``Var tau2 = Var Q/tr P^2``.
+    """
+    a1, a2, a3 = (np.asarray(x, dtype=np.float64) for x in (s1, s2, s3))
+    t2 = np.maximum(np.asarray(tau2, dtype=np.float64), 0.0)
+    tr_p = a1 - a2 / a1
+    tr_p2 = a2 - 2.0 * a3 / a1 + a2 * a2 / (a1 * a1)
+    var_q = 2.0 * (n - 1) + 4.0 * t2 * tr_p + 2.0 * t2 * t2 * tr_p2
+    return np.asarray(var_q / (tr_p * tr_p))
+
+
+def i2_from_tau2(tau2: npt.ArrayLike, tr_p: npt.ArrayLike, n: int) -> FloatArray:
+    """``I^2 = tau2/(tau2 + s^2)``, ``s^2 = (n - 1)/tr P`` the typical within-silo variance.
+
+    Higgins and Thompson's ``s^2 = (n - 1) S1/(S1^2 - S2)``; at the DerSimonian-Laird
+    ``tau2`` this is ``(Q - (n - 1))/Q``, and metafor maps ``tau2``'s interval through it.
+    """
+    t2 = np.maximum(np.asarray(tau2, dtype=np.float64), 0.0)
+    typical = (n - 1) / np.asarray(tr_p, dtype=np.float64)
+    return np.asarray(t2 / (t2 + typical))
+
+
+def _generalised_q(theta: FloatArray, v: FloatArray, tau2: FloatArray) -> FloatArray:
+    """``Q(tau2) = sum w (theta - mu_w)^2``, ``w = 1/(v + tau2)``; ``theta, v`` (n, d)."""
+    w = 1.0 / (v + tau2[None, :])
+    mu = np.sum(w * theta, axis=0) / np.sum(w, axis=0)
+    return np.asarray(np.sum(w * (theta - mu) ** 2, axis=0))
+
+
+def q_profile_solve(
+    theta: FloatArray, v: FloatArray, target: npt.ArrayLike, iterations: int = 80
+) -> FloatArray:
+    """Return the ``tau2 >= 0`` where the generalised ``Q(tau2)`` equals ``target`` (per column).
+
+    ``Q(tau2)`` decreases in ``tau2``; where ``Q(0) <= target`` the answer is 0. Bisection on
+    ``[0, sum (theta - mean)^2/target]`` (``Q(tau2) <= sum (theta - mean)^2/tau2``).
+    """
+    goal = np.broadcast_to(np.asarray(target, dtype=np.float64), (theta.shape[1],))
+    spread = np.sum((theta - theta.mean(axis=0)) ** 2, axis=0)
+    lo = np.zeros(theta.shape[1])
+    hi = spread / goal + 1e-300
+    above = _generalised_q(theta, v, lo) > goal
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        big = _generalised_q(theta, v, mid) > goal
+        lo = np.where(big, mid, lo)
+        hi = np.where(big, hi, mid)
+    return np.asarray(np.where(above, 0.5 * (lo + hi), 0.0))
+
+
+def q_profile(theta: FloatArray, v: FloatArray, level: float) -> tuple[FloatArray, FloatArray]:
+    """Q-profile interval of ``tau2`` (Viechtbauer 2007) from ``(n, d)`` effects and variances.
+
+    The bounds solve ``Q(tau2) = chi2_{n-1}`` quantiles ``1 - alpha/2`` (lower) and
+    ``alpha/2`` (upper), truncated at 0; NaN where some ``v`` is not positive.
+    """
+    n = theta.shape[0]
+    ok = np.all(np.isfinite(v) & (v > 0.0) & np.isfinite(theta), axis=0)
+    th = np.where(ok[None, :], theta, 0.0)
+    vs = np.where(ok[None, :], v, 1.0)
+    alpha = 1.0 - level
+    lower = q_profile_solve(th, vs, chi2.ppf(1.0 - alpha / 2.0, n - 1))
+    upper = q_profile_solve(th, vs, chi2.ppf(alpha / 2.0, n - 1))
+    nan = np.where(ok, 0.0, np.nan)
+    return lower + nan, upper + nan
+
+
+def prediction_bounds(
+    mean: npt.ArrayLike, tau2: npt.ArrayLike, se: npt.ArrayLike, n: int, level: float
+) -> tuple[FloatArray, FloatArray]:
+    """``mean +- t_{n-2} sqrt(tau2 + se^2)`` (Higgins, Thompson and Spiegelhalter 2009).
+
+    NaN with fewer than 3 silos (no degrees of freedom).
+    """
+    mu = np.asarray(mean, dtype=np.float64)
+    if n < 3:
+        nan = np.full(mu.shape, np.nan)
+        return nan, nan
+    half = float(student_t.ppf(0.5 + level / 2.0, n - 2)) * np.sqrt(
+        np.maximum(np.asarray(tau2, dtype=np.float64), 0.0) + np.asarray(se, dtype=np.float64) ** 2
+    )
+    return np.asarray(mu - half), np.asarray(mu + half)
+
+
+def _z(level: float) -> float:
+    return float(norm.ppf(0.5 + level / 2.0))
+
+
+@dataclass(frozen=True)
 class MetaAnalysis:
     """The exact meta-analysis of ``n`` clients on ``d`` coordinates (module docstring).
 
@@ -105,6 +299,8 @@ class MetaAnalysis:
         ``(n,)`` the ``m_i``.
     labels : tuple[str, ...]
         Caveats, e.g. the undefined coordinates.
+    effects, variances : FloatArray or None
+        ``(n, d)`` every silo's mean and its sampling variance ``s2/m`` (the inference's input).
     """
 
     pooled_mean: FloatArray
@@ -119,6 +315,113 @@ class MetaAnalysis:
     records_per_client: IntArray
     tau2_raw: FloatArray
     labels: tuple[str, ...] = ()
+    effects: FloatArray | None = None
+    variances: FloatArray | None = None
+
+    def _weights(self) -> tuple[FloatArray, FloatArray]:
+        """``(n, d)`` fixed-effect and random-effects weights (NaN on undefined coordinates)."""
+        if self.effects is None or self.variances is None:
+            raise InputDataError(
+                "this MetaAnalysis carries no per-silo effects and variances (build it with "
+                "meta_analysis or meta_analysis_of_summaries) to draw inference from"
+            )
+        ok = np.isfinite(self.q)
+        v = np.where(ok[None, :], self.variances, np.nan)
+        return 1.0 / v, 1.0 / (v + self.tau2[None, :])
+
+    @cached_property
+    def standard_errors(self) -> dict[str, FloatArray]:
+        """Population standard errors, ``(d,)`` each (sampling error only: no privacy noise).
+
+        ``"pooled_mean"``: ``1/sqrt(sum w)`` (common-effect model); ``"random_effects_mean"``:
+        ``1/sqrt(sum w*)``; ``"tau2"``: the DerSimonian-Laird estimator's at ``tau2``
+        (:func:`dl_tau2_variance`), as metafor's ``se``, ``se.tau2``.
+        """
+        w, w_star = self._weights()
+        s1, s2, s3 = weight_traces(w)
+        return {
+            "pooled_mean": np.asarray(1.0 / np.sqrt(s1)),
+            "random_effects_mean": np.asarray(1.0 / np.sqrt(np.sum(w_star, axis=0))),
+            "tau2": np.sqrt(dl_tau2_variance(s1, s2, s3, self.tau2, self.n)),
+        }
+
+    def confidence_intervals(
+        self, level: float = 0.95, target: str = "population"
+    ) -> MetaIntervals:
+        """Confidence intervals of the population figures (metafor's CI).
+
+        ``pooled_mean``: ``+- z SE`` under the common-effect model (every silo estimating one
+        mean); ``random_effects_mean``: the classical DerSimonian-Laird ``+- z SE``;
+        ``tau2``: Q-profile (:func:`q_profile`); ``i2``: the image of ``tau2``'s
+        (:func:`i2_from_tau2`). ``q`` and ``i2_total`` have none (:data:`NO_POPULATION_INTERVAL`).
+
+        Raises
+        ------
+        InputDataError
+            ``target="sample"``: the exact analysis has no privacy noise, its figures are the
+            exact values on these records; or a bad ``level`` or ``target``.
+        """
+        check_target(target)
+        lvl = check_level(level)
+        if target == "sample":
+            raise InputDataError(
+                "the exact meta-analysis has no privacy noise: its figures are the exact values "
+                "on these records, so there is no target='sample' interval; "
+                "target='population' gives the confidence intervals of the population effect"
+            )
+        z = _z(lvl)
+        se = self.standard_errors
+        w, _ = self._weights()
+        s1, s2, _ = weight_traces(w)
+        tau_lo, tau_hi = q_profile(np.asarray(self.effects), np.asarray(self.variances), lvl)
+        nan = np.where(np.isfinite(self.q), 0.0, np.nan)
+        tr_p = s1 - s2 / s1
+        lower: dict[str, Any] = {
+            "pooled_mean": self.pooled_mean - z * se["pooled_mean"],
+            "random_effects_mean": self.random_effects_mean - z * se["random_effects_mean"],
+            "tau2": tau_lo + nan,
+            "i2": i2_from_tau2(tau_lo, tr_p, self.n) + nan,
+        }
+        upper: dict[str, Any] = {
+            "pooled_mean": self.pooled_mean + z * se["pooled_mean"],
+            "random_effects_mean": self.random_effects_mean + z * se["random_effects_mean"],
+            "tau2": tau_hi + nan,
+            "i2": i2_from_tau2(tau_hi, tr_p, self.n) + nan,
+        }
+        methods = {
+            "pooled_mean": "z-interval under the common-effect model (one mean for all silos)",
+            "random_effects_mean": "z-interval of the DerSimonian-Laird random-effects mean",
+            "tau2": "Q-profile (Viechtbauer 2007)",
+            "i2": "the image of tau2's Q-profile interval, tau2/(tau2 + s^2) (as metafor)",
+            "q": NO_POPULATION_INTERVAL,
+            "i2_total": NO_POPULATION_INTERVAL,
+        }
+        return MetaIntervals(
+            level=lvl, lower=lower, upper=upper, target="population", methods=methods
+        )
+
+    def prediction_interval(self, level: float = 0.95) -> PredictionInterval:
+        """Where a new silo's true mean is expected to lie: ``mu +- t_{n-2} sqrt(tau2 + SE^2)``.
+
+        Raises
+        ------
+        InputDataError
+            A bad ``level``.
+        """
+        lvl = check_level(level)
+        lo, hi = prediction_bounds(
+            self.random_effects_mean,
+            self.tau2,
+            self.standard_errors["random_effects_mean"],
+            self.n,
+            lvl,
+        )
+        return PredictionInterval(
+            level=lvl,
+            lower=lo,
+            upper=hi,
+            method="random-effects mean +- t_{n-2} sqrt(tau2 + SE^2) (Higgins et al. 2009)",
+        )
 
 
 def check_meta_input(
@@ -316,7 +619,12 @@ def meta_analysis(records: npt.ArrayLike, client_ids: npt.ArrayLike) -> MetaAnal
     (0.3, 0.2)
     """
     x, ids, n = check_meta_input(records, client_ids)
-    summ = client_summaries(x, ids, n)
+    return meta_analysis_of_summaries(client_summaries(x, ids, n))
+
+
+def meta_analysis_of_summaries(summ: ClientSummaries) -> MetaAnalysis:
+    """Return the exact meta-analysis of the silos' summaries (as :func:`meta_analysis`)."""
+    n, d = summ.theta.shape
     fe, q, i2, tau2, tau2_raw, re = meta_from_effects(summ.theta, summ.v)
     total, average = _scalars(q, i2, n)
     return MetaAnalysis(
@@ -328,8 +636,10 @@ def meta_analysis(records: npt.ArrayLike, client_ids: npt.ArrayLike) -> MetaAnal
         i2_total=total,
         i2_average=average,
         n=n,
-        d=x.shape[1],
+        d=d,
         records_per_client=summ.m,
         tau2_raw=tau2_raw,
         labels=undefined_label(~np.isfinite(q)),
+        effects=summ.theta,
+        variances=summ.v,
     )
