@@ -137,7 +137,13 @@ def one_cell(args: tuple[int, float, float, int, int, tuple[str, ...], int]) -> 
         add("classical_pi_cover", (pi.lower <= new_silo) & (new_silo <= pi.upper))
         counts = [c.m for c in clients]
         for design in designs:
-            plan = plan_design(EPSILON, DELTA, counts, MEANS.size, settings_from(design=design))
+            plan = plan_design(
+                EPSILON,
+                DELTA,
+                counts,
+                MEANS.size,
+                settings_from(design=design, privacy_unit="record"),
+            )
             result = run_design(plan, clients, rng)
             tag = "silo" if design == "silo-summaries" else "sums"
             errors = noise_errors(result, draws, 0)  # confidence_intervals draws 2000

@@ -196,7 +196,7 @@ def run_design(
             delta=DELTA,
             rng=rng,
             design=asked,
-            **extra,
+            **{"privacy_unit": "record", **extra},
         )
         ran = getattr(result, "design", None)
         if ran is None:

@@ -121,7 +121,7 @@ META_EPSILON = 8.0  # the whole analysis; each round gets a part (about 2.5-6.4 
 def _meta_plan(m: int) -> Any:
     from fa_hetdp.protocol.meta_plan import MetaSettings, plan_meta
 
-    return plan_meta(META_EPSILON, DELTA, [m] * META_N, META_D, MetaSettings())
+    return plan_meta(META_EPSILON, DELTA, [m] * META_N, META_D, MetaSettings(privacy_unit="record"))
 
 
 def _meta_broadcast(rnd: str, floor: float, tau2: float, centre: float) -> Any:

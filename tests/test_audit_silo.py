@@ -48,7 +48,7 @@ D = 4
 
 
 def _plan(one_hot: bool = False) -> SiloPlan:
-    settings = MetaSettings(design="silo-summaries", one_hot=one_hot)
+    settings = MetaSettings(design="silo-summaries", one_hot=one_hot, privacy_unit="record")
     return plan_silo_summaries(EPSILON, DELTA, COUNTS, D, settings)
 
 

@@ -52,7 +52,9 @@ def test_a_tiny_real_spread_is_not_taken_for_a_constant() -> None:
 
 
 def _plan(counts: list[int], d: int = 3) -> MetaPlan:
-    return plan_meta(1.0, 1e-5, counts, d, MetaSettings(design="secure-sums"))
+    return plan_meta(
+        1.0, 1e-5, counts, d, MetaSettings(design="secure-sums", privacy_unit="record")
+    )
 
 
 def test_public_counts_take_each_silos_smaller_of_its_record_and_client_bound() -> None:
@@ -77,7 +79,13 @@ def test_public_counts_take_each_silos_smaller_of_its_record_and_client_bound() 
     assert np.all(plan.bounds("B", floor, kappa) <= record_bound_b(3, floor, kappa))
     assert np.all(plan.bounds("D", floor, kappa) <= record_bound_d(5000, floor))
     # a stated min_records keeps the old bounds (the counts are not public then)
-    stated = plan_meta(1.0, 1e-5, counts, 3, MetaSettings(min_records=3, design="secure-sums"))
+    stated = plan_meta(
+        1.0,
+        1e-5,
+        counts,
+        3,
+        MetaSettings(min_records=3, design="secure-sums", privacy_unit="record"),
+    )
     np.testing.assert_allclose(stated.bounds("C", floor, kappa), old_c)
 
 
@@ -165,7 +173,13 @@ def test_per_silo_clips_remove_insteval_s_clip_bias_without_noise() -> None:
     data = benchmark_module("real_silos").load("insteval")
     exact = meta_analysis(data.records, data.client_ids)
     res = private_meta_analysis(
-        data.records, data.client_ids, epsilon=1.0, delta=1e-5, noise=False, design="secure-sums"
+        data.records,
+        data.client_ids,
+        epsilon=1.0,
+        delta=1e-5,
+        noise=False,
+        design="secure-sums",
+        privacy_unit="record",
     )
     rel = np.abs(res.tau2 - exact.tau2) / exact.tau2
     assert np.all(rel[1:3] < 0.01), rel  # the columns the per-silo clips leave unclipped

@@ -27,7 +27,9 @@ def _records(counts: list[int], d: int, seed: int) -> tuple[np.ndarray, np.ndarr
 
 def test_few_large_silos_get_the_silo_summaries() -> None:
     counts = np.linspace(5000, 20000, 20).astype(int)
-    chosen = choose_design(counts, 16, epsilon=1.0, delta=DELTA, settings=MetaSettings(), draws=20)
+    chosen = choose_design(
+        counts, 16, epsilon=1.0, delta=DELTA, settings=MetaSettings(privacy_unit="record"), draws=20
+    )
     assert chosen.design == "silo-summaries"
     assert chosen.alternatives[0].design == "secure-sums"
     assert "random-effects mean" in chosen.reason
@@ -37,7 +39,9 @@ def test_silos_whose_variance_release_is_noise_get_the_secure_sums() -> None:
     # 8 silos of 100-1000 records, d = 2, epsilon = 1: the variance noise of the smallest silo
     # swamps a within-variance of 1/12 (the measured limit of tests/test_silo_summaries.py)
     counts = [100, 150, 200, 300, 400, 600, 800, 1000]
-    chosen = choose_design(counts, 2, epsilon=1.0, delta=DELTA, settings=MetaSettings(), draws=20)
+    chosen = choose_design(
+        counts, 2, epsilon=1.0, delta=DELTA, settings=MetaSettings(privacy_unit="record"), draws=20
+    )
     assert chosen.design == "secure-sums"
     assert "variance release" in chosen.reason
 
@@ -54,15 +58,20 @@ def test_settings_that_rule_out_the_silo_summaries_run_the_secure_sums(
     settings: dict[str, object], why: str
 ) -> None:
     x, ids = _records([300, 400, 500], 2, 0)
-    res = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0, **settings)
+    stated = {"privacy_unit": "record", **settings}
+    res = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0, **stated)
     assert res.design == "secure-sums"
     assert any(why in label for label in res.labels), res.labels
 
 
 def test_the_choice_reads_no_record() -> None:
     counts = [2000, 3000, 4000, 5000]
-    one = fa_hetdp.private_meta_analysis(*_records(counts, 3, 1), epsilon=1.0, delta=DELTA, rng=0)
-    two = fa_hetdp.private_meta_analysis(*_records(counts, 3, 2), epsilon=1.0, delta=DELTA, rng=0)
+    one = fa_hetdp.private_meta_analysis(
+        *_records(counts, 3, 1), epsilon=1.0, delta=DELTA, rng=0, privacy_unit="record"
+    )
+    two = fa_hetdp.private_meta_analysis(
+        *_records(counts, 3, 2), epsilon=1.0, delta=DELTA, rng=0, privacy_unit="record"
+    )
     assert one.design == two.design
     assert one.labels[-1] == two.labels[-1]  # the reason, planned numbers included
 
@@ -70,8 +79,12 @@ def test_the_choice_reads_no_record() -> None:
 def test_without_noise_auto_runs_the_design_the_private_run_would() -> None:
     counts = [2000, 3000, 4000, 5000]
     x, ids = _records(counts, 3, 3)
-    private = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0)
-    reference = fa_hetdp.private_meta_analysis(x, ids, epsilon=1.0, delta=DELTA, rng=0, noise=False)
+    private = fa_hetdp.private_meta_analysis(
+        x, ids, epsilon=1.0, delta=DELTA, rng=0, privacy_unit="record"
+    )
+    reference = fa_hetdp.private_meta_analysis(
+        x, ids, epsilon=1.0, delta=DELTA, rng=0, noise=False, privacy_unit="record"
+    )
     assert reference.design == private.design
     assert reference.spent is None
 
@@ -80,11 +93,17 @@ def test_assumptions_are_for_auto_only_and_named() -> None:
     x, ids = _records([300, 400, 500], 2, 0)
     with pytest.raises(InputDataError, match="assumptions are for design='auto'"):
         fa_hetdp.private_meta_analysis(
-            x, ids, epsilon=1.0, delta=DELTA, design="secure-sums", assumptions={"i2": 0.5}
+            x,
+            ids,
+            epsilon=1.0,
+            delta=DELTA,
+            design="secure-sums",
+            assumptions={"i2": 0.5},
+            privacy_unit="record",
         )
     with pytest.raises(InputDataError, match="unknown assumptions"):
         fa_hetdp.private_meta_analysis(
-            x, ids, epsilon=1.0, delta=DELTA, assumptions={"colour": "red"}
+            x, ids, epsilon=1.0, delta=DELTA, assumptions={"colour": "red"}, privacy_unit="record"
         )
 
 
@@ -93,4 +112,4 @@ def test_auto_is_refused_below_the_planner() -> None:
     from fa_hetdp.protocol.meta_simulate import plan_design
 
     with pytest.raises(PrivacyParameterError, match="chosen by the planner"):
-        plan_design(1.0, DELTA, [300, 400], 2, MetaSettings())
+        plan_design(1.0, DELTA, [300, 400], 2, MetaSettings(privacy_unit="record"))

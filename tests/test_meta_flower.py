@@ -359,7 +359,9 @@ def test_meta_section_round_trips_a_private_result() -> None:
     rng = np.random.default_rng(3)
     records = rng.uniform(size=(600, 4))
     ids = np.repeat(np.arange(3), 200)
-    result = private_meta_analysis(records, ids, epsilon=1.0, delta=1e-5, rng=5)
+    result = private_meta_analysis(
+        records, ids, epsilon=1.0, delta=1e-5, rng=5, privacy_unit="record"
+    )
     section = json.loads(json.dumps(meta_section(result)))
     assert section["n"] == 3 and section["d"] == 4 and section["records_per_client"] == [200] * 3
     stats = section["statistics"]

@@ -167,7 +167,7 @@ def test_a_constant_coordinate_has_nan_intervals() -> None:
 def private(request: pytest.FixtureRequest) -> fa_hetdp.PrivateMetaAnalysis:
     x, ids = _federation(seed=1)
     return fa_hetdp.private_meta_analysis(
-        x, ids, epsilon=1.0, delta=1e-5, rng=3, design=request.param
+        x, ids, epsilon=1.0, delta=1e-5, rng=3, design=request.param, privacy_unit="record"
     )
 
 
@@ -301,9 +301,8 @@ def test_population_intervals_cover_the_true_mean_like_the_classical_one() -> No
             )
         )
         for design in DESIGNS:
-            plan = plan_design(
-                1.0, 1e-5, [c.m for c in clients], mu.size, settings_from(design=design)
-            )
+            settings = settings_from(design=design, privacy_unit="record")
+            plan = plan_design(1.0, 1e-5, [c.m for c in clients], mu.size, settings)
             res = run_design(plan, clients, rng)
             pop = res.confidence_intervals(0.95, target="population", draws=500)
             hits[design] += int(

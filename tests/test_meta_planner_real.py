@@ -181,7 +181,13 @@ def test_the_plan_matches_real_federations_within_25_percent(name: str, design: 
     runs = [
         _figures(
             private_meta_analysis(
-                x, ids, epsilon=1.0, delta=1e-5, rng=np.random.default_rng([7, r]), design=design
+                x,
+                ids,
+                epsilon=1.0,
+                delta=1e-5,
+                rng=np.random.default_rng([7, r]),
+                design=design,
+                privacy_unit="record",
             ),
             exact,
         )

@@ -32,7 +32,7 @@ from fa_hetdp.protocol.silo_summaries import (
 )
 
 DELTA = 1e-5
-SILO = MetaSettings(design="silo-summaries")
+SILO = MetaSettings(design="silo-summaries", privacy_unit="record")
 FIGURES = ("pooled_mean", "q", "i2", "tau2", "tau2_raw", "random_effects_mean")
 
 
@@ -70,7 +70,11 @@ def _summaries(x: FloatArray, ids: FloatArray) -> tuple[FloatArray, FloatArray]:
 def test_sigmas_are_the_formulas(epsilon: float, one_hot: bool) -> None:
     counts, d = [20, 35, 400, 3], 5
     plan = plan_silo_summaries(
-        epsilon, DELTA, counts, d, MetaSettings(design="silo-summaries", one_hot=one_hot)
+        epsilon,
+        DELTA,
+        counts,
+        d,
+        MetaSettings(design="silo-summaries", one_hot=one_hot, privacy_unit="record"),
     )
     mu = _mu(epsilon)
     mu_t, mu_s = plan.mu("theta"), plan.mu("s2")
@@ -85,7 +89,9 @@ def test_sigmas_are_the_formulas(epsilon: float, one_hot: bool) -> None:
 
 
 def test_the_split_follows_the_weights() -> None:
-    settings = MetaSettings(design="silo-summaries", weights={"theta": 0.9, "s2": 0.1})
+    settings = MetaSettings(
+        design="silo-summaries", weights={"theta": 0.9, "s2": 0.1}, privacy_unit="record"
+    )
     plan = plan_silo_summaries(1.0, DELTA, [30, 40], 2, settings)
     mu = _mu(1.0)
     assert plan.mu("theta") ** 2 == pytest.approx(0.9 * mu**2, rel=1e-9)
@@ -108,7 +114,11 @@ def test_parallel_composition_spends_the_budget_once(n: int) -> None:
 
 def test_noise_off_plans_no_budget() -> None:
     plan = plan_silo_summaries(
-        1.0, DELTA, [5, 6], 2, MetaSettings(design="silo-summaries", noise=False)
+        1.0,
+        DELTA,
+        [5, 6],
+        2,
+        MetaSettings(design="silo-summaries", noise=False, privacy_unit="record"),
     )
     assert plan.budget is None and plan.spent is None
     assert all(np.all(s == 0.0) for s in plan.sigmas)
@@ -129,12 +139,24 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
 def test_settings_the_design_cannot_run_are_refused_in_one_line(case: str) -> None:
     extra, words = REFUSED[case]
     with pytest.raises(PrivacyParameterError) as info:
-        plan_silo_summaries(1.0, DELTA, [20, 30], 2, MetaSettings(design="silo-summaries", **extra))
+        plan_silo_summaries(
+            1.0,
+            DELTA,
+            [20, 30],
+            2,
+            MetaSettings(**{"privacy_unit": "record", **extra}, design="silo-summaries"),
+        )
     assert "\n" not in str(info.value) and words in str(info.value)
     x, ids = federation([20, 30], [[0.3, 0.5], [0.4, 0.5]], [0.1, 0.1])
     with pytest.raises(PrivacyParameterError) as info:
         fa_hetdp.private_meta_analysis(
-            x, ids, epsilon=1.0, delta=DELTA, rng=0, design="silo-summaries", **extra
+            x,
+            ids,
+            epsilon=1.0,
+            delta=DELTA,
+            rng=0,
+            design="silo-summaries",
+            **{"privacy_unit": "record", **extra},
         )
     assert "\n" not in str(info.value)
 
@@ -186,7 +208,14 @@ def test_noise_off_is_the_exact_meta_analysis(case: str) -> None:
         assert np.all(exact.i2 > 0.99)
         assert np.all(s2.max(axis=0) / s2.min(axis=0) > 25.0)
     got = fa_hetdp.private_meta_analysis(
-        x, ids, epsilon=1.0, delta=DELTA, rng=0, design="silo-summaries", noise=False
+        x,
+        ids,
+        epsilon=1.0,
+        delta=DELTA,
+        rng=0,
+        design="silo-summaries",
+        noise=False,
+        privacy_unit="record",
     )
     assert got.design == "silo-summaries" and got.spent is None
     for key in FIGURES:
@@ -340,7 +369,7 @@ def test_the_result_fields() -> None:
     counts = [20, 40, 90]
     x, ids = federation(counts, [[0.3, 0.5, 0.7]] * 3, [0.1, 0.2, 0.15])
     res = fa_hetdp.private_meta_analysis(
-        x, ids, epsilon=1.0, delta=DELTA, rng=5, design="silo-summaries"
+        x, ids, epsilon=1.0, delta=DELTA, rng=5, design="silo-summaries", privacy_unit="record"
     )
     assert res.design == "silo-summaries"
     assert res.silo_means is not None and res.silo_means.shape == (3, 3)

@@ -19,13 +19,14 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
-from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.meta_plan import MetaSettings, settings_from
+from fa_hetdp.errors import InputDataError, PrivacyParameterError
+from fa_hetdp.protocol.meta_plan import UNIT_REQUIRED, MetaSettings, settings_from
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.meta_simulate import clients_of, plan_design, run_design
 from fa_hetdp.protocol.simulate import as_generator
 
-__all__ = ["ASSUMPTIONS", "AUTO_DRAWS", "choose_design", "private_meta_analysis"]
+__all__ = ["ASSUMPTIONS", "AUTO_DRAWS", "UNIT_REQUIRED", "choose_design", "private_meta_analysis"]
+
 
 AUTO_DRAWS: Final = 60
 """Planner draws per design behind an ``"auto"`` choice (seeded: the choice is deterministic)."""
@@ -58,8 +59,9 @@ def choose_design(
     fields = {
         k: getattr(settings, k)
         for k in settings.__dataclass_fields__
-        if k not in ("privacy_unit", "one_hot")
+        if k not in ("privacy_unit", "one_hot", "extra")
     }
+    fields.update(settings.extra)  # declared settings without a field, by name
     fields["noise"] = True  # a reference run without noise runs what the private run would
     return plan_meta_accuracy(
         int(counts.size),
@@ -110,8 +112,9 @@ def private_meta_analysis(
         ``within_variance``, ``coordinate_mean`` (one value or one per coordinate; the
         planner's defaults otherwise).
     **settings
-        :class:`~fa_hetdp.protocol.meta_plan.MetaSettings`: ``design``, ``privacy_unit``
-        (default ``"record"`` here -- one record of one client), ``min_records``, ``kappa``,
+        :class:`~fa_hetdp.protocol.meta_plan.MetaSettings` (declared once with their defaults:
+        ``scenarios/README.md``): ``privacy_unit`` (required: :data:`UNIT_REQUIRED`), ``design``,
+        ``min_records``, ``kappa``,
         ``kappa_star``, ``adaptive_kappa``, ``floor_fraction``, ``min_floor``, ``placement``,
         ``corrupt_fraction``, ``mechanism``, ``statistics``, ``noise_shape``, ``one_hot``,
         ``weights``, ``noise`` (False: no noise, a reference run that states no epsilon).
@@ -125,8 +128,11 @@ def private_meta_analysis(
     InputDataError
         Malformed records or ids (one line, what is wrong and what is allowed).
     PrivacyParameterError
-        A bad budget or setting, or a design the settings do not allow.
+        No ``privacy_unit`` stated, a bad budget or setting (every problem listed), or a
+        design the settings do not allow.
     """
+    if "privacy_unit" not in settings:
+        raise PrivacyParameterError(UNIT_REQUIRED)
     s = settings_from(**settings)
     clients = clients_of(records, client_ids, one_hot=s.one_hot)
     counts = [c.m for c in clients]

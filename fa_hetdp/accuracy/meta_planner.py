@@ -55,6 +55,7 @@ from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.meta_simulate import plan_design, run_design
 from fa_hetdp.protocol.silo_summaries import SiloPlan, silo_summaries_problem
 from fa_hetdp.stats.meta import meta_from_effects
+from fa_hetdp.stats.meta_figures import META_FIGURES, planned_figures
 
 __all__ = [
     "META_STATISTICS",
@@ -68,14 +69,10 @@ __all__ = [
     "plan_meta_accuracy",
 ]
 
-META_STATISTICS: Final[Mapping[str, str]] = {
-    "i2": "I² (abs.)",
-    "tau2": "τ² (rel.)",
-    "pooled_mean": "pooled mean (rel.)",
-    "random_effects_mean": "RE mean (rel.)",
-}
-"""The planned statistics (key -> display name) and how their error is scaled."""
-RELATIVE: Final = frozenset({"tau2", "pooled_mean", "random_effects_mean"})
+META_STATISTICS: Final[Mapping[str, str]] = planned_figures()
+"""The planned statistics (key -> display name with how their error is scaled), read from the
+one table, :data:`fa_hetdp.stats.meta_figures.META_FIGURES`."""
+RELATIVE: Final = frozenset(f.key for f in META_FIGURES if f.relative)
 
 DEFAULT_I2_RANGE: Final = (0.9, 0.999)
 """Default I^2 profile: ``1 - I^2`` spaced evenly in log scale over this range (0.9, 0.99,

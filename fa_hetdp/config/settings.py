@@ -54,6 +54,7 @@ __all__ = [
     "SETTINGS",
     "Setting",
     "markdown_table",
+    "meta_settings",
     "preset_values",
     "settings_in",
 ]
@@ -113,6 +114,12 @@ class Setting:
     key : str or None
         Its key in the scenario section when that differs from ``name`` (``privacy_unit`` is
         ``[privacy] unit``); None: ``name``.
+    meta : bool
+        A setting of the meta-analysis (``analysis = "meta"``):
+        :class:`~fa_hetdp.protocol.meta_plan.MetaSettings` takes its default and its rule from
+        here, and a run's value reaches the node's and the server's plan
+        (:func:`fa_hetdp.flowerkit.settings.meta_settings`). A new one needs no field:
+        ``MetaSettings`` carries it in ``extra`` (``MetaSettings.setting(name)``).
     """
 
     name: str
@@ -131,6 +138,7 @@ class Setting:
     doc_type: str | None = None
     doc_default: str | None = None
     key: str | None = None
+    meta: bool = False
 
     @property
     def entry(self) -> str:
@@ -203,6 +211,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             grid=True,
             flag="--mechanism",
             doc_type="`agm` \\| `cgm` \\| `ddg` \\| `skellam`, or array",
+            meta=True,
             **_run("mechanism", ""),
         ),
         _d(
@@ -315,6 +324,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             key="unit",
             flag="--privacy-unit",
             protocol=False,
+            meta=True,
             **_run("privacy_unit", ""),
         ),
         _d(
@@ -328,6 +338,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             doc_default="none (required with unit = `record`)",
             flag="--min-records",
             protocol=False,
+            meta=True,
             **_run("min_records", 0),
         ),
         _d(
@@ -352,7 +363,92 @@ SETTINGS: Final[dict[str, Setting]] = {
             "the planner predicts more accurate for the public counts (docs/privacy.md)",
             flag="--design",
             protocol=False,
+            meta=True,
             **_run("design", ""),
+        ),
+        # the meta-analysis' clips and floors (fa_hetdp.protocol.meta_plan, docs/privacy.md
+        # "Record-level sensitivity of the meta-analysis"); MetaSettings reads them from here
+        _d(
+            "kappa",
+            Field((Real(low=0.0, low_open=True),)),
+            4.0,
+            "meta-analysis: clip κ of the standardised deviations z = (θ − c)·√w of round B "
+            "(a silo's own clip under kappa_per_silo); smaller: less noise, more clipping bias",
+            flag="--kappa",
+            protocol=False,
+            meta=True,
+            **_run("kappa", 0.0),
+        ),
+        _d(
+            "kappa_star",
+            Field((Real(low=0.0, low_open=True),), optional=True),
+            None,
+            "meta-analysis: clip κ* of round C's deviations u (the random-effects mean)",
+            doc_type="number > 0",
+            doc_default="`kappa`",
+            protocol=False,
+            meta=True,
+            **_run("kappa_star", 0.0),
+        ),
+        _d(
+            "adaptive_kappa",
+            Field((Boolean(),)),
+            False,
+            "meta-analysis: round A also releases U = Σx², and the clip becomes "
+            "max(κ, kappa_scale·√(Q_pilot/n)) per coordinate",
+            protocol=False,
+            meta=True,
+            **_run("adaptive_kappa", ""),
+        ),
+        _d(
+            "kappa_scale",
+            Field((Real(low=0.0, low_open=True),)),
+            2.5,
+            "meta-analysis: the multiplier of the adaptive clip (adaptive_kappa)",
+            protocol=False,
+            meta=True,
+            **_run("kappa_scale", 0.0),
+        ),
+        _d(
+            "kappa_per_silo",
+            Field((Boolean(),)),
+            True,
+            "meta-analysis: silo i clips at κ·√(1 + m_i ρ) from round A's pilot ratio ρ = "
+            "τ²/σ² (record unit with public counts; otherwise every silo clips at κ)",
+            protocol=False,
+            meta=True,
+            **_run("kappa_per_silo", ""),
+        ),
+        _d(
+            "floor_fraction",
+            Field((Real(low=0.0, high=1.0),)),
+            0.75,
+            "meta-analysis: φ of the variance floor f = max(φ·σ², min_floor), σ² the pooled "
+            "within-silo variance of round A",
+            protocol=False,
+            meta=True,
+            **_run("floor_fraction", -1.0),
+        ),
+        _d(
+            "min_floor",
+            Field((Real(low=0.0, high=0.25, low_open=True),)),
+            1e-4,
+            "meta-analysis: the smallest variance floor f_min",
+            doc_type="number in (0, 1/4]",
+            protocol=False,
+            meta=True,
+            **_run("min_floor", 0.0),
+        ),
+        _d(
+            "clip_correction",
+            Field((Boolean(),)),
+            True,
+            "meta-analysis: add back to A the mass the clip is expected to remove under the "
+            "random-effects model (post-processing: no privacy cost)",
+            privacy=False,
+            protocol=False,
+            meta=True,
+            **_run("clip_correction", ""),
         ),
         _d(
             "placement",
@@ -364,6 +460,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             grid=True,
             flag="--placement",
             doc_type="`distributed` \\| `central`, or array",
+            meta=True,
             **_run("placement", ""),
         ),
     )
@@ -432,6 +529,11 @@ def preset_values(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
         if k in stated or k not in _LEVER_RULES or _LEVER_RULES[k](seen) is None
     }
     return {**kept, **stated}
+
+
+def meta_settings() -> Iterator[Setting]:
+    """Yield the declared settings of the meta-analysis (``meta``; read at each call)."""
+    return (s for s in list(SETTINGS.values()) if s.meta)
 
 
 def settings_in(section: str) -> Iterator[Setting]:

@@ -34,6 +34,7 @@ from fa_hetdp.config.scenario import (
 from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.config.settings import SETTINGS, Setting
+from fa_hetdp.config.settings import meta_settings as declared_meta_settings
 from fa_hetdp.flowerkit.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
 from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta
 from fa_hetdp.protocol.silo_summaries import SiloPlan, plan_silo_summaries
@@ -590,18 +591,16 @@ def node_secagg(
 def meta_settings(settings: RunSettings, *, design: str | None = None) -> MetaSettings:
     """Return the run's :class:`MetaSettings` (``design``: the run's ``design`` setting if None).
 
-    The unit of privacy, ``min_records``, the placement, the mechanism and the secagg ``gamma``
-    (colluding clients' noise shares are not counted) of the run.
+    Every declared meta-analysis setting (:func:`fa_hetdp.config.settings.meta_settings`: the
+    unit of privacy, ``min_records``, the placement, the mechanism, the design, the clips and
+    floors, ...) at the run's value, and the secagg ``gamma`` (colluding clients' noise shares
+    are not counted): the node and the server build the same plan from the same values.
     """
     p = settings.protocol
-    return MetaSettings(
-        privacy_unit=str(p.setting("privacy_unit")),
-        min_records=p.setting("min_records"),
-        placement=p.placement,
-        corrupt_fraction=settings.corrupt_fraction,
-        mechanism=p.mechanism,
-        design=str(p.setting("design")) if design is None else design,
-    )
+    values: dict[str, Any] = {s.name: p.setting(s.name) for s in declared_meta_settings()}
+    if design is not None:
+        values["design"] = design
+    return MetaSettings.from_values({**values, "corrupt_fraction": settings.corrupt_fraction})
 
 
 def meta_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) -> MetaPlan:

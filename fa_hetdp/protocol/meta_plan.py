@@ -38,9 +38,13 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.config.constraints import Real
+from fa_hetdp.config.rules import Problem, raise_problems, validate
+from fa_hetdp.config.settings import SETTINGS, meta_settings
 from fa_hetdp.dp.accounting import BudgetPlan, ReleaseSpec, plan_budget, privacy_spent
 from fa_hetdp.dp.mechanisms import NoiseMechanism, get_mechanism
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
+from fa_hetdp.stats.meta_figures import releases_needed
 
 __all__ = [
     "DESIGNS",
@@ -49,6 +53,7 @@ __all__ = [
     "ROUNDS",
     "SILO_RELEASES",
     "SILO_WEIGHTS",
+    "UNIT_REQUIRED",
     "MetaPlan",
     "MetaSettings",
     "client_bound_a",
@@ -84,15 +89,9 @@ ROUNDS: Final[dict[str, tuple[str, ...]]] = {
 
 META_RELEASES: Final = ("T", "U", "W", "A", "B", "C", "D", "E", "F")
 
-META_STATISTICS: Final[dict[str, tuple[str, ...]]] = {
-    "pooled_mean": ("T", "W", "B", "C"),
-    "q": ("T", "W", "A", "B", "C"),
-    "i2": ("T", "W", "A", "B", "C"),
-    "i2_total": ("T", "W", "A", "B", "C"),
-    "tau2": ("T", "W", "A", "B", "C", "D"),
-    "random_effects_mean": ("T", "W", "A", "B", "C", "D", "E", "F"),
-}
-"""The figures of the analysis and the releases each needs."""
+META_STATISTICS: Final[Mapping[str, tuple[str, ...]]] = releases_needed()
+"""The figures one may ask for (``statistics``) and the releases each needs: read from the one
+table, :data:`fa_hetdp.stats.meta_figures.META_FIGURES`."""
 
 DEFAULT_WEIGHTS: Final[dict[str, float]] = {
     "T": 0.5,
@@ -287,16 +286,42 @@ def client_bound_f(m_max: int, floor: npt.ArrayLike, tau2: npt.ArrayLike = 0.0) 
 
 # ------------------------------------------------------------------------------ settings
 
+UNIT_REQUIRED: Final = (
+    "private_meta_analysis needs privacy_unit stated: 'record' (one record of one silo; the "
+    "record counts are public) or 'client' (one silo with all its records)"
+)
+"""The one-line refusal when :func:`fa_hetdp.private_meta_analysis` is not told what it protects.
+
+The declared default of ``privacy_unit`` is ``"client"`` (a scenario, a run config, ``fa-hetdp
+run``, :class:`~fa_hetdp.protocol.meta_plan.MetaSettings`); a cross-silo analyst usually means
+one record (a patient), which is the weaker guarantee: neither is assumed for them."""
+
+NOISE_SHAPES: Final = ("per_coordinate", "isotropic")
+"""The meta-analysis' noise shapes (:class:`MetaSettings` ``noise_shape``)."""
+
+
+def _declared(name: str) -> Any:
+    """Return the declared default of meta setting ``name`` (``config.settings.SETTINGS``)."""
+    return SETTINGS[name].default
+
 
 @dataclass(frozen=True)
 class MetaSettings:
-    """The settings of a private meta-analysis (defaults: the tuned recommendation).
+    """The settings of a private meta-analysis.
+
+    Every setting declared with ``meta=True`` in :data:`fa_hetdp.config.settings.SETTINGS`
+    takes its default and its rule from there (one default set: a scenario, a run config,
+    ``fa-hetdp run`` and this class agree); a declared one without a field here is carried in
+    ``extra`` (:meth:`setting`). A bad value raises one
+    :class:`~fa_hetdp.config.rules.ConfigError` (a ``PrivacyParameterError``) listing every
+    problem. ``corrupt_fraction``, ``statistics``, ``noise_shape``, ``one_hot``, ``weights`` and
+    ``noise`` are Python-only (the run takes gamma from ``[secagg]``; a run always adds noise).
 
     Attributes
     ----------
     privacy_unit : {"record", "client"}
-        What neighbours differ in. Default ``"record"`` here (a meta-analysis is the
-        cross-silo tool; the project-wide setting's default stays ``"client"``).
+        What neighbours differ in. The declared default, ``"client"`` (a whole silo);
+        :func:`fa_hetdp.private_meta_analysis` asks the caller to state it.
     min_records : int or None
         Public lower bound on every ``m_i`` (record unit). None: the actual ``m_i`` are public
         (sent in the clear) and their minimum is used.
@@ -326,6 +351,8 @@ class MetaSettings:
         ``"agm"`` (Gaussian, exact GDP composition).
     statistics : tuple of str or None
         Subset of :data:`META_STATISTICS`; None: all. Releases no figure needs are not made.
+    extra : mapping
+        Declared meta settings without a field (read with :meth:`setting`).
     noise_shape : {"per_coordinate", "isotropic"}
         Per coordinate: each coordinate's noise proportional to its own bound.
     one_hot : bool
@@ -347,76 +374,114 @@ class MetaSettings:
         a model-based repair of the bias a binding clip puts on ``Q`` at high ``I^2``.
     """
 
-    privacy_unit: str = "record"
-    min_records: int | None = None
-    kappa: float = 4.0
-    kappa_star: float | None = None
-    adaptive_kappa: bool = False
-    kappa_scale: float = 2.5
-    kappa_per_silo: bool = True
-    floor_fraction: float = 0.75
-    min_floor: float = 1e-4
-    placement: str = "distributed"
+    privacy_unit: str = _declared("privacy_unit")
+    min_records: int | None = _declared("min_records")
+    kappa: float = _declared("kappa")
+    kappa_star: float | None = _declared("kappa_star")
+    adaptive_kappa: bool = _declared("adaptive_kappa")
+    kappa_scale: float = _declared("kappa_scale")
+    kappa_per_silo: bool = _declared("kappa_per_silo")
+    floor_fraction: float = _declared("floor_fraction")
+    min_floor: float = _declared("min_floor")
+    placement: str = _declared("placement")
     corrupt_fraction: float | None = None
-    mechanism: str = "agm"
+    mechanism: str = _declared("mechanism")
     statistics: tuple[str, ...] | None = None
     noise_shape: str = "per_coordinate"
     one_hot: bool = False
     weights: Mapping[str, float] | None = None
     noise: bool = True
-    clip_correction: bool = True
-    design: str = "auto"
+    clip_correction: bool = _declared("clip_correction")
+    design: str = _declared("design")
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
-        _choice("privacy_unit", self.privacy_unit, ("record", "client"))
-        _choice("design", self.design, DESIGNS)
-        _choice("placement", self.placement, ("distributed", "central"))
-        _choice("noise_shape", self.noise_shape, ("per_coordinate", "isotropic"))
-        if self.mechanism != "agm":
-            raise PrivacyParameterError(
-                f"mechanism must be 'agm' for the meta-analysis (exact Gaussian composition), "
-                f"got mechanism={self.mechanism!r}."
-            )
-        for name in ("kappa", "kappa_scale", "min_floor"):
-            _positive(name, getattr(self, name))
-        if self.kappa_star is not None:
-            _positive("kappa_star", self.kappa_star)
-        if not (isinstance(self.floor_fraction, (int, float)) and 0 <= self.floor_fraction <= 1):
-            raise PrivacyParameterError(
-                f"floor_fraction must be a number in [0, 1], got {self.floor_fraction!r}."
-            )
-        if self.min_floor > MAX_WITHIN_VARIANCE:
-            raise PrivacyParameterError(f"min_floor must be <= 1/4, got {self.min_floor!r}.")
-        if self.min_records is not None and (
-            isinstance(self.min_records, bool)
-            or not isinstance(self.min_records, (int, np.integer))
-            or self.min_records < 2
-        ):
-            raise PrivacyParameterError(
-                f"min_records must be an integer >= 2 or None, got {self.min_records!r}."
-            )
-        if self.corrupt_fraction is not None and not (0 <= self.corrupt_fraction < 1):
-            raise PrivacyParameterError(
-                f"corrupt_fraction must be in [0, 1), got {self.corrupt_fraction!r}."
+        if self.statistics is not None and not isinstance(self.statistics, str):
+            object.__setattr__(self, "statistics", tuple(self.statistics))
+        object.__setattr__(self, "extra", dict(self.extra))
+        raise_problems("meta-analysis settings", self.problems())
+
+    def problems(self) -> list[Problem]:
+        """Every problem of these settings, as ``(name, what is wrong)`` (none: ``[]``).
+
+        The declared settings (:func:`fa_hetdp.config.settings.meta_settings`) are checked by
+        their declared rules (:func:`fa_hetdp.config.rules.validate`, with the rule that the
+        meta-analysis takes ``agm`` only); the Python-only ones (``corrupt_fraction``,
+        ``statistics``, ``noise_shape``, ``one_hot``, ``weights``, ``noise``) here.
+        """
+        declared = [s.name for s in meta_settings()]  # in the table's order
+        problems: list[Problem] = [
+            (f"extra.{name}", f"unknown meta-analysis setting; allowed: {', '.join(declared)}")
+            for name in self.extra
+            if name not in declared or name in _FIELDS
+        ]
+        values: dict[str, Any] = {"analysis": "meta"}  # the meta-analysis' cross rules
+        for name in declared:
+            if name in _FIELDS:
+                values[name] = getattr(self, name)
+            elif name in self.extra:
+                values[name] = self.extra[name]
+        if self.corrupt_fraction is not None:
+            values["corrupt_fraction"] = self.corrupt_fraction
+        # the designs' own rule is the planner's to apply (silo_summaries_problem)
+        problems += validate(values, lambda name: name, skip=("silo-summaries-allowed",))
+        for name in ("one_hot", "noise"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                problems.append((name, f"must be true or false, got {getattr(self, name)!r}"))
+        if self.noise_shape not in NOISE_SHAPES:
+            problems.append(
+                (
+                    "noise_shape",
+                    f"unknown value {self.noise_shape!r}; allowed: {', '.join(NOISE_SHAPES)}",
+                )
             )
         if self.statistics is not None:
-            stats = tuple(self.statistics)
-            bad = [s for s in stats if s not in META_STATISTICS]
-            if bad or not stats:
-                raise PrivacyParameterError(
-                    f"statistics must be a non-empty subset of {tuple(META_STATISTICS)}, got "
-                    f"{stats!r}."
+            stats = self.statistics
+            if isinstance(stats, str) or not stats or any(x not in META_STATISTICS for x in stats):
+                problems.append(
+                    (
+                        "statistics",
+                        f"must be a non-empty subset of {', '.join(META_STATISTICS)}, got "
+                        f"{stats!r}",
+                    )
                 )
-            object.__setattr__(self, "statistics", stats)
         if self.weights is not None:
             allowed = META_RELEASES + SILO_RELEASES
-            bad = [k for k in self.weights if k not in allowed]
-            if bad:
-                raise PrivacyParameterError(
-                    f"weights name unknown releases {bad}; allowed: {allowed}."
-                )
             for k, v in self.weights.items():
-                _positive(f"weights[{k!r}]", v)
+                if k not in allowed:
+                    problems.append(
+                        (f"weights[{k!r}]", f"unknown release; allowed: {', '.join(allowed)}")
+                    )
+                elif (message := Real(low=0.0, low_open=True).check(v)) is not None:
+                    problems.append((f"weights[{k!r}]", message))
+        return problems
+
+    def setting(self, name: str) -> Any:
+        """Return setting ``name``: a field, else ``extra``'s value, else its declared default.
+
+        Raises
+        ------
+        KeyError
+            ``name`` is neither a field nor a declared meta-analysis setting.
+        """
+        if name in _FIELDS:
+            return getattr(self, name)
+        if name in self.extra:
+            return self.extra[name]
+        for s in meta_settings():
+            if s.name == name:
+                return s.default
+        raise KeyError(f"unknown meta-analysis setting {name!r}")
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> MetaSettings:
+        """Build the settings from values by name: fields as such, other declared ones in extra.
+
+        What a run's declared meta settings become; an unknown name is refused in the error.
+        """
+        fields = {k: v for k, v in values.items() if k in _FIELDS and k != "extra"}
+        extra = {k: v for k, v in values.items() if k not in _FIELDS}
+        return cls(**fields, extra=extra)
 
     @property
     def kappa_c(self) -> float:
@@ -446,30 +511,20 @@ class MetaSettings:
         return tuple(r for r in META_RELEASES if r in need)
 
 
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise PrivacyParameterError(f"{name} must be one of {allowed}, got {name}={value!r}.")
-
-
-def _positive(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.floating, np.integer))
-        or not math.isfinite(float(value))
-        or float(value) <= 0
-    ):
-        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {name}={value!r}.")
-
-
-SETTING_NAMES: Final = tuple(MetaSettings.__dataclass_fields__)
+_FIELDS: Final = frozenset(MetaSettings.__dataclass_fields__)
+SETTING_NAMES: Final = tuple(n for n in MetaSettings.__dataclass_fields__ if n != "extra")
 
 
 def settings_from(**kwargs: Any) -> MetaSettings:
-    """Build :class:`MetaSettings`, refusing unknown names with the allowed ones."""
-    bad = [k for k in kwargs if k not in SETTING_NAMES]
+    """Build :class:`MetaSettings` from settings by name, refusing unknown names.
+
+    Declared meta settings without a field go to ``extra``.
+    """
+    allowed = (*SETTING_NAMES, *(s.name for s in meta_settings() if s.name not in _FIELDS))
+    bad = [k for k in kwargs if k not in allowed]
     if bad:
-        raise PrivacyParameterError(f"unknown settings {bad}; allowed: {SETTING_NAMES}.")
-    return MetaSettings(**kwargs)
+        raise PrivacyParameterError(f"unknown settings {bad}; allowed: {allowed}.")
+    return MetaSettings.from_values(kwargs)
 
 
 # ------------------------------------------------------------------------------ the plan

@@ -22,7 +22,13 @@ from fa_hetdp.protocol.meta_client import (
     ClientSummary,
     client_round,
 )
-from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta, settings_from
+from fa_hetdp.protocol.meta_plan import (
+    UNIT_REQUIRED,
+    MetaPlan,
+    MetaSettings,
+    plan_meta,
+    settings_from,
+)
 from fa_hetdp.protocol.meta_server import (
     PrivateMetaAnalysis,
     add_central_noise,
@@ -159,9 +165,9 @@ def private_meta_analysis(
     rng : numpy.random.Generator, int or None
         The noise generator (None: a CSPRNG; an int: a seeded generator, for tests).
     **settings
-        :class:`~fa_hetdp.protocol.meta_plan.MetaSettings`: ``privacy_unit`` (default
-        ``"record"`` here -- one record of one client; the project-wide default elsewhere is
-        ``"client"``), ``min_records``, ``kappa``, ``kappa_star``, ``adaptive_kappa``,
+        :class:`~fa_hetdp.protocol.meta_plan.MetaSettings`: ``privacy_unit`` (required:
+        :data:`~fa_hetdp.protocol.meta_plan.UNIT_REQUIRED`), ``min_records``, ``kappa``,
+        ``kappa_star``, ``adaptive_kappa``,
         ``floor_fraction``, ``min_floor``, ``placement``, ``corrupt_fraction``,
         ``mechanism``, ``statistics``, ``noise_shape``, ``one_hot``, ``weights``, ``noise``
         (False: no noise, a reference run that states no epsilon).
@@ -177,6 +183,8 @@ def private_meta_analysis(
     PrivacyParameterError
         A bad budget or setting.
     """
+    if "privacy_unit" not in settings:
+        raise PrivacyParameterError(UNIT_REQUIRED)
     s = settings_from(**settings)
     clients = clients_of(records, client_ids, one_hot=s.one_hot)
     counts = [c.m for c in clients]

@@ -207,7 +207,8 @@ def plan_silo_summaries(
     InputDataError
         Fewer than 2 silos, a count below 2, or ``d < 1``.
     """
-    s = settings or MetaSettings(design="silo-summaries")
+    # the design exists under the record unit only: no settings means that one
+    s = settings or MetaSettings(privacy_unit="record", design="silo-summaries")
     problem = silo_summaries_problem(s)
     if problem is not None:
         raise PrivacyParameterError(problem + ".")

@@ -27,6 +27,7 @@ from typing import Any, Final
 import numpy as np
 
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.stats.meta_figures import META_FIGURES
 
 __all__ = [
     "INTERVAL_TARGETS",
@@ -39,16 +40,11 @@ __all__ = [
     "table_target",
 ]
 
-META_STATISTICS: Final[tuple[str, ...]] = (
-    "pooled_mean",
-    "random_effects_mean",
-    "q",
-    "i2",
-    "tau2",
-)
-"""The per-coordinate statistics of the section, in the table's order."""
+META_STATISTICS: Final[tuple[str, ...]] = tuple(f.key for f in META_FIGURES if not f.scalar)
+"""The per-coordinate statistics of the section, in the table's order (read from the one table,
+:data:`fa_hetdp.stats.meta_figures.META_FIGURES`)."""
 
-_SCALARS: Final[tuple[str, ...]] = ("i2_total", "i2_average")
+_SCALARS: Final[tuple[str, ...]] = tuple(f.key for f in META_FIGURES if f.scalar)
 _WITH_SE: Final[tuple[str, ...]] = ("pooled_mean", "random_effects_mean", "tau2")
 
 INTERVAL_TARGETS: Final[dict[str, str]] = {
