@@ -77,8 +77,8 @@ WHAT_THE_SERVER_SAW: Final = (
     "budget; record unit, m_i public)"
 )
 VARIANCE_RESOLUTION: Final = 1e-6
-"""A non-constant silo's sample variance is at least ``1/(m - 1)^2`` times this on values
-that differ by at least ``1/m``; the intervals' candidate true variances stay above it."""
+"""The smallest candidate true variance in the intervals' bootstrap: a silo whose variance
+release is mostly noise may have a true variance far below it, down to about this."""
 MIN_VARIANCE: Final = 1e-12
 """The smallest variance estimate a silo's weight may use (a constant column's weight is
 otherwise infinite)."""
