@@ -66,6 +66,7 @@ __all__ = [
     "client_bound_u2",
     "client_bound_w",
     "plan_meta",
+    "planned_mu",
     "record_bound_a",
     "record_bound_b",
     "record_bound_c",
@@ -530,6 +531,17 @@ def settings_from(**kwargs: Any) -> MetaSettings:
 # ------------------------------------------------------------------------------ the plan
 
 
+def planned_mu(budget: BudgetPlan | None, name: str) -> float:
+    """Planned GDP ``mu_k`` of a unit-sensitivity release ``name`` (inf without a budget).
+
+    Both designs' plans read their releases' ``mu`` here.
+    """
+    if budget is None:
+        return math.inf
+    mu = budget.release(name).mu_share
+    return float(mu) if mu is not None else 1.0 / budget.sigma(name)
+
+
 @dataclass(frozen=True)
 class MetaPlan:
     """A calibrated meta-analysis for ``n`` clients with public counts and ``d`` coordinates.
@@ -590,10 +602,7 @@ class MetaPlan:
 
     def mu(self, name: str) -> float:
         """Planned GDP ``mu_k`` of release ``name`` (inf without noise)."""
-        if self.budget is None:
-            return math.inf
-        mu = self.budget.release(name).mu_share
-        return float(mu) if mu is not None else 1.0 / self.budget.sigma(name)
+        return planned_mu(self.budget, name)
 
     def bounds(
         self,

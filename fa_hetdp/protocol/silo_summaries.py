@@ -49,6 +49,7 @@ from fa_hetdp.protocol.meta_plan import (
     SILO_RELEASES,
     SILO_WEIGHTS,
     MetaSettings,
+    planned_mu,
 )
 from fa_hetdp.protocol.meta_server import MetaIntervals, PrivateMetaAnalysis
 from fa_hetdp.stats.meta import i2_from_q
@@ -165,10 +166,7 @@ class SiloPlan:
 
     def mu(self, name: str) -> float:
         """Planned GDP ``mu_k`` of release ``name`` (inf without noise)."""
-        if self.budget is None:
-            return math.inf
-        mu = self.budget.release(name).mu_share
-        return float(mu) if mu is not None else 1.0 / self.budget.sigma(name)
+        return planned_mu(self.budget, name)
 
     @property
     def sigmas(self) -> tuple[FloatArray, FloatArray]:
