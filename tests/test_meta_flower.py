@@ -264,6 +264,10 @@ def test_a_dropout_after_the_key_advertisement_aborts_with_the_round(tmp_path: P
     assert document["privacy"]["released"] == [
         "round A: centre, floor and clip broadcast to the 4 clients"
     ]
+    # refused before the unmasking (issue 28): round B's sum was never decodable
+    steps = [step["step"] for step in document["steps"]]
+    assert "meta_round_b" in steps and "meta_round_b_unmask" not in steps, steps
+    assert "the round's sum was not unmasked" in document["reason"]
     assert document["privacy"]["epsilon_at_most"] == pytest.approx(1.0, rel=1e-6)
 
 

@@ -178,6 +178,43 @@ def test_below_threshold_aborts_without_success_file(tmp_path: Path) -> None:
     assert "statistics" not in document
 
 
+@pytest.mark.parametrize(
+    ("stage", "refused_at", "said"),
+    [("stage1", "stage1", "stage 1"), ("stage2", "stage2", "the stage-2 release")],
+)
+def test_a_degraded_sum_is_refused_before_it_is_unmasked(
+    tmp_path: Path, stage: str, refused_at: str, said: str
+) -> None:
+    # Issue 28: 2 of 20 nodes drop before their masked input, so the sum holds 18 noise shares
+    # and would spend more than the target. Under on-degraded = "refuse" (default) the server
+    # must refuse before it asks for the unmasking: no survivor is sent an unmask request of
+    # that sum, so the server never holds a sum worth more than was charged. (Before the fix it
+    # unmasked the sum, decoded it, and refused only then.)
+    config = run_config(
+        tmp_path,
+        scenario_file(tmp_path, 20),
+        **{"dropout-fraction": 0.1, "dropout-stage": stage},
+    )
+    settings = RunSettings.from_run_config(config)
+    transport = InMemoryTransport(20, config)
+    steps_sent: list[str] = []
+    exchange = transport.exchange
+
+    def recording(step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float) -> Any:
+        steps_sent.append(step)
+        return exchange(step, payloads, timeout)
+
+    transport.exchange = recording  # type: ignore[method-assign]
+    with pytest.raises(ProtocolAbortError, match=rf"{said} would spend epsilon"):
+        HeterogeneityStrategy(settings).run(transport)
+    assert f"{refused_at}_input" in steps_sent
+    assert f"{refused_at}_unmask" not in steps_sent, steps_sent
+    document = json.loads((tmp_path / "result.json").read_text())
+    assert document["status"] == "aborted"
+    assert document["reason"].startswith(f"{said} would spend epsilon")
+    assert "statistics" not in document
+
+
 def test_missing_replies_are_dropouts(tmp_path: Path) -> None:
     # A lost noise share spends more than the target: released by the policy's opt-in.
     config = run_config(tmp_path, scenario_file(tmp_path, 8), **{"on-degraded": "release"})

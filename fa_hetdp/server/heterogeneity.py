@@ -14,9 +14,12 @@ the server functions the in-process engine uses (:mod:`fa_hetdp.protocol.server`
    (:func:`fa_hetdp.protocol.assemble_stage2`).
 
 A client that drops before sending a masked input loses its noise share: the privacy actually
-spent is computed from the shares that arrived
+spent is computed from the shares that reached the sum
 (:meth:`fa_hetdp.protocol.ProtocolPlan.noise_fraction`) under exact composition, and a release
 that would spend more than ``max-epsilon`` is refused unless ``on-degraded = "release"``. The
+decision is taken once the survivor list is fixed and *before* the unmasking is asked for
+(``admit`` of :meth:`~fa_hetdp.server.session.AnalysisSession.secure_sum`): a refused sum is
+never decoded, so the server never holds a sum worth more than the run charged. The
 ``privacy`` part (:func:`server.results.privacy_section`) says what was released and what it
 cost, also for an abort after stage 1.
 """
@@ -24,7 +27,7 @@ cost, also for an abort after stage 1.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,9 +117,24 @@ class HeterogeneityAnalysis(Analysis):
         stage: SumStage,
         encoding: FixedPointEncoding,
         request: Mapping[str, Any] | None = None,
+        *,
+        spent: Callable[[float], float | None],
+        what: str,
     ) -> SecureSum:
-        """One stage's secure sum, refused outside the range honest inputs reach."""
-        total = session.secure_sum(STAGE_SUMS[stage], encoding, request)
+        """One stage's secure sum, refused outside the range honest inputs reach.
+
+        ``spent(fraction)``: the epsilon of the whole run if this stage's sum holds
+        ``fraction`` of its planned noise; the run's degraded-release policy
+        (:func:`degraded_refusal`) is applied to it *before* the unmasking, from the number of
+        masked inputs that reached the sum, so a sum it refuses is never decoded.
+        """
+        plan = self.plan
+        assert plan is not None  # set by run() before the first sum
+
+        def admit(survivors: int) -> str | None:
+            return degraded_refusal(session.settings, spent(plan.noise_fraction(survivors)), what)
+
+        total = session.secure_sum(STAGE_SUMS[stage], encoding, request, admit=admit)
         if self.plan is not None:  # the plan's tighter range (protocol.sum_range)
             check_sum_range(total.sum, self.plan, stage, len(total.survivors), encoding)
         return total
@@ -134,12 +152,13 @@ class HeterogeneityAnalysis(Analysis):
         # stage 0 (adaptive_floor): a noisy histogram of the s_i^2 picks the floor ----------
         floor: dict[str, float] = {}
         if plan.adaptive:
-            sum0 = self._sum(session, 0, self._encoding(session, plan, 0))
+            plan0 = plan
+            sum0 = self._sum(
+                session, 0, self._encoding(session, plan, 0),
+                spent=lambda f: privacy_spent_of(plan0, 1.0, 1.0, f).epsilon, what="stage 0",
+            )  # fmt: skip
             n0 = len(sum0.survivors)
             self._floor_fraction = plan.noise_fraction(n0)
-            spent0 = privacy_spent_of(plan, 1.0, 1.0, self._floor_fraction).epsilon
-            if (refused := degraded_refusal(s, spent0, "stage 0")) is not None:
-                raise session.abort(refused)  # nothing released yet
             self._stage0 = list(sum0.partitions)
             self._floor, plan = assemble_floor(
                 sum0.sum, plan, noise_shares=n0, rng=session.rng, n=n0
@@ -150,13 +169,12 @@ class HeterogeneityAnalysis(Analysis):
         fraction0 = 1.0 if self._floor_fraction is None else self._floor_fraction
 
         # stage 1 ---------------------------------------------------------------------------
-        sum1 = self._sum(session, 1, self._encoding(session, plan, 1), floor)
+        plan1 = plan
+        sum1 = self._sum(
+            session, 1, self._encoding(session, plan, 1), floor,
+            spent=lambda f: privacy_spent_of(plan1, f, 1.0, fraction0).epsilon, what="stage 1",
+        )  # fmt: skip
         n1 = len(sum1.survivors)
-        refused = degraded_refusal(
-            s, privacy_spent_of(plan, plan.noise_fraction(n1), 1.0, fraction0).epsilon, "stage 1"
-        )
-        if refused is not None:
-            raise session.abort(refused)  # nothing released yet
         stage1 = assemble_stage1(sum1.sum, plan, n=n1, noise_shares=n1, rng=session.rng)
         self._stage1_fraction = stage1.noise_fraction
         session.release(
@@ -170,16 +188,18 @@ class HeterogeneityAnalysis(Analysis):
             Key.MU_PRIME: stage1.mu_prime_broadcast,
             Key.WEIGHTED_MU_PRIME: stage1.weighted_mu_prime,
         }
-        sum2 = self._sum(session, 2, self._encoding(session, plan, 2, broadcast), request)
+        fraction1 = stage1.noise_fraction
+        sum2 = self._sum(
+            session, 2, self._encoding(session, plan, 2, broadcast), request,
+            spent=lambda f: privacy_spent_of(plan1, fraction1, f, fraction0).epsilon,
+            what="the stage-2 release",
+        )  # fmt: skip
         n2 = len(sum2.survivors)
         result = assemble_stage2(
             sum2.sum, plan, stage1, n=n2, noise_shares=n2, rng=session.rng,
             floor_fraction=fraction0,
         )  # fmt: skip
         result = dataclasses.replace(result, floor_choice=self._floor)
-        refused = degraded_refusal(s, result.spent.epsilon, "the stage-2 release")
-        if refused is not None:
-            raise session.abort(refused)
         released = [*session.released, "stage 2: every statistic of the result"]
         document = self._document(session, plan, stage1, result, sum1, sum2, released)
         return session.finish(document, result)

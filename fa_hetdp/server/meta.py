@@ -351,14 +351,17 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
         rnd: str, broadcast: BroadcastB | BroadcastC | None, extra: dict[str, Any]
     ) -> tuple[FloatArray, SecureSum]:
         encoding = meta_encoding(plan, rnd, broadcast, n, modulus_bits=bits)
-        result = session.secure_sum(META_ROUNDS[rnd], encoding, extra)
-        if len(result.survivors) != n:
-            missing = n - len(result.survivors)
-            raise session.abort(
-                f"round {rnd}: {missing} of the {n} clients dropped out; a meta-analysis needs "
-                "every client of the key directory in every round (their record counts "
-                "calibrate the plan)"
+
+        def admit(survivors: int) -> str | None:  # decided before any unmasking
+            if survivors == n:
+                return None
+            return (
+                f"round {rnd}: {n - survivors} of the {n} clients dropped out; a meta-analysis "
+                "needs every client of the key directory in every round (their record counts "
+                "calibrate the plan); the round's sum was not unmasked"
             )
+
+        result = session.secure_sum(META_ROUNDS[rnd], encoding, extra, admit=admit)
         sigmas = round_sigmas(plan, rnd, broadcast)
         noise.update(split_round(plan, rnd, plan.noise_std(sigmas)))  # each release's noise
         return add_central_noise(plan, sigmas, result.sum, session.rng), result

@@ -287,18 +287,25 @@ class AnalysisSession:
         steps: SumSteps,
         encoding: FixedPointEncoding,
         request: Mapping[str, Any] | None = None,
+        *,
+        admit: Callable[[int], str | None] | None = None,
     ) -> SecureSum:
         """Run one masked summation; return the decoded sum of the survivors' inputs.
 
         ``steps``: the summation's step names (the analysis' own); ``encoding``: how every
         input is encoded; ``request``: what every client is sent with its secure-aggregation
         message at the input step (the broadcast of the round). The clients' keys are shared
-        before the first summation.
+        before the first summation. ``admit(survivors)``: called once the survivor list is
+        fixed (after the input step and, in the malicious-server mode, the consistency step)
+        and *before* any unmasking is asked for; a reason it returns aborts the run with
+        that reason, so that a sum the analysis would refuse (too few noise shares: more
+        privacy spent than charged) is never decodable.
 
         Raises
         ------
         ProtocolAbortError
-            Fewer clients than the threshold at a step, or the secure aggregation failed.
+            Fewer clients than the threshold at a step, the secure aggregation failed, or
+            ``admit`` refused the survivors.
         """
         server = self._server
         if not self._keys_shared:
@@ -311,7 +318,9 @@ class AnalysisSession:
             check = self._secagg(server.consistency_request)  # fixes the survivor list
             checks = dict.fromkeys(server.survivors, check)
             self._round(steps.consistency, checks, server.receive_consistency)
-        unmask = self._secagg(server.unmask_requests)  # each survivor: its neighbourhood
+        unmask = self._secagg(server.unmask_requests)  # fixes the survivors; nothing sent yet
+        if admit is not None and (refused := admit(len(server.survivors))) is not None:
+            raise self.abort(refused)  # before any unmask request leaves: the sum stays masked
         self._round(steps.unmask, unmask, server.receive_unmask)
         try:  # the encoding refuses a sum that count honest inputs cannot reach
             result = server.finish_summation()
