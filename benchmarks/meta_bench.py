@@ -1,8 +1,9 @@
 """Benchmark: the private meta-analysis against the exact one, client vs record unit (issue 19 §3).
 
 Run ``python benchmarks/meta_bench.py`` (``--runs N``, default 20; ``--seed S``; ``--json``
-prints the table's numbers as JSON; ``--cases goal,small,digits``; ``--figure PATH`` also draws
-the error against m and against n, measured points beside the planner's curves).
+prints the table's numbers as JSON; ``--cases goal,small,many-small,digits``; ``--designs
+auto,secure-sums,silo-summaries``, default ``auto``, each a row, side by side; ``--figure PATH``
+also draws the error against m and against n, measured points beside the planner's curves).
 
 Cases (each run draws a new federation and new noise from ``--seed`` and the run's index):
 
@@ -10,12 +11,15 @@ Cases (each run draws a new federation and new noise from ``--seed`` and the run
   federation whose coordinates span a target I^2 from 0 to 0.95
   (:func:`random_effects_federation`);
 - ``small``: the same with 500-2 000 records per silo;
+- ``many-small``: 60 silos of 200-1 000 records each (issue 25's "many small silos" goal);
 - ``digits``: the embedded digits' 1797 labels split across 10 silos by a Dirichlet(0.5) label
   mixture (each label's images divided among the silos in Dirichlet proportions), every record
   the one-hot vector of its label (d = 10): θ is a silo's label histogram
   (:func:`digits_label_federation`).
 
-epsilon = 1, delta = 1e-5, the recommended settings of :func:`fa_hetdp.private_meta_analysis`;
+epsilon = 1, delta = 1e-5, the recommended settings of :func:`fa_hetdp.private_meta_analysis`
+with ``design=`` the row's design (``auto``: the library's choice, named in the row; the silo
+summaries need the record unit, so a client-unit row of that design is left out);
 the truth is :func:`fa_hetdp.meta_analysis` on the same records. Columns, median over runs of
 the per-run figure (coordinates where the exact analysis is undefined -- a coordinate constant
 in some silo has no inverse-variance weight -- are left out and counted):
@@ -65,6 +69,13 @@ CONCENTRATION = 2.0
 ``theta (1 - theta) / (c + 1)``, about 1/12 at theta = 1/2."""
 UNITS = ("client", "record")
 GOALS = {"i2": 0.05, "tau2": 0.25, "pooled_mean": 0.01, "coverage": 0.95}
+"""Issue 19's goals for the ``goal`` row (record unit)."""
+CASE_GOALS: dict[str, dict[str, float]] = {
+    "goal": {**GOALS, "tau2": 0.15},  # issue 25 tightened tau^2 to 15 %
+    "many-small": {"i2": 0.06, "pooled_mean": 0.01},
+}
+"""Issue 25's goals per case (record unit, ``design = "auto"``); a figure without one: none."""
+DESIGNS = ("auto", "secure-sums", "silo-summaries")
 
 
 @dataclass(frozen=True)
@@ -219,6 +230,7 @@ def digits_label_federation(
 CASES: dict[str, dict[str, Any]] = {
     "goal": {"m_range": (5000, 20000)},
     "small": {"m_range": (500, 2000)},
+    "many-small": {"m_range": (200, 1000), "n": 60},
     "digits": {},
 }
 COVERED = ("pooled_mean", "q", "i2", "tau2", "random_effects_mean")
@@ -273,6 +285,8 @@ class Row:
     m_range: tuple[int, int]
     n: int
     d: int
+    design: str = "auto"
+    ran: list[str] = field(default_factory=list)
     runs: list[dict[str, float]] = field(default_factory=list)
     predicted: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
@@ -293,6 +307,8 @@ class Row:
         return {
             "case": self.case,
             "unit": self.unit,
+            "design": self.design,
+            "ran": sorted(set(self.ran)),
             "n": self.n,
             "d": self.d,
             "m_range": list(self.m_range),
@@ -340,10 +356,13 @@ def measure(
     overrides: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
     plan: bool = True,
+    design: str = "auto",
 ) -> Row:
     """Run the private meta-analysis ``runs`` times on fresh federations of ``case``.
 
-    ``plan``: also give the planner's prediction for the case's model.
+    ``plan``: also give the planner's prediction for the case's model (of the design that
+    ran); ``design``: the design asked for (``auto``: the library chooses; the row records
+    what ran).
     """
     from fa_hetdp import meta_analysis, private_meta_analysis
 
@@ -357,8 +376,8 @@ def measure(
         m = fed.records_per_client
         first = row is None
         if row is None:
-            row = Row(case, unit, (int(m.min()), int(m.max())), fed.n, fed.d)
-        args = {"privacy_unit": unit, "one_hot": fed.one_hot, **settings}
+            row = Row(case, unit, (int(m.min()), int(m.max())), fed.n, fed.d, design)
+        args = {"privacy_unit": unit, "one_hot": fed.one_hot, "design": design, **settings}
         exact = meta_analysis(fed.records, fed.client_ids)
         private = private_meta_analysis(
             fed.records,
@@ -374,13 +393,21 @@ def measure(
             # the reference is the same protocol without noise (floored variances, clips)
             row.reference = "noise-free protocol"
             reference = private_meta_analysis(
-                fed.records, fed.client_ids, epsilon=epsilon, delta=delta, noise=False, **args
+                fed.records,
+                fed.client_ids,
+                epsilon=epsilon,
+                delta=delta,
+                noise=False,
+                **{**args, "design": private.design},
             )
+        row.ran.append(private.design)
         if first and plan:
             if fed.one_hot:  # no I^2 profile known in advance: the realised one, stated
                 i2 = np.clip(np.nan_to_num(np.asarray(reference.i2, dtype=float)), 0.0, 0.999)
                 fed = replace(fed, i2=i2)
-            row.predicted = predict(fed, unit, epsilon=epsilon, delta=delta, **settings)
+            row.predicted = predict(
+                fed, unit, epsilon=epsilon, delta=delta, design=private.design, **settings
+            )
         errors = run_errors(private, reference)
         errors["exact_defined"] = float(np.sum(np.isfinite(np.asarray(exact.i2, dtype=float))))
         row.runs.append(errors)
@@ -464,26 +491,29 @@ def _cell(value: float, predicted: float | None, relative: bool, goal: float | N
 
 def table(rows: Sequence[Row], *, goals: bool = True) -> list[str]:
     """Markdown table of ``rows``: medians over runs, the planner's prediction in brackets."""
-    head = "| case | unit | n | m | \\|I² err\\| | τ² err | μ err | μ_RE err | cover (sample) |"
-    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
+    head = (
+        "| case | unit | design (ran) | n | m | \\|I² err\\| | τ² err | μ err | μ_RE err "
+        "| cover (sample) |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        g = goals and row.case == "goal"
+        g = CASE_GOALS.get(row.case, {}) if goals and row.unit == "record" else {}
         p = row.predicted
         cells = [
-            _cell(row.median("i2"), p.get("i2"), False, GOALS["i2"] if g else None),
-            _cell(row.median("tau2"), p.get("tau2"), True, GOALS["tau2"] if g else None),
-            _cell(
-                row.median("pooled_mean"),
-                p.get("pooled_mean"),
-                True,
-                GOALS["pooled_mean"] if g else None,
-            ),
+            _cell(row.median("i2"), p.get("i2"), False, g.get("i2")),
+            _cell(row.median("tau2"), p.get("tau2"), True, g.get("tau2")),
+            _cell(row.median("pooled_mean"), p.get("pooled_mean"), True, g.get("pooled_mean")),
             _cell(row.median("random_effects_mean"), p.get("random_effects_mean"), True, None),
-            f"{100 * row.coverage:.1f} %" + ((" ✓" if row.coverage >= 0.95 else " ✗") if g else ""),
+            f"{100 * row.coverage:.1f} %"
+            + ((" ✓" if row.coverage >= g["coverage"] else " ✗") if "coverage" in g else ""),
         ]
         lo, hi = row.m_range
         case = row.case if row.reference == "exact" else f"{row.case} (vs {row.reference})"
-        lines.append(f"| {case} | {row.unit} | {row.n} | {lo}–{hi} | " + " | ".join(cells) + " |")
+        ran = ", ".join(sorted(set(row.ran)))
+        design = row.design if ran in ("", row.design) else f"{row.design} ({ran})"
+        lines.append(
+            f"| {case} | {row.unit} | {design} | {row.n} | {lo}–{hi} | " + " | ".join(cells) + " |"
+        )
     return lines
 
 
@@ -635,6 +665,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=20, help="runs per row (default 20)")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--cases", default="goal,small,digits", help="comma-separated cases")
+    parser.add_argument("--designs", default="auto", help="comma-separated: " + ",".join(DESIGNS))
     parser.add_argument("--units", default="client,record", help="comma-separated units")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--silos", type=int, default=None, help="n of the synthetic cases")
@@ -655,6 +686,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for u in units:
         if u not in UNITS:
             parser.error(f"unknown unit {u!r}; allowed: {', '.join(UNITS)}")
+    designs = [x for x in args.designs.split(",") if x]
+    for x in designs:
+        if x not in DESIGNS:
+            parser.error(f"unknown design {x!r}; allowed: {', '.join(DESIGNS)}")
     start = time.perf_counter()
     overrides: dict[str, Any] = {}
     if args.silos is not None:
@@ -665,9 +700,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         lo, hi = (int(v) for v in args.m_range.split(":"))
         overrides["m_range"] = (lo, hi)
     rows = [
-        measure(c, u, runs=args.runs, seed=args.seed, overrides={} if c == "digits" else overrides)
+        measure(
+            c,
+            u,
+            runs=args.runs,
+            seed=args.seed,
+            overrides={} if c == "digits" else overrides,
+            design=x,
+        )
         for c in cases
         for u in units
+        for x in designs
+        if not (x == "silo-summaries" and u == "client")  # needs the record unit
     ]
     doc: dict[str, Any] = {
         "epsilon": EPSILON,

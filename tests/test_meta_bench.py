@@ -85,6 +85,34 @@ def test_the_figure_is_drawn(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert [p["m"] for p in curve["measured"]] == [50, 100] and len(curve["planned"]) == 3
 
 
+def test_the_designs_run_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--runs", "1", "--cases", "small", "--json", "--designs", "secure-sums,silo-summaries"]
+    bench.main([*args, "--silos", "5", "--dim", "3", "--m-range", "300:400"])
+    doc = json.loads(capsys.readouterr().out)
+    rows = [(r["unit"], r["design"], r["ran"]) for r in doc["rows"]]
+    # the silo summaries need the record unit: no client-unit row of that design
+    assert rows == [
+        ("client", "secure-sums", ["secure-sums"]),
+        ("record", "secure-sums", ["secure-sums"]),
+        ("record", "silo-summaries", ["silo-summaries"]),
+    ]
+    with pytest.raises(SystemExit):
+        bench.main(["--designs", "secure-sum"])  # a typo is refused before any work
+    assert "unknown design 'secure-sum'" in capsys.readouterr().err
+
+
+def test_the_table_names_what_auto_ran_and_marks_the_case_goals() -> None:
+    row = bench.Row("many-small", "record", (200, 1000), 60, 16, "auto", ["secure-sums"])
+    row.runs = [
+        {"i2": 0.07, "tau2": 0.3, "pooled_mean": 0.005, "random_effects_mean": 0.002,
+         "hits": 96.0, "intervals": 100.0}
+    ]  # fmt: skip
+    line = bench.table([row])[-1]
+    assert "| auto (secure-sums) |" in line
+    assert "0.070 ✗" in line and "0.50 % ✓" in line  # many-small: I^2 0.06, pooled 1 %
+    assert "30.00 % |" in line  # no tau^2 goal for that case
+
+
 def test_the_table_marks_the_goal() -> None:
     row = bench.Row("goal", "record", (5000, 20000), 20, 16)
     row.runs = [
