@@ -37,8 +37,10 @@ from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
+from fa_hetdp.stats.effect_sizes import effect_sizes
 from fa_hetdp.stats.exact import TrueStatistics, true_statistics
 from fa_hetdp.stats.meta import MetaAnalysis, meta_analysis
+from fa_hetdp.stats.rma import MetaAnalysisFromSummaries, meta_analysis_from_summaries
 
 __version__ = "0.1.0"
 
@@ -51,6 +53,7 @@ __all__ = [
     "FaHetdpError",
     "InputDataError",
     "MetaAnalysis",
+    "MetaAnalysisFromSummaries",
     "PrivacyBudget",
     "PrivacyParameterError",
     "PrivacySpent",
@@ -67,11 +70,13 @@ __all__ = [
     "achieved_epsilon",
     "calibrate_sigma",
     "default_scenario",
+    "effect_sizes",
     "emse",
     "expected_mse",
     "load_dataset",
     "load_scenario",
     "meta_analysis",
+    "meta_analysis_from_summaries",
     "plan_accuracy",
     "plan_budget",
     "plan_protocol",

@@ -73,6 +73,7 @@ __all__ = [
     "meta_analysis",
     "meta_analysis_of_summaries",
     "meta_from_effects",
+    "p_traces",
     "prediction_bounds",
     "q_profile",
     "q_profile_solve",
@@ -185,6 +186,17 @@ def weight_traces(w: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     return np.sum(w, axis=-2), np.sum(w * w, axis=-2), np.sum(w**3, axis=-2)
 
 
+def p_traces(
+    s1: npt.ArrayLike, s2: npt.ArrayLike, s3: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray]:
+    """``tr P = S1 - S2/S1`` and ``tr P^2 = S2 - 2 S3/S1 + S2^2/S1^2``, ``P = W - w w'/S1``.
+
+    ``S_j = sum w^j`` (:func:`weight_traces`) for any weights ``w`` (``1/v`` or ``1/(v + tau2)``).
+    """
+    a1, a2, a3 = (np.asarray(x, dtype=np.float64) for x in (s1, s2, s3))
+    return np.asarray(a1 - a2 / a1), np.asarray(a2 - 2.0 * a3 / a1 + a2 * a2 / (a1 * a1))
+
+
 def dl_tau2_variance(
     s1: npt.ArrayLike, s2: npt.ArrayLike, s3: npt.ArrayLike, tau2: npt.ArrayLike, n: int
 ) -> FloatArray:
@@ -194,10 +206,8 @@ def dl_tau2_variance(
     tr P^2``, ``tr P = S1 - S2/S1``, ``tr P^2 = S2 - 2 S3/S1 + S2^2/S1^2`` (Biggerstaff and
     Tweedie 1997; metafor's ``se.tau2`` for ``method="DL"``), and ``Var tau2 = Var Q/tr P^2``.
     """
-    a1, a2, a3 = (np.asarray(x, dtype=np.float64) for x in (s1, s2, s3))
     t2 = np.maximum(np.asarray(tau2, dtype=np.float64), 0.0)
-    tr_p = a1 - a2 / a1
-    tr_p2 = a2 - 2.0 * a3 / a1 + a2 * a2 / (a1 * a1)
+    tr_p, tr_p2 = p_traces(s1, s2, s3)
     var_q = 2.0 * (n - 1) + 4.0 * t2 * tr_p + 2.0 * t2 * t2 * tr_p2
     return np.asarray(var_q / (tr_p * tr_p))
 
