@@ -314,8 +314,10 @@ def figures_from_sums(
         big_d = np.clip(weights["D"], big_c**2 / n, big_c * np.minimum(big_c, most))
         # regularised: the smallest public sum of weights times (1 - 1/n) (equal weights)
         denom = np.maximum(big_c - big_d / big_c, least * (1.0 - 1.0 / n))
-        # a between-client variance of means in [0, 1] is at most 1/4
-        out["tau2_raw"] = np.minimum((out["q"] - (n - 1)) / denom, MAX_WITHIN_VARIANCE)
+        # a between-client variance of means in [0, 1] is at most 1/4; from the unclamped Q,
+        # so that the noise on tau2_raw is Q's (a Q clamped at 0 would freeze it where noise
+        # drives Q below 0, and its sample interval would collapse onto 0); tau2 is the same
+        out["tau2_raw"] = np.minimum((q_raw - (n - 1)) / denom, MAX_WITHIN_VARIANCE)
         out["tau2"] = np.maximum(out["tau2_raw"], 0.0)
     if "E" in sums and "F" in sums and tau2_used is not None:
         least_f, _ = _weight_range(plan, broadcast_b.floor, tau2_used)

@@ -34,7 +34,7 @@ import numpy as np
 
 from fa_hetdp.accuracy.assumptions import scenario_assumptions
 from fa_hetdp.config.protocol import ProtocolConfig
-from fa_hetdp.errors import PrivacyParameterError
+from fa_hetdp.errors import AggregationError, PrivacyParameterError
 from fa_hetdp.flowerkit.steps import STAGE_SUMS, Event, Key
 from fa_hetdp.protocol.client import contribution_encoding
 from fa_hetdp.protocol.floor import FloorChoice, uses_adaptive_floor
@@ -129,7 +129,8 @@ class HeterogeneityAnalysis(Analysis):
         masked inputs that reached the sum, so a sum it refuses is never decoded.
         """
         plan = self.plan
-        assert plan is not None  # set by run() before the first sum
+        if plan is None:  # run() plans before the first sum
+            raise AggregationError("a secure sum was asked for before the run was planned")
 
         def admit(survivors: int) -> str | None:
             return degraded_refusal(session.settings, spent(plan.noise_fraction(survivors)), what)
