@@ -7,6 +7,7 @@ error metrics, datasets, scenarios and the in-process experiment engine.
 
 from __future__ import annotations
 
+from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, meta_analysis
 from fa_hetdp.accuracy.meta_design import private_meta_analysis
 from fa_hetdp.accuracy.metrics import emse, expected_mse
 from fa_hetdp.accuracy.planner import plan_accuracy
@@ -39,7 +40,7 @@ from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.protocol.simulate import private_statistics, private_statistics_batch
 from fa_hetdp.stats.effect_sizes import effect_sizes
 from fa_hetdp.stats.exact import TrueStatistics, true_statistics
-from fa_hetdp.stats.meta import MetaAnalysis, meta_analysis
+from fa_hetdp.stats.meta import MetaAnalysis
 from fa_hetdp.stats.rma import MetaAnalysisFromSummaries, meta_analysis_from_summaries
 
 __version__ = "0.1.0"
@@ -48,6 +49,7 @@ __all__ = [
     "AggregationError",
     "BaselineWarning",
     "BudgetPlan",
+    "ColumnMetaAnalysis",
     "Dataset",
     "DatasetError",
     "FaHetdpError",

@@ -11,13 +11,14 @@ choice costs no privacy: nothing of the records enters it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
+from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, prepare_records
 from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_plan import UNIT_REQUIRED, MetaSettings, settings_from
@@ -78,15 +79,18 @@ def choose_design(
 
 
 def private_meta_analysis(
-    records: npt.ArrayLike,
-    client_ids: npt.ArrayLike,
+    records: Any,
+    client_ids: npt.ArrayLike | None = None,
     *,
+    site: str | None = None,
+    columns: Sequence[str] | None = None,
+    bounds: Any = None,
     epsilon: float,
     delta: float,
     rng: np.random.Generator | int | None = None,
     assumptions: Mapping[str, Any] | None = None,
     **settings: Any,
-) -> PrivateMetaAnalysis:
+) -> PrivateMetaAnalysis | ColumnMetaAnalysis:
     """Differentially private inverse-variance meta-analysis of the clients' coordinate means.
 
     The figures of :func:`fa_hetdp.meta_analysis` (fixed-effect mean, Q, I^2, DerSimonian-Laird
@@ -101,8 +105,21 @@ def private_meta_analysis(
 
     Parameters
     ----------
-    records, client_ids : array_like
-        As :func:`fa_hetdp.meta_analysis`. The record counts ``m_i`` are public.
+    records : array_like or pandas.DataFrame
+        An ``(N, d)`` array in ``[0, 1]`` with ``client_ids`` (as
+        :func:`fa_hetdp.stats.meta.meta_analysis`), or a DataFrame with ``site``
+        (:mod:`fa_hetdp.accuracy.columns`). The record counts ``m_i`` are public.
+    client_ids : array_like, optional
+        The array form's silo ids ``0..n-1`` (required there; not with a DataFrame).
+    site : str, optional
+        The DataFrame's site column (any labels; public, as the record counts).
+    columns : sequence of str, optional
+        The outcome columns (default: every numeric column but the site); for the array form,
+        the names of its ``d`` columns.
+    bounds : mapping or array_like, optional
+        Public ranges ``{column: (low, high)}`` (a DataFrame; required for every numeric
+        column that is not binary, and never to be taken from the data) or a ``(d, 2)`` array
+        (the array form, then read in its own units). Values outside are clipped and counted.
     epsilon, delta : float
         The budget of the whole analysis.
     rng : numpy.random.Generator, int or None
@@ -121,18 +138,45 @@ def private_meta_analysis(
 
     Returns
     -------
-    PrivateMetaAnalysis
+    PrivateMetaAnalysis or ColumnMetaAnalysis
+        The array form without ``bounds`` and ``columns``: :class:`PrivateMetaAnalysis` as
+        before; otherwise a :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`, every
+        figure in the columns' units (its ``result`` the analysis of the scaled records).
 
     Raises
     ------
     InputDataError
-        Malformed records or ids (one line, what is wrong and what is allowed).
+        Malformed records, ids, columns or bounds (one line, what is wrong and what is
+        allowed), or a numeric column without public bounds.
     PrivacyParameterError
         No ``privacy_unit`` stated, a bad budget or setting (every problem listed), or a
         design the settings do not allow.
     """
     if "privacy_unit" not in settings:
         raise PrivacyParameterError(UNIT_REQUIRED)
+    prepared = prepare_records(
+        records, client_ids, site=site, columns=columns, bounds=bounds, private=True
+    )
+    if prepared is None:
+        return _private_meta_analysis(
+            records, client_ids, epsilon, delta, rng, assumptions, settings
+        )
+    result = _private_meta_analysis(
+        prepared.records, prepared.client_ids, epsilon, delta, rng, assumptions, settings
+    )
+    return ColumnMetaAnalysis.of(result, prepared)
+
+
+def _private_meta_analysis(
+    records: Any,
+    client_ids: Any,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None,
+    assumptions: Mapping[str, Any] | None,
+    settings: Mapping[str, Any],
+) -> PrivateMetaAnalysis:
+    """Run the array form of :func:`private_meta_analysis` (records in [0, 1], ids 0..n-1)."""
     s = settings_from(**settings)
     clients = clients_of(records, client_ids, one_hot=s.one_hot)
     counts = [c.m for c in clients]

@@ -33,6 +33,7 @@ from fa_hetdp.protocol.meta_plan import (
 from fa_hetdp.stats.meta import (
     MetaIntervals,
     PredictionInterval,
+    SiloEstimates,
     fixed_effect_from_sums,
     i2_from_q,
 )
@@ -430,6 +431,92 @@ class PrivateMetaAnalysis:
         from fa_hetdp.protocol.meta_inference import prediction_interval
 
         return prediction_interval(self, level, self.standard_errors["random_effects_mean"])
+
+    def silo_estimates(self) -> SiloEstimates | None:
+        """Every silo's noisy mean, the variance its interval needs and the weights used.
+
+        Silo summaries only (None for the secure sums: the server saw only sums). The variance
+        of silo ``i``'s noisy mean around its true mean is its sampling variance plus its
+        noise's, ``s2^_i/m_i + st_i^2`` (``s2^`` the variance estimate its weight used,
+        :attr:`silo_variances`; ``st_i`` its mean's noise std, ``noise_std["theta"]``), as the
+        population ``tau2`` interval takes it; the weights are ``m_i/s2^_i`` and
+        ``1/(s2^_i/m_i + tau2)``. Post-processing of the releases.
+        """
+        if self.design != "silo-summaries" or self.silo_means is None:
+            return None
+        m = np.asarray(self.records_per_client, dtype=np.float64).reshape(-1, 1)
+        means = np.asarray(self.silo_means, dtype=np.float64)
+        var = np.asarray(
+            np.full(means.shape, np.nan) if self.silo_variances is None else self.silo_variances,
+            dtype=np.float64,
+        )
+        noise = np.asarray(self.noise_std.get("theta", np.zeros(means.shape)), dtype=np.float64)
+        return SiloEstimates(
+            effects=means,
+            variances=var / m + noise * noise,
+            weights_fixed=m / var,
+            weights_random=1.0 / (var / m + np.asarray(self.tau2)[None, :]),
+            method=(
+                "the silo's noisy mean +- z sqrt(s^2/m + sigma_noise^2): its sampling error and "
+                "its privacy noise"
+            ),
+        )
+
+    def to_frame(
+        self, level: float = 0.95, target: str = "population", *, draws: int = 2000, seed: int = 0
+    ) -> Any:
+        """Return a pandas DataFrame: one row per figure per coordinate, with ``design``.
+
+        As :meth:`fa_hetdp.stats.meta.MetaAnalysis.to_frame` (:func:`~fa_hetdp.stats.meta.
+        figure_frame`), the intervals :meth:`confidence_intervals` at ``level`` and ``target``
+        (``"sample"``: the privacy noise only; ``se`` is then NaN), a column ``design``; ``Q``
+        has no p-value (a noisy ``Q`` is not chi-square). ``attrs`` adds the design, epsilon,
+        delta, the unit of privacy, the adversary and what the server saw.
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed (it is optional: ``pip install pandas``).
+        """
+        from fa_hetdp.stats.meta import figure_frame
+
+        spent = self.spent
+        return figure_frame(
+            self,
+            self.confidence_intervals(level, target, draws=draws, seed=seed),
+            extra={"design": self.design},
+            attrs={
+                "design": self.design,
+                "epsilon": None if spent is None else spent.epsilon,
+                "delta": None if spent is None else spent.delta,
+                "unit_of_privacy": self.unit_of_privacy,
+                "adversary": self.adversary,
+                "server_saw": self.server_saw,
+            },
+            what="PrivateMetaAnalysis.to_frame",
+        )
+
+    def summary(self, column: int | None = None, level: float = 0.95) -> Any:
+        """Return statsmodels' ``summary_frame()`` layout (population intervals, noise in them).
+
+        Silo summaries: one row per silo (:meth:`silo_estimates`) and the pooled rows; secure
+        sums: the pooled rows only (no silo's own figure was seen).
+        (:func:`~fa_hetdp.stats.meta.summary_frame`.)
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed.
+        """
+        from fa_hetdp.stats.meta import summary_frame
+
+        return summary_frame(
+            self,
+            self.silo_estimates(),
+            level,
+            column=column,
+            what="PrivateMetaAnalysis.summary",
+        )
 
 
 def assemble_result(

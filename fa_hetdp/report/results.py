@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
+from fa_hetdp.accuracy.columns import ColumnMetaAnalysis
 from fa_hetdp.accuracy.planner import AccuracyPlan, accuracy_of_plan
 from fa_hetdp.accuracy.releases import (
     NOISE_DOMINATED_COVER,
@@ -21,10 +22,13 @@ from fa_hetdp.accuracy.releases import (
     ReleasedValue,
     released_values,
 )
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.plan import ProtocolPlan, honest_shares_label
 from fa_hetdp.protocol.server import PrivateStatistics
 from fa_hetdp.registry import STATISTIC_KEYS, value_of
 from fa_hetdp.stats.exact import i_squared
+from fa_hetdp.stats.meta import MetaAnalysis
+from fa_hetdp.stats.rma import MetaAnalysisFromSummaries
 
 __all__ = [
     "EXACT_COUNTS_NOTE",
@@ -485,18 +489,41 @@ def result_to_json(result: PrivateStatistics, *, indent: int | None = 2) -> str:
     return json.dumps(result_to_dict(result), indent=indent, allow_nan=False)
 
 
-def result_to_frame(result: PrivateStatistics) -> Any:
-    """Return a pandas DataFrame: one row per coordinate, one column per statistic.
+def result_to_frame(
+    result: PrivateStatistics
+    | MetaAnalysis
+    | PrivateMetaAnalysis
+    | ColumnMetaAnalysis
+    | MetaAnalysisFromSummaries,
+) -> Any:
+    """Return a pandas DataFrame of any result.
 
-    The rest of :func:`result_to_dict` (scalars, σ, privacy, labels, the exact counts with
-    their note) goes into ``frame.attrs``.
+    :class:`PrivateStatistics`: one row per coordinate, one column per statistic; the rest of
+    :func:`result_to_dict` (scalars, σ, privacy, labels, the exact counts with their note) goes
+    into ``frame.attrs``. A meta-analysis (:class:`~fa_hetdp.stats.meta.MetaAnalysis`,
+    :class:`~fa_hetdp.protocol.meta_server.PrivateMetaAnalysis`,
+    :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`,
+    :class:`~fa_hetdp.stats.rma.MetaAnalysisFromSummaries`): its ``to_frame()`` at its defaults,
+    one row per figure (per column) with estimate, SE, interval and what the interval covers.
 
     Raises
     ------
     ImportError
         pandas is not installed (it is optional: ``pip install pandas``).
+    TypeError
+        ``result`` is none of these.
     """
     import importlib
+
+    if isinstance(
+        result, (MetaAnalysis, PrivateMetaAnalysis, ColumnMetaAnalysis, MetaAnalysisFromSummaries)
+    ):
+        return result.to_frame()
+    if not isinstance(result, PrivateStatistics):
+        raise TypeError(
+            "result_to_frame takes a PrivateStatistics, MetaAnalysis, PrivateMetaAnalysis, "
+            f"ColumnMetaAnalysis or MetaAnalysisFromSummaries, got {type(result).__name__}."
+        )
 
     try:
         pd = importlib.import_module("pandas")

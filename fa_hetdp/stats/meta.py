@@ -41,6 +41,8 @@ has no ``target="sample"`` interval: its figures are the sample values.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
@@ -55,18 +57,24 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.stats.exact import i_squared
 
 __all__ = [
+    "FRAME_COLUMNS",
+    "FRAME_FIGURES",
     "NO_POPULATION_INTERVAL",
+    "PREDICTION_TARGET",
+    "SUMMARY_COLUMNS",
     "TARGETS",
     "ClientSummaries",
     "MetaAnalysis",
     "MetaIntervals",
     "PredictionInterval",
+    "SiloEstimates",
     "check_level",
     "check_meta_input",
     "check_target",
     "client_summaries",
     "dl_from_sums",
     "dl_tau2_variance",
+    "figure_frame",
     "fixed_effect_from_sums",
     "i2_from_q",
     "i2_from_tau2",
@@ -77,6 +85,7 @@ __all__ = [
     "prediction_bounds",
     "q_profile",
     "q_profile_solve",
+    "summary_frame",
     "weight_traces",
 ]
 
@@ -433,6 +442,68 @@ class MetaAnalysis:
             method="random-effects mean +- t_{n-2} sqrt(tau2 + SE^2) (Higgins et al. 2009)",
         )
 
+    def silo_estimates(self) -> SiloEstimates:
+        """Every silo's own mean and its sampling variance ``s2/m``, with the weights used.
+
+        Raises
+        ------
+        InputDataError
+            The result carries no per-silo effects (built without :func:`meta_analysis`).
+        """
+        w, w_star = self._weights()
+        return SiloEstimates(
+            effects=np.asarray(self.effects, dtype=np.float64),
+            variances=np.asarray(self.variances, dtype=np.float64),
+            weights_fixed=w,
+            weights_random=w_star,
+            method="the silo's mean +- z sqrt(s^2/m): its sampling error",
+        )
+
+    def to_frame(self, level: float = 0.95, target: str = "population") -> Any:
+        """Return a pandas DataFrame: one row per figure per coordinate (:func:`figure_frame`).
+
+        Index ``(column, figure)`` (``column`` the coordinate ``0..d-1``); columns
+        :data:`FRAME_COLUMNS`: ``estimate``, ``se``, ``ci_low``, ``ci_high``, ``statistic`` and
+        ``pvalue`` (``Q``'s chi-square test), ``target`` (what the interval covers) and
+        ``method``. The figures :data:`FRAME_FIGURES` are those of
+        :meth:`MetaAnalysisFromSummaries.rows <fa_hetdp.stats.rma.MetaAnalysisFromSummaries.rows>`;
+        ``n``, ``d``, ``level``, ``i2_total``, ``i2_average`` and ``labels`` go into ``attrs``.
+
+        Raises
+        ------
+        InputDataError
+            ``target="sample"`` (the exact analysis has no privacy noise) or a bad ``level``.
+        ImportError
+            pandas is not installed (it is optional: ``pip install pandas``).
+        """
+        intervals = self.confidence_intervals(level, target)
+        return figure_frame(
+            self,
+            intervals,
+            q_pvalue=chi2.sf(self.q, self.n - 1),
+            attrs={"design": "exact"},
+            what="MetaAnalysis.to_frame",
+        )
+
+    def summary(self, column: int | None = None, level: float = 0.95) -> Any:
+        """Return statsmodels' ``summary_frame()`` layout (:func:`summary_frame`).
+
+        One row per silo (its mean, ``sqrt(s^2/m)``, its z-interval and its relative
+        fixed-effect and random-effects weights) and the rows ``"fixed effect"`` and
+        ``"random effect"``; columns :data:`SUMMARY_COLUMNS`. ``column``: one coordinate (the
+        index is then the rows); None: every coordinate (index ``(column, row)`` when ``d > 1``).
+
+        Raises
+        ------
+        InputDataError
+            ``column`` is not a coordinate, or a bad ``level``.
+        ImportError
+            pandas is not installed.
+        """
+        return summary_frame(
+            self, self.silo_estimates(), level, column=column, what="MetaAnalysis.summary"
+        )
+
 
 def check_meta_input(
     records: npt.ArrayLike, client_ids: npt.ArrayLike, *, one_hot: bool = False
@@ -653,3 +724,297 @@ def meta_analysis_of_summaries(summ: ClientSummaries) -> MetaAnalysis:
         effects=summ.theta,
         variances=summ.v,
     )
+
+
+# ------------------------------------------------------------------------------ frames out
+FRAME_COLUMNS: Final[tuple[str, ...]] = (
+    "estimate",
+    "se",
+    "ci_low",
+    "ci_high",
+    "statistic",
+    "pvalue",
+    "target",
+    "method",
+)
+"""The columns of a meta result's ``to_frame()`` (those of
+:meth:`fa_hetdp.stats.rma.MetaAnalysisFromSummaries.to_frame` and ``target``; a private result
+adds ``design``)."""
+
+FRAME_FIGURES: Final[tuple[str, ...]] = (
+    "random_effects_mean",
+    "pooled_mean",
+    "tau2",
+    "tau",
+    "i2",
+    "h2",
+    "q",
+    "prediction",
+)
+"""The figures of ``to_frame()``, per column, in the order (and with the names) of
+:meth:`fa_hetdp.stats.rma.MetaAnalysisFromSummaries.rows`."""
+
+SUMMARY_COLUMNS: Final[tuple[str, ...]] = ("eff", "sd_eff", "ci_low", "ci_upp", "w_fe", "w_re")
+"""The columns of ``summary()``: statsmodels' ``CombineResults.summary_frame()``."""
+
+PREDICTION_TARGET: Final = "new silo"
+"""The ``target`` of the prediction row: a new silo's true mean."""
+
+
+@dataclass(frozen=True)
+class SiloEstimates:
+    """Every silo's own estimate per coordinate, the variance of its interval and its weights.
+
+    Attributes
+    ----------
+    effects : FloatArray
+        ``(n, d)`` each silo's mean (a private result: its noisy released mean).
+    variances : FloatArray
+        ``(n, d)`` the variance of that estimate around the silo's true mean: its sampling
+        variance, plus the privacy noise's variance where the mean was released with noise.
+    weights_fixed, weights_random : FloatArray
+        ``(n, d)`` the fixed-effect and random-effects weights the pooled estimates used.
+    method : str
+        How the variances were made.
+    """
+
+    effects: FloatArray
+    variances: FloatArray
+    weights_fixed: FloatArray
+    weights_random: FloatArray
+    method: str
+
+
+def import_pandas(what: str) -> Any:
+    """Return the pandas module, or raise an ImportError saying ``what`` needs it.
+
+    Raises
+    ------
+    ImportError
+        pandas is not installed (it is optional: ``pip install pandas``).
+    """
+    try:
+        return importlib.import_module("pandas")
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs pandas, which is not installed: pip install pandas"
+        ) from exc
+
+
+def _vector(value: Any, d: int) -> FloatArray:
+    return np.asarray(np.broadcast_to(np.asarray(value, dtype=np.float64), (d,)))
+
+
+def figure_frame(
+    result: Any,
+    intervals: MetaIntervals,
+    *,
+    names: Sequence[Any] | None = None,
+    q_pvalue: npt.ArrayLike | None = None,
+    extra: Mapping[str, Any] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    what: str = "to_frame",
+) -> Any:
+    """Return a meta result's figures as a DataFrame: one row per figure per column.
+
+    ``result`` has the figures (``pooled_mean``, ``random_effects_mean``, ``tau2``, ``i2``,
+    ``q``; ``(d,)`` each), ``standard_errors`` and ``prediction_interval(level)``; ``intervals``
+    its :meth:`confidence_intervals` at the level and target wanted. Index ``(column, figure)``
+    (``names``: the columns' names, default ``0..d-1``); columns :data:`FRAME_COLUMNS` and
+    ``extra``'s (one value for every row). ``se`` is the population standard error (NaN for a
+    ``target="sample"`` frame, whose intervals cover the noise only); ``tau`` is ``sqrt(tau2)``
+    with the square roots of ``tau2``'s bounds; ``h2 = 1/(1 - I^2)`` with the image of ``I^2``'s
+    bounds (``Q/(n - 1)`` where ``Q > n - 1``); ``q`` has no interval, its ``statistic`` is
+    ``Q`` and ``pvalue`` is ``q_pvalue`` (NaN when None); ``prediction`` is the random-effects
+    mean with :meth:`prediction_interval` and ``se = sqrt(SE^2 + tau2)``, target
+    :data:`PREDICTION_TARGET`. ``attrs`` joins ``n``, ``d``, ``level``, ``target``,
+    ``i2_total``, ``i2_average`` and ``labels`` in the frame's ``attrs``.
+
+    Raises
+    ------
+    ImportError
+        pandas is not installed (``what`` names the caller).
+    """
+    pd = import_pandas(what)
+    d = int(result.d)
+    cols = list(range(d)) if names is None else list(names)
+    nan = np.full(d, np.nan)
+    target = intervals.target
+    population = target == "population"
+    se = result.standard_errors
+    prediction = result.prediction_interval(intervals.level)
+
+    def bounds(key: str) -> tuple[FloatArray, FloatArray]:
+        return (
+            _vector(intervals.lower.get(key, nan), d),
+            _vector(intervals.upper.get(key, nan), d),
+        )
+
+    def se_of(key: str) -> FloatArray:
+        return _vector(se.get(key, nan), d) if population else nan
+
+    tau2 = _vector(result.tau2, d)
+    i2 = _vector(result.i2, d)
+    q = _vector(result.q, d)
+    re = _vector(result.random_effects_mean, d)
+    tau_lo, tau_hi = bounds("tau2")
+    i2_lo, i2_hi = bounds("i2")
+    pvalue = nan if q_pvalue is None else _vector(q_pvalue, d)
+    methods = intervals.methods
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h2, h2_lo, h2_hi = 1.0 / (1.0 - i2), 1.0 / (1.0 - i2_lo), 1.0 / (1.0 - i2_hi)
+        se_prediction = np.sqrt(_vector(se.get("random_effects_mean", nan), d) ** 2 + tau2)
+    q_method = methods.get("q", "")
+    if q_pvalue is not None:
+        q_method = f"chi2({int(result.n) - 1}) test of Q; interval: {q_method}"
+    figures: dict[str, tuple[Any, ...]] = {
+        "random_effects_mean": (
+            re,
+            se_of("random_effects_mean"),
+            bounds("random_effects_mean"),
+            nan,
+            nan,
+            target,
+            methods.get("random_effects_mean", ""),
+        ),
+        "pooled_mean": (
+            _vector(result.pooled_mean, d),
+            se_of("pooled_mean"),
+            bounds("pooled_mean"),
+            nan,
+            nan,
+            target,
+            methods.get("pooled_mean", ""),
+        ),
+        "tau2": (tau2, se_of("tau2"), (tau_lo, tau_hi), nan, nan, target, methods.get("tau2", "")),
+        "tau": (
+            np.sqrt(tau2),
+            nan,
+            (np.sqrt(tau_lo), np.sqrt(tau_hi)),
+            nan,
+            nan,
+            target,
+            "sqrt(tau2), the square roots of tau2's bounds",
+        ),
+        "i2": (i2, nan, (i2_lo, i2_hi), nan, nan, target, methods.get("i2", "")),
+        "h2": (h2, nan, (h2_lo, h2_hi), nan, nan, target, "1/(1 - I^2), the image of I^2's bounds"),
+        "q": (q, nan, (nan, nan), q, pvalue, target, q_method),
+        "prediction": (
+            re,
+            se_prediction,
+            (_vector(prediction.lower, d), _vector(prediction.upper, d)),
+            nan,
+            nan,
+            PREDICTION_TARGET,
+            prediction.method,
+        ),
+    }
+    rows: list[dict[str, Any]] = []
+    for j in range(d):
+        for key in FRAME_FIGURES:
+            est, err, (lo, hi), stat, pval, covers, method = figures[key]
+            rows.append(
+                {
+                    "column": cols[j],
+                    "figure": key,
+                    "estimate": float(est[j]),
+                    "se": float(err[j]),
+                    "ci_low": float(lo[j]),
+                    "ci_high": float(hi[j]),
+                    "statistic": float(stat[j]),
+                    "pvalue": float(pval[j]),
+                    "target": covers,
+                    "method": method,
+                    **dict(extra or {}),
+                }
+            )
+    frame = pd.DataFrame(rows).set_index(["column", "figure"])
+    frame.attrs.update(
+        {
+            "n": int(result.n),
+            "d": d,
+            "level": float(intervals.level),
+            "target": target,
+            "i2_total": float(result.i2_total),
+            "i2_average": float(result.i2_average),
+            "labels": [str(label) for label in result.labels],
+            **dict(attrs or {}),
+        }
+    )
+    return frame
+
+
+def summary_frame(
+    result: Any,
+    silos: SiloEstimates | None,
+    level: float = 0.95,
+    *,
+    column: Any = None,
+    names: Sequence[Any] | None = None,
+    silo_names: Sequence[Any] | None = None,
+    what: str = "summary",
+) -> Any:
+    """Return a meta result as statsmodels' ``summary_frame()`` lays it out.
+
+    Per column: one row per silo where ``silos`` is given (``eff`` its estimate, ``sd_eff`` the
+    square root of its variance, ``ci_low``/``ci_upp`` ``eff +- z sd_eff``, ``w_fe``/``w_re`` its
+    share of the fixed-effect and random-effects weights), then ``"fixed effect"`` and
+    ``"random effect"``: the pooled means with their population standard errors and
+    confidence intervals (``w_fe`` 1 and ``w_re`` NaN on the first, the other way round on the
+    second, as statsmodels). Columns :data:`SUMMARY_COLUMNS`. ``column`` (a name of ``names``,
+    default ``0..d-1``): that column only, index the rows; None: every column, index
+    ``(column, row)`` when there are several (the rows alone for one). ``silo_names``: the
+    silos' row labels (default ``0..n-1``).
+
+    Raises
+    ------
+    InputDataError
+        ``column`` is not one of the columns.
+    ImportError
+        pandas is not installed (``what`` names the caller).
+    """
+    pd = import_pandas(what)
+    lvl = check_level(level)
+    d = int(result.d)
+    cols = list(range(d)) if names is None else list(names)
+    if column is not None and column not in cols:
+        raise InputDataError(f"unknown column {column!r}; the result's columns: {cols}.")
+    wanted = range(d) if column is None else [cols.index(column)]
+    rows_of = list(range(int(result.n))) if silo_names is None else list(silo_names)
+    intervals = result.confidence_intervals(lvl, "population")
+    se = result.standard_errors
+    z = _z(lvl)
+    nan = float("nan")
+    rows: list[dict[str, Any]] = []
+    for j in wanted:
+        if silos is not None:
+            eff = silos.effects[:, j]
+            sd = np.sqrt(silos.variances[:, j])
+            w_fe = silos.weights_fixed[:, j] / np.sum(silos.weights_fixed[:, j])
+            w_re = silos.weights_random[:, j] / np.sum(silos.weights_random[:, j])
+            for i, name in enumerate(rows_of):
+                values = (eff[i], sd[i], eff[i] - z * sd[i], eff[i] + z * sd[i], w_fe[i], w_re[i])
+                rows.append({"column": cols[j], "row": name, **_summary_row(values)})
+        for label, key, weights in (
+            ("fixed effect", "pooled_mean", (1.0, nan)),
+            ("random effect", "random_effects_mean", (nan, 1.0)),
+        ):
+            values = (
+                _vector(getattr(result, key), d)[j],
+                _vector(se[key], d)[j],
+                _vector(intervals.lower[key], d)[j],
+                _vector(intervals.upper[key], d)[j],
+                *weights,
+            )
+            rows.append({"column": cols[j], "row": label, **_summary_row(values)})
+    frame = pd.DataFrame(rows)
+    if column is not None or d == 1:
+        frame = frame.drop(columns="column").set_index("row")
+    else:
+        frame = frame.set_index(["column", "row"])
+    frame.attrs.update({"level": lvl, "silo_rows": silos is not None})
+    return frame
+
+
+def _summary_row(values: Sequence[Any]) -> dict[str, float]:
+    return {key: float(v) for key, v in zip(SUMMARY_COLUMNS, values, strict=True)}

@@ -1,0 +1,877 @@
+"""Meta-analysis of data as statisticians hold it: a table with a site column and named columns.
+
+:func:`fa_hetdp.meta_analysis` and :func:`fa_hetdp.private_meta_analysis` take the records as
+an ``(N, d)`` array in ``[0, 1]`` with silo ids ``0..n-1`` (the protocol's form), or -- this
+module -- as a pandas DataFrame:
+
+- ``site=`` names the site column (any labels; the sites are numbered ``0..n-1`` in the sorted
+  order of their labels, kept in :attr:`ColumnMetaAnalysis.site_labels`);
+- ``columns=`` the outcome columns (default: every numeric column but the site). A binary
+  column (bool; in the exact analysis also numbers all 0 or 1) is a proportion with bounds
+  ``(0, 1)``; a categorical or text column becomes one proportion per level, named
+  ``"column=level"`` (levels sorted; a pandas ``Categorical`` gives its declared categories,
+  text columns the values present -- exact analysis only: in the private one every choice is
+  made from the schema, never from the values, so 0/1 numbers need stated bounds and a text
+  column declared categories);
+- ``bounds=`` ``{column: (low, high)}``, public ranges. The private analysis needs them for
+  every numeric column that is not binary, and they must not be taken from the data (a range
+  read off the records is itself a release about them); the exact analysis takes the data's
+  min and max where none is stated, and says so in its labels. Values outside are clipped into
+  the range and counted (:attr:`ColumnMetaAnalysis.clipped`: exact counts, not private).
+
+The library scales each column to ``[0, 1]`` by ``x = (value - low)/(high - low)``, runs the
+analysis of the array form, and returns a :class:`ColumnMetaAnalysis`: every figure back in
+the column's own units and named by column -- means ``low + (high - low) x``, ``tau2`` and
+variances ``(high - low)^2 x``, ``Q``, ``I^2``, ``H^2`` unchanged; intervals, standard errors and
+prediction intervals likewise. The neighbouring relation of the private analysis stays "one
+record replaced" with the ranges public: a record in column units maps to one in ``[0, 1]^d``.
+
+The array form without ``bounds`` or ``columns`` returns today's results unchanged
+(:class:`~fa_hetdp.stats.meta.MetaAnalysis`, :class:`~fa_hetdp.protocol.meta_server.
+PrivateMetaAnalysis`); with ``bounds`` (a ``(d, 2)`` array of public ranges) the array is read
+in its own units and the result is a :class:`ColumnMetaAnalysis` too.
+
+pandas is an optional extra: nothing here imports it unless a DataFrame was passed (so pandas
+is already imported) or a frame is asked for.
+
+Examples
+--------
+>>> import pandas as pd
+>>> import fa_hetdp
+>>> table = pd.DataFrame(
+...     {"centre": ["b", "b", "b", "a", "a", "a"], "score": [60.0, 70.0, 80.0, 40.0, 50.0, 45.0]}
+... )
+>>> res = fa_hetdp.meta_analysis(table, site="centre", bounds={"score": (0, 100)})
+>>> res.columns, res.site_labels
+(('score',), ('a', 'b'))
+>>> round(float(res.pooled_mean[0]), 2), round(float(res.q[0]), 2)
+(50.0, 15.0)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import chi2
+
+from fa_hetdp._types import FloatArray
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.stats.meta import (
+    MetaAnalysis,
+    MetaIntervals,
+    PredictionInterval,
+    SiloEstimates,
+    figure_frame,
+    summary_frame,
+)
+from fa_hetdp.stats.meta import meta_analysis as meta_analysis_of_arrays
+
+__all__ = [
+    "BOUNDS_FROM_DATA",
+    "CLIPPED_NOTE",
+    "ColumnMetaAnalysis",
+    "PreparedRecords",
+    "as_columns",
+    "is_data_frame",
+    "meta_analysis",
+    "prepare_records",
+]
+
+MEAN_FIGURES: Final = frozenset({"pooled_mean", "random_effects_mean"})
+"""Figures in the data's units: ``low + (high - low) x``."""
+VARIANCE_FIGURES: Final = frozenset({"tau2", "tau2_raw"})
+"""Figures in the data's squared units: ``(high - low)^2 x``."""
+
+BOUNDS_FROM_DATA: Final = "data min/max (exact analysis only)"
+"""Where a column's range came from when none was stated (``ColumnMetaAnalysis.bounds_from``)."""
+
+CLIPPED_NOTE: Final = (
+    "exact counts of values clipped into the stated bounds: NOT differentially private, for "
+    "the data holder only"
+)
+"""What :attr:`ColumnMetaAnalysis.clipped` is worth."""
+
+
+def is_data_frame(records: Any) -> bool:
+    """Return whether ``records`` is a pandas DataFrame, without importing pandas.
+
+    If pandas is not imported yet, nothing can be a DataFrame.
+    """
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(records, pd.DataFrame)
+
+
+@dataclass(frozen=True)
+class PreparedRecords:
+    """Records scaled to ``[0, 1]`` with what it takes to read the results in column units.
+
+    Attributes
+    ----------
+    records : FloatArray
+        ``(N, d)`` the scaled records.
+    client_ids : numpy.ndarray
+        ``(N,)`` silo ids ``0..n-1`` (sites in the sorted order of their labels).
+    columns : tuple of str
+        The ``d`` columns' names (a categorical column's levels as ``"column=level"``).
+    low, high : FloatArray
+        ``(d,)`` each column's range.
+    site_labels : tuple
+        Silo ``i``'s label at position ``i``.
+    clipped : dict
+        Column -> how many values were clipped into its range (exact, not private).
+    bounds_from : dict
+        Column -> where its range came from (``"stated"``, ``"binary"``, ``"level"``,
+        :data:`BOUNDS_FROM_DATA`).
+    site : str or None
+        The DataFrame's site column (None for the array form).
+    notes : tuple of str
+        Labels to add to the result's (ranges taken from the data).
+    """
+
+    records: FloatArray
+    client_ids: npt.NDArray[np.int64]
+    columns: tuple[str, ...]
+    low: FloatArray
+    high: FloatArray
+    site_labels: tuple[Any, ...]
+    clipped: dict[str, int]
+    bounds_from: dict[str, str]
+    site: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _caller(private: bool) -> str:
+    return "private_meta_analysis" if private else "meta_analysis"
+
+
+def _range(name: str, value: Any) -> tuple[float, float]:
+    """``(low, high)`` as floats, finite, ``low < high``; raise naming the column otherwise."""
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError) as exc:
+        raise InputDataError(
+            f"bounds of {name!r} must be a pair (low, high) of numbers, got {value!r}."
+        ) from exc
+    if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+        raise InputDataError(
+            f"bounds of {name!r} must be finite with low < high, got ({low:g}, {high:g})."
+        )
+    return low, high
+
+
+def _sorted_labels(values: Sequence[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # mixed types: by type name, then text
+        return sorted(values, key=lambda v: (type(v).__name__, str(v)))
+
+
+def _clip_and_scale(
+    raw: FloatArray, low: FloatArray, high: FloatArray, names: Sequence[str]
+) -> tuple[FloatArray, dict[str, int]]:
+    below = np.sum(raw < low[None, :], axis=0)
+    above = np.sum(raw > high[None, :], axis=0)
+    clipped = {name: int(below[j] + above[j]) for j, name in enumerate(names)}
+    x = (np.clip(raw, low[None, :], high[None, :]) - low[None, :]) / (high - low)[None, :]
+    return np.asarray(np.clip(x, 0.0, 1.0)), clipped
+
+
+def prepare_records(
+    records: Any,
+    client_ids: Any = None,
+    *,
+    site: str | None = None,
+    columns: Sequence[str] | None = None,
+    bounds: Any = None,
+    private: bool = False,
+) -> PreparedRecords | None:
+    """Check the records and scale them to ``[0, 1]`` (module docstring).
+
+    Returns None for the array form without ``bounds`` and ``columns`` (today's input, passed on
+    as it is).
+
+    Raises
+    ------
+    InputDataError
+        What was wrong and what is allowed: a DataFrame without ``site`` (or with
+        ``client_ids``), an unknown site or column, a column neither numeric nor categorical,
+        NaN in a used column (how many rows), fewer than 2 sites or a site with fewer than 2
+        records, bounds that are not ``low < high``, bounds for a column not analysed, or (the
+        private analysis) a numeric non-binary column without bounds.
+    """
+    if is_data_frame(records):
+        return _prepare_frame(records, client_ids, site, columns, bounds, private)
+    if site is not None:
+        raise InputDataError(
+            f"site= names a DataFrame's site column; records is not a DataFrame "
+            f"({type(records).__name__}): give client_ids (silo ids 0..n-1) with an array."
+        )
+    if client_ids is None:
+        raise InputDataError(
+            f"{_caller(private)} needs client_ids with an (N, d) array (one silo id 0..n-1 per "
+            "record), or a pandas DataFrame with site= naming its site column."
+        )
+    if bounds is None and columns is None:
+        return None
+    return _prepare_array(records, client_ids, columns, bounds, private)
+
+
+def _prepare_array(
+    records: Any, client_ids: Any, columns: Sequence[str] | None, bounds: Any, private: bool
+) -> PreparedRecords:
+    try:
+        raw = np.asarray(records, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputDataError(f"records must be an (N, d) array of numbers: {exc}") from exc
+    if raw.ndim != 2 or raw.shape[0] == 0 or raw.shape[1] == 0:
+        raise InputDataError(f"records must be a non-empty (N, d) array, got shape {raw.shape}.")
+    d = raw.shape[1]
+    names = tuple(f"x{j}" for j in range(d)) if columns is None else tuple(map(str, columns))
+    if len(names) != d or len(set(names)) != d:
+        raise InputDataError(
+            f"columns must name the records' {d} columns once each, got {list(names)}."
+        )
+    bad = np.flatnonzero(~np.all(np.isfinite(raw), axis=1))
+    if bad.size:
+        raise InputDataError(
+            f"records hold NaN or inf in {bad.size} rows (first: {bad[:5].tolist()}); drop or "
+            "fill them first."
+        )
+    if bounds is None:
+        if private:
+            raise InputDataError(
+                "private_meta_analysis with named columns needs bounds: a (d, 2) array of public "
+                "ranges (low, high) per column, not taken from the data."
+            )
+        low, high = raw.min(axis=0), raw.max(axis=0)
+        high = np.where(high > low, high, low + 1.0)
+        origin = dict.fromkeys(names, BOUNDS_FROM_DATA)
+        notes: tuple[str, ...] = (
+            f"bounds of {list(names)} taken from the data's min and max (the exact analysis; "
+            "private_meta_analysis needs them stated)",
+        )
+    else:
+        try:
+            b = np.asarray(bounds, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputDataError(f"bounds must be a (d, 2) array of numbers: {exc}") from exc
+        if b.shape != (d, 2):
+            raise InputDataError(
+                f"bounds must be a (d, 2) array, one (low, high) per column (d = {d}), got "
+                f"shape {b.shape}."
+            )
+        for j, name in enumerate(names):
+            _range(name, b[j])
+        low, high = b[:, 0].copy(), b[:, 1].copy()
+        origin = dict.fromkeys(names, "stated")
+        notes = ()
+    x, clipped = _clip_and_scale(raw, low, high, names)
+    ids = np.asarray(client_ids)
+    labels: tuple[Any, ...] = ()
+    if ids.ndim == 1 and ids.dtype.kind in "iu" and ids.size:
+        labels = tuple(range(int(ids.max()) + 1))
+    return PreparedRecords(
+        records=x,
+        client_ids=np.asarray(client_ids),
+        columns=names,
+        low=np.asarray(low, dtype=np.float64),
+        high=np.asarray(high, dtype=np.float64),
+        site_labels=labels,
+        clipped=clipped,
+        bounds_from=origin,
+        notes=notes,
+    )
+
+
+def _levels(
+    pd: Any, col: Any, name: str, stated: Mapping[str, Any], private: bool = False
+) -> list[tuple[str, FloatArray]] | None:
+    """Return a categorical or text column as one 0/1 column per level (None: numeric).
+
+    ``private``: only a pandas ``Categorical`` (its declared categories: the schema) is
+    accepted; the levels present in a text column are a release about the records (a level one
+    record holds appears or not), so such a column is refused with how to declare it.
+
+    Raises
+    ------
+    InputDataError
+        A column that is neither numeric, binary nor categorical, or bounds for a categorical.
+    """
+    types = pd.api.types
+    dtype = col.dtype
+    categorical = isinstance(dtype, pd.CategoricalDtype)
+    if not categorical and (types.is_numeric_dtype(dtype) or types.is_bool_dtype(dtype)):
+        return None
+    if not (categorical or types.is_object_dtype(dtype) or types.is_string_dtype(dtype)):
+        raise InputDataError(
+            f"column {name!r} has dtype {dtype}: not numeric, binary (0/1, bool) or categorical "
+            "(text levels); convert it or leave it out of columns."
+        )
+    if name in stated:
+        raise InputDataError(
+            f"bounds of {name!r}: a categorical column becomes one proportion per level, each in "
+            "(0, 1); it takes no bounds."
+        )
+    if private and not categorical:
+        raise InputDataError(
+            f"column {name!r} is text: for private_meta_analysis declare its levels, e.g. "
+            f"frame[{name!r}] = pd.Categorical(frame[{name!r}], categories=[...]) (the levels "
+            "present in the records are themselves a release about them)."
+        )
+    values = col.to_numpy(dtype=object)
+    # a Categorical's declared categories (the schema), else the values present
+    levels = _sorted_labels(list(dtype.categories) if categorical else list(pd.unique(values)))
+    return [(f"{name}={level}", np.asarray(values == level, dtype=np.float64)) for level in levels]
+
+
+def _prepare_frame(
+    frame: Any,
+    client_ids: Any,
+    site: str | None,
+    columns: Sequence[str] | None,
+    bounds: Any,
+    private: bool,
+) -> PreparedRecords:
+    pd = sys.modules["pandas"]
+    types = pd.api.types
+    available = [str(c) for c in frame.columns]
+    if client_ids is not None:
+        raise InputDataError(
+            "with a DataFrame, name its site column with site= (client_ids are for the array form)."
+        )
+    if site is None:
+        raise InputDataError(
+            f"a DataFrame needs site= naming its site column; its columns: {available}."
+        )
+    if site not in frame.columns:
+        raise InputDataError(f"unknown site column {site!r}; the DataFrame's columns: {available}.")
+    stated: dict[str, Any] = {}
+    if bounds is not None:
+        if not isinstance(bounds, Mapping):
+            raise InputDataError(
+                f"with a DataFrame, bounds must be a mapping {{column: (low, high)}}, got "
+                f"{type(bounds).__name__}."
+            )
+        stated = {str(k): v for k, v in bounds.items()}
+    if columns is None:
+        used = [c for c in frame.columns if c != site and types.is_numeric_dtype(frame[c].dtype)]
+        if not used:
+            raise InputDataError(
+                f"the DataFrame has no numeric column besides the site {site!r}; name the "
+                f"outcome columns with columns= (its columns: {available})."
+            )
+    else:
+        if isinstance(columns, str):
+            columns = [columns]
+        used = list(columns)
+        unknown = [c for c in used if c not in frame.columns]
+        if unknown:
+            raise InputDataError(
+                f"unknown columns {unknown}; the DataFrame's columns: {available}."
+            )
+        if site in used:
+            raise InputDataError(f"the site column {site!r} cannot also be an outcome column.")
+        if len(set(used)) != len(used):
+            raise InputDataError(f"columns names a column twice: {used}.")
+    # missing values: one error for every used column that has them
+    missing = {str(c): int(frame[c].isna().sum()) for c in [site, *used]}
+    holes = {c: k for c, k in missing.items() if k}
+    if holes:
+        rows = int(frame[[site, *used]].isna().any(axis=1).sum())
+        said = ", ".join(f"{c!r}: {k}" for c, k in holes.items())
+        raise InputDataError(
+            f"missing values (NaN) in {rows} rows ({said}); drop or fill them first, e.g. "
+            f"frame.dropna(subset={[str(c) for c in [site, *used]]})."
+        )
+    # every column as one or more (name, values, low, high, origin)
+    names: list[str] = []
+    blocks: list[FloatArray] = []
+    lows: list[float] = []
+    highs: list[float] = []
+    origin: dict[str, str] = {}
+    need: list[str] = []
+    from_data: list[str] = []
+    for c in used:
+        name = str(c)
+        levels = _levels(pd, frame[c], name, stated, private)
+        if levels is not None:
+            for level_name, values in levels:
+                names.append(level_name)
+                blocks.append(values)
+                lows.append(0.0)
+                highs.append(1.0)
+                origin[level_name] = "level"
+            continue
+        values = frame[c].to_numpy(dtype=np.float64)
+        if name in stated:
+            low, high = _range(name, stated[name])
+            origin[name] = "stated"
+        elif types.is_bool_dtype(frame[c].dtype) or (
+            not private and bool(np.all((values == 0.0) | (values == 1.0)))
+        ):  # private: a 0/1 column read off the values would make the choice a release
+            low, high = 0.0, 1.0
+            origin[name] = "binary"
+        elif private:
+            need.append(name)
+            continue
+        else:
+            low, high = float(values.min()), float(values.max())
+            if not high > low:
+                high = low + 1.0  # a constant column: its figures are undefined, and labelled
+            origin[name] = BOUNDS_FROM_DATA
+            from_data.append(name)
+        names.append(name)
+        blocks.append(values)
+        lows.append(low)
+        highs.append(high)
+    if need:
+        raise InputDataError(
+            f"private_meta_analysis needs public bounds for every numeric column that is not "
+            f"bool: bounds={{column: (low, high)}} is missing {need}. State ranges known "
+            "without looking at the records (an instrument's or a protocol's range): bounds "
+            "taken from the data are a release about it. A 0/1 column: state (0, 1) or make it "
+            "bool; bool and categorical columns need none."
+        )
+    extra = sorted(set(stated) - {str(c) for c in used})
+    if extra:
+        raise InputDataError(
+            f"bounds name columns that are not analysed: {extra}; the analysed columns: "
+            f"{[str(c) for c in used]}."
+        )
+    raw = np.column_stack(blocks)
+    low_a, high_a = np.asarray(lows), np.asarray(highs)
+    x, clipped = _clip_and_scale(raw, low_a, high_a, names)
+    # sites: labels sorted, numbered 0..n-1
+    site_values = frame[site].to_numpy(dtype=object)
+    labels = _sorted_labels(list(pd.unique(site_values)))
+    ids = np.asarray(pd.Index(labels).get_indexer(site_values), dtype=np.int64)
+    if len(labels) < 2:
+        raise InputDataError(
+            f"a meta-analysis needs at least 2 sites; column {site!r} holds only {labels}."
+        )
+    counts = np.bincount(ids, minlength=len(labels))
+    few = [(labels[i], int(counts[i])) for i in np.flatnonzero(counts < 2)]
+    if few:
+        said = ", ".join(f"{label!r} has {k}" for label, k in few[:10])
+        raise InputDataError(
+            f"every site needs at least 2 records (a sample variance): {said}; drop those sites "
+            "or merge them."
+        )
+    notes: tuple[str, ...] = ()
+    if from_data:
+        notes = (
+            f"bounds of {from_data} taken from the data's min and max (the exact analysis; "
+            "private_meta_analysis needs them stated)",
+        )
+    return PreparedRecords(
+        records=x,
+        client_ids=ids,
+        columns=tuple(names),
+        low=low_a,
+        high=high_a,
+        site_labels=tuple(labels),
+        clipped=clipped,
+        bounds_from=origin,
+        site=str(site),
+        notes=notes,
+    )
+
+
+@dataclass(frozen=True)
+class ColumnMetaAnalysis:
+    """A meta-analysis read in the columns' own units, named by column (module docstring).
+
+    ``result`` is the analysis on the ``[0, 1]`` scale the protocol runs on
+    (:class:`~fa_hetdp.stats.meta.MetaAnalysis` or
+    :class:`~fa_hetdp.protocol.meta_server.PrivateMetaAnalysis`); every figure here is its
+    figure mapped back: means ``low + (high - low) x``, ``tau2`` ``(high - low)^2 x``, ``Q`` and
+    ``I^2`` as they are. Figures are ``(d,)`` arrays in the order of :attr:`columns`;
+    :meth:`column` gives one column's as a dict, :meth:`to_frame` all of them by name.
+
+    Attributes
+    ----------
+    result : MetaAnalysis or PrivateMetaAnalysis
+        The analysis of the scaled records.
+    columns : tuple of str
+        The columns' names.
+    low, high : FloatArray
+        ``(d,)`` each column's range (public for the private analysis).
+    site_labels : tuple
+        Silo ``i``'s label at position ``i`` (sorted labels of the site column).
+    clipped : dict
+        Column -> values clipped into its range (:data:`CLIPPED_NOTE`: exact, not private).
+    bounds_from : dict
+        Column -> where its range came from.
+    site : str or None
+        The site column (None: the array form).
+    notes : tuple of str
+        Labels of the scaling (ranges taken from the data), after the result's.
+    """
+
+    result: MetaAnalysis | PrivateMetaAnalysis
+    columns: tuple[str, ...]
+    low: FloatArray
+    high: FloatArray
+    site_labels: tuple[Any, ...]
+    clipped: dict[str, int] = field(default_factory=dict)
+    bounds_from: dict[str, str] = field(default_factory=dict)
+    site: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, result: MetaAnalysis | PrivateMetaAnalysis, prepared: PreparedRecords
+    ) -> ColumnMetaAnalysis:
+        """Wrap ``result``, the analysis of ``prepared.records``."""
+        labels = prepared.site_labels or tuple(range(result.n))
+        return cls(
+            result=result,
+            columns=prepared.columns,
+            low=prepared.low,
+            high=prepared.high,
+            site_labels=labels,
+            clipped=dict(prepared.clipped),
+            bounds_from=dict(prepared.bounds_from),
+            site=prepared.site,
+            notes=prepared.notes,
+        )
+
+    # ---------------------------------------------------------------- the scaling
+    @property
+    def span(self) -> FloatArray:
+        """``(d,)`` ``high - low``."""
+        return np.asarray(self.high - self.low)
+
+    def _mean(self, x: Any) -> FloatArray:
+        return np.asarray(self.low + self.span * np.asarray(x, dtype=np.float64))
+
+    def _variance(self, x: Any) -> FloatArray:
+        return np.asarray(self.span**2 * np.asarray(x, dtype=np.float64))
+
+    def _scaled(self, key: str, x: Any) -> Any:
+        if key in MEAN_FIGURES:
+            return self._mean(x)
+        if key in VARIANCE_FIGURES:
+            return self._variance(x)
+        return x
+
+    # ---------------------------------------------------------------- what ran
+    @property
+    def private(self) -> bool:
+        """Whether the analysis is the private one."""
+        return isinstance(self.result, PrivateMetaAnalysis)
+
+    @property
+    def design(self) -> str:
+        """The design that ran (``"exact"`` for the exact analysis)."""
+        return self.result.design if isinstance(self.result, PrivateMetaAnalysis) else "exact"
+
+    @property
+    def n(self) -> int:
+        """The number of sites."""
+        return int(self.result.n)
+
+    @property
+    def d(self) -> int:
+        """The number of columns."""
+        return int(self.result.d)
+
+    @property
+    def records_per_client(self) -> Any:
+        """``(n,)`` every site's record count (public for the private analysis)."""
+        return self.result.records_per_client
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The result's labels, then the scaling's."""
+        return (*self.result.labels, *self.notes)
+
+    @property
+    def spent(self) -> Any:
+        """The privacy spent (None for the exact analysis or a run without noise)."""
+        return self.result.spent if isinstance(self.result, PrivateMetaAnalysis) else None
+
+    @property
+    def unit_of_privacy(self) -> str:
+        """What the guarantee protects (empty for the exact analysis)."""
+        return self.result.unit_of_privacy if isinstance(self.result, PrivateMetaAnalysis) else ""
+
+    @property
+    def server_saw(self) -> str:
+        """What the server saw (empty for the exact analysis)."""
+        return self.result.server_saw if isinstance(self.result, PrivateMetaAnalysis) else ""
+
+    # ---------------------------------------------------------------- the figures
+    @property
+    def pooled_mean(self) -> FloatArray:
+        """``(d,)`` the fixed-effect mean, in the columns' units."""
+        return self._mean(self.result.pooled_mean)
+
+    @property
+    def random_effects_mean(self) -> FloatArray:
+        """``(d,)`` the random-effects mean, in the columns' units."""
+        return self._mean(self.result.random_effects_mean)
+
+    @property
+    def tau2(self) -> FloatArray:
+        """``(d,)`` DerSimonian-Laird ``tau2``, in the columns' squared units."""
+        return self._variance(self.result.tau2)
+
+    @property
+    def tau2_raw(self) -> FloatArray:
+        """``(d,)`` ``tau2`` before truncation at 0, in the columns' squared units."""
+        return self._variance(self.result.tau2_raw)
+
+    @property
+    def tau(self) -> FloatArray:
+        """``(d,)`` ``sqrt(tau2)``, in the columns' units."""
+        return np.asarray(np.sqrt(self.tau2))
+
+    @property
+    def q(self) -> FloatArray:
+        """``(d,)`` Cochran's ``Q`` (unit-free)."""
+        return np.asarray(self.result.q)
+
+    @property
+    def i2(self) -> FloatArray:
+        """``(d,)`` ``I^2`` (unit-free)."""
+        return np.asarray(self.result.i2)
+
+    @property
+    def i2_total(self) -> float:
+        """``I^2`` of the summed ``Q`` (unit-free)."""
+        return float(self.result.i2_total)
+
+    @property
+    def i2_average(self) -> float:
+        """The columns' average ``I^2``."""
+        return float(self.result.i2_average)
+
+    def column(self, name: str) -> dict[str, float]:
+        """Return one column's figures by name, in its units (and its range).
+
+        Raises
+        ------
+        InputDataError
+            ``name`` is not one of :attr:`columns`.
+        """
+        j = self._index(name)
+        return {
+            "pooled_mean": float(self.pooled_mean[j]),
+            "random_effects_mean": float(self.random_effects_mean[j]),
+            "tau2": float(self.tau2[j]),
+            "tau": float(self.tau[j]),
+            "q": float(self.q[j]),
+            "i2": float(self.i2[j]),
+            "low": float(self.low[j]),
+            "high": float(self.high[j]),
+        }
+
+    def _index(self, name: str) -> int:
+        if name not in self.columns:
+            raise InputDataError(f"unknown column {name!r}; the result's columns: {self.columns}.")
+        return self.columns.index(name)
+
+    # ---------------------------------------------------------------- inference
+    @cached_property
+    def standard_errors(self) -> dict[str, FloatArray]:
+        """The result's population standard errors in the columns' units.
+
+        Means: ``(high - low) SE``; ``tau2``: ``(high - low)^2 SE``.
+        """
+        se = self.result.standard_errors
+        out = {key: np.asarray(self.span * value) for key, value in se.items()}
+        if "tau2" in se:
+            out["tau2"] = self._variance(se["tau2"])
+        return out
+
+    def confidence_intervals(
+        self, level: float = 0.95, target: str = "population", **options: Any
+    ) -> MetaIntervals:
+        """Return the result's :meth:`confidence_intervals` in the columns' units.
+
+        ``options``: the private result's ``draws`` and ``seed``.
+        """
+        ci = self.result.confidence_intervals(level, target, **options)
+        return MetaIntervals(
+            level=ci.level,
+            lower={k: self._scaled(k, v) for k, v in ci.lower.items()},
+            upper={k: self._scaled(k, v) for k, v in ci.upper.items()},
+            target=ci.target,
+            methods=dict(ci.methods),
+        )
+
+    def prediction_interval(self, level: float = 0.95) -> PredictionInterval:
+        """Where a new site's true mean is expected to lie, in the columns' units."""
+        pi = self.result.prediction_interval(level)
+        return PredictionInterval(
+            level=pi.level, lower=self._mean(pi.lower), upper=self._mean(pi.upper), method=pi.method
+        )
+
+    def silo_estimates(self) -> SiloEstimates | None:
+        """Return every site's own estimate, in the columns' units.
+
+        None where the server saw only sums (the secure-sums design).
+        The exact analysis: each site's mean and ``s^2/m``; the silo-summaries design: the noisy
+        means and ``s^2/m`` plus their noise's variance (``result.silo_estimates()``).
+        """
+        silos = self.result.silo_estimates()
+        if silos is None:
+            return None
+        sq = self.span**2
+        return SiloEstimates(
+            effects=self._mean(silos.effects),
+            variances=np.asarray(silos.variances * sq),
+            weights_fixed=np.asarray(silos.weights_fixed / sq),
+            weights_random=np.asarray(silos.weights_random / sq),
+            method=silos.method,
+        )
+
+    # ---------------------------------------------------------------- frames out
+    def to_frame(self, level: float = 0.95, target: str = "population", **options: Any) -> Any:
+        """Return a DataFrame: one row per figure per column, in the columns' units.
+
+        Index ``(column, figure)``; the layout of
+        :meth:`fa_hetdp.stats.meta.MetaAnalysis.to_frame` (:func:`~fa_hetdp.stats.meta.
+        figure_frame`), with a ``design`` column for the private analysis. ``attrs`` adds the
+        site column, the site labels, the ranges and where they came from, and the clipped
+        counts (:data:`CLIPPED_NOTE`).
+
+        Raises
+        ------
+        ImportError
+            pandas is not installed (it is optional: ``pip install pandas``).
+        """
+        private = isinstance(self.result, PrivateMetaAnalysis)
+        attrs: dict[str, Any] = {
+            "design": self.design,
+            "site": self.site,
+            "site_labels": list(self.site_labels),
+            "bounds": {
+                c: (float(lo), float(hi))
+                for c, lo, hi in zip(self.columns, self.low, self.high, strict=True)
+            },
+            "bounds_from": dict(self.bounds_from),
+            "clipped": dict(self.clipped),
+            "clipped_note": CLIPPED_NOTE,
+        }
+        if isinstance(self.result, PrivateMetaAnalysis):
+            spent = self.result.spent
+            attrs.update(
+                {
+                    "epsilon": None if spent is None else spent.epsilon,
+                    "delta": None if spent is None else spent.delta,
+                    "unit_of_privacy": self.result.unit_of_privacy,
+                    "adversary": self.result.adversary,
+                    "server_saw": self.result.server_saw,
+                }
+            )
+        return figure_frame(
+            self,
+            self.confidence_intervals(level, target, **options),
+            names=self.columns,
+            q_pvalue=None if private else chi2.sf(self.q, self.n - 1),
+            extra={"design": self.design} if private else None,
+            attrs=attrs,
+            what="ColumnMetaAnalysis.to_frame",
+        )
+
+    def summary(self, column: str | None = None, level: float = 0.95) -> Any:
+        """Return statsmodels' ``summary_frame()`` layout, rows named by site, columns' units.
+
+        One row per site where the sites' own estimates exist (:meth:`silo_estimates`), then
+        ``"fixed effect"`` and ``"random effect"``; ``column`` one column (index the rows), None
+        every column (index ``(column, row)`` when there are several).
+
+        Raises
+        ------
+        InputDataError
+            ``column`` is not one of :attr:`columns`.
+        ImportError
+            pandas is not installed.
+        """
+        if column is not None:
+            self._index(column)
+        return summary_frame(
+            self,
+            self.silo_estimates(),
+            level,
+            column=column,
+            names=self.columns,
+            silo_names=self.site_labels,
+            what="ColumnMetaAnalysis.summary",
+        )
+
+
+def as_columns(
+    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis,
+) -> ColumnMetaAnalysis:
+    """Return ``result`` as a :class:`ColumnMetaAnalysis`.
+
+    An array result gets the columns ``x0, x1, ...``, ranges ``(0, 1)`` and sites ``0..n-1``.
+    """
+    if isinstance(result, ColumnMetaAnalysis):
+        return result
+    d = int(result.d)
+    return ColumnMetaAnalysis(
+        result=result,
+        columns=tuple(f"x{j}" for j in range(d)),
+        low=np.zeros(d),
+        high=np.ones(d),
+        site_labels=tuple(range(int(result.n))),
+        bounds_from=dict.fromkeys((f"x{j}" for j in range(d)), "stated"),
+    )
+
+
+def meta_analysis(
+    records: Any,
+    client_ids: npt.ArrayLike | None = None,
+    *,
+    site: str | None = None,
+    columns: Sequence[str] | None = None,
+    bounds: Any = None,
+) -> MetaAnalysis | ColumnMetaAnalysis:
+    """Exact inverse-variance meta-analysis (no privacy) of an array or a DataFrame.
+
+    Parameters
+    ----------
+    records : array_like or pandas.DataFrame
+        An ``(N, d)`` array in ``[0, 1]`` with ``client_ids`` (as
+        :func:`fa_hetdp.stats.meta.meta_analysis`), or a DataFrame with ``site`` (module
+        docstring).
+    client_ids : array_like, optional
+        The array form's silo ids ``0..n-1`` (required there; not with a DataFrame).
+    site : str, optional
+        The DataFrame's site column.
+    columns : sequence of str, optional
+        The outcome columns (default: every numeric column but the site); for the array form,
+        the names of its ``d`` columns.
+    bounds : mapping or array_like, optional
+        ``{column: (low, high)}`` (a DataFrame) or a ``(d, 2)`` array; default here: each
+        column's min and max in the data (labelled).
+
+    Returns
+    -------
+    MetaAnalysis or ColumnMetaAnalysis
+        The array form without ``bounds`` and ``columns``: :class:`MetaAnalysis` as before;
+        otherwise the figures in the columns' units.
+
+    Raises
+    ------
+    InputDataError
+        Malformed records, ids, columns or bounds (:func:`prepare_records`).
+    """
+    prepared = prepare_records(records, client_ids, site=site, columns=columns, bounds=bounds)
+    if prepared is None:
+        return meta_analysis_of_arrays(records, client_ids)  # type: ignore[arg-type]
+    return ColumnMetaAnalysis.of(
+        meta_analysis_of_arrays(prepared.records, prepared.client_ids), prepared
+    )
