@@ -20,7 +20,7 @@ from fa_hetdp.accuracy.meta_planner import (
 )
 from fa_hetdp.accuracy.planner import AccuracyPlan
 from fa_hetdp.cli.main import main
-from fa_hetdp.errors import InputDataError
+from fa_hetdp.errors import InputDataError, PrivacyParameterError
 
 bench = benchmark_module("meta_bench")
 
@@ -54,6 +54,7 @@ def test_prediction_is_within_25_percent_of_the_measured_error(unit: str, epsilo
 
 def test_the_plan_is_deterministic_and_falls_with_m() -> None:
     kwargs = {"epsilon": 1.0, "delta": 1e-5, "within_variance": 0.08, "draws": 60}
+    kwargs["privacy_unit"] = "record"
     first = plan_meta_accuracy(10, 4, records_per_client=2000, **kwargs)
     again = plan_meta_accuracy(10, 4, records_per_client=2000, **kwargs)
     more = plan_meta_accuracy(10, 4, records_per_client=20000, **kwargs)
@@ -67,6 +68,7 @@ def test_the_inverse_finds_the_smallest_m_and_n() -> None:
     # the earlier default I^2 profile 0..0.95 stated (the new default, near 1, meets a 5 %
     # pooled-mean target at n = 3 already, and this test is of the search)
     kwargs = {
+        "privacy_unit": "record",
         "epsilon": 1.0,
         "delta": 1e-5,
         "within_variance": 0.08,
@@ -90,9 +92,14 @@ def test_the_inverse_finds_the_smallest_m_and_n() -> None:
 
 def test_plan_accuracy_delegates_with_records_per_client() -> None:
     common = {"epsilon": 1.0, "delta": 1e-5, "within_variance": 0.08, "draws": 40}
-    meta = plan_accuracy(10, 4, records_per_client=[500] * 10, **common)
+    # the unit is required, as for private_meta_analysis: the two plans differ by far
+    with pytest.raises(PrivacyParameterError, match="needs privacy_unit stated"):
+        plan_accuracy(10, 4, records_per_client=[500] * 10, **common)
+    with pytest.raises(PrivacyParameterError, match="needs privacy_unit stated"):
+        plan_meta_accuracy(10, 4, records_per_client=500, **common)
+    meta = plan_accuracy(10, 4, records_per_client=[500] * 10, privacy_unit="record", **common)
     assert isinstance(meta, MetaAccuracyPlan) and meta.privacy_unit == "record"
-    direct = plan_meta_accuracy(10, 4, records_per_client=500, **common)
+    direct = plan_meta_accuracy(10, 4, records_per_client=500, privacy_unit="record", **common)
     assert [r.error for r in meta.errors] == [r.error for r in direct.errors]
     client = plan_accuracy(10, 4, records_per_client=500, privacy_unit="client", **common)
     assert client.privacy_unit == "client"
@@ -106,7 +113,10 @@ def test_plan_accuracy_delegates_with_records_per_client() -> None:
 
 def test_fa_hetdp_plan_prints_the_meta_plan(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["plan", "-n", "10", "-d", "4", "--records-per-client", "500:2000"]
-    assert main([*args, "--within-variance", "0.08"]) == 0
+    assert main([*args, "--within-variance", "0.08"]) == 2  # no unit: refused, one line
+    err = capsys.readouterr().err
+    assert "needs privacy_unit stated (--privacy-unit" in err and len(err.splitlines()) == 1
+    assert main([*args, "--within-variance", "0.08", "--privacy-unit", "record"]) == 0
     out = capsys.readouterr().out
     assert "meta-analysis plan: n = 10 clients holding 500-2000 records" in out
     assert "privacy unit: record" in out and "| I² (abs.) |" in out
@@ -114,10 +124,10 @@ def test_fa_hetdp_plan_prints_the_meta_plan(capsys: pytest.CaptureFixture[str]) 
     doc = json.loads(capsys.readouterr().out)
     assert doc["analysis"] == "meta" and doc["privacy_unit"] == "client"
     assert set(doc["statistics"]) == set(META_STATISTICS)
-    assert main(["plan", "-n", "10", "--records-per-client", "1"]) == 2
+    assert main(["plan", "-n", "10", "--records-per-client", "1", "--privacy-unit", "record"]) == 2
     err = capsys.readouterr().err
     assert "--records-per-client must be an integer M >= 2" in err and len(err.splitlines()) == 1
-    assert main([*args, "--spread", "0.01"]) == 2
+    assert main([*args, "--spread", "0.01", "--privacy-unit", "record"]) == 2
     assert "--spread is not an assumption" in capsys.readouterr().err
 
 

@@ -92,8 +92,9 @@ def test_stated_silo_variances_are_used_as_stated() -> None:
 
 def test_one_hot_plans_still_run() -> None:
     plan = plan_meta_accuracy(
-        6, 3, records_per_client=400, epsilon=1.0, delta=1e-5, one_hot=True, draws=10
-    )
+        6, 3, records_per_client=400, epsilon=1.0, delta=1e-5, one_hot=True, draws=10,
+        privacy_unit="record",
+    )  # fmt: skip
     assert all(np.isfinite(row.error) for row in plan.errors)
 
 
@@ -101,6 +102,7 @@ def test_the_cli_takes_the_variance_ratio_and_names_both_designs(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = ["plan", "-n", "8", "-d", "2", "--records-per-client", "200:2000"]
+    args += ["--privacy-unit", "record"]
     assert main([*args, "--variance-ratio", "10", "--i2", "0.99"]) == 0
     out = capsys.readouterr().out
     assert "up to 10x apart" in out and "I^2 0.99-0.99" in out
@@ -170,6 +172,7 @@ def test_the_plan_matches_real_federations_within_25_percent(name: str, design: 
         records_per_client=m,
         epsilon=1.0,
         delta=1e-5,
+        privacy_unit="record",
         design=design,
         draws=DRAWS,
         # the user's stated assumptions (taken from the data's structure, see the docstring)

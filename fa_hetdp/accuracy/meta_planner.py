@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.errors import InputDataError
+from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_client import ClientSummary
 from fa_hetdp.protocol.meta_plan import (
     MAX_WITHIN_VARIANCE,
@@ -59,6 +59,7 @@ from fa_hetdp.stats.meta_figures import META_FIGURES, planned_figures
 
 __all__ = [
     "META_STATISTICS",
+    "PLAN_UNIT_REQUIRED",
     "MetaAccuracyPlan",
     "MetaModel",
     "MetaPlannedError",
@@ -91,6 +92,14 @@ median over the real data sets' columns (nycflights13 2.5-44, InstEval 1.1-4.7, 
 2.0-5.1, Exam 11-544; ``benchmarks/real_silos.py``)."""
 MAX_VARIANCE_RATIO: Final = 1e6
 DEFAULT_COORDINATE_MEAN: Final = 0.5
+
+PLAN_UNIT_REQUIRED: Final = (
+    "the meta-analysis plan needs privacy_unit stated (--privacy-unit on the command line): "
+    "'record' (one record of one silo; the record counts are public) or 'client' (one silo "
+    "with all its records); the two plans differ by orders of magnitude, and neither is assumed"
+)
+"""The refusal when the meta-analysis is planned without saying what it protects (as
+:data:`~fa_hetdp.protocol.meta_plan.UNIT_REQUIRED` for the analysis itself)."""
 
 DRAWS: Final = 200
 """Draws of the model's client means and the plan's noise behind each planned error."""
@@ -593,7 +602,7 @@ def plan_meta_accuracy(
     records_per_client: int | npt.ArrayLike,
     epsilon: float,
     delta: float,
-    privacy_unit: Literal["record", "client"] | str = "record",
+    privacy_unit: Literal["record", "client"] | str | None = None,
     i2: float | npt.ArrayLike | None = None,
     within_variance: float | npt.ArrayLike | None = None,
     coordinate_mean: float | npt.ArrayLike | None = None,
@@ -614,8 +623,8 @@ def plan_meta_accuracy(
     epsilon, delta : float
         The run's budget.
     privacy_unit : {"record", "client"}
-        What the privacy protects (default ``"record"``, as
-        :func:`fa_hetdp.private_meta_analysis`).
+        What the privacy protects; required, as for :func:`fa_hetdp.private_meta_analysis`
+        (:data:`PLAN_UNIT_REQUIRED`): the two plans differ by orders of magnitude.
     i2, within_variance, coordinate_mean : float or array_like, optional
         The model federation (one value or one per coordinate): the ``I^2`` profile (default
         :data:`DEFAULT_I2_RANGE`, near 1 as real cross-silo data), the pooled within-client
@@ -651,6 +660,8 @@ def plan_meta_accuracy(
         variance_ratio=variance_ratio,
         silo_variance=silo_variance,
     )
+    if privacy_unit is None:
+        raise PrivacyParameterError(PLAN_UNIT_REQUIRED)
     meta_settings = settings_from(privacy_unit=privacy_unit, one_hot=one_hot, **settings)
     counts = model.records_per_client.astype(np.int64)
 

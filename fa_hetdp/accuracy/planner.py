@@ -553,8 +553,8 @@ def plan_accuracy(
 
     With ``records_per_client`` (clients that hold many records: the cross-silo
     meta-analysis), the plan is that of :func:`fa_hetdp.private_meta_analysis`:
-    :func:`fa_hetdp.accuracy.meta_planner.plan_meta_accuracy` (``privacy_unit`` default
-    ``"record"``; ``i2``, ``within_variance`` -- of one record -- and ``coordinate_mean``
+    :func:`fa_hetdp.accuracy.meta_planner.plan_meta_accuracy` (``privacy_unit`` required;
+    ``i2``, ``within_variance`` -- of one record -- and ``coordinate_mean``
     describe its model federation, ``dispersion`` does not apply).
 
     Parameters
@@ -603,7 +603,7 @@ def plan_accuracy(
             records_per_client=records_per_client,
             epsilon=epsilon,
             delta=delta,
-            privacy_unit=privacy_unit or "record",
+            privacy_unit=privacy_unit,
             i2=i2,
             within_variance=within_variance,
             coordinate_mean=coordinate_mean,

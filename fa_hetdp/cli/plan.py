@@ -20,6 +20,7 @@ from fa_hetdp.accuracy.assumptions import DataAssumptions, planned_protocol
 from fa_hetdp.accuracy.inverses import min_clients, min_epsilon
 from fa_hetdp.accuracy.meta_planner import (
     META_STATISTICS,
+    PLAN_UNIT_REQUIRED,
     MetaAccuracyPlan,
     min_clients_meta,
     min_records,
@@ -143,8 +144,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="M or LO:HI",
         help="plan the cross-silo meta-analysis (private_meta_analysis) of clients holding M "
-        "records each, or counts spread evenly over LO..HI; privacy unit record unless "
-        "--privacy-unit client; --i2, --within-variance (of one record) and --variance-ratio "
+        "records each, or counts spread evenly over LO..HI; --privacy-unit record or "
+        "client is required with it; --i2, --within-variance (of one record) and --variance-ratio "
         "describe the data; both designs are planned and the one design='auto' runs is named",
     )
     group = parser.add_argument_group("public assumptions (defaults are conservative)")
@@ -227,6 +228,8 @@ def _record_counts(text: str, n: int) -> list[int]:
 
 def _run_meta(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     """``fa-hetdp plan --records-per-client ...``: the meta-analysis plan and its inverse."""
+    if args.privacy_unit is None:  # before any work: the two plans differ by far
+        raise InputDataError(PLAN_UNIT_REQUIRED)
     counts = _record_counts(args.records_per_client, args.clients)
     if args.spread is not None:
         raise InputDataError(
@@ -236,7 +239,7 @@ def _run_meta(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     common: dict[str, Any] = {
         "epsilon": args.epsilon,
         "delta": args.delta,
-        "privacy_unit": args.privacy_unit or "record",
+        "privacy_unit": args.privacy_unit,
         "i2": args.i2,
         "within_variance": args.within_variance,
         "coordinate_mean": args.coordinate_mean,
