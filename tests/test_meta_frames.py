@@ -195,7 +195,10 @@ def test_private_frame_runs_the_array_path_with_the_same_seed(table: Any, design
 def test_private_inference_comes_back_in_the_columns_units(silo: ColumnMetaAnalysis) -> None:
     raw = silo.result
     span = silo.high - silo.low
-    ci, ci_raw = silo.confidence_intervals(), raw.confidence_intervals()
+    ci, ci_raw = (
+        silo.confidence_intervals(target="population"),
+        raw.confidence_intervals(target="population"),
+    )
     np.testing.assert_allclose(
         ci.lower["random_effects_mean"], silo.low + span * ci_raw.lower["random_effects_mean"]
     )
