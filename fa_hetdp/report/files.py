@@ -13,13 +13,22 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["json_ready", "write_json_atomic", "write_text_atomic"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "json_ready",
+    "write_atomic",
+    "write_figure_atomic",
+    "write_json_atomic",
+    "write_text_atomic",
+]
 
 
 def json_ready(value: Any) -> Any:
@@ -44,18 +53,19 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically; create the parent folder; return the path.
+def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> Path:
+    """Write ``path`` atomically with ``write(handle)``; create the parent folder; return it.
 
-    The text goes to a temporary file in the same directory, is ``fsync``-ed, then replaces
-    ``path`` with :func:`os.replace`; on error the temporary file is removed.
+    ``write`` fills a temporary file (binary) in the same directory, which is ``fsync``-ed and
+    then replaces ``path`` with :func:`os.replace`; on any error the temporary file is removed
+    and ``path`` is left as it was.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -64,6 +74,23 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise
     return target
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_atomic`); return the path."""
+    data = text.encode("utf-8")
+
+    def write(handle: IO[bytes]) -> None:
+        handle.write(data)
+
+    return write_atomic(path, write)
+
+
+def write_figure_atomic(
+    figure: Figure, path: str | os.PathLike[str], *, dpi: int = 120, fmt: str = "png"
+) -> Path:
+    """Save a matplotlib ``figure`` to ``path`` atomically (:func:`write_atomic`)."""
+    return write_atomic(path, lambda handle: figure.savefig(handle, format=fmt, dpi=dpi))
 
 
 def write_json_atomic(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:

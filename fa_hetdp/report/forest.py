@@ -36,12 +36,9 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -50,12 +47,13 @@ from scipy.stats import norm
 from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, as_columns
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.report.files import write_figure_atomic
 from fa_hetdp.stats.meta import MetaAnalysis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["NO_SITE_ROWS", "POOLED_ROWS", "forest_plot", "write_png_atomic"]
+__all__ = ["NO_SITE_ROWS", "POOLED_ROWS", "forest_plot"]
 
 POOLED_ROWS: Final[tuple[str, ...]] = ("fixed effect", "random effects", "prediction interval")
 """The labels of the rows below the sites."""
@@ -102,29 +100,6 @@ def _title(res: ColumnMetaAnalysis, name: str) -> str:
     if spent is not None and spent.epsilon is not None:
         budget = f", ε = {float(spent.epsilon):.3g}, δ = {float(spent.delta):.3g}"
     return f"{name}: private meta-analysis of {res.n} sites ({res.design}{budget})"
-
-
-def write_png_atomic(figure: Figure, path: str | os.PathLike[str], *, dpi: int = 120) -> Path:
-    """Save ``figure`` as PNG at ``path`` atomically; create the parent folder; return the path.
-
-    The image goes to a temporary file in the same directory, then replaces ``path`` with
-    :func:`os.replace` (a reader never sees half a figure); on error the temporary file is
-    removed.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp.png", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format="png", dpi=dpi)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return target
 
 
 def _fmt(value: float) -> str:
@@ -291,5 +266,5 @@ def forest_plot(
         text_ax.text(0.0, y, f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]", va="center", fontsize=8)
     figure.suptitle(title if title is not None else _title(res, name), fontsize=10)
     if path is not None:
-        write_png_atomic(figure, path)
+        write_figure_atomic(figure, path)
     return figure

@@ -27,6 +27,7 @@ from typing import Any, Final
 import numpy as np
 
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.report.files import write_figure_atomic
 from fa_hetdp.stats.meta_figures import META_FIGURES
 
 __all__ = [
@@ -391,12 +392,4 @@ def plot_meta_i2(
     ax.grid(True, axis="x", alpha=0.35)
     if title:
         figure.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.png")
-    try:
-        figure.savefig(tmp, dpi=120)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
+    return write_figure_atomic(figure, path)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.report.files import write_text_atomic
+from fa_hetdp.report.files import write_figure_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -378,10 +378,7 @@ def _save_figure(figure: Figure, path: str | os.PathLike[str], *, title: str) ->
     # Adds the figure title, creates the parent folders and writes the PNG.
     if title:
         figure.suptitle(title)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
-    return out
+    return write_figure_atomic(figure, path)
 
 
 #: Solid, dashed, dash-dot, dotted, long dash, dash-dot-dot: one per overlapping curve.
