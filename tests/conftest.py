@@ -91,3 +91,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
     config.pluginmanager.register(SlowCheck(_threshold_s(), _strict()), "fa_hetdp_slow_check")
+
+
+@pytest.fixture(autouse=True)
+def _own_flower_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Give every test its own ``FLWR_HOME``: the nodes' default privacy ledgers live there.
+
+    A node without ``ledger-path`` keeps its ledger under the Flower home (issue 27); the
+    in-process nodes of the tests would otherwise share one ledger per partition across the
+    whole suite (and the user's ``~/.flwr``), and run out of budget.
+    """
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))

@@ -199,6 +199,10 @@ class DeploymentCluster(FlowerCluster):
         """
         if self.superlink_address is None:
             raise ClusterError("start the SuperLink before any SuperNode.")
+        index = sum(1 for p in self.processes if p.name.startswith("supernode"))
+        if "ledger-path" not in node_config:  # every node its own privacy ledger (issue 27)
+            ledger = self.home / "ledgers" / f"{name or f'supernode-{index}'}.json"
+            node_config = {**node_config, "ledger-path": str(ledger)}
         config = " ".join(f"{key}={toml_value(value)}" for key, value in node_config.items())
         argv = [
             "flower-supernode",
@@ -217,7 +221,6 @@ class DeploymentCluster(FlowerCluster):
             argv += ["--auth-supernode-private-key", str(auth_private_key)]
         if supervised:
             argv = ["fa-hetdp", "supernode", "--grace", "5", "--", *argv[1:]]
-        index = sum(1 for p in self.processes if p.name.startswith("supernode"))
         return self.start(name or f"supernode-{index}", argv)
 
 

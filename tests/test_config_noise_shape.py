@@ -187,7 +187,10 @@ def test_flower_result_carries_the_per_coordinate_stage2_sigmas(tmp_path: Path) 
     overrides = {"noise-shape": "per_coordinate", "epsilon": 100.0}
     config = run_config(tmp_path, scenario_file(tmp_path, 12), **overrides)
     settings = RunSettings.from_run_config(config)
-    document = HeterogeneityStrategy(settings).run(InMemoryTransport(12, config))
+    transport = InMemoryTransport(12, config)
+    for context in transport.contexts.values():  # each node's own caps allow epsilon = 100
+        context.node_config.update({"measurement-max-epsilon": 100.0, "ledger-max-epsilon": 100.0})
+    document = HeterogeneityStrategy(settings).run(transport)
     assert document["status"] == "success"
     # the same values as the run's in-process twin (same seed, same clients, same broadcast
     # up to the fixed-point encoding error)

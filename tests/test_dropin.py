@@ -428,10 +428,14 @@ def test_a_client_takes_its_safety_settings_from_its_node_config_only(
 def test_without_the_node_check_the_low_gamma_session_would_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The control of the attack above: it is the node's check that stops it.
+    # The control of the attack above: it is the node's checks that stop it (the stated
+    # corrupt fraction, and the node policy's own count of honest shares, issue 27).
     import fa_hetdp.clients.app as client_module
+    import fa_hetdp.clients.policy as policy_module
 
     monkeypatch.setattr(client_module, "check_node_safety", lambda config, settings: None)
+    monkeypatch.setattr(policy_module, "start_session", lambda *args, **kwargs: None)
+    monkeypatch.setattr(policy_module, "charge", lambda *args, **kwargs: None)
     grid = make_grid(configs=partition_configs(**{"secagg-min-gamma": 0.01}))
     result = fa_hetdp.flower.measure(
         grid,

@@ -322,7 +322,8 @@ def test_non_dp_setting_is_said_before_the_plan_and_any_number(
 ) -> None:
     import fa_hetdp.cli.run as run_module
 
-    scenario = scenario_file(tmp_path, 6, extra="")
+    # the simulated nodes must allow a non-DP profile, or the run is refused before Flower
+    scenario = scenario_file(tmp_path, 6, extra="[nodes]\nallow_non_dp = true\n")
     scenario.write_text(
         scenario.read_text().replace("delta = 1e-5", 'delta = 1e-5\nprofile = "paper"')
     )

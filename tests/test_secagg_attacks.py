@@ -251,8 +251,10 @@ def test_malicious_server_mode_refuses_unsafe_parameters_whatever_the_server_say
             0, threat_model="malicious-server", gamma=gamma, identity=keys[0], roster=roster
         )
 
+    # gamma = 1/9 of the 20-member roster: c = ceil(20/9) = 3 colluders, not ceil(9/9) = 1 of
+    # the session the server picked (issue 27), so t >= floor((9 + 3)/2) + 1 = 7
     client = insisting(1 / 9)
-    with pytest.raises(MessageRejected, match="threshold >= 6"):
+    with pytest.raises(MessageRejected, match=r"threshold >= 7 .*roster of 20"):
         client.advertise_keys(server.setup_messages()[client.client_id])
     plain = SecAggServer(
         range(9),

@@ -139,7 +139,10 @@ def test_gdp_dropouts_released_when_the_policy_allows(tmp_path: Path) -> None:
 
 def test_paper_profile_result_is_marked_not_private(tmp_path: Path) -> None:
     settings, config = settings_for(tmp_path, 6, profile="paper")
-    document = HeterogeneityStrategy(settings, run_id=42).run(InMemoryTransport(6, config))
+    transport = InMemoryTransport(6, config)
+    for context in transport.contexts.values():  # a node joins a non-DP run only if it says so
+        context.node_config["allow-non-dp"] = True
+    document = HeterogeneityStrategy(settings, run_id=42).run(transport)
     assert document["status"] == "success"
     assert list(document)[:2] == ["status", "differentially_private"]
     assert document["differentially_private"] is False
@@ -176,6 +179,11 @@ def _run_with_node_configs(
     settings, config = settings_for(tmp_path, n, **{"on-degraded": "release", **overrides})
     settings = dataclasses.replace(settings, threshold=2)
     transport = InMemoryTransport(n, config)
+    for node, context in transport.contexts.items():
+        # every node its own privacy ledger: two nodes that claim one partition would
+        # otherwise share its default ledger, and the second would see the session's nonce
+        # as a replay (issue 27) before the server sees the duplicate
+        context.node_config["ledger-path"] = str(tmp_path / "ledgers" / f"{node}.json")
     for index, values in change.items():
         transport.contexts[5000 + index].node_config.update(values)
     return HeterogeneityStrategy(settings).run(transport)

@@ -267,7 +267,10 @@ def test_samples_when_more_nodes_than_clients(tmp_path: Path) -> None:
 
 def test_central_placement(tmp_path: Path) -> None:
     config = run_config(tmp_path, scenario_file(tmp_path, 8), placement="central")
-    document = run(config, 8)
+    transport = InMemoryTransport(8, config)
+    for context in transport.contexts.values():  # a node refuses central noise unless allowed
+        context.node_config["allow-central-placement"] = True
+    document = HeterogeneityStrategy(RunSettings.from_run_config(config)).run(transport)
     assert document["config"]["placement"] == "central"
     assert_matches_reference(document, config)
 

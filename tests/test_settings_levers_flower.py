@@ -36,13 +36,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerCluster]
         assert not process.alive()
 
 
+NODE_CAPS = "[nodes]\nmeasurement_max_epsilon = 100\nledger_max_epsilon = 1000\n"
+"""The simulated nodes' caps for these runs (the default caps, 10, refuse epsilon = 100)."""
+
+
 def _run(
     cluster: FlowerCluster, tmp_path: Path, **settings: object
 ) -> tuple[dict[str, Any], dict[str, object]]:
     """Run 20 clients with the run-config ``settings``; return the result document, config."""
     result_path = tmp_path / "result.json"
     config: dict[str, object] = {
-        "scenario": str(scenario_file(tmp_path, 20, seed=5)),
+        # the simulated nodes' caps (their policy: [nodes]) allow the epsilon = 100 run below
+        "scenario": str(scenario_file(tmp_path, 20, seed=5, extra=NODE_CAPS)),
         "mode": "simulation",
         "result-path": str(result_path),
         "progress-path": str(tmp_path / "progress.jsonl"),

@@ -17,7 +17,7 @@ from test_flower_helpers import (
     run_config,
     scenario_file,
 )
-from test_server_strategy import InMemoryTransport, run
+from test_server_strategy import InMemoryTransport
 
 from fa_hetdp.cli.cluster import FlowerCluster
 from fa_hetdp.flowerkit.settings import RunSettings
@@ -29,15 +29,29 @@ from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
 
 
 def _adaptive(tmp_path: Path, n: int, epsilon: float = 20.0) -> dict[str, object]:
-    path = scenario_file(tmp_path, n)
+    # epsilon = 20 is above a node's default caps (10, issue 27): the nodes state theirs, the
+    # simulated ones in the scenario's [nodes] table, the in-process ones in their node
+    # config (_transport)
+    caps = f"[nodes]\nmeasurement_max_epsilon = {epsilon}\nledger_max_epsilon = {epsilon}\n"
+    path = scenario_file(tmp_path, n, extra=caps)
     text = path.read_text().replace("epsilon = 1.0\n", f"epsilon = {epsilon}\n")
     path.write_text(text.replace("adaptive_floor = false\n", "adaptive_floor = true\n"))
     return run_config(tmp_path, path)
 
 
+def _transport(config: dict[str, object], n: int) -> InMemoryTransport:
+    """In-process nodes with the caps of the scenario's [nodes] in their own node config."""
+    settings = RunSettings.from_run_config(config)
+    transport = InMemoryTransport(n, config)
+    for context in transport.contexts.values():
+        context.node_config.update(settings.scenario.nodes.node_config())
+    return transport
+
+
 def test_adaptive_run_releases_the_histogram_and_uses_its_floor(tmp_path: Path) -> None:
     config = _adaptive(tmp_path, 16)
-    document = run(config, 16)
+    settings = RunSettings.from_run_config(config)
+    document = HeterogeneityStrategy(settings).run(_transport(config, 16))
     assert document["status"] == "success"
     steps = [s["step"] for s in document["steps"]]
     assert steps.index(STAGE0_INPUT) < steps.index(STAGE0_UNMASK) < steps.index(STAGE1_INPUT)
@@ -46,7 +60,6 @@ def test_adaptive_run_releases_the_histogram_and_uses_its_floor(tmp_path: Path) 
     assert len(floor["noisy_histogram"]) == 17 and 0 <= floor["clients_floored_noisy"] <= 16
     assert "noisy" in floor["label"] and floor["budget_share"] == 0.05
     # stages 1-2 were planned with W = 1/floor, and the histogram's cost is counted
-    settings = RunSettings.from_run_config(config)
     plan = plan_protocol(settings.protocol, n=16, d=64, floor=floor["floor"])
     assert document["sigmas"]["mean"] == pytest.approx(plan.sigma("mean"))
     assert document["sigmas"]["weighted"] == pytest.approx(plan.sigma("weighted"))
@@ -61,7 +74,7 @@ def test_a_client_refuses_stage1_without_the_floor(tmp_path: Path) -> None:
     # A server that skips sending the floor loses every client at stage 1 (they refuse).
     config = _adaptive(tmp_path, 8)
     settings = RunSettings.from_run_config(config)
-    transport = InMemoryTransport(8, config)
+    transport = _transport(config, 8)
     original = transport.exchange
 
     def drop_floor(step, payloads, timeout):  # type: ignore[no-untyped-def]

@@ -47,6 +47,7 @@ __all__ = [
     "RunSetup",
     "add_arguments",
     "check_flags",
+    "check_simulated_nodes",
     "prepare",
     "print_result",
     "progress_display",
@@ -389,6 +390,42 @@ def not_private_notice(run_config: Mapping[str, object], dim: int) -> str | None
     return "NOT differentially private: " + "; ".join(reasons) if reasons else None
 
 
+def check_simulated_nodes(run_config: Mapping[str, object], dim: int) -> None:
+    """Refuse, before Flower starts, a run that the simulated nodes' policy refuses (issue 27).
+
+    The simulated nodes have no node config of their own: their policy is the scenario's
+    ``[nodes]`` table, else each key's default (``measurement-max-epsilon`` 10, no central
+    noise, no setting without a DP guarantee, ...). Every node would refuse such a run at its
+    first step; here it is one error naming the ``[nodes]`` key to state
+    (:func:`fa_hetdp.clients.policy.simulation_refusals`).
+
+    Raises
+    ------
+    ConfigError
+        One problem per reason, keyed by the ``[nodes]`` key it names.
+    """
+    from fa_hetdp.clients.policy import simulation_refusals
+    from fa_hetdp.config.schema import NODE_KEYS_OF_SCENARIO
+    from fa_hetdp.flowerkit.settings import RunSettings
+
+    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
+    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    problems: list[Problem] = []
+    for reason in simulation_refusals(settings, dim):
+        key = next(
+            (k for k, node_key in NODE_KEYS_OF_SCENARIO.items() if reason.startswith(node_key)),
+            None,
+        )
+        hint = (
+            f"; the simulated nodes' policy is the scenario's [nodes] table: state nodes.{key} "
+            "there, or ask for less"
+            if key is not None
+            else "; the simulated nodes refuse it whatever [nodes] says"
+        )
+        problems.append((f"nodes.{key}" if key is not None else "nodes", reason + hint))
+    raise_problems("the run, as the simulated nodes' policy reads it,", problems)
+
+
 def privacy_lines(result: Mapping[str, Any]) -> list[str]:
     """Return the privacy statement of a result, shown first: no ε for a non-DP setting.
 
@@ -622,6 +659,8 @@ def _run(args: argparse.Namespace) -> int:
         notice = not_private_notice(setup.run_config, setup.dim)
         if notice is not None:
             print(notice)  # before any number, the plan's included
+    check_simulated_nodes(setup.run_config, setup.dim)  # what every node would refuse
+    if setup.analysis != "meta":
         print("\n".join(run_plan_lines(setup.run_config, setup.dim)))  # what to expect
     with _workdir(args.workdir) as workdir:
         try:

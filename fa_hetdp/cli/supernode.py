@@ -22,6 +22,12 @@ the running interpreter's programs first, :func:`fa_hetdp.cli.cluster.programs_p
 that has had no SuperExec for :data:`SUPEREXEC_WAIT` seconds (it could not start one, or it
 exited) is stopped with the reason and exit code 1. ``--isolation process`` (ClientApps
 started by someone else) needs no SuperExec and is not checked.
+
+The node's privacy ledger (issue 27, :mod:`fa_hetdp.flowerkit.ledger`): before the SuperNode
+starts, the supervisor reads the node policy of its ``--node-config``
+(:func:`node_ledger`; a bad key or a file that is not a ledger is refused there, with the
+reason) and prints what the ledger has spent and what is left; it prints that again each time
+the ledger file changes (a measurement was charged by a ClientApp), :class:`LedgerWatch`.
 """
 
 from __future__ import annotations
@@ -34,17 +40,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from fa_hetdp.cli.cluster import _descendants, process_stats, programs_path
+
+if TYPE_CHECKING:
+    from fa_hetdp.flowerkit.ledger import NodeLedger
 
 __all__ = [
     "SUPEREXEC",
     "SUPEREXEC_WAIT",
+    "LedgerWatch",
     "add_arguments",
     "group_alive",
+    "node_config_of",
+    "node_ledger",
     "run_command",
     "superexec_running",
     "supervise",
@@ -114,12 +127,14 @@ def supervise(
     grace: float = 10.0,
     superexec_wait: float | None = None,
     env: Mapping[str, str] | None = None,
+    on_poll: Callable[[], None] | None = None,
 ) -> int:
     """Run ``argv`` in a new process group; end the group when it exits; return its code.
 
     With ``superexec_wait`` (seconds; Linux), a child that has had no running
     ``flower-superexec`` below it for that long -- it could not start one, or it exited --
-    is stopped, with the reason on stderr, and the code is 1.
+    is stopped, with the reason on stderr, and the code is 1. ``on_poll`` is called at each
+    poll (every 0.2 s; the node's ledger summary after each measurement).
     """
     child = subprocess.Popen(list(argv), start_new_session=True, env=env)
     stopping = False
@@ -137,6 +152,8 @@ def supervise(
     try:
         while (code := child.poll()) is None:
             time.sleep(0.2)
+            if on_poll is not None:
+                on_poll()
             if not watch or stopping or broken:
                 continue
             if superexec_running(child.pid):
@@ -214,11 +231,14 @@ def run_command(args: argparse.Namespace) -> int:
                 )
             ],
         )
+    watch = LedgerWatch(node_ledger(rest, env))  # bad node config or ledger: refused here
+    watch.show()
     code = supervise(
         [program, *rest],
         grace=float(args.grace),
         superexec_wait=SUPEREXEC_WAIT if needs_superexec else None,
         env=env,
+        on_poll=watch.poll,
     )
     if code != 0:
         print(f"fa-hetdp supernode: flower-supernode ended with code {code}", file=sys.stderr)
@@ -234,3 +254,74 @@ def _isolation(argv: Sequence[str]) -> str:
         elif word.startswith("--isolation="):
             value = word.partition("=")[2]
     return value
+
+
+def node_config_of(argv: Sequence[str]) -> dict[str, Any]:
+    """Return the ``--node-config`` of flower-supernode's arguments (``{}`` without one)."""
+    from flwr.common.config import parse_config_args
+
+    values: list[str] = []
+    for i, word in enumerate(argv):
+        if word == "--node-config" and i + 1 < len(argv):
+            values.append(argv[i + 1])
+        elif word.startswith("--node-config="):
+            values.append(word.partition("=")[2])
+    return dict(parse_config_args(values)) if values else {}
+
+
+def node_ledger(argv: Sequence[str], env: Mapping[str, str]) -> NodeLedger:
+    """Return the node's privacy ledger, as its ClientApps will read it (issue 27).
+
+    The node policy of the ``--node-config`` (:mod:`fa_hetdp.flowerkit.node_policy`), its
+    default ledger path under ``FLWR_HOME`` of ``env`` (the ClientApps' environment).
+
+    Raises
+    ------
+    ConfigError
+        A node config the policy refuses, or a ledger file that is not a ledger (one line).
+    """
+    from fa_hetdp.config.rules import ConfigError
+    from fa_hetdp.flowerkit.ledger import LedgerError
+    from fa_hetdp.flowerkit.node_policy import NodePolicy, NodePolicyError
+
+    try:
+        config = node_config_of(argv)
+    except ValueError as exc:
+        raise ConfigError("command line", [("--node-config", str(exc))]) from None
+    home = env.get("FLWR_HOME")
+    try:
+        policy = NodePolicy.from_node_config(config, home=Path(home) if home else None)
+        return policy.ledger()
+    except (NodePolicyError, LedgerError) as exc:
+        raise ConfigError("command line", [("--node-config", str(exc))]) from None
+
+
+class LedgerWatch:
+    """Print the node's ledger summary at the start and after each measurement (a new write)."""
+
+    def __init__(self, ledger: NodeLedger) -> None:
+        self.ledger = ledger
+        self._seen = self._stamp()
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = self.ledger.path.stat()
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
+
+    def show(self) -> None:
+        """Print what is spent and what is left."""
+        try:
+            lines = self.ledger.summary()
+        except Exception as exc:  # a ledger broken under a running node: say so, go on
+            lines = [f"privacy ledger {self.ledger.path}: {exc}"]
+        for line in lines:
+            print(f"fa-hetdp supernode: {line}", flush=True)
+
+    def poll(self) -> None:
+        """Print the summary again when the ledger file changed (a measurement was charged)."""
+        stamp = self._stamp()
+        if stamp != self._seen:
+            self._seen = stamp
+            self.show()

@@ -42,6 +42,14 @@ session size), does its step with the :mod:`fa_hetdp.protocol` client functions 
 What every step's handler shares (the settings, the session state, the noise generator, the
 secure aggregation's rounds) is :mod:`fa_hetdp.clients.session`.
 
+The data owner's node policy and privacy ledger (issue 27, :mod:`fa_hetdp.clients.policy`):
+``advertise_keys`` checks the session against the policy of the node config (in a Flower
+simulation, the scenario's ``[nodes]``) before its keys leave the node, and records the
+session's nonce in the node's ledger (a replay is refused); every release-bearing step
+(``stageK_input``, ``meta_round_*``, ``silo_summaries``) checks its plan again and charges the
+whole plan to the ledger before its reply is built. A refusal is one line in the node's log
+and the error reply's reason.
+
 The session size n that sets the noise share is the length of the setup's id list, which is
 bound into the session id of every share channel (a server that shows two clients different
 lists breaks their channel), never a number the server merely states. The
@@ -76,7 +84,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 import fa_hetdp
-from fa_hetdp.clients import meta, silo_summaries
+from fa_hetdp.clients import meta, policy, silo_summaries
 from fa_hetdp.clients.session import (
     SENT_SETTINGS,
     Handler,
@@ -128,7 +136,7 @@ from fa_hetdp.protocol.client import (
     stage_lattice,
 )
 from fa_hetdp.protocol.floor import floor_contribution
-from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
+from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.secagg.client import SecAggClient
 
 __all__ = [
@@ -290,10 +298,19 @@ def _local(context: Context, plan: ProtocolPlan) -> LocalValues:
 
 
 def _plan(settings: RunSettings, record: ConfigRecord) -> ProtocolPlan:
+    """Return the node's own plan: n from the key directory, its own d, gamma and roster."""
     n = state_int(record, State.SESSION_SIZE)
     floor = record.get(State.FLOOR)  # set by stage1_input in adaptive_floor runs
     floor = float(floor) if isinstance(floor, float) else None
-    return plan_protocol(settings.protocol, n=n, d=state_int(record, State.D), floor=floor)
+    gamma, roster_size = policy.node_gamma_roster(record)
+    return policy.node_protocol_plan(
+        settings,
+        n=n,
+        d=state_int(record, State.D),
+        gamma=gamma,
+        roster_size=roster_size,
+        floor=floor,
+    )
 
 
 def advertise_keys(
@@ -351,6 +368,19 @@ def advertise_keys(
             own.threat_model,
             own.gamma,
         )
+    roster_size = None if own.roster is None else len(own.roster.members)
+    # the node's policy and ledger (issue 27): checked before anything leaves the node
+    policy.start_session(
+        context,
+        settings,
+        request[Key.SETUP],
+        threat_model=own.threat_model,
+        gamma=own.gamma,
+        roster_size=roster_size,
+        d=d,
+        meta=analysis_of(settings) == "meta",
+        dropin=sent is not None,
+    )
     secagg = SecAggClient(
         client_id,
         threat_model=own.threat_model,
@@ -369,8 +399,10 @@ def advertise_keys(
             State.D: d,
             State.RNG_STATE: "",
             SENT_SETTINGS: "" if sent is None else sent.to_json(),
+            State.SESSION_NONCE: secagg.session,
         }
     )
+    policy.save_node_view(record, own.gamma, roster_size)
     context.state[State.RECORD] = record
     return reply_to(
         msg,
@@ -445,6 +477,9 @@ def _input(msg: Message, context: Context, stage: int) -> Message:
     request = decode(msg.content, limits=step_limits_of(context, INPUT_STEP[stage]))
     rng = noise_generator(settings, record, pid)
     values = _STAGE_VALUES[stage](context, settings, record, request, rng)
+    # the whole plan charged to the node's ledger before the reply is built (each stage: a
+    # later one that asks for more than the first charge is refused)
+    policy.charge(context, settings, record, secagg_client(record), _plan(settings, record))
     return masked_input(msg, request, values, settings, record, rng)
 
 

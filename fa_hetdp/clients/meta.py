@@ -23,7 +23,10 @@ Each client computes the noise of its share from the plan and the broadcast itse
 (:func:`fa_hetdp.protocol.meta_server.round_sigmas`, the server's own formula), never from a
 number the server states: a broadcast floor or clip
 changes the round's bounds and its noise together, so any broadcast keeps the planned
-``mu`` of the round.
+``mu`` of the round. The plan is the node's own (:func:`fa_hetdp.clients.policy.node_meta_plan`:
+with a roster, its colluders counted against the roster), checked by the node's policy and
+charged whole to its privacy ledger at round A, before the reply is built (issue 27); a later
+round that asks for more than was charged is refused.
 """
 
 from __future__ import annotations
@@ -36,12 +39,14 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, Message
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.clients.policy import charge, node_meta_plan
 from fa_hetdp.clients.session import (
     Handler,
     analysis_of,
     consistency,
     masked_input,
     noise_generator,
+    secagg_client,
     start_step,
     state_int,
     step_limits_of,
@@ -57,6 +62,7 @@ from fa_hetdp.protocol.meta_client import (
     client_round,
     summarise,
 )
+from fa_hetdp.protocol.meta_plan import MetaPlan
 from fa_hetdp.protocol.meta_server import round_sigmas
 
 __all__ = [
@@ -146,14 +152,18 @@ def meta_round(
     stage: int,
     request: Mapping[str, Any],
     rng: np.random.Generator,
+    plan: MetaPlan | None = None,
 ) -> FloatArray:
     """Return this client's round vector of ``stage`` (its values plus its noise share).
 
     ``counts`` is the session's list of round A (:func:`read_counts`); the plan is the run's
-    (:func:`fa_hetdp.flowerkit.settings.meta_plan`) for those counts.
+    (:func:`fa_hetdp.flowerkit.settings.meta_plan`) for those counts, or ``plan`` (the node's
+    own, :func:`fa_hetdp.clients.policy.node_meta_plan`: its colluders counted against its
+    roster).
     """
     summary: ClientSummary = summarise(records)
-    plan = meta_plan(settings, [count for _, count in counts], summary.theta.shape[0])
+    if plan is None:
+        plan = meta_plan(settings, [count for _, count in counts], summary.theta.shape[0])
     rnd = ROUND_OF_STAGE[stage]
     broadcast = broadcast_of(request, rnd, plan.d)
     return client_round(plan, summary, rnd, broadcast, round_sigmas(plan, rnd, broadcast), rng)
@@ -201,7 +211,10 @@ def _round_input(stage: int) -> Handler:
             )
             record[State.META_COUNTS] = counts_to_json(counts)
         counts = counts_from_json(record.get(State.META_COUNTS))
-        values = meta_round(settings, records, counts, stage, request, rng)
+        plan = node_meta_plan(settings, [count for _, count in counts], records.shape[1], record)
+        values = meta_round(settings, records, counts, stage, request, rng, plan)
+        # the whole plan charged to the node's ledger (round A) before the reply is built
+        charge(context, settings, record, secagg_client(record), plan)
         return masked_input(msg, request, values, settings, record, rng)
 
     handler.__name__ = step

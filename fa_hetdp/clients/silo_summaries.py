@@ -8,7 +8,9 @@ at the whole budget (:func:`silo_release`; parallel composition over disjoint re
 from its own noise generator (a CSPRNG in deployment mode, the seeded stream in simulation).
 
 A node whose config says ``release-silo-summaries = false`` says so in its first reply (the
-server then runs the secure sums) and refuses this step with one line.
+server then runs the secure sums) and refuses this step with one line. Otherwise the release is
+checked by the node's policy and charged to its privacy ledger before the reply is built
+(:func:`fa_hetdp.clients.policy.charge`, issue 27).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from flwr.app import Context, Message
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.clients.meta import local_records, read_counts
+from fa_hetdp.clients.policy import charge
 from fa_hetdp.clients.session import (
     Handler,
     analysis_of,
@@ -35,7 +38,7 @@ from fa_hetdp.flowerkit.settings import RunSettings, releases_silo_summaries, si
 from fa_hetdp.flowerkit.steps import SILO_SUMMARIES, Key, NodeConfig, State
 from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.meta_client import ClientSummary, summarise
-from fa_hetdp.protocol.silo_summaries import release_silo
+from fa_hetdp.protocol.silo_summaries import SiloPlan, release_silo
 
 __all__ = ["HANDLERS", "read_silo_counts", "silo_release", "silo_summaries"]
 
@@ -76,6 +79,7 @@ def silo_release(
     counts: list[list[int]],
     client_id: int,
     rng: np.random.Generator,
+    plan: SiloPlan | None = None,
 ) -> dict[str, FloatArray]:
     """Return this silo's release as the reply carries it: ``{"theta": ..., "s2": ...}``.
 
@@ -83,7 +87,8 @@ def silo_release(
     ``counts`` (:func:`read_silo_counts`); ``rng`` is the silo's noise generator.
     """
     summary: ClientSummary = summarise(records)
-    plan = silo_plan(settings, [count for _, count in counts], summary.theta.shape[0])
+    if plan is None:
+        plan = silo_plan(settings, [count for _, count in counts], summary.theta.shape[0])
     index = [cid for cid, _ in counts].index(client_id)
     release = release_silo(plan, index, summary, rng)
     return {"theta": release.theta, "s2": release.s2}
@@ -108,8 +113,11 @@ def silo_summaries(msg: Message, context: Context) -> Message:
     request = decode(msg.content, limits=step_limits_of(context, SILO_SUMMARIES))
     client_id = state_int(record, State.CLIENT_ID)
     counts = read_silo_counts(request, client_id=client_id, m=records.shape[0], d=records.shape[1])
+    plan = silo_plan(settings, [count for _, count in counts], records.shape[1])
+    # the node's own release, charged to its ledger before the reply is built
+    charge(context, settings, record, None, plan)
     rng = noise_generator(settings, record, pid)
-    release = silo_release(settings, records, counts, client_id, rng)
+    release = silo_release(settings, records, counts, client_id, rng, plan)
     save_generator(settings, record, rng)
     return reply_to(msg, {Key.SILO_RELEASE: release})
 

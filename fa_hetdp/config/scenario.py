@@ -27,12 +27,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
-from fa_hetdp.config.constraints import Options, Real
+from fa_hetdp.config.constraints import Boolean, Options, Real
 from fa_hetdp.config.rules import ConfigError, type_name, validate
 from fa_hetdp.config.schema import (
+    NODE_KEYS_OF_SCENARIO,
     AssumptionsSpec,
     DataSpec,
     ExperimentSpec,
+    NodesSpec,
     PrivacySpec,
     ProtocolSpec,
     Scenario,
@@ -62,6 +64,7 @@ def _sections() -> dict[str, frozenset[str]]:
         "secagg": frozenset(f.name for f in dataclasses.fields(SecAggSpec)),
         "experiment": frozenset({"repeats", "seed"}),
         "assumptions": frozenset({"within_variance", "coordinate_mean", "spread", "i2", "source"}),
+        "nodes": frozenset(NODE_KEYS_OF_SCENARIO),
     }
 
 
@@ -76,8 +79,9 @@ def scenario_from_dict(
     Parameters
     ----------
     raw : mapping
-        Tables ``scenario``, ``data``, ``privacy``, ``protocol``, ``secagg``, ``experiment``
-        (schema: ``scenarios/README.md``).
+        Tables ``scenario``, ``data``, ``privacy``, ``protocol``, ``secagg``, ``experiment``,
+        ``assumptions`` and ``nodes`` (the simulated nodes' policy; schema:
+        ``scenarios/README.md``).
     name : str, optional
         Name used when ``[scenario] name`` is absent (``load_scenario`` passes the file stem).
     path : str, optional
@@ -115,6 +119,7 @@ def scenario_from_dict(
     data = check_data(c, tables["data"])
     experiment, privacy, protocol, secagg = _settings(c, tables, data)
     assumptions = _assumptions(c, tables["assumptions"])
+    nodes = _nodes(c, tables["nodes"])
 
     if c.errors:
         where = f"scenario {path}" if path else f"scenario {scen_name!r}"
@@ -129,7 +134,29 @@ def scenario_from_dict(
         experiment=cast(ExperimentSpec, experiment),
         path=path,
         assumptions=assumptions,
+        nodes=nodes,
     )
+
+
+#: ``[nodes]``: each key's rule (the node policy checks them again, with the ledger's bounds).
+_NODE_RULES: Final[dict[str, Any]] = {
+    "allow_central_placement": Boolean(),
+    "allow_non_dp": Boolean(),
+    "measurement_max_epsilon": Real(low=0.0, low_open=True),
+    "ledger_max_epsilon": Real(low=0.0, high=1e6, low_open=True),
+    "ledger_max_delta": Real(low=0.0, high=1.0, low_open=True, high_open=True),
+}
+
+
+def _nodes(c: Checker, table: Mapping[str, Any]) -> NodesSpec:
+    """Check ``[nodes]``: the simulated nodes' policy (booleans, epsilons, a delta)."""
+    values: dict[str, Any] = {}
+    for name, rule in _NODE_RULES.items():
+        if name in table:
+            value = c.value_of(rule, table[name], f"nodes.{name}")
+            if value is not MISSING:
+                values[name] = value if isinstance(rule, Boolean) else float(value)
+    return NodesSpec(**values)
 
 
 def _assumptions(c: Checker, table: Mapping[str, Any]) -> AssumptionsSpec:

@@ -36,6 +36,7 @@ __all__ = [
     "DataSpec",
     "ExperimentSpec",
     "GridPoint",
+    "NodesSpec",
     "PrivacySpec",
     "ProtocolSpec",
     "Scenario",
@@ -383,6 +384,55 @@ class AssumptionsSpec:
         return out
 
 
+#: ``[nodes]`` keys and the node-config key each stands for (``fa_hetdp.flowerkit.node_policy``).
+NODE_KEYS_OF_SCENARIO: dict[str, str] = {
+    "allow_central_placement": "allow-central-placement",
+    "allow_non_dp": "allow-non-dp",
+    "measurement_max_epsilon": "measurement-max-epsilon",
+    "ledger_max_epsilon": "ledger-max-epsilon",
+    "ledger_max_delta": "ledger-max-delta",
+}
+
+
+@dataclass(frozen=True)
+class NodesSpec:
+    """``[nodes]``: the node policy of a Flower simulation's simulated nodes (issue 27).
+
+    A simulated node has no ``--node-config`` of its own (Flower gives it its partition only),
+    and one person runs every party: the scenario states what its nodes accept. Only a
+    ClientApp that runs in a Flower simulation reads it; a deployed node reads its own node
+    config and never this table (the scenario is the server's word there). A key left out is
+    the node's default (``docs/deployment.md``, "Node policy and privacy ledger").
+
+    Parameters
+    ----------
+    allow_central_placement, allow_non_dp : bool or None
+        ``allow-central-placement`` and ``allow-non-dp`` (default false).
+    measurement_max_epsilon, ledger_max_epsilon : float or None
+        ``measurement-max-epsilon`` and ``ledger-max-epsilon`` (default 10).
+    ledger_max_delta : float or None
+        ``ledger-max-delta`` (default ``1e-5``).
+    """
+
+    allow_central_placement: bool | None = None
+    allow_non_dp: bool | None = None
+    measurement_max_epsilon: float | None = None
+    ledger_max_epsilon: float | None = None
+    ledger_max_delta: float | None = None
+
+    def node_config(self) -> dict[str, Any]:
+        """Return the stated keys as node-config keys (``measurement-max-epsilon``, ...)."""
+        return {NODE_KEYS_OF_SCENARIO[k]: v for k, v in self.to_dict().items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the stated keys (the table as a scenario file writes it)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+
 def _entry(name: str) -> str:
     """Return a declared setting's key in its scenario section (``privacy_unit``: ``unit``)."""
     return SETTINGS[name].entry if name in SETTINGS else name
@@ -413,6 +463,8 @@ class Scenario:
         The file it was loaded from.
     assumptions : AssumptionsSpec
         ``[assumptions]``: public knowledge about the data, for the accuracy plan.
+    nodes : NodesSpec
+        ``[nodes]``: the policy of the simulated nodes of a Flower simulation.
     """
 
     name: str
@@ -424,6 +476,7 @@ class Scenario:
     experiment: ExperimentSpec
     path: str | None = None
     assumptions: AssumptionsSpec = AssumptionsSpec()
+    nodes: NodesSpec = NodesSpec()
 
     @property
     def num_clients(self) -> int:
@@ -545,6 +598,7 @@ class Scenario:
             "secagg": secagg,
             "experiment": {"repeats": self.experiment.repeats, "seed": self.experiment.seed},
             **({"assumptions": a} if (a := self.assumptions.to_dict()) else {}),
+            **({"nodes": n} if (n := self.nodes.to_dict()) else {}),
             "derived": {
                 "num_clients": self.num_clients,
                 "clients_per_label": None if per_label is None else list(per_label),

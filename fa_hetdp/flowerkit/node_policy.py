@@ -24,6 +24,10 @@ and validates every key this module knows (one line listing every bad key), and
 - a session nonce seen before (kept in the node's ledger, :mod:`fa_hetdp.flowerkit.ledger`,
   so a restart does not forget it), and a measurement the ledger cannot afford.
 
+Both apps check it at a session's first step and again at each release-bearing step
+(:mod:`fa_hetdp.clients.policy`); our app's nodes in a Flower simulation, which have no node
+config of their own, take theirs from the scenario's ``[nodes]`` table.
+
 Node-config keys this module does not know are left alone (a drop-in's user has its own);
 an unknown key under one of this module's prefixes (``ledger-``, ``measurement-``,
 ``secagg-``) is refused, so a typo does not silently fall back to a default.
@@ -40,11 +44,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from fa_hetdp._types import MECHANISMS, PLACEMENTS, PRIVACY_UNITS, PROFILES
-from fa_hetdp.dp.accounting import BudgetPlan, CalibratedRelease, PrivacySpent, privacy_spent
+from fa_hetdp.dp.accounting import (
+    CGM_BASELINE_LABEL,
+    BudgetPlan,
+    CalibratedRelease,
+    PrivacySpent,
+    privacy_spent,
+)
 from fa_hetdp.dp.budget import PrivacyBudget
 from fa_hetdp.errors import FaHetdpError
 from fa_hetdp.flowerkit.ledger import MAX_LEDGER_EPSILON
-from fa_hetdp.protocol.plan import colluding_clients
+from fa_hetdp.protocol.plan import LABEL_PAPER_PROFILE, colluding_clients
 from fa_hetdp.secagg.params import THREAT_MODELS
 
 if TYPE_CHECKING:
@@ -700,15 +710,18 @@ class NodePolicy:
     def not_dp(self, view: PlanView) -> list[str]:
         """Why ``view`` is not a DP guarantee, as the node reads it (empty: it is one)."""
         out: list[str] = []
+        said: list[str] = []  # the plan's own labels of what the node already said
         if view.profile == "paper":
             out.append("the 'paper' profile (its weighted sensitivities ignore the weights)")
+            said.append(LABEL_PAPER_PROFILE)
         if view.mechanism == "cgm" and view.epsilon is not None and view.epsilon >= 1.0:
             out.append(f"CGM at epsilon = {view.epsilon:g} >= 1 (Thm 2.9 holds below 1)")
+            said.append(CGM_BASELINE_LABEL)
         if not view.noise:
             out.append("noise = false (no noise at all)")
         if view.epsilon is None or view.delta is None:
             out.append("no (epsilon, delta) stated")
-        out.extend(view.not_dp)
+        out.extend(why for why in view.not_dp if not why.startswith(tuple(said)))
         return out
 
     def check(self, view: PlanView, *, ledger: NodeLedger | None = None) -> list[str]:

@@ -308,6 +308,12 @@ class State:
     """The client's records ``(m, d)`` in :attr:`LOCAL` (meta-analysis: not one vector)."""
     META_COUNTS: Final = "meta-counts"
     """The session's public record counts ``[[client id, m_i], ...]`` as JSON (round A on)."""
+    NODE_GAMMA: Final = "node-gamma"
+    """The corrupt fraction the node guards against (``NodeSecAgg.gamma``; its own plans)."""
+    ROSTER_SIZE: Final = "roster-size"
+    """The members of the node's roster (``-1``: none); colluders are counted against it."""
+    SESSION_NONCE: Final = "session-nonce"
+    """The session's nonce (bytes), kept in the node's ledger (issue 27)."""
 
 
 # ---------------------------------------------------------------------------- node config

@@ -13,6 +13,7 @@ saw the same list, and no client's seed and mask key are both revealed.
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import TYPE_CHECKING
 
@@ -37,14 +38,26 @@ def consistency_payload(session_id: bytes, summation: int, survivors: tuple[int,
 
 
 def check_safe(
-    client: SecAggClient, consistency: int, complete: bool, threshold: int, n: int, degree: int
+    client: SecAggClient,
+    consistency: int,
+    complete: bool,
+    threshold: int,
+    n: int,
+    degree: int,
+    *,
+    roster_size: int | None = None,
 ) -> None:
     """Refuse a session below this client's own safe minimums, whatever the server says.
 
-    Malicious server: the consistency round on the complete graph and ``t >=``
-    :func:`min_signatures` ``(n, gamma)``. Honest-but-curious with ``gamma > 0`` (a node's
-    own floor): ``t >=`` :func:`min_private_threshold` ``(n, degree, gamma)``.
+    Malicious server: the consistency round on the complete graph and ``t >=
+    floor((n + c)/2) + 1`` and ``t >= c + 1``, ``c`` the colluders: ``ceil(gamma |roster|)``
+    with a roster (``roster_size``, default the client's own roster; a session the server
+    picks smaller than the roster does not shrink them), else ``ceil(gamma n)``
+    (:func:`min_signatures`). Honest-but-curious with ``gamma > 0`` (a node's own floor):
+    ``t >=`` :func:`min_private_threshold` ``(n, degree, gamma)``.
     """
+    if roster_size is None and client.roster is not None:
+        roster_size = len(client.roster.members)
     if client.threat_model != "malicious-server":
         if client.gamma > 0:
             floor = min_private_threshold(n, degree, client.gamma)
@@ -56,12 +69,17 @@ def check_safe(
                 )
         return
     needed = min_signatures(n, client.gamma)
+    against = ""
+    if roster_size is not None and roster_size > n:
+        corrupt = math.ceil(client.gamma * roster_size - 1e-12)
+        needed = max(needed, (n + corrupt) // 2 + 1, corrupt + 1)
+        against = f" (c = ceil(gamma |roster|) = {corrupt} of a roster of {roster_size})"
     if not consistency or not complete or threshold < needed:
         raise MessageRejected(
             f"client {client.client_id} (threat model malicious-server) needs a consistency "
             f"round on the complete graph and threshold >= {needed} for n = {n}, gamma = "
-            f"{client.gamma:g}; the server offers consistency={consistency}, complete="
-            f"{complete}, threshold={threshold}."
+            f"{client.gamma:g}{against}; the server offers consistency={consistency}, "
+            f"complete={complete}, threshold={threshold}."
         )
 
 

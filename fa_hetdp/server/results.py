@@ -147,8 +147,10 @@ def simulation_caveats(settings: RunSettings) -> tuple[str, ...]:
     A ``mode = "simulation"`` run with a seed draws every noise share from that seed, so
     anyone who knows it can remove the noise; a malicious-server simulation whose nodes hold no
     roster also derives their identity keys from the seed
-    (:func:`fa_hetdp.flowerkit.settings.simulation_identities`). The (epsilon, delta) is what the
-    protocol gives when the noise is secret, as in a deployment (CSPRNG noise, a roster).
+    (:func:`fa_hetdp.flowerkit.settings.simulation_identities`); central placement, which a
+    node accepts only by its own policy (the simulated nodes: the scenario's ``[nodes]``), lets
+    the server see the exact sum. The (epsilon, delta) is what the protocol gives when the
+    noise is secret, as in a deployment (CSPRNG noise, a roster).
     """
     if settings.mode != "simulation" or settings.seed is None:
         return ()
@@ -161,6 +163,12 @@ def simulation_caveats(settings: RunSettings) -> tuple[str, ...]:
         caveats.append(
             "malicious-server simulation: nodes without a roster use identity keys derived "
             "from the seed, so the key-substitution defence is exercised, not in force"
+        )
+    if settings.protocol.placement == "central":
+        caveats.append(
+            "central placement: the server adds all the noise and sees the exact sum; a node "
+            "accepts it only by its own policy (node config allow-central-placement = true; a "
+            "Flower simulation's nodes: the scenario's [nodes] allow_central_placement = true)"
         )
     return tuple(caveats)
 
