@@ -436,6 +436,7 @@ def test_without_the_node_check_the_low_gamma_session_would_run(
     monkeypatch.setattr(client_module, "check_node_safety", lambda config, settings: None)
     monkeypatch.setattr(policy_module, "start_session", lambda *args, **kwargs: None)
     monkeypatch.setattr(policy_module, "charge", lambda *args, **kwargs: None)
+    monkeypatch.setattr(policy_module, "realise", lambda *args, **kwargs: None)
     grid = make_grid(configs=partition_configs(**{"secagg-min-gamma": 0.01}))
     result = fa_hetdp.flower.measure(
         grid,

@@ -15,6 +15,7 @@ before Flower starts what they would refuse.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import fa_hetdp.flower
 import fa_hetdp.server.app as server_app
 from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.flowerkit.ledger import NodeLedger
-from fa_hetdp.flowerkit.settings import RunSettings
+from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions
 from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS
 from fa_hetdp.flowerkit.wire import encode
 from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
@@ -456,3 +457,59 @@ def test_the_supernode_prints_its_ledger_at_start_and_after_a_charge(
     assert "over 1 measurement" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="ledger-max-epsilon"):
         node_ledger(["--node-config", "ledger-max-epsilon=-1"], {})
+
+
+# ---------------------------------------------------------------------------- realised noise
+class Refusals(InMemoryTransport):
+    """Keeps every node's refusal at every step (step -> node -> reason)."""
+
+    def exchange(
+        self, step: str, payloads: Mapping[int, Mapping[str, Any]], timeout: float
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+        replies, dropouts = super().exchange(step, payloads, timeout)
+        self.refusals = {**getattr(self, "refusals", {}), step: dict(dropouts)}
+        return replies, dropouts
+
+
+def _degraded(tmp_path: Path, keys: dict[str, Any]) -> tuple[dict[str, Any], Any, frozenset[int]]:
+    """20 nodes, 2 lost before stage 1's masked input (their noise shares with them)."""
+    config = run_config(
+        tmp_path,
+        scenario_file(tmp_path, 20),
+        **{"dropout-fraction": 0.1, "dropout-stage": "stage1", "on-degraded": "release"},
+    )
+    transport = _transport(tmp_path, config, 20, {**SEEDED, **keys}, Refusals)
+    return config, transport, dropout_partitions(RunSettings.from_run_config(config))
+
+
+def test_each_node_charges_the_noise_its_sums_actually_hold(tmp_path: Path) -> None:
+    # Issue 28: 2 of 20 nodes are lost before stage 1, so stage 1's sum holds 18 noise shares
+    # and the release spends more than the plan's epsilon = 1 (the server releases it: on-degraded
+    # = "release"). Before, every node's ledger said 1.000 while the result said more; now each
+    # node recomputes the noise left in the sum from the unmask request (survivors less the
+    # colluders it guards against) and charges that before it answers.
+    config, transport, dropped = _degraded(tmp_path, {})
+    document = _own_run(transport, config)
+    assert document["status"] == "success" and document["clients_in_sum"]["stage1"] == 18
+    spent = document["privacy"]["epsilon_spent"]
+    assert spent > 1.0 + 1e-3  # degraded: more than the target
+    for node in range(5000, 5020):
+        if node - 5000 in dropped:
+            continue  # lost before its first release: never charged
+        ledger = NodeLedger(tmp_path / "ledgers" / f"{node}.json", "record")
+        (entry,) = ledger.entries()
+        assert entry.charge is not None and "(realised)" in entry.name
+        assert ledger.spent().epsilon == pytest.approx(spent, rel=1e-6)
+
+
+def test_a_node_refuses_to_unmask_a_sum_worth_more_than_its_cap(tmp_path: Path) -> None:
+    # The same degraded sum against nodes whose own cap is just above the plan: each refuses
+    # the unmasking (one line, with the noise left in the sum), so the sum is never decoded.
+    config, transport, _ = _degraded(tmp_path, {"measurement-max-epsilon": 1.001})
+    with pytest.raises(ProtocolAbortError, match="stage1_unmask"):
+        _own_run(transport, config)
+    reasons = list(transport.refusals["stage1_unmask"].values())
+    assert len(reasons) == 18
+    assert all("measurement-max-epsilon = 1.001: the noise left in the sum" in r for r in reasons)
+    assert all("16 honest shares of 18" not in r for r in reasons)  # gamma = 0: c = 0
+    assert all("18 honest shares of 18" in r for r in reasons)

@@ -89,6 +89,7 @@ from fa_hetdp.clients.session import (
     SENT_SETTINGS,
     Handler,
     SimulatedDropoutError,
+    UnmaskCheck,
     analysis_of,
     consistency,
     masked_input,
@@ -135,7 +136,7 @@ from fa_hetdp.protocol.client import (
     stage2_contribution,
     stage_lattice,
 )
-from fa_hetdp.protocol.floor import floor_contribution
+from fa_hetdp.protocol.floor import FLOOR_RELEASE, floor_contribution
 from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.secagg.client import SecAggClient
 
@@ -434,9 +435,23 @@ def stage0_input(msg: Message, context: Context) -> Message:
     return _input(msg, context, 0)
 
 
+def _realised(stage: Literal[0, 1, 2]) -> UnmaskCheck:
+    """Return the node's realised charge of stage ``stage``'s sum, run before its unmasking."""
+
+    def check(
+        context: Context, settings: RunSettings, record: ConfigRecord, secagg: SecAggClient, k: int
+    ) -> None:
+        plan = _plan(settings, record)
+        blocks = () if stage == 0 else plan.layout(stage).blocks
+        releases = [FLOOR_RELEASE] if stage == 0 else [b.release for b in blocks]
+        policy.realise(context, settings, record, secagg, plan, releases, k)
+
+    return check
+
+
 def stage0_unmask(msg: Message, context: Context) -> Message:
     """Stage 0: reveal the shares that remove the masks."""
-    return unmask(msg, context, STAGE0_UNMASK)
+    return unmask(msg, context, STAGE0_UNMASK, before=_realised(0))
 
 
 def stage1_input(msg: Message, context: Context) -> Message:
@@ -446,7 +461,7 @@ def stage1_input(msg: Message, context: Context) -> Message:
 
 def stage1_unmask(msg: Message, context: Context) -> Message:
     """Stage 1: reveal the shares that remove the masks."""
-    return unmask(msg, context, STAGE1_UNMASK)
+    return unmask(msg, context, STAGE1_UNMASK, before=_realised(1))
 
 
 def stage2_input(msg: Message, context: Context) -> Message:
@@ -456,7 +471,7 @@ def stage2_input(msg: Message, context: Context) -> Message:
 
 def stage2_unmask(msg: Message, context: Context) -> Message:
     """Stage 2: reveal the shares that remove the masks."""
-    return unmask(msg, context, STAGE2_UNMASK)
+    return unmask(msg, context, STAGE2_UNMASK, before=_realised(2))
 
 
 InputValues = Callable[

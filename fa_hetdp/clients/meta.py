@@ -36,12 +36,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.clients.policy import charge, node_meta_plan
+from fa_hetdp.clients.policy import charge, node_meta_plan, realise
 from fa_hetdp.clients.session import (
     Handler,
+    UnmaskCheck,
     analysis_of,
     consistency,
     masked_input,
@@ -62,8 +63,9 @@ from fa_hetdp.protocol.meta_client import (
     client_round,
     summarise,
 )
-from fa_hetdp.protocol.meta_plan import MetaPlan
+from fa_hetdp.protocol.meta_plan import ROUNDS, MetaPlan
 from fa_hetdp.protocol.meta_server import round_sigmas
+from fa_hetdp.secagg.client import SecAggClient
 
 __all__ = [
     "HANDLERS",
@@ -222,12 +224,28 @@ def _round_input(stage: int) -> Handler:
     return handler
 
 
-def _secagg_step(step: str) -> Handler:
+def _realised(rnd: str) -> UnmaskCheck:
+    """Return the node's realised charge of round ``rnd``'s sum, run before its unmasking."""
+
+    def check(
+        context: Context, settings: RunSettings, record: ConfigRecord, secagg: SecAggClient, k: int
+    ) -> None:
+        counts = counts_from_json(record.get(State.META_COUNTS))
+        d = local_records(context).shape[1]
+        plan = node_meta_plan(settings, [count for _, count in counts], d, record)
+        releases = [r for r in ROUNDS[rnd] if r in plan.releases]
+        realise(context, settings, record, secagg, plan, releases, k)
+
+    return check
+
+
+def _secagg_step(rnd: str, step: str) -> Handler:
     """Return the handler of a round's consistency or unmask step (secure aggregation's)."""
-    run = unmask if step.endswith("_unmask") else consistency
 
     def handler(msg: Message, context: Context) -> Message:
-        return run(msg, context, step)
+        if step.endswith("_unmask"):
+            return unmask(msg, context, step, before=_realised(rnd))
+        return consistency(msg, context, step)
 
     handler.__name__ = step
     handler.__doc__ = f"{step}: the secure aggregation's round of the meta-analysis."
@@ -237,8 +255,8 @@ def _secagg_step(step: str) -> Handler:
 HANDLERS: Final[Mapping[str, Handler]] = {
     **{META_ROUNDS[rnd].input: _round_input(stage) for stage, rnd in ROUND_OF_STAGE.items()},
     **{
-        step: _secagg_step(step)
-        for steps in META_ROUNDS.values()
+        step: _secagg_step(rnd, step)
+        for rnd, steps in META_ROUNDS.items()
         for step in (steps.consistency, steps.unmask)
     },
 }

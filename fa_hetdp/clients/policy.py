@@ -32,10 +32,11 @@ are the server's message) only the node config counts.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from flwr.app import ConfigRecord, Context
@@ -415,6 +416,91 @@ def node_gamma_roster(record: ConfigRecord) -> tuple[float, int | None]:
     return _saved(record)
 
 
+def _view(
+    record: ConfigRecord,
+    secagg: SecAggClient | None,
+    plan: ProtocolPlan | MetaPlan | SiloPlan,
+) -> PlanView:
+    """Return the node's view of ``plan`` (its gamma, roster, nonce, realised shares)."""
+    gamma, roster = _saved(record)
+    nonce = record.get(State.SESSION_NONCE)
+    if not isinstance(nonce, bytes) or not nonce:
+        raise RuntimeError("corrupt protocol state: no session nonce")
+    if isinstance(plan, SiloPlan):
+        return silo_view(plan, session=nonce)
+    if secagg is None:
+        raise RuntimeError("a secure sum needs the session's secure-aggregation client")
+    kwargs: dict[str, Any] = {
+        "t": secagg.threshold,
+        "threat_model": secagg.threat_model,
+        "gamma": gamma,
+        "roster_size": roster,
+        "session": nonce,
+    }
+    if isinstance(plan, MetaPlan):
+        view = meta_view(plan, **kwargs)
+    else:
+        view = protocol_view(plan, **kwargs)
+    return dataclasses.replace(view, realised=_realised(record))
+
+
+def _realised(record: ConfigRecord) -> tuple[tuple[str, int], ...]:
+    text = record.get(State.REALISED, "")
+    if not isinstance(text, str) or not text:
+        return ()
+    return tuple(sorted((str(k), int(v)) for k, v in json.loads(text).items()))
+
+
+def realise(
+    context: Context,
+    settings: RunSettings,
+    record: ConfigRecord,
+    secagg: SecAggClient,
+    plan: ProtocolPlan | MetaPlan,
+    releases: Sequence[str],
+    survivors: int,
+) -> None:
+    """Charge the noise a summation actually holds, before the node answers its unmask request.
+
+    ``survivors``: the masked inputs in the sum (the unmask request's count; in the
+    malicious-server mode the list every survivor signed). Of their noise shares the node
+    counts ``survivors - c`` as honest (``c`` the colluders it guards against, against its
+    roster), so the ``releases`` of this summation hold that much noise, not the plan's
+    ``n - c``; the session's charge is raised to it (never lowered) and the request refused if
+    the node's caps or ledger do not afford it -- a degraded sum is then never unmasked by
+    this node.
+
+    Raises
+    ------
+    NodeRefusedError
+        One line: the measurement cap or the ledger's overrun, at the realised noise.
+    """
+    policy = _policy(context, settings, dropin=bool(record.get(SENT_SETTINGS, "")))
+    view = _view(record, secagg, plan)
+    honest = max(int(survivors) - view.colluders, 0)
+    realised = dict(view.realised)
+    realised.update(dict.fromkeys(releases, honest))
+    view = dataclasses.replace(view, realised=tuple(sorted(realised.items())))
+    record[State.REALISED] = json.dumps(dict(view.realised))
+    where = f"the unmasking ({survivors} masked inputs in the sum)"
+    # the node's caps, not the plan's stated epsilon: the server's on-degraded policy may
+    # release a degraded sum, the node's own caps bound what it answers for
+    epsilon = assess(view, policy.ledger_max_delta).epsilon_at_node_delta
+    if epsilon > policy.measurement_max_epsilon * (1.0 + EPSILON_RTOL):
+        _refused(
+            [
+                f"{MEASUREMENT_MAX_EPSILON} = {policy.measurement_max_epsilon:g}: the noise "
+                f"left in the sum ({honest} honest shares of {survivors}) is worth epsilon = "
+                f"{epsilon:.4g} at delta = {policy.ledger_max_delta:g}"
+            ],
+            where,
+        )
+    try:
+        _ledger(policy).realise(view)
+    except LedgerError as exc:
+        _refuse([str(exc)], where)
+
+
 def charge(
     context: Context,
     settings: RunSettings,
@@ -434,28 +520,8 @@ def charge(
         One line: the policy's reasons, or the ledger's (an overrun, more than was charged).
     """
     policy = _policy(context, settings, dropin=bool(record.get(SENT_SETTINGS, "")))
-    gamma, roster = _saved(record)
-    nonce = record.get(State.SESSION_NONCE)
-    if not isinstance(nonce, bytes) or not nonce:
-        raise RuntimeError("corrupt protocol state: no session nonce")
-    view: PlanView
-    if isinstance(plan, SiloPlan):
-        view = silo_view(plan, session=nonce)
-    else:
-        if secagg is None:
-            raise RuntimeError("a secure sum needs the session's secure-aggregation client")
-        kwargs: dict[str, Any] = {
-            "t": secagg.threshold,
-            "threat_model": secagg.threat_model,
-            "gamma": gamma,
-            "roster_size": roster,
-            "session": nonce,
-        }
-        view = (
-            meta_view(plan, **kwargs)
-            if isinstance(plan, MetaPlan)
-            else protocol_view(plan, **kwargs)
-        )
+    # the plan as asked (the realised shares of earlier sums are charged at their unmasking)
+    view = dataclasses.replace(_view(record, secagg, plan), realised=())
     _refuse(policy.check(view), "this release")
     ledger = _ledger(policy)
     try:

@@ -27,6 +27,7 @@ from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions
 from fa_hetdp.flowerkit.steps import META_ROUNDS, STAGE_SUMS, Key, NodeConfig, State
 from fa_hetdp.flowerkit.wire import Limits, decode, encode
 from fa_hetdp.secagg.client import SecAggClient
+from fa_hetdp.secagg.messages import UnmaskRequest
 
 __all__ = [
     "DROPOUT_ALIASES",
@@ -252,12 +253,32 @@ def consistency(msg: Message, context: Context, step: str) -> Message:
     return reply_to(msg, {Key.SECAGG: reply})
 
 
-def unmask(msg: Message, context: Context, step: str) -> Message:
-    """Reveal the shares that remove the masks of the summation ``step`` unmasks."""
-    _, _, record = start_step(context, step)
+UnmaskCheck = Callable[[Context, RunSettings, ConfigRecord, SecAggClient, int], None]
+"""``check(context, settings, record, secagg, survivors)``: raises to refuse the unmasking
+(the node's realised charge: :func:`fa_hetdp.clients.policy.realise`)."""
+
+
+def unmask(
+    msg: Message, context: Context, step: str, *, before: UnmaskCheck | None = None
+) -> Message:
+    """Reveal the shares that remove the masks of the summation ``step`` unmasks.
+
+    ``before`` is called with the number of masked inputs in the sum (the request's count)
+    before any share is revealed; it raises to refuse (nothing of the sum is unmasked by this
+    node then).
+    """
+    settings, _, record = start_step(context, step)
     secagg = secagg_client(record)
+    request = decode(msg.content, limits=step_limits_of(context, step))[Key.SECAGG]
+    if before is not None:
+        before(context, settings, record, secagg, survivors_of(request))
     try:
-        reply = secagg.unmask(decode(msg.content, limits=step_limits_of(context, step))[Key.SECAGG])
+        reply = secagg.unmask(request)
     finally:  # a refusal can change the state too (e.g. "excluded"): keep it
         record[State.SECAGG] = secagg.to_bytes()
     return reply_to(msg, {Key.SECAGG: reply})
+
+
+def survivors_of(request: Any) -> int:
+    """Return the masked inputs an unmask request says are in the sum (``num_survivors``)."""
+    return int(UnmaskRequest.from_dict(request).num_survivors)

@@ -354,6 +354,54 @@ class NodeLedger:
             view.session, effective, unit=view.unit, name=view.name, records=view.records
         )
 
+    def realise(self, view: PlanView) -> Charge:
+        """Raise a session's charge to the noise its sums actually hold, before an unmask.
+
+        ``view`` carries the realised shares of the summations seen so far
+        (:attr:`~fa_hetdp.flowerkit.node_policy.PlanView.realised`: survivors less the
+        colluders the node guards against). A charge at most the session's is kept as it is
+        (charges are never refunded); a larger one replaces it if the ledger affords it with
+        every other measurement -- otherwise the node must not answer the unmask request.
+
+        Raises
+        ------
+        LedgerRefusedError
+            The session was never charged, or its realised cost overruns the ledger.
+        """
+        from fa_hetdp.flowerkit.node_policy import assess
+
+        key = _hex(view.session)
+        if key is None:
+            raise LedgerRefusedError(f"ledger {self._path}: a realised charge needs its session")
+        _check_hex(key, self._path)
+        effective = assess(view, self._max_delta).effective
+        with self._locked():
+            state = self._read()
+            index = next((i for i, e in enumerate(state.entries) if e.session == key), None)
+            entry = None if index is None else state.entries[index]
+            had = None if entry is None else entry.charge
+            if index is None or entry is None or had is None:
+                raise LedgerRefusedError(
+                    f"ledger {self._path}: session {key[:16]}... has no DP charge to realise"
+                )
+            others = [e.charge for i, e in enumerate(state.entries) if i != index and e.charge]
+            budget = PrivacyBudget.restore(self._max_epsilon, self._max_delta, others)
+            try:
+                priced = budget.cost(effective, name=f"{entry.name} (realised)")
+            except PrivacyParameterError as exc:
+                raise LedgerRefusedError(f"ledger {self._path}: {exc}") from None
+            charge, group = self._convert(priced, view.unit, view.records)
+            if math.fsum(r.rho for r in charge.releases) <= math.fsum(
+                r.rho for r in had.releases
+            ) * (1.0 + _RHO_RTOL):
+                return had
+            problem = self._overrun(others, charge)
+            if problem is not None:
+                raise LedgerRefusedError(f"{problem} (the noise shares that reached the sum)")
+            state.entries[index] = replace(entry, charge=charge, group=group, name=charge.name)
+            self._write(state)
+            return charge
+
     def refusals(self, view: PlanView, policy: NodePolicy) -> list[str]:
         """Why the ledger would refuse ``view`` now (a replayed nonce, an overrun, the unit)."""
         from fa_hetdp.flowerkit.node_policy import assess

@@ -198,6 +198,10 @@ class PlanView:
         The node's own record count, when the node states it: a client-level ledger then
         charges a record-level release by group privacy (``k`` records cost ``k mu``); None:
         such a release is refused.
+    realised : tuple of (str, int)
+        The noise shares a summation actually holds, per release, once the node has seen its
+        unmask request (``survivors - c``: the survivors' shares less the colluders it guards
+        against); a release not listed keeps :attr:`honest_shares` (the plan's ``n - c``).
     """
 
     n: int
@@ -218,6 +222,7 @@ class PlanView:
     secure_sum: bool = True
     name: str = "measurement"
     records: int | None = None
+    realised: tuple[tuple[str, int], ...] = ()
 
     @property
     def colluders(self) -> int:
@@ -394,18 +399,21 @@ def assess(view: PlanView, node_delta: float) -> Assessment:
     """Recompute the noise of ``view`` and the epsilon it buys, from the node's view only.
 
     Each counted release gets ``share_std sqrt(n - c)`` (``c`` against the roster: the
-    colluders know and subtract their shares), or the plan's ``sigma`` under central
-    placement (trusted; the policy refuses it unless the node allows it). The releases then
-    compose as every plan of the project does (:func:`~fa_hetdp.dp.accounting.privacy_spent`:
-    Gaussian DP, zCDP for the discrete mechanisms).
+    colluders know and subtract their shares) -- ``share_std sqrt(survivors - c)`` once its
+    summation's survivors are known (:attr:`PlanView.realised`) -- or the plan's ``sigma``
+    under central placement (trusted; the policy refuses it unless the node allows it). The
+    releases then compose as every plan of the project does
+    (:func:`~fa_hetdp.dp.accounting.privacy_spent`: Gaussian DP, zCDP for the discrete
+    mechanisms).
     """
     h = max(view.honest_shares, 0)
+    realised = dict(view.realised)
     releases = []
     for r in view.releases:
         if view.placement == "central" and view.secure_sum:
             sigma = r.sigma
         else:
-            sigma = r.share_std * math.sqrt(h)
+            sigma = r.share_std * math.sqrt(max(min(realised.get(r.name, h), h), 0))
         releases.append(
             CalibratedRelease(r.name, r.sensitivity, sigma, None, None, r.counts_for_privacy)
         )

@@ -314,6 +314,9 @@ class State:
     """The members of the node's roster (``-1``: none); colluders are counted against it."""
     SESSION_NONCE: Final = "session-nonce"
     """The session's nonce (bytes), kept in the node's ledger (issue 27)."""
+    REALISED: Final = "realised-shares"
+    """JSON ``{release: honest shares}`` of the summations unmasked so far (survivors less the
+    colluders the node guards against; its realised charge, issue 28)."""
 
 
 # ---------------------------------------------------------------------------- node config
