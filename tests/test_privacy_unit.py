@@ -288,7 +288,13 @@ def test_every_surface_states_the_record_unit() -> None:
 
     x = np.random.default_rng(0).random((30, 8))
     result = fa_hetdp.private_statistics(
-        x, epsilon=1.0, delta=1e-5, privacy_unit="record", min_records=100, rng=1
+        x,
+        epsilon=1.0,
+        delta=1e-5,
+        privacy_unit="record",
+        min_records=100,
+        rng=1,
+        records_per_client=np.full(30, 100),
     )
     sentence = unit_of_privacy("record", 100)
     assert sentence.startswith("one record of one client") and "min_records = 100" in sentence
@@ -505,3 +511,20 @@ def test_the_meta_plan_bounds_are_the_proved_ones() -> None:
                     }
                     for key, value in code.items():
                         assert value >= ref[key] * (1 - 1e-12), (key, m, floor, kappa, tau2)
+
+
+def test_a_record_level_run_checks_the_clients_record_counts() -> None:
+    # Issue 28: one-record clients were given a record-level guarantee for min_records = 100
+    # that nothing checked. The counts are now required and checked before any noise is drawn.
+    x = np.random.default_rng(0).random((30, 8))
+    common: dict[str, Any] = {
+        "epsilon": 1.0, "delta": 1e-5, "privacy_unit": "record", "min_records": 100, "rng": 1
+    }  # fmt: skip
+    with pytest.raises(PrivacyParameterError, match="needs records_per_client="):
+        fa_hetdp.private_statistics(x, **common)
+    with pytest.raises(PrivacyParameterError, match=r"1 of 30 clients hold fewer than min_rec"):
+        fa_hetdp.private_statistics(x, records_per_client=[100] * 29 + [1], **common)
+    with pytest.raises(PrivacyParameterError, match="must be 30 integers"):
+        fa_hetdp.private_statistics(x, records_per_client=[100.0] * 30, **common)
+    # the client unit takes none (today's protocol, byte for byte)
+    fa_hetdp.private_statistics(x, epsilon=1.0, delta=1e-5, rng=1)

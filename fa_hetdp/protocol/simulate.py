@@ -202,6 +202,7 @@ def private_statistics(
     noise_shape: NoiseShape | None = None,
     dispersion_center: DispersionCenter | None = None,
     rng: np.random.Generator | int | None = None,
+    records_per_client: npt.ArrayLike | None = None,
     **extra: Any,
 ) -> PrivateStatistics:
     """Run the two-stage protocol in process (Thm 3.3, 3.8, 3.13; Alg. 3.1).
@@ -242,6 +243,11 @@ floor_quantile, noise_shape, dispersion_center
         for reproducible simulations); left out, a CSPRNG-backed generator
         (:func:`fa_hetdp.dp.rng.csprng_generator`: AES-256-CTR keyed from ``os.urandom``), as
         a real release needs.
+    records_per_client : array_like of int, optional
+        ``(n,)``: how many records each client's vector averages. Required under
+        ``privacy_unit = "record"`` (the record-level bounds assume every client holds at
+        least ``min_records``; a vector alone cannot show it, so it is checked here and a
+        shortfall refused); not used under the client unit.
     **extra
         Any other declared setting (:data:`fa_hetdp.config.settings.SETTINGS`) without a
         :class:`ProtocolConfig` field; it reaches :meth:`ProtocolConfig.setting`. An
@@ -276,6 +282,7 @@ floor_quantile, noise_shape, dispersion_center
     rng = as_generator(rng)
     values, n_clipped = validate_clients(x)
     n, d = values.shape
+    check_record_counts(config, records_per_client, n)
     plan = plan_protocol(config, n=n, d=d)
     choice: FloorChoice | None = None
     if plan.adaptive:  # stage 0: the noisy histogram of the s_i^2 picks the floor
@@ -287,6 +294,39 @@ floor_quantile, noise_shape, dispersion_center
     del values
     result = _private_run(truth, plan, rng=rng)
     return replace(result, floor_choice=choice)
+
+
+def check_record_counts(config: ProtocolConfig, counts: npt.ArrayLike | None, n: int) -> None:
+    """Refuse a record-level run whose clients' record counts are not shown to meet the bound.
+
+    Raises
+    ------
+    PrivacyParameterError
+        ``privacy_unit = "record"`` without ``records_per_client``, with counts of the wrong
+        shape or kind, or with a client below ``min_records``.
+    """
+    if config.setting("privacy_unit") != "record":
+        return
+    floor = config.setting("min_records")
+    if counts is None:
+        raise PrivacyParameterError(
+            "private_statistics(privacy_unit='record') needs records_per_client=: each client's "
+            f"record count, checked against min_records={floor} (a client's vector alone cannot "
+            "show how many records it averages, and the record-level bound assumes it)"
+        )
+    m = np.asarray(counts)
+    if m.shape != (n,) or not np.issubdtype(m.dtype, np.integer):
+        raise PrivacyParameterError(
+            f"records_per_client must be {n} integers (one per client), got shape {m.shape} "
+            f"of {m.dtype}"
+        )
+    short = int(np.sum(m < floor))
+    if short:
+        raise PrivacyParameterError(
+            f"{short} of {n} clients hold fewer than min_records={floor} records (smallest: "
+            f"{int(m.min())}): the record-level guarantee does not hold for them; lower "
+            "min_records or leave them out"
+        )
 
 
 def _private_run(
