@@ -107,6 +107,34 @@ def test_explicit_parameters_state_their_exact_failure_probabilities() -> None:
     assert (complete.degree, complete.threshold, complete.complete) == (99, 50, True)
 
 
+def test_the_guarantee_says_a_missed_target_and_a_run_warns_of_it(tmp_path: Path) -> None:
+    # Issue 28: the missed correctness target (2^-1.8 against 2^-20) went by without a word,
+    # "2^-inf" was printed for a probability 0, and "delta = 0.05 of dropouts" stood beside the
+    # DP delta.
+    from fa_hetdp.cli.run import secagg_warnings
+
+    p = secagg_parameters(300, 32, 2 / 3, gamma=0.125, delta=0.125)
+    text = p.guarantee()
+    assert f"(target 2^-{p.eta:g}: missed)" in text
+    assert "not the DP delta" in text and "delta = 0.125 of dropouts" not in text
+    line = next(w for w in p.shortfalls() if "may fail to complete" in w)
+    assert f"2^{p.correctness_failure:.1f}" in line and f"2^-{p.eta:g}" in line
+    none = secagg_parameters(10, "complete", 1.0, gamma=0.0, delta=0.0)  # t = n, nobody lost
+    assert none.correctness_failure == -math.inf and none.privacy_failure == -math.inf
+    assert "2^-inf" not in none.guarantee() and "(failure probability 0;" in none.guarantee()
+    assert none.shortfalls() == ()
+    # what fa-hetdp run prints before Flower starts: the same lines, from the run config
+    from test_flower_helpers import run_config, scenario_file
+
+    config = run_config(tmp_path, scenario_file(tmp_path, 20))
+    default = secagg_warnings(config)
+    assert not any("may fail to complete" in w for w in default)  # the tests' runs: none
+    missed = secagg_warnings(
+        {**config, "secagg-threshold": 1.0, "secagg-dropout-tolerance": 0.1}
+    )  # t = n: one lost client fails the sum
+    assert any("may fail to complete" in w for w in missed), missed
+
+
 def test_resolve_graph_is_the_explicit_resolution_without_auto() -> None:
     assert resolve_graph(100, 10, 0.5) == (10, 5)
     assert resolve_graph(100, "complete", 0.5) == (None, 50)

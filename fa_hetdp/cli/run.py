@@ -649,6 +649,15 @@ def run_command(args: argparse.Namespace) -> int:
             return exc.exit_code
 
 
+def secagg_warnings(run_config: Mapping[str, object]) -> tuple[str, ...]:
+    """Return a line per failure bound of the run's secure aggregation above its target."""
+    from fa_hetdp.flowerkit.settings import RunSettings
+
+    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
+    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    return settings.secagg_parameters().shortfalls()
+
+
 def _run(args: argparse.Namespace) -> int:
     check_paths(args)
     setup = prepare(args)
@@ -660,6 +669,8 @@ def _run(args: argparse.Namespace) -> int:
         if notice is not None:
             print(notice)  # before any number, the plan's included
     check_simulated_nodes(setup.run_config, setup.dim)  # what every node would refuse
+    for line in secagg_warnings(setup.run_config):  # a target the secure aggregation misses
+        print(f"warning: {line}", file=sys.stderr)
     if setup.analysis != "meta":
         print("\n".join(run_plan_lines(setup.run_config, setup.dim)))  # what to expect
     with _workdir(args.workdir) as workdir:

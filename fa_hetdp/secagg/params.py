@@ -154,12 +154,38 @@ class SecAggParameters:
             f"n = {self.n} clients on {graph}: each client's secrets are shared among its "
             f"{min(self.degree, self.n - 1)} neighbours (never itself), t = {self.threshold} "
             f"shares reconstruct one. Against {server} colluding with up to a fraction "
-            f"gamma = {self.gamma:g} of the clients, no client's input is exposed except with "
-            f"probability <= 2^{self.privacy_failure:.1f} (target 2^-{self.sigma:g}); with up "
-            f"to a fraction delta = {self.delta:g} of dropouts, every sum completes except "
-            f"with probability <= 2^{self.correctness_failure:.1f} (target 2^-{self.eta:g})."
+            f"gamma = {self.gamma:g} of the clients, no client's input is exposed "
+            f"{_failure(self.privacy_failure, self.sigma)}; with up to {self.delta:.3g} of "
+            "the clients dropping out (the dropout tolerance of the secure aggregation, not "
+            f"the DP delta), every sum completes {_failure(self.correctness_failure, self.eta)}."
             + assumes
         )
+
+    def shortfalls(self) -> tuple[str, ...]:
+        """Return a line per failure bound above its target (empty: both targets met)."""
+        out = []
+        if self.privacy_failure > -self.sigma:
+            out.append(
+                f"secure aggregation: an input may be exposed with probability up to "
+                f"2^{self.privacy_failure:.1f}, above the target 2^-{self.sigma:g} (raise "
+                "the threshold or the degree, or state a smaller gamma)"
+            )
+        if self.correctness_failure > -self.eta:
+            out.append(
+                f"secure aggregation: a sum may fail to complete with probability up to "
+                f"2^{self.correctness_failure:.1f}, above the target 2^-{self.eta:g}, with "
+                f"{self.delta:.3g} of the clients dropping out (lower the threshold, raise the "
+                "degree, or expect an aborted run)"
+            )
+        return tuple(out)
+
+
+def _failure(log2_p: float, target_bits: float) -> str:
+    """Return ``except with probability <= 2^x (target 2^-y)``, ``: missed`` when it is."""
+    if log2_p == -math.inf:
+        return f"(failure probability 0; target 2^-{target_bits:g})"
+    missed = "" if log2_p <= -target_bits else ": missed"
+    return f"except with probability <= 2^{log2_p:.1f} (target 2^-{target_bits:g}{missed})"
 
 
 def _log2(x: Fraction) -> float:

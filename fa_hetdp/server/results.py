@@ -274,6 +274,7 @@ def secagg_section(
         "privacy_failure_log2": _number(p.privacy_failure),
         "correctness_failure_log2": _number(p.correctness_failure),
         "guarantee": p.guarantee(),
+        "shortfalls": list(p.shortfalls()),  # failure bounds above their targets
         "modulus_bits": settings.modulus_bits,  # the ring Z_2^m the masked words live in
         **words,
     }
