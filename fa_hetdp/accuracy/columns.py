@@ -19,6 +19,13 @@ module -- as a pandas DataFrame:
   min and max where none is stated, and says so in its labels. Values outside are clipped into
   the range and counted (:attr:`ColumnMetaAnalysis.clipped`: exact counts, not private).
 
+- ``arm=`` and ``effect=`` (two-arm effects: :mod:`fa_hetdp.protocol.two_arm`): the
+  treatment-indicator column (two levels; the treated one stated as ``(column, level)`` or the
+  sorted second) and ``"MD"``, ``"SMD"``, ``"OR"``, ``"RR"`` or ``"RD"``; every site's effect
+  as metafor's ``escalc``, pooled by DerSimonian-Laird. An MD comes back in the column's units
+  (``(high - low) x``), the other measures unit-free. The private analysis protects one record
+  replaced *within its arm*, every site's arm sizes public.
+
 The library scales each column to ``[0, 1]`` by ``x = (value - low)/(high - low)``, runs the
 analysis of the array form, and returns a :class:`ColumnMetaAnalysis`: every figure back in
 the column's own units and named by column -- means ``low + (high - low) x``, ``tau2`` and
@@ -53,7 +60,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Final
 
@@ -64,6 +71,14 @@ from scipy.stats import chi2
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
+from fa_hetdp.protocol.two_arm import (
+    TwoArmMetaAnalysis,
+    arm_summaries,
+    check_effect,
+    exact_two_arm,
+    min_arm_size,
+)
+from fa_hetdp.stats.effect_sizes import BINARY_MEASURES
 from fa_hetdp.stats.meta import (
     MetaAnalysis,
     MetaIntervals,
@@ -80,9 +95,11 @@ __all__ = [
     "ColumnMetaAnalysis",
     "PreparedRecords",
     "as_columns",
+    "check_two_arm_columns",
     "is_data_frame",
     "meta_analysis",
     "prepare_records",
+    "two_arm_summaries",
 ]
 
 MEAN_FIGURES: Final = frozenset({"pooled_mean", "random_effects_mean"})
@@ -134,6 +151,12 @@ class PreparedRecords:
         The DataFrame's site column (None for the array form).
     notes : tuple of str
         Labels to add to the result's (ranges taken from the data).
+    arms : numpy.ndarray or None
+        ``(N,)`` 1 for a treated record, 0 for a control (None without ``arm=``).
+    arm : str or None
+        The DataFrame's treatment-indicator column (None for the array form or without arms).
+    arm_levels : tuple
+        ``(treated, control)``: the arm column's two levels (``(1, 0)`` for the array form).
     """
 
     records: FloatArray
@@ -146,6 +169,9 @@ class PreparedRecords:
     bounds_from: dict[str, str]
     site: str | None = None
     notes: tuple[str, ...] = ()
+    arms: npt.NDArray[np.int64] | None = None
+    arm: str | None = None
+    arm_levels: tuple[Any, ...] = ()
 
 
 def _caller(private: bool) -> str:
@@ -192,11 +218,13 @@ def prepare_records(
     columns: Sequence[str] | None = None,
     bounds: Any = None,
     private: bool = False,
+    arm: Any = None,
 ) -> PreparedRecords | None:
     """Check the records and scale them to ``[0, 1]`` (module docstring).
 
-    Returns None for the array form without ``bounds`` and ``columns`` (today's input, passed on
-    as it is).
+    Returns None for the array form without ``bounds``, ``columns`` and ``arm`` (today's input,
+    passed on as it is). ``arm`` (:func:`_prepare_arms`): a DataFrame's treatment-indicator
+    column (its name, or ``(name, treated level)``), or the array form's 0/1 array (1 treated).
 
     Raises
     ------
@@ -207,6 +235,8 @@ def prepare_records(
         records, bounds that are not ``low < high``, bounds for a column not analysed, or (the
         private analysis) a numeric non-binary column without bounds.
     """
+    if arm is not None:
+        return _prepare_arms(records, client_ids, site, columns, bounds, private, arm)
     if is_data_frame(records):
         return _prepare_frame(records, client_ids, site, columns, bounds, private)
     if site is not None:
@@ -222,6 +252,131 @@ def prepare_records(
     if bounds is None and columns is None:
         return None
     return _prepare_array(records, client_ids, columns, bounds, private)
+
+
+def _prepare_arms(
+    records: Any,
+    client_ids: Any,
+    site: str | None,
+    columns: Sequence[str] | None,
+    bounds: Any,
+    private: bool,
+    arm: Any,
+) -> PreparedRecords:
+    """Prepare the records and their arms (``arm=``: two-arm effects).
+
+    A DataFrame's ``arm`` names its treatment-indicator column, or is ``(column, treated)``: the
+    column must hold exactly two levels (missing values refused); the treated one is ``treated``
+    where stated, else the second of the two sorted (``True`` of a bool column, ``1`` of a 0/1
+    one, ``"T"`` of ``"C"``/``"T"``). The column is not an outcome (left out of the default
+    columns). The levels present are public as the arm sizes are (the private analysis'
+    neighbours keep every site's arm sizes). The array form's ``arm`` is an ``(N,)`` array of
+    0/1 (or bool), 1 = treated; its records are read as today (in ``[0, 1]``, or in their units
+    with ``bounds``).
+
+    Raises
+    ------
+    InputDataError
+        An unknown or misused arm column, not two levels, a treated level that is not one of
+        them, an arm array of the wrong length or not 0/1; what :func:`prepare_records` refuses.
+    """
+    if not is_data_frame(records):
+        if isinstance(arm, str) or (
+            isinstance(arm, tuple) and len(arm) == 2 and isinstance(arm[0], str)
+        ):
+            raise InputDataError(
+                f"arm={arm!r} names a DataFrame's column; records is not a DataFrame: give the "
+                "array form's arms as an array of 0/1 (1 = treated), one per record."
+            )
+        flags = np.asarray(arm)
+        n_records = int(np.shape(records)[0]) if np.ndim(records) >= 1 else -1
+        if flags.ndim != 1 or flags.shape[0] != n_records:
+            raise InputDataError(
+                f"arm must hold one 0/1 value per record ({n_records}), got shape {flags.shape}."
+            )
+        if flags.dtype.kind == "b":
+            flags = flags.astype(np.int64)
+        if flags.dtype.kind not in "iuf" or not np.all((flags == 0) | (flags == 1)):
+            raise InputDataError("arm must be 0 (control) or 1 (treated) for every record.")
+        if bounds is None and columns is None:
+            try:
+                raw = np.asarray(records, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise InputDataError(f"records must be an (N, d) array of numbers: {exc}") from exc
+            if raw.ndim == 2 and raw.size and np.all(np.isfinite(raw)):
+                if np.any(raw < 0.0) or np.any(raw > 1.0):
+                    raise InputDataError(
+                        f"records must lie in [0, 1] (found [{raw.min():g}, {raw.max():g}]), or "
+                        "give bounds: a (d, 2) array of public ranges to read them in."
+                    )
+                bounds = np.tile([0.0, 1.0], (raw.shape[1], 1))
+        if client_ids is None:
+            raise InputDataError(
+                f"{_caller(private)} needs client_ids with an (N, d) array (one silo id 0..n-1 "
+                "per record)."
+            )
+        prepared = _prepare_array(records, client_ids, columns, bounds, private)
+        arms = np.asarray(flags, dtype=np.int64)
+        if arms.min() == arms.max():
+            raise InputDataError("arm holds one level only: two arms are needed (0 and 1).")
+        return replace(prepared, arms=arms, arm=None, arm_levels=(1, 0))
+    pd = sys.modules["pandas"]
+    treated: Any = None
+    stated = False
+    if isinstance(arm, tuple | list) and len(arm) == 2:
+        arm, treated = arm
+        stated = True
+    available = [str(c) for c in records.columns]
+    if not isinstance(arm, str) or arm not in records.columns:
+        raise InputDataError(
+            f"arm must name the DataFrame's treatment-indicator column (or be (column, treated "
+            f"level)), got {arm!r}; its columns: {available}."
+        )
+    if arm == site:
+        raise InputDataError(f"the site column {arm!r} cannot also be the arm column.")
+    if columns is not None:
+        named = [columns] if isinstance(columns, str) else list(columns)
+        if arm in named:
+            raise InputDataError(f"the arm column {arm!r} cannot also be an outcome column.")
+    else:
+        named = [
+            c
+            for c in records.columns
+            if c not in (site, arm) and pd.api.types.is_numeric_dtype(records[c].dtype)
+        ]
+        if not named:
+            raise InputDataError(
+                f"the DataFrame has no numeric column besides the site {site!r} and the arm "
+                f"{arm!r}; name the outcome columns with columns= (its columns: {available})."
+            )
+    missing = int(records[arm].isna().sum())
+    if missing:
+        raise InputDataError(
+            f"missing values (NaN) in the arm column {arm!r}: {missing} rows; drop them first."
+        )
+    prepared = _prepare_frame(records, client_ids, site, named, bounds, private)
+    values = records[arm].to_numpy(dtype=object)
+    levels = _sorted_labels(list(pd.unique(values)))
+    if len(levels) != 2:
+        raise InputDataError(
+            f"the arm column {arm!r} must hold exactly two levels (treated and control), it holds "
+            f"{len(levels)}: {levels[:10]}; keep the two arms to compare, e.g. "
+            f"frame[frame[{arm!r}].isin([...])]."
+        )
+    if stated:
+        if treated not in levels:
+            raise InputDataError(
+                f"the treated level {treated!r} is not in the arm column {arm!r}: {levels}."
+            )
+    else:
+        treated = levels[1]
+    control = levels[0] if treated == levels[1] else levels[1]
+    return replace(
+        prepared,
+        arms=np.asarray(values == treated, dtype=np.int64),
+        arm=str(arm),
+        arm_levels=(treated, control),
+    )
 
 
 def _prepare_array(
@@ -514,9 +669,18 @@ class ColumnMetaAnalysis:
         The site column (None: the array form).
     notes : tuple of str
         Labels of the scaling (ranges taken from the data), after the result's.
+    effect : str
+        ``"mean"`` (each column's mean) or the two-arm effect (``"MD"``, ``"SMD"``, ``"OR"``,
+        ``"RR"``, ``"RD"``; ``result`` a :class:`~fa_hetdp.protocol.two_arm.
+        TwoArmMetaAnalysis`): an MD is read in the column's units (``(high - low) x``, no
+        offset: a difference), the other measures are unit-free and left as they are.
+    arm : str or None
+        The treatment-indicator column (two-arm effects of a DataFrame).
+    arm_levels : tuple
+        ``(treated, control)`` levels of the arm column.
     """
 
-    result: MetaAnalysis | PrivateMetaAnalysis
+    result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis
     columns: tuple[str, ...]
     low: FloatArray
     high: FloatArray
@@ -525,13 +689,20 @@ class ColumnMetaAnalysis:
     bounds_from: dict[str, str] = field(default_factory=dict)
     site: str | None = None
     notes: tuple[str, ...] = ()
+    effect: str = "mean"
+    arm: str | None = None
+    arm_levels: tuple[Any, ...] = ()
 
     @classmethod
     def of(
-        cls, result: MetaAnalysis | PrivateMetaAnalysis, prepared: PreparedRecords
+        cls,
+        result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis,
+        prepared: PreparedRecords,
     ) -> ColumnMetaAnalysis:
         """Wrap ``result``, the analysis of ``prepared.records``."""
         labels = prepared.site_labels or tuple(range(result.n))
+        two_arm = isinstance(result, TwoArmMetaAnalysis)
+        effect = result.effect if isinstance(result, TwoArmMetaAnalysis) else "mean"
         return cls(
             result=result,
             columns=prepared.columns,
@@ -542,6 +713,9 @@ class ColumnMetaAnalysis:
             bounds_from=dict(prepared.bounds_from),
             site=prepared.site,
             notes=prepared.notes,
+            effect=effect,
+            arm=prepared.arm if two_arm else None,
+            arm_levels=prepared.arm_levels if two_arm else (),
         )
 
     # ---------------------------------------------------------------- the scaling
@@ -550,11 +724,23 @@ class ColumnMetaAnalysis:
         """``(d,)`` ``high - low``."""
         return np.asarray(self.high - self.low)
 
+    @property
+    def scale(self) -> FloatArray:
+        """``(d,)`` the factor of a figure's unit: ``high - low`` (means, MDs) or 1 (unit-free).
+
+        The unit-free effects: SMD, log OR, log RR, RD.
+        """
+        if self.effect in ("mean", "MD"):
+            return self.span
+        return np.ones(self.span.shape)
+
     def _mean(self, x: Any) -> FloatArray:
+        if self.effect != "mean":  # a difference or a unit-free effect: no offset
+            return np.asarray(self.scale * np.asarray(x, dtype=np.float64))
         return np.asarray(self.low + self.span * np.asarray(x, dtype=np.float64))
 
     def _variance(self, x: Any) -> FloatArray:
-        return np.asarray(self.span**2 * np.asarray(x, dtype=np.float64))
+        return np.asarray(self.scale**2 * np.asarray(x, dtype=np.float64))
 
     def _scaled(self, key: str, x: Any) -> Any:
         if key in MEAN_FIGURES:
@@ -567,12 +753,16 @@ class ColumnMetaAnalysis:
     @property
     def private(self) -> bool:
         """Whether the analysis is the private one."""
+        if isinstance(self.result, TwoArmMetaAnalysis):
+            return self.result.private
         return isinstance(self.result, PrivateMetaAnalysis)
 
     @property
     def design(self) -> str:
         """The design that ran (``"exact"`` for the exact analysis)."""
-        return self.result.design if isinstance(self.result, PrivateMetaAnalysis) else "exact"
+        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+            return self.result.design
+        return "exact"
 
     @property
     def n(self) -> int:
@@ -597,17 +787,26 @@ class ColumnMetaAnalysis:
     @property
     def spent(self) -> Any:
         """The privacy spent (None for the exact analysis or a run without noise)."""
-        return self.result.spent if isinstance(self.result, PrivateMetaAnalysis) else None
+        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+            return self.result.spent
+        return None
 
     @property
     def unit_of_privacy(self) -> str:
-        """What the guarantee protects (empty for the exact analysis)."""
-        return self.result.unit_of_privacy if isinstance(self.result, PrivateMetaAnalysis) else ""
+        """What the guarantee protects (empty for the exact analysis).
+
+        Two-arm effects: one record replaced within its arm, every site's arm sizes public.
+        """
+        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+            return self.result.unit_of_privacy
+        return ""
 
     @property
     def server_saw(self) -> str:
         """What the server saw (empty for the exact analysis)."""
-        return self.result.server_saw if isinstance(self.result, PrivateMetaAnalysis) else ""
+        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+            return self.result.server_saw
+        return ""
 
     # ---------------------------------------------------------------- the figures
     @property
@@ -688,7 +887,7 @@ class ColumnMetaAnalysis:
         Means: ``(high - low) SE``; ``tau2``: ``(high - low)^2 SE``.
         """
         se = self.result.standard_errors
-        out = {key: np.asarray(self.span * value) for key, value in se.items()}
+        out = {key: np.asarray(self.scale * value) for key, value in se.items()}
         if "tau2" in se:
             out["tau2"] = self._variance(se["tau2"])
         return out
@@ -726,7 +925,7 @@ class ColumnMetaAnalysis:
         silos = self.result.silo_estimates()
         if silos is None:
             return None
-        sq = self.span**2
+        sq = self.scale**2
         return SiloEstimates(
             effects=self._mean(silos.effects),
             variances=np.asarray(silos.variances * sq),
@@ -750,7 +949,7 @@ class ColumnMetaAnalysis:
         ImportError
             pandas is not installed (it is optional: ``pip install pandas``).
         """
-        private = isinstance(self.result, PrivateMetaAnalysis)
+        private = self.private
         attrs: dict[str, Any] = {
             "design": self.design,
             "site": self.site,
@@ -763,22 +962,30 @@ class ColumnMetaAnalysis:
             "clipped": dict(self.clipped),
             "clipped_note": CLIPPED_NOTE,
         }
-        if isinstance(self.result, PrivateMetaAnalysis):
-            spent = self.result.spent
+        if self.effect != "mean":
+            attrs.update(
+                {"effect": self.effect, "arm": self.arm, "arm_levels": list(self.arm_levels)}
+            )
+        if isinstance(self.result, PrivateMetaAnalysis) or private:
+            spent = self.spent
             attrs.update(
                 {
                     "epsilon": None if spent is None else spent.epsilon,
                     "delta": None if spent is None else spent.delta,
-                    "unit_of_privacy": self.result.unit_of_privacy,
-                    "adversary": self.result.adversary,
-                    "server_saw": self.result.server_saw,
+                    "unit_of_privacy": self.unit_of_privacy,
+                    "adversary": getattr(self.result, "adversary", ""),
+                    "server_saw": self.server_saw,
                 }
             )
+        if isinstance(self.result, TwoArmMetaAnalysis):
+            q_pvalue: Any = self.result.q_pvalue  # the noise is in the variances: a valid test
+        else:
+            q_pvalue = None if private else chi2.sf(self.q, self.n - 1)
         return figure_frame(
             self,
             self.confidence_intervals(level, target, **options),
             names=self.columns,
-            q_pvalue=None if private else chi2.sf(self.q, self.n - 1),
+            q_pvalue=q_pvalue,
             extra={"design": self.design} if private else None,
             attrs=attrs,
             what="ColumnMetaAnalysis.to_frame",
@@ -831,6 +1038,46 @@ def as_columns(
     )
 
 
+def check_two_arm_columns(prepared: PreparedRecords, effect: str) -> None:
+    """Refuse an OR, RR or RD of a column that is not binary (values 0/1, range (0, 1)).
+
+    Raises
+    ------
+    InputDataError
+        The columns that are not binary, and what to use instead.
+    """
+    if effect not in BINARY_MEASURES:
+        return
+    x = prepared.records
+    bad = [
+        name
+        for j, name in enumerate(prepared.columns)
+        if prepared.low[j] != 0.0
+        or prepared.high[j] != 1.0
+        or not bool(np.all((x[:, j] == 0.0) | (x[:, j] == 1.0)))
+    ]
+    if bad:
+        raise InputDataError(
+            f"effect={effect!r} compares proportions: columns {bad} are not binary (values 0/1 "
+            "with the range (0, 1): bool, a categorical's levels, or 0/1 numbers with bounds "
+            "(0, 1)); use effect='MD' or 'SMD' for a numeric column."
+        )
+
+
+def two_arm_summaries(prepared: PreparedRecords, effect: str) -> Any:
+    """Every site's per-arm summaries of ``prepared`` (sites named by label in a refusal)."""
+    if prepared.arms is None:
+        raise InputDataError(f"effect={effect!r} compares two arms: arm= is needed.")
+    check_two_arm_columns(prepared, effect)
+    return arm_summaries(
+        prepared.records,
+        prepared.client_ids,
+        prepared.arms,
+        minimum=min_arm_size(effect),
+        site_labels=prepared.site_labels or None,
+    )
+
+
 def meta_analysis(
     records: Any,
     client_ids: npt.ArrayLike | None = None,
@@ -838,6 +1085,8 @@ def meta_analysis(
     site: str | None = None,
     columns: Sequence[str] | None = None,
     bounds: Any = None,
+    arm: Any = None,
+    effect: str = "mean",
 ) -> MetaAnalysis | ColumnMetaAnalysis:
     """Exact inverse-variance meta-analysis (no privacy) of an array or a DataFrame.
 
@@ -857,18 +1106,40 @@ def meta_analysis(
     bounds : mapping or array_like, optional
         ``{column: (low, high)}`` (a DataFrame) or a ``(d, 2)`` array; default here: each
         column's min and max in the data (labelled).
+    arm : str, tuple or array_like, optional
+        Two-arm effects: the DataFrame's treatment-indicator column, or ``(column, treated
+        level)`` (default treated: the second of its two sorted levels); for the array form an
+        ``(N,)`` array of 0/1, 1 = treated (:func:`_prepare_arms`).
+    effect : {"mean", "MD", "SMD", "OR", "RR", "RD"}
+        ``"mean"`` (default): each column's mean per site, pooled. The others, with ``arm``:
+        every site's effect and its variance as metafor's ``escalc`` (mean difference, Hedges'
+        g; log odds ratio, log risk ratio, risk difference of a binary column), pooled by the
+        DerSimonian-Laird analysis of :func:`fa_hetdp.meta_analysis_from_summaries`
+        (:mod:`fa_hetdp.protocol.two_arm`).
 
     Returns
     -------
     MetaAnalysis or ColumnMetaAnalysis
-        The array form without ``bounds`` and ``columns``: :class:`MetaAnalysis` as before;
-        otherwise the figures in the columns' units.
+        The array form without ``bounds``, ``columns`` and ``arm``: :class:`MetaAnalysis` as
+        before; otherwise the figures in the columns' units (an MD in the column's units, the
+        other effects unit-free).
 
     Raises
     ------
     InputDataError
-        Malformed records, ids, columns or bounds (:func:`prepare_records`).
+        Malformed records, ids, columns, bounds or arms (:func:`prepare_records`); an unknown
+        effect, a two-arm effect without ``arm`` (or ``arm`` without one), an OR, RR or RD of a
+        column that is not binary, a site with an arm too small (2 records for MD and SMD, 1
+        otherwise).
     """
+    name = check_effect(effect, arm is not None)
+    if name != "mean":
+        two = prepare_records(
+            records, client_ids, site=site, columns=columns, bounds=bounds, arm=arm
+        )
+        if two is None:  # pragma: no cover - arm= always prepares
+            raise InputDataError("arm= needs the records prepared")
+        return ColumnMetaAnalysis.of(exact_two_arm(two_arm_summaries(two, name), name), two)
     prepared = prepare_records(records, client_ids, site=site, columns=columns, bounds=bounds)
     if prepared is None:
         return meta_analysis_of_arrays(records, client_ids)  # type: ignore[arg-type]

@@ -18,13 +18,20 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, prepare_records
+from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, prepare_records, two_arm_summaries
 from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_plan import UNIT_REQUIRED, MetaSettings, settings_from
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.meta_simulate import clients_of, plan_design, run_design
+from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
 from fa_hetdp.protocol.simulate import as_generator
+from fa_hetdp.protocol.two_arm import (
+    SECURE_SUMS_REFUSAL,
+    check_effect,
+    plan_two_arm,
+    run_two_arm,
+)
 
 __all__ = ["ASSUMPTIONS", "AUTO_DRAWS", "UNIT_REQUIRED", "choose_design", "private_meta_analysis"]
 
@@ -85,6 +92,8 @@ def private_meta_analysis(
     site: str | None = None,
     columns: Sequence[str] | None = None,
     bounds: Any = None,
+    arm: Any = None,
+    effect: str = "mean",
     epsilon: float,
     delta: float,
     rng: np.random.Generator | int | None = None,
@@ -120,6 +129,20 @@ def private_meta_analysis(
         Public ranges ``{column: (low, high)}`` (a DataFrame; required for every numeric
         column that is not binary, and never to be taken from the data) or a ``(d, 2)`` array
         (the array form, then read in its own units). Values outside are clipped and counted.
+    arm : str, tuple or array_like, optional
+        Two-arm effects: the DataFrame's treatment-indicator column, or ``(column, treated
+        level)`` (default treated: the second of its two sorted levels); for the array form an
+        ``(N,)`` array of 0/1, 1 = treated. Every site's arm sizes are public.
+    effect : {"mean", "MD", "SMD", "OR", "RR", "RD"}
+        ``"mean"`` (default): each column's mean, in either design. The others, with ``arm``:
+        the two-arm effect in the silo-summaries design (:mod:`fa_hetdp.protocol.two_arm`):
+        every silo releases, per arm, its noisy means and variances (OR, RR, RD: its noisy
+        proportions) calibrated to that arm's public size, each at the whole budget -- the
+        neighbours replace one record *within its arm*, so the arms' releases, like the silos',
+        are on disjoint records and compose in parallel; the server forms each silo's effect
+        with the noise in its variance and pools them (DerSimonian-Laird). The secure sums
+        refuse it (each arm would need its own sums: not built); ``design="auto"`` runs the
+        silo summaries, or refuses where they cannot run (the client unit, ``min_records``).
     epsilon, delta : float
         The budget of the whole analysis.
     rng : numpy.random.Generator, int or None
@@ -139,9 +162,10 @@ def private_meta_analysis(
     Returns
     -------
     PrivateMetaAnalysis or ColumnMetaAnalysis
-        The array form without ``bounds`` and ``columns``: :class:`PrivateMetaAnalysis` as
-        before; otherwise a :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`, every
-        figure in the columns' units (its ``result`` the analysis of the scaled records).
+        The array form without ``bounds``, ``columns`` and ``arm``: :class:`PrivateMetaAnalysis`
+        as before; otherwise a :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`, every
+        figure in the columns' units (its ``result`` the analysis of the scaled records; for a
+        two-arm effect a :class:`~fa_hetdp.protocol.two_arm.TwoArmMetaAnalysis`).
 
     Raises
     ------
@@ -154,6 +178,22 @@ def private_meta_analysis(
     """
     if "privacy_unit" not in settings:
         raise PrivacyParameterError(UNIT_REQUIRED)
+    name = check_effect(effect, arm is not None)
+    if name != "mean":
+        return _private_two_arm(
+            records,
+            client_ids,
+            site,
+            columns,
+            bounds,
+            arm,
+            name,
+            epsilon,
+            delta,
+            rng,
+            assumptions,
+            settings,
+        )
     prepared = prepare_records(
         records, client_ids, site=site, columns=columns, bounds=bounds, private=True
     )
@@ -164,6 +204,54 @@ def private_meta_analysis(
     result = _private_meta_analysis(
         prepared.records, prepared.client_ids, epsilon, delta, rng, assumptions, settings
     )
+    return ColumnMetaAnalysis.of(result, prepared)
+
+
+def _private_two_arm(
+    records: Any,
+    client_ids: Any,
+    site: str | None,
+    columns: Sequence[str] | None,
+    bounds: Any,
+    arm: Any,
+    effect: str,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None,
+    assumptions: Mapping[str, Any] | None,
+    settings: Mapping[str, Any],
+) -> ColumnMetaAnalysis:
+    """Run a two-arm effect in the silo-summaries design (the only one that builds it)."""
+    s = settings_from(**settings)
+    if s.design == "secure-sums":
+        raise PrivacyParameterError(SECURE_SUMS_REFUSAL.format(effect=effect) + ".")
+    problem = silo_summaries_problem(s)
+    if problem is not None:
+        raise PrivacyParameterError(
+            f"effect={effect!r} runs in the silo-summaries design only (the secure sums would "
+            f"need each arm's own sums: not built), and {problem}."
+        )
+    if assumptions is not None:
+        raise InputDataError(
+            f"assumptions are for the planner's choice between the designs; effect={effect!r} "
+            "runs the silo summaries only (no choice is made)."
+        )
+    prepared = prepare_records(
+        records, client_ids, site=site, columns=columns, bounds=bounds, private=True, arm=arm
+    )
+    if prepared is None:  # pragma: no cover - arm= always prepares
+        raise InputDataError("arm= needs the records prepared")
+    summaries = two_arm_summaries(prepared, effect)
+    plan = plan_two_arm(
+        epsilon, delta, summaries.m, summaries.d, effect, replace(s, design="silo-summaries")
+    )
+    result = run_two_arm(plan, summaries, as_generator(rng))
+    if s.design == "auto":
+        why = (
+            f"design silo-summaries: effect={effect!r} needs per-arm releases, which only the "
+            "silo summaries build (the secure sums would need each arm's own sums)"
+        )
+        result = replace(result, labels=(*result.labels, why))
     return ColumnMetaAnalysis.of(result, prepared)
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "check_silo_release",
     "plan_silo_summaries",
     "release_silo",
+    "shrink_variances",
     "silo_bounds",
     "silo_figures",
     "silo_intervals",
@@ -309,8 +310,21 @@ def _variance_estimates(plan: SiloPlan, s2: FloatArray) -> FloatArray:
     variances (their spread less the mean noise variance): a silo whose noise is small keeps its
     own variance, one whose noise swamps it takes the pooled one. Post-processing.
     """
-    m = plan.records_per_client.astype(np.float64)[:, None]
     _, ss = plan.sigmas
+    return shrink_variances(plan.records_per_client, ss, s2)[0]
+
+
+def shrink_variances(
+    counts: npt.ArrayLike, ss: npt.ArrayLike, s2: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`_variance_estimates` for groups of ``counts`` records, noise std ``ss``; and lambda.
+
+    ``s2`` ``(..., g, d)`` the groups' noisy sample variances; returns the estimates and the
+    shrinkage factors ``lambda_i`` (the weight of the group's own clipped variance). The two-arm
+    analysis (:mod:`fa_hetdp.protocol.two_arm`) calls it on the silos' arms as groups.
+    """
+    m = np.asarray(counts).astype(np.float64)[:, None]
+    ss = np.asarray(ss, dtype=np.float64)
     noise_var = (ss * ss)[:, None]
     top = m / (4.0 * (m - 1.0))
     clipped = np.clip(s2, 0.0, top)
@@ -321,7 +335,7 @@ def _variance_estimates(plan: SiloPlan, s2: FloatArray) -> FloatArray:
     lam = between / (between + noise_var)
     shrunk = lam * clipped + (1.0 - lam) * pooled
     floor = np.maximum(ss, MIN_VARIANCE)[:, None]
-    return np.asarray(np.clip(shrunk, floor, top))
+    return np.asarray(np.clip(shrunk, floor, top)), np.asarray(lam)
 
 
 def _true_variances(plan: SiloPlan, s2: FloatArray) -> FloatArray:

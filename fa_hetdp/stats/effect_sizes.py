@@ -60,6 +60,9 @@ __all__ = [
     "CONTINUITY_CORRECTION",
     "CONTINUOUS_MEASURES",
     "MEASURES",
+    "binary_cells",
+    "binary_effects",
+    "continuous_effects",
     "effect_sizes",
     "hedges_correction",
 ]
@@ -129,13 +132,31 @@ def _check_counts(name: str, arr: FloatArray, minimum: int) -> None:
         )
 
 
-def _binary(
-    measure: str, a: FloatArray, n1: FloatArray, c: FloatArray, n2: FloatArray
-) -> tuple[FloatArray, FloatArray]:
+def binary_cells(
+    a: FloatArray, n1: FloatArray, c: FloatArray, n2: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Return the cells ``a, b = n1 - a, c, d = n2 - c`` after metafor's zero-cell correction.
+
+    1/2 is added to every cell of a study with a cell at 0 (:data:`CONTINUITY_CORRECTION`),
+    other studies are left alone. No checks: the counts may be real numbers (noisy counts
+    ``m p~`` of a private release, clipped into ``[0, m]``: a cell is "at 0" where the clip
+    put it there).
+    """
     b, d = n1 - a, n2 - c
     zero = (a == 0.0) | (b == 0.0) | (c == 0.0) | (d == 0.0)
     add = np.where(zero, CONTINUITY_CORRECTION, 0.0)
-    a, b, c, d = a + add, b + add, c + add, d + add
+    return a + add, b + add, c + add, d + add
+
+
+def binary_effects(
+    measure: str, a: FloatArray, n1: FloatArray, c: FloatArray, n2: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """``escalc``'s OR, RR or RD and their variances from counts, unchecked (module docstring).
+
+    :func:`effect_sizes` checks its input and calls this; the private two-arm analysis
+    (:mod:`fa_hetdp.protocol.two_arm`) calls it on noisy, real-valued counts.
+    """
+    a, b, c, d = binary_cells(a, n1, c, n2)
     n1, n2 = a + b, c + d
     p1, p2 = a / n1, c / n2
     if measure == "OR":
@@ -145,7 +166,7 @@ def _binary(
     return p1 - p2, p1 * (1.0 - p1) / n1 + p2 * (1.0 - p2) / n2
 
 
-def _continuous(
+def continuous_effects(
     measure: str,
     m1: FloatArray,
     s1: FloatArray,
@@ -154,6 +175,11 @@ def _continuous(
     s2: FloatArray,
     n2: FloatArray,
 ) -> tuple[FloatArray, FloatArray]:
+    """``escalc``'s MD or SMD (Hedges' g) and their variances, unchecked (module docstring).
+
+    :func:`effect_sizes` checks its input and calls this; the private two-arm analysis
+    (:mod:`fa_hetdp.protocol.two_arm`) calls it on noisy means and variance estimates.
+    """
     if measure == "MD":
         return m1 - m2, s1 * s1 / n1 + s2 * s2 / n2
     m = n1 + n2 - 2.0
@@ -257,7 +283,7 @@ def effect_sizes(
                     f"{bad[:10].tolist()} have {ev[bad[:10]].tolist()} events of "
                     f"{n[bad[:10]].tolist()}."
                 )
-        return _binary(name, a, n1, c, n2)
+        return binary_effects(name, a, n1, c, n2)
     n1, n2 = arrays["n_treated"], arrays["n_control"]
     _check_counts("n_treated", n1, 2)
     _check_counts("n_control", n2, 2)
@@ -268,7 +294,7 @@ def effect_sizes(
                 f"{arg} must be > 0 (a standard deviation); studies {bad[:10].tolist()} have "
                 f"{arrays[arg][bad[:10]].tolist()}."
             )
-    return _continuous(
+    return continuous_effects(
         name,
         arrays["mean_treated"],
         arrays["sd_treated"],
