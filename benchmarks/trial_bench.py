@@ -54,7 +54,7 @@ fa_hetdp.report.forest.forest_plot(res, units="risk difference", path="indo_rct_
 
 
 def _interval(res: Any) -> tuple[float, float]:
-    ci = res.confidence_intervals(LEVEL)
+    ci = res.confidence_intervals(LEVEL, target="population")
     return float(ci.lower["random_effects_mean"][0]), float(ci.upper["random_effects_mean"][0])
 
 

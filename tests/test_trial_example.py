@@ -59,6 +59,8 @@ def test_the_docs_example_is_the_benchmark_s() -> None:
         sys.path.remove(str(ROOT / "benchmarks"))
     code = _example()
     assert code == trial_bench.EXAMPLE
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"```python\n{code}```" in readme  # the README's cross-silo section shows the same
     statements = [line for line in code.splitlines() if line and not line.startswith(" ")]
     assert len(statements) <= 5, statements
 

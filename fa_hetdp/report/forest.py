@@ -241,18 +241,24 @@ def forest_plot(
     ax.set_ylim(-0.8, count - 0.2)
     unit = _units_of(res, name, units)
     covers = "sampling error and privacy noise" if res.private else "sampling error"
+    effect = getattr(res, "effect", "mean")
+    what = "means" if effect == "mean" else f"{effect}s"  # a two-arm effect per site
     ax.set_xlabel(
-        f"{name} ({unit})\nmeans with their {100 * level:g} % intervals ({covers})"
+        f"{name} ({unit})\n{what} with their {100 * level:g} % intervals ({covers})"
         if unit
-        else f"{name}\nmeans with their {100 * level:g} % intervals ({covers})"
+        else f"{name}\n{what} with their {100 * level:g} % intervals ({covers})"
     )
+    if effect == "RD":  # a risk difference lies in [-1, 1]: a tiny site's interval is cut there
+        low, high = ax.get_xlim()
+        ax.set_xlim(max(low, -1.05), min(high, 1.05))
     ax.set_ylabel(res.site or "site")
     ax.grid(True, axis="x", alpha=0.35)
     if silos is None and res.private:
         ax.set_title(NO_SITE_ROWS, fontsize=8, loc="left", wrap=True)
     elif silos is not None and res.private:
         ax.set_title(
-            "site rows: the noisy released means; their intervals include the privacy noise",
+            f"site rows: the {what} of the noisy released summaries; their intervals include "
+            "the privacy noise",
             fontsize=8,
             loc="left",
         )
