@@ -497,7 +497,7 @@ def test_to_frame_one_row_per_figure_per_column(exact: ColumnMetaAnalysis) -> No
     assert list(frame.index.names) == ["column", "figure"]
     assert list(frame.index.get_level_values("column").unique()) == ["sbp", "age"]
     assert list(frame.loc["age"].index) == list(FRAME_FIGURES)
-    ci = exact.confidence_intervals()
+    ci = exact.confidence_intervals(target="population")
     assert frame.loc[("age", "tau2"), "estimate"] == exact.tau2[1]
     assert frame.loc[("age", "tau2"), "ci_high"] == ci.upper["tau2"][1]
     assert frame.loc[("sbp", "pooled_mean"), "se"] == exact.standard_errors["pooled_mean"][0]

@@ -43,7 +43,7 @@ def _exact(trial: Any) -> tuple[float, float, float]:
     exact = fa_hetdp.meta_analysis(
         trial, site="site", columns=["pancreatitis"], arm="rx", effect="RD"
     )
-    ci = exact.confidence_intervals()
+    ci = exact.confidence_intervals(target="population")
     return (
         float(exact.random_effects_mean[0]),
         float(ci.lower["random_effects_mean"][0]),
@@ -82,7 +82,7 @@ def test_the_five_lines_run_and_hold_the_exact_estimate(
     assert res.arm_levels == ("1_indomethacin", "0_placebo")  # the sorted second is treated
     assert list(res.summary().index[:4]) == ["1_UM", "2_IU", "3_UK", "4_Case"]
     est, lo, hi = _exact(trial)
-    ci = res.confidence_intervals()
+    ci = res.confidence_intervals(target="population")
     p_lo = float(ci.lower["random_effects_mean"][0])
     p_hi = float(ci.upper["random_effects_mean"][0])
     assert p_lo <= est <= p_hi
@@ -110,7 +110,7 @@ def test_over_100_draws_the_interval_holds_the_exact_rd_within_twice_the_width()
             privacy_unit="record",
             rng=seed,
         )
-        ci = res.confidence_intervals()
+        ci = res.confidence_intervals(target="population")
         p_lo = float(ci.lower["random_effects_mean"][0])
         p_hi = float(ci.upper["random_effects_mean"][0])
         held += p_lo <= est <= p_hi

@@ -114,7 +114,7 @@ def test_the_exact_analysis_is_escalc_then_rma(effect: str, column: str) -> None
     np.testing.assert_allclose(res.tau2[0], ref.tau2, **rel)
     np.testing.assert_allclose(res.q[0], ref.q, **rel)
     np.testing.assert_allclose(res.i2[0], ref.i2, **rel)
-    ci = res.confidence_intervals()
+    ci = res.confidence_intervals(target="population")
     np.testing.assert_allclose(ci.lower["random_effects_mean"][0], ref.mu_ci[0], **rel)
     np.testing.assert_allclose(ci.upper["random_effects_mean"][0], ref.mu_ci[1], **rel)
     np.testing.assert_allclose(ci.upper["tau2"][0], ref.tau2_ci[1], **rel)
@@ -203,14 +203,14 @@ def test_the_private_analysis_runs_per_arm_silo_summaries_with_the_within_arm_gu
     )
     width = np.diff(
         [
-            res.confidence_intervals().lower["random_effects_mean"][0],
-            res.confidence_intervals().upper["random_effects_mean"][0],
+            res.confidence_intervals(target="population").lower["random_effects_mean"][0],
+            res.confidence_intervals(target="population").upper["random_effects_mean"][0],
         ]
     )
     exact_width = np.diff(
         [
-            exact.confidence_intervals().lower["random_effects_mean"][0],
-            exact.confidence_intervals().upper["random_effects_mean"][0],
+            exact.confidence_intervals(target="population").lower["random_effects_mean"][0],
+            exact.confidence_intervals(target="population").upper["random_effects_mean"][0],
         ]
     )
     assert width[0] > exact_width[0]
@@ -399,7 +399,7 @@ def test_the_population_interval_covers_with_the_noise_in_the_variances() -> Non
             rng=t,
             **PRIVATE,
         )
-        ci = res.confidence_intervals()
+        ci = res.confidence_intervals(target="population")
         held += ci.lower["random_effects_mean"][0] <= mu <= ci.upper["random_effects_mean"][0]
         two = res.result
         no_noise = meta_analysis_from_summaries(two.effects[:, 0], two.sampling_variances[:, 0])
