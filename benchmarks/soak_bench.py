@@ -202,6 +202,11 @@ def collect_orphans(
 
 
 # ------------------------------------------------------------------------- settings
+SIM_NODES = "[nodes]\nallow_central_placement = true\n"
+"""The simulated nodes' policy (a scenario's ``[nodes]``): the soak draws central placement too,
+which a node refuses unless its policy allows it."""
+
+
 def draw_privacy(rng: np.random.Generator) -> dict[str, object]:
     """Random privacy settings among the shipped mechanisms and both placements."""
     mechanism = str(rng.choice(MECHANISMS))
@@ -420,7 +425,8 @@ def simulation_config(rng: np.random.Generator, workdir: Path) -> dict[str, obje
 
     def draw() -> dict[str, object]:
         return {
-            "scenario": str(scenario_file(workdir, SIM_CLIENTS)),
+            # the simulated nodes' own policy ([nodes]): the soak draws both placements
+            "scenario": str(scenario_file(workdir, SIM_CLIENTS, extra=SIM_NODES)),
             "result-path": str(workdir / "run" / "result.json"),  # run_simulation's paths
             "progress-path": str(workdir / "run" / "progress.jsonl"),
             "mode": "simulation",
@@ -588,8 +594,15 @@ def run_deployment(
             supervised=True,
         )
         node_config = [
-            # seeded noise (mode "simulation") so the twin can check the result: test nodes only
-            {"partition-id": i, "num-partitions": DEPLOY_NODES, "allow-seeded-noise": True}
+            # seeded noise (mode "simulation") so the twin can check the result, and both
+            # placements (the soak draws them): test nodes only, by their own node config
+            {
+                "partition-id": i,
+                "num-partitions": DEPLOY_NODES,
+                "allow-seeded-noise": True,
+                "allow-central-placement": True,
+                "ledger-max-epsilon": 1000.0,  # a soak runs many measurements on one ledger
+            }
             for i in range(5)
         ]
         nodes = [
