@@ -4,7 +4,10 @@ The hostile requests are written byte for byte on plain sockets (an HTTP client 
 normalise ``..``, percent-encoding or absolute-form targets before sending them). The upstream
 stands in for the SuperLink on 127.0.0.1: it records the method and the exact request target of
 every request that reaches it, reads the body (``Content-Length`` or chunked) without keeping
-it, and answers 200. Import it by module name (``from gateway_harness import ...``).
+it, and answers 200 (with a body of ``X-Reply-Bytes`` bytes when the request asks for one).
+:class:`Trickle` holds slow clients open: each sends a request head, then one body byte per
+interval until the front door closes it. Import it by module name
+(``from gateway_harness import ...``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import selectors
 import signal
 import socket
 import ssl
@@ -19,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,22 +93,46 @@ NEAR_MISSES: tuple[str, ...] = (
 )
 
 
+#: Headers by which a client pretends to be a proxy's report of who the client is.
+FORWARDING = (
+    ("X-Forwarded-For", "6.6.6.6"),
+    ("X-Forwarded-Host", "control.example"),
+    ("X-Forwarded-Proto", "http"),
+    ("X-Forwarded-Port", "9093"),
+    ("x-forwarded-prefix", "/v1/control"),
+    ("Forwarded", "for=6.6.6.6;proto=http"),
+    ("X-Real-IP", "6.6.6.6"),
+    ("True-Client-IP", "6.6.6.6"),
+    ("Via", "1.1 6.6.6.6"),
+)
+
+
 @dataclass
 class Recorded:
-    """What reached the upstream: ``(method, target)`` pairs and body sizes, in order."""
+    """What reached the upstream: ``(method, target)`` pairs, headers and body sizes, in order.
+
+    A request is recorded when its head has arrived, before its body is read.
+    """
 
     requests: list[tuple[str, str]] = field(default_factory=list)
+    headers: list[list[tuple[str, str]]] = field(default_factory=list)
     body_bytes: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def clear(self) -> None:
         with self.lock:
             self.requests.clear()
+            self.headers.clear()
             self.body_bytes.clear()
 
     def snapshot(self) -> list[tuple[str, str]]:
         with self.lock:
             return list(self.requests)
+
+    def header_snapshot(self) -> list[list[tuple[str, str]]]:
+        """The headers of each request, ``(lower-case name, value)`` as received."""
+        with self.lock:
+            return [list(h) for h in self.headers]
 
 
 class RecordingUpstream:
@@ -160,14 +188,17 @@ class RecordingUpstream:
             return False
         method, target, _ = request_line.decode("latin-1").rstrip("\r\n").split(" ", 2)
         headers: dict[str, str] = {}
+        received: list[tuple[str, str]] = []
         while True:
             line = read_line(65536)
             if line in (b"\r\n", b"\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
+            received.append((name.strip().lower(), value.strip()))
         with self.recorded.lock:
             self.recorded.requests.append((method, target))
+            self.recorded.headers.append(received)
         size = 0
         read = reader.read
         if headers.get("transfer-encoding", "").lower() == "chunked":
@@ -198,6 +229,8 @@ class RecordingUpstream:
         with self.recorded.lock:
             self.recorded.body_bytes.append(size)
         body = f"upstream saw {method} {target} ({size} bytes)".encode()
+        if headers.get("x-reply-bytes", "").isdigit():  # a large reply, for slow readers
+            body = b"r" * int(headers["x-reply-bytes"])
         sock.sendall(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-upstream: superlink\r\n"
             + f"content-length: {len(body)}\r\n\r\n".encode()
@@ -248,16 +281,164 @@ def read_all(sock: socket.socket) -> bytes:
 
 
 def exchange(
-    port: int, data: bytes, *, tls: ssl.SSLContext | None = None, timeout: float = 60.0
+    port: int,
+    data: bytes,
+    *,
+    tls: ssl.SSLContext | None = None,
+    timeout: float = 60.0,
+    source: str | None = None,
 ) -> bytes:
-    """Send ``data`` on a fresh connection to 127.0.0.1:``port``; return the whole reply."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+    """Send ``data`` on a fresh connection to 127.0.0.1:``port``; return the whole reply.
+
+    ``source``: the client address to connect from (any 127.x.y.z is this machine too), so
+    that a test has more than one client address.
+    """
+    where = None if source is None else (source, 0)
+    with socket.create_connection(
+        ("127.0.0.1", port), timeout=timeout, source_address=where
+    ) as raw:
         if tls is None:
             raw.sendall(data)
             return read_all(raw)
         with tls.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
             sock.sendall(data)
             return read_all(sock)
+
+
+def slow_head(route: str, length: int) -> bytes:
+    """A request head that announces a ``length``-byte body (which a slow client trickles)."""
+    return request_bytes("POST", route).replace(
+        b"Content-Length: 0", f"Content-Length: {length}".encode()
+    )
+
+
+class Trickle:
+    """``count`` slow clients: each sends ``head``, then one body byte every ``interval`` s.
+
+    The clients connect from ``source`` (an address, or one per client index; over TLS with
+    ``tls``); a thread sends the bytes and
+    collects what the front door answers, until it closes each connection or :meth:`stop` is
+    called. A connection refused at once (a 429 or 503 before the body) counts as closed.
+    """
+
+    def __init__(
+        self,
+        port: int,
+        head: bytes,
+        *,
+        count: int,
+        interval: float,
+        source: str | Callable[[int], str] = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.interval = interval
+        self.started = time.monotonic()
+        self.socks: list[socket.socket] = []
+        self.replies: dict[int, bytearray] = {}
+        self.closed_after: dict[int, float] = {}  # index -> seconds after the start
+        self._open: dict[socket.socket, int] = {}
+        self._lock = threading.Lock()
+        for index in range(count):
+            self.replies[index] = bytearray()
+            try:
+                where = source if isinstance(source, str) else source(index)
+                raw = socket.create_connection(
+                    ("127.0.0.1", port), timeout=30, source_address=(where, 0)
+                )
+            except OSError:
+                self.closed_after[index] = 0.0
+                continue
+            sock: socket.socket = raw
+            try:
+                if tls is not None:
+                    sock = tls.wrap_socket(raw, server_hostname="127.0.0.1")
+                sock.sendall(head)
+            except (OSError, ssl.SSLError):
+                self._take(sock, index)
+                self.closed_after[index] = time.monotonic() - self.started
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self.socks.append(sock)
+            self._open[sock] = index
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _take(self, sock: socket.socket, index: int) -> bool:
+        """Read what ``sock`` has; return False once the peer has closed it."""
+        while True:
+            try:
+                data = sock.recv(1 << 16)
+            except (ssl.SSLWantReadError, BlockingIOError):
+                return True
+            except (OSError, ssl.SSLError):
+                return False
+            if not data:
+                return False
+            self.replies[index] += data
+
+    def _close(self, sock: socket.socket) -> None:
+        index = self._open.pop(sock)
+        self.closed_after[index] = time.monotonic() - self.started
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def _run(self) -> None:
+        next_byte = time.monotonic() + self.interval
+        with selectors.DefaultSelector() as watching:  # epoll: no 1024-descriptor limit
+            with self._lock:
+                for sock in self._open:
+                    watching.register(sock, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                with self._lock:
+                    if not self._open:
+                        return
+                wait = min(0.2, max(0.0, next_byte - time.monotonic()))
+                readable = [key.fileobj for key, _ in watching.select(wait)]
+                with self._lock:
+                    for sock in readable:
+                        assert isinstance(sock, socket.socket)
+                        if sock in self._open and not self._take(sock, self._open[sock]):
+                            watching.unregister(sock)
+                            self._close(sock)
+                    if time.monotonic() >= next_byte:
+                        next_byte += self.interval
+                        self._send_one_byte(watching)
+
+    def _send_one_byte(self, watching: selectors.BaseSelector) -> None:
+        for sock in list(self._open):
+            try:
+                sock.send(b"x")
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                pass
+            except (OSError, ssl.SSLError):
+                self._take(sock, self._open[sock])
+                watching.unregister(sock)
+                self._close(sock)
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def wait_closed(self, guard: float) -> int:
+        """Wait until every connection is closed (or ``guard`` s pass); return how many are open."""
+        deadline = time.monotonic() + guard
+        while self.open_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.open_count()
+
+    def statuses(self) -> list[int]:
+        """The status each client got so far (0: none)."""
+        with self._lock:
+            return [status(bytes(self.replies[i])) for i in sorted(self.replies)]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        with self._lock:
+            for sock in list(self._open):
+                self._close(sock)
 
 
 def status(reply: bytes) -> int:

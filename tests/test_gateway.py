@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from fa_hetdp.cli.cluster import free_port
-from fa_hetdp.cli.gateway import GatewaySettings, create_gateway_app
+from fa_hetdp.cli.gateway import BodyPace, GatewaySettings, create_gateway_app
 from fa_hetdp.cli.gateway_filter import Refusal, screen
-from fa_hetdp.cli.gateway_protocol import ensure_file_descriptors
+from fa_hetdp.cli.gateway_protocol import client_key, ensure_file_descriptors
 from fa_hetdp.cli.gateway_routes import (
     DEFAULT_MAX_MESSAGE_BYTES,
     FLEET_ROUTES,
@@ -209,8 +209,94 @@ def test_limits_must_be_positive() -> None:
     settings = GatewaySettings(
         host="127.0.0.1", port=9092, superlink="x:1", insecure=True, max_connections=0
     )
-    with pytest.raises(ConfigError, match="--max-connections: must be > 0"):
+    with pytest.raises(ConfigError, match="--max-connections: must be an integer >= 1, got 0"):
         settings.check()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_connections_per_ip", 0, "--max-connections-per-ip: must be in 1..1024"),
+        ("max_connections_per_ip", 1025, "--max-connections-per-ip: must be in 1..1024"),
+        ("min_body_rate", 0, "--min-body-rate: must be in 1..1073741824 bytes per second"),
+        ("min_body_rate", 2**31, "--min-body-rate: must be in 1..1073741824 bytes per second"),
+        ("body_grace", 0.0, r"--body-grace: must be in \(0, 86400\] seconds, got 0.0"),
+        ("body_timeout", float("nan"), r"--body-timeout: must be in \(0, 86400\] seconds"),
+        ("send_timeout", float("inf"), r"--send-timeout: must be in \(0, 86400\] seconds"),
+        ("header_timeout", -1.0, r"--header-timeout: must be in \(0, 86400\] seconds"),
+    ],
+)
+def test_each_limit_is_refused_outside_its_range_naming_the_flag(
+    field: str, value: float, message: str
+) -> None:
+    settings = GatewaySettings(
+        host="127.0.0.1", port=9092, superlink="x:1", insecure=True, **{field: value}
+    )
+    with pytest.raises(ConfigError, match=message):
+        settings.check()
+
+
+def test_a_bad_limit_on_the_command_line_stops_before_anything_listens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["fleet-gateway", "--listen", "127.0.0.1:9092", "--insecure"]
+    code = main([*argv, "--min-body-rate", "0", "--max-connections-per-ip", "5000"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fa-hetdp fleet-gateway: error:"), err
+    assert "--min-body-rate" in err and "--max-connections-per-ip" in err, err
+
+
+def test_the_defaults_are_valid_and_refuse_a_trickle() -> None:
+    settings = GatewaySettings(host="0.0.0.0", port=9092, superlink="x:1", insecure=True)
+    settings.check()
+    assert settings.body_timeout < 20  # the trickle: a byte every 20 s
+    assert settings.max_connections_per_ip < settings.max_connections
+
+
+def test_the_body_pace_is_not_renewed_by_a_trickle() -> None:
+    pace = BodyPace(min_rate=1024, grace=10.0, pause=10.0)
+    # a byte every 9 s (under the pause) buys 1/1024 s per byte, not a new time-out
+    now, received = 0.0, 0
+    while True:
+        wait, by_rate = pace.wait(0.0, received, now)
+        if wait < 9:
+            break
+        now += 9
+        received += 1
+    assert by_rate and now < 10 + 9, now  # cut within one byte interval of the grace
+    # a body at the rate is never behind; a 64 KiB body may take 10 + 64 s at most
+    assert pace.deadline(0.0, 65536) == pytest.approx(74.0)
+    short = BodyPace(min_rate=1024, grace=10.0, pause=5.0)
+    assert short.wait(0.0, 0, 0.0) == (5.0, False)  # the pause limit comes first
+    assert short.wait(0.0, 0, 7.0) == (3.0, True)  # then the rate's deadline
+
+
+@pytest.mark.parametrize(
+    ("peer", "key"),
+    [
+        (("203.0.113.7", 5000), "203.0.113.7"),
+        (("::ffff:203.0.113.7", 5000, 0, 0), "203.0.113.7"),
+        (("2001:db8:1:2:3:4:5:6", 5000, 0, 0), "2001:db8:1:2::/64"),
+        (("2001:db8:1:2:ffff::1", 5000, 0, 0), "2001:db8:1:2::/64"),
+        (("fe80::1%eth0", 5000, 0, 2), "fe80::/64"),
+        (None, "?"),
+        ("/run/socket", "?"),
+    ],
+)
+def test_the_per_address_cap_counts_an_ipv6_host_by_its_64(peer: object, key: str) -> None:
+    assert client_key(peer) == key
+
+
+def test_forwarding_headers_are_dropped_whatever_their_case(upstream: str) -> None:
+    reply = post(
+        upstream,
+        "/v1/fleet/get-run",
+        b"",
+        **{"X-Forwarded-For": "6.6.6.6", "x-forwarded-anything": "1", "FORWARDED": "for=x"},
+    )
+    headers = {k.lower() for k in reply.json()["headers"]}
+    assert not {h for h in headers if "forward" in h}, headers
 
 
 def test_a_request_without_a_raw_target_is_refused(upstream: str) -> None:

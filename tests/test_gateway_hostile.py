@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from gateway_harness import (
+    FORWARDING,
     HOSTILE_TARGETS,
     NEAR_MISSES,
     ROUTES,
@@ -290,3 +291,19 @@ def test_the_harness_sends_targets_unnormalised(tmp_path: Path) -> None:
         ]
     finally:
         upstream.close()
+
+
+@pytest.mark.parametrize("route", ["/v1/fleet/get-run", "/v1/fleet/push-object"])
+@pytest.mark.parametrize("variant", ["HTTP/1.1", "chunked"])
+def test_client_supplied_forwarding_headers_never_reach_the_superlink(
+    gateway: GatewayProcess, recorded: RecordingUpstream, route: str, variant: str
+) -> None:
+    """The SuperLink's uvicorn trusts X-Forwarded-* from 127.0.0.1, where the gateway is."""
+    headers = [*FORWARDING, ("X-Flwr-Signature", "sig")]
+    data = request_bytes("POST", route, b"\x08\x01", headers=headers, chunked=variant == "chunked")
+    assert status(exchange(gateway.port, data)) == 200
+    [seen] = recorded.recorded.header_snapshot()
+    names = {name for name, _ in seen}
+    assert not names & {name.lower() for name, _ in FORWARDING}, seen
+    assert not any("6.6.6.6" in value for _, value in seen), seen
+    assert ("x-flwr-signature", "sig") in seen  # a SuperNode's own headers pass unchanged

@@ -182,6 +182,7 @@ def test_1000_slowloris_connections_do_not_stop_a_real_request_and_are_closed_by
 ) -> None:
     home = tmp_path_factory.mktemp("gw-slow")
     args = ("--header-timeout", "3", "--max-connections", "1100")
+    args += ("--max-connections-per-ip", "1100")  # all from 127.0.0.1: the deadline is tested
     with running_gateway(upstream.address, *args, home=home) as gateway:
         socks = _open_slow(gateway.port, 1000)
         try:
@@ -205,6 +206,7 @@ def test_past_the_connection_cap_new_connections_get_503_and_the_gateway_holds(
 ) -> None:
     home = tmp_path_factory.mktemp("gw-cap")
     args = ("--header-timeout", "2", "--max-connections", "96")
+    args += ("--max-connections-per-ip", "96")  # all from 127.0.0.1: the global cap is tested
     gateway = GatewayProcess(upstream.address, *args, home=home, nofile=256)
     try:
         gateway.wait_ready()
@@ -242,6 +244,7 @@ def test_past_the_connection_cap_new_connections_get_503_and_the_gateway_holds(
         gateway.stop()
 
 
+@pytest.mark.slow  # the whole command starts (3-15 s with other work on the machine)
 def test_too_few_file_descriptors_refuse_to_start_with_one_line(
     upstream: RecordingUpstream, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
