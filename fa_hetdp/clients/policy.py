@@ -477,6 +477,8 @@ def realise(
     """
     policy = _policy(context, settings, dropin=bool(record.get(SENT_SETTINGS, "")))
     view = _view(record, secagg, plan)
+    if policy.not_dp(view):  # recorded as such at its first release (allow-non-dp): no epsilon
+        return
     honest = max(int(survivors) - view.colluders, 0)
     realised = dict(view.realised)
     realised.update(dict.fromkeys(releases, honest))

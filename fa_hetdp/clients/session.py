@@ -264,18 +264,18 @@ def unmask(
     """Reveal the shares that remove the masks of the summation ``step`` unmasks.
 
     ``before`` is called with the number of masked inputs in the sum (the request's count)
-    before any share is revealed; it raises to refuse (nothing of the sum is unmasked by this
-    node then).
+    after the secure aggregation has checked the request and before any share leaves the node;
+    it raises to refuse (the node's reply is then an error and holds no share).
     """
     settings, _, record = start_step(context, step)
     secagg = secagg_client(record)
     request = decode(msg.content, limits=step_limits_of(context, step))[Key.SECAGG]
-    if before is not None:
-        before(context, settings, record, secagg, survivors_of(request))
-    try:
+    try:  # the secure aggregation's own checks first (a refusal names its reason)
         reply = secagg.unmask(request)
     finally:  # a refusal can change the state too (e.g. "excluded"): keep it
         record[State.SECAGG] = secagg.to_bytes()
+    if before is not None:  # the shares are built, not sent: a refusal here sends none
+        before(context, settings, record, secagg, survivors_of(request))
     return reply_to(msg, {Key.SECAGG: reply})
 
 
