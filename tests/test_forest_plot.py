@@ -158,7 +158,7 @@ def test_without_matplotlib_it_says_which_extra(monkeypatch: pytest.MonkeyPatch)
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    with pytest.raises(ImportError, match=r'forest_plot needs matplotlib.*"fa-hetdp\[plots\]"'):
+    with pytest.raises(ImportError, match=r'forest_plot needs matplotlib.*"fa-hetdp\[frames\]"'):
         forest_plot(res)
 
 

@@ -77,7 +77,7 @@ def require_extras(*extras: str, what: str = "this command") -> None:
     >>> require_extras("no-such-extra")
     Traceback (most recent call last):
     ...
-    ValueError: unknown extra(s) ['no-such-extra']; the extras are ['datasets', 'flower', 'gateway', 'partitioners', 'plots']
+    ValueError: unknown extra(s) ['no-such-extra']; the extras are ['datasets', 'flower', 'frames', 'gateway', 'partitioners', 'plots', 'realdata']
     """  # noqa: E501
     missing = missing_modules(*extras)
     if missing:
