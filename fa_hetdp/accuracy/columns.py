@@ -88,6 +88,13 @@ from fa_hetdp.stats.meta import (
     summary_frame,
 )
 from fa_hetdp.stats.meta import meta_analysis as meta_analysis_of_arrays
+from fa_hetdp.stats.silo_analyses import (
+    NO_SILO_ESTIMATES,
+    SummariesMetaAnalysis,
+    check_methods,
+    leave_one_out,
+    subgroup_analysis,
+)
 
 __all__ = [
     "BOUNDS_FROM_DATA",
@@ -100,6 +107,7 @@ __all__ = [
     "meta_analysis",
     "prepare_records",
     "two_arm_summaries",
+    "with_methods",
 ]
 
 MEAN_FIGURES: Final = frozenset({"pooled_mean", "random_effects_mean"})
@@ -115,6 +123,10 @@ CLIPPED_NOTE: Final = (
     "the data holder only"
 )
 """What :attr:`ColumnMetaAnalysis.clipped` is worth."""
+
+
+_GUARANTEED: Final = (PrivateMetaAnalysis, TwoArmMetaAnalysis, SummariesMetaAnalysis)
+"""Results that carry a design and (when private) a guarantee."""
 
 
 def is_data_frame(records: Any) -> bool:
@@ -680,7 +692,7 @@ class ColumnMetaAnalysis:
         ``(treated, control)`` levels of the arm column.
     """
 
-    result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis
+    result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis | SummariesMetaAnalysis
     columns: tuple[str, ...]
     low: FloatArray
     high: FloatArray
@@ -696,13 +708,13 @@ class ColumnMetaAnalysis:
     @classmethod
     def of(
         cls,
-        result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis,
+        result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis | SummariesMetaAnalysis,
         prepared: PreparedRecords,
     ) -> ColumnMetaAnalysis:
         """Wrap ``result``, the analysis of ``prepared.records``."""
         labels = prepared.site_labels or tuple(range(result.n))
-        two_arm = isinstance(result, TwoArmMetaAnalysis)
-        effect = result.effect if isinstance(result, TwoArmMetaAnalysis) else "mean"
+        effect = str(getattr(result, "effect", "mean"))
+        two_arm = effect != "mean"
         return cls(
             result=result,
             columns=prepared.columns,
@@ -753,14 +765,14 @@ class ColumnMetaAnalysis:
     @property
     def private(self) -> bool:
         """Whether the analysis is the private one."""
-        if isinstance(self.result, TwoArmMetaAnalysis):
+        if isinstance(self.result, TwoArmMetaAnalysis | SummariesMetaAnalysis):
             return self.result.private
         return isinstance(self.result, PrivateMetaAnalysis)
 
     @property
     def design(self) -> str:
         """The design that ran (``"exact"`` for the exact analysis)."""
-        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+        if isinstance(self.result, _GUARANTEED):
             return self.result.design
         return "exact"
 
@@ -787,7 +799,7 @@ class ColumnMetaAnalysis:
     @property
     def spent(self) -> Any:
         """The privacy spent (None for the exact analysis or a run without noise)."""
-        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+        if isinstance(self.result, _GUARANTEED):
             return self.result.spent
         return None
 
@@ -797,14 +809,14 @@ class ColumnMetaAnalysis:
 
         Two-arm effects: one record replaced within its arm, every site's arm sizes public.
         """
-        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+        if isinstance(self.result, _GUARANTEED):
             return self.result.unit_of_privacy
         return ""
 
     @property
     def server_saw(self) -> str:
         """What the server saw (empty for the exact analysis)."""
-        if isinstance(self.result, PrivateMetaAnalysis | TwoArmMetaAnalysis):
+        if isinstance(self.result, _GUARANTEED):
             return self.result.server_saw
         return ""
 
@@ -853,6 +865,22 @@ class ColumnMetaAnalysis:
     def i2_average(self) -> float:
         """The columns' average ``I^2``."""
         return float(self.result.i2_average)
+
+    @property
+    def h2(self) -> FloatArray:
+        """``(d,)`` ``H^2 = 1/(1 - I^2)`` (unit-free; the result's)."""
+        return np.asarray(self.result.h2)
+
+    @property
+    def q_pvalue(self) -> FloatArray:
+        """``(d,)`` Cochran's test of ``tau2 = 0``, ``P(chi2_{n-1} >= Q)`` (the result's).
+
+        NaN for the private DerSimonian-Laird result of either design: its noise-corrected
+        ``Q`` is not chi-square (:attr:`fa_hetdp.protocol.meta_server.PrivateMetaAnalysis.
+        q_pvalue`); a valid p-value where the noise is in the sites' variances (a two-arm
+        effect, or a silo-summaries run with ``tau2_method``/``ci_method`` given).
+        """
+        return np.asarray(self.result.q_pvalue)
 
     def column(self, name: str) -> dict[str, float]:
         """Return one column's figures by name, in its units (and its range).
@@ -977,7 +1005,7 @@ class ColumnMetaAnalysis:
                     "server_saw": self.server_saw,
                 }
             )
-        if isinstance(self.result, TwoArmMetaAnalysis):
+        if isinstance(self.result, TwoArmMetaAnalysis | SummariesMetaAnalysis):
             q_pvalue: Any = self.result.q_pvalue  # the noise is in the variances: a valid test
         else:
             q_pvalue = None if private else chi2.sf(self.q, self.n - 1)
@@ -1017,9 +1045,104 @@ class ColumnMetaAnalysis:
             what="ColumnMetaAnalysis.summary",
         )
 
+    # ---------------------------------------------------------------- post-processing
+    def _methods(self) -> dict[str, str]:
+        return {
+            "tau2_method": str(getattr(self.result, "tau2_method", "dl")),
+            "ci_method": str(getattr(self.result, "ci_method", "z")),
+        }
+
+    def _silos_for(self, what: str) -> SiloEstimates:
+        silos = self.silo_estimates()
+        if silos is None:
+            raise InputDataError(NO_SILO_ESTIMATES.format(what=what) + ".")
+        return silos
+
+    def leave_one_out(self, level: float = 0.95) -> Any:
+        """Return the analysis without each site in turn, in the columns' units (a DataFrame).
+
+        Index ``(column, left_out)`` (site labels); :func:`~fa_hetdp.stats.silo_analyses.
+        leave_one_out` of :meth:`silo_estimates` with the result's ``tau2_method`` and
+        ``ci_method`` (DerSimonian-Laird and z by default). Post-processing of what was
+        released: no extra privacy budget. On a private silo-summaries result the sites'
+        estimates are the noisy released means with the noise in their variances, so the
+        full-data analysis behind it is the model with the noise as within-site variance.
+
+        Raises
+        ------
+        InputDataError
+            The secure sums ran (the server holds no per-site estimate); fewer than 3 sites.
+        """
+        silos = self._silos_for("leave-one-out")
+        return leave_one_out(
+            silos.effects,
+            silos.variances,
+            sites=self.site_labels,
+            columns=self.columns,
+            level=level,
+            **self._methods(),
+        )
+
+    def subgroups(self, moderator: Any, level: float = 0.95) -> Any:
+        """Return per-group pooled effects of a site-level ``moderator`` and their test.
+
+        ``moderator`` maps every site label to its group (a dict or a pandas Series; a public
+        site-level attribute). :func:`~fa_hetdp.stats.silo_analyses.subgroup_analysis` of
+        :meth:`silo_estimates` in the columns' units: post-processing, no extra privacy budget.
+
+        Raises
+        ------
+        InputDataError
+            The secure sums ran; a site without a group; a group of fewer than 2 sites.
+        """
+        silos = self._silos_for("a subgroup analysis")
+        return subgroup_analysis(
+            silos.effects,
+            silos.variances,
+            moderator,
+            sites=self.site_labels,
+            columns=self.columns,
+            level=level,
+            **self._methods(),
+        )
+
+
+def with_methods(result: Any, tau2_method: str, ci_method: str) -> Any:
+    """Return ``result`` re-analysed by ``tau2_method``/``ci_method`` from its sites' estimates.
+
+    The defaults (``"dl"``, ``"z"``) return ``result`` itself, unchanged. Otherwise a
+    :class:`~fa_hetdp.stats.silo_analyses.SummariesMetaAnalysis` of its
+    :meth:`silo_estimates` (the exact means and ``s^2/m``; the silo-summaries design's noisy
+    means with ``s^2^/m`` plus the noise's variance; a two-arm result's effects): post-processing
+    of what was released, no extra privacy budget.
+
+    Raises
+    ------
+    InputDataError
+        Bad methods; a result without sites' estimates (the secure sums).
+    """
+    method, interval = check_methods(tau2_method, ci_method)
+    if (method, interval) == ("dl", "z"):
+        return result
+    silos = result.silo_estimates()
+    if silos is None:
+        raise InputDataError(NO_SILO_ESTIMATES.format(what=f"tau2_method={method!r}") + ".")
+    design = str(getattr(result, "design", "exact"))
+    return SummariesMetaAnalysis.of(
+        silos.effects,
+        silos.variances,
+        tau2_method=method,
+        ci_method=interval,
+        design=design,
+        base=result,
+        labels=tuple(result.labels),
+        effect=str(getattr(result, "effect", "mean")),
+        records_per_client=result.records_per_client,
+    )
+
 
 def as_columns(
-    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis,
+    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis | SummariesMetaAnalysis,
 ) -> ColumnMetaAnalysis:
     """Return ``result`` as a :class:`ColumnMetaAnalysis`.
 
@@ -1087,7 +1210,9 @@ def meta_analysis(
     bounds: Any = None,
     arm: Any = None,
     effect: str = "mean",
-) -> MetaAnalysis | ColumnMetaAnalysis:
+    tau2_method: str = "dl",
+    ci_method: str = "z",
+) -> MetaAnalysis | ColumnMetaAnalysis | SummariesMetaAnalysis:
     """Exact inverse-variance meta-analysis (no privacy) of an array or a DataFrame.
 
     Parameters
@@ -1116,6 +1241,15 @@ def meta_analysis(
         g; log odds ratio, log risk ratio, risk difference of a binary column), pooled by the
         DerSimonian-Laird analysis of :func:`fa_hetdp.meta_analysis_from_summaries`
         (:mod:`fa_hetdp.protocol.two_arm`).
+    tau2_method : {"dl", "pm", "reml"}
+        The estimator of ``tau2``: DerSimonian-Laird (default: the result as before),
+        Paule-Mandel, REML.
+    ci_method : {"z", "hksj"}
+        The random-effects interval: normal (default) or Knapp-Hartung. Any other choice than
+        ``("dl", "z")`` runs :func:`fa_hetdp.meta_analysis_from_summaries` per column on every
+        site's estimate and its sampling variance (``s^2/m``, or the two-arm effect's) and
+        returns a :class:`~fa_hetdp.stats.silo_analyses.SummariesMetaAnalysis` (the array form)
+        or a :class:`ColumnMetaAnalysis` around one.
 
     Returns
     -------
@@ -1133,16 +1267,24 @@ def meta_analysis(
         otherwise).
     """
     name = check_effect(effect, arm is not None)
+    check_methods(tau2_method, ci_method)
     if name != "mean":
         two = prepare_records(
             records, client_ids, site=site, columns=columns, bounds=bounds, arm=arm
         )
         if two is None:  # pragma: no cover - arm= always prepares
             raise InputDataError("arm= needs the records prepared")
-        return ColumnMetaAnalysis.of(exact_two_arm(two_arm_summaries(two, name), name), two)
+        pooled = exact_two_arm(two_arm_summaries(two, name), name)
+        return ColumnMetaAnalysis.of(with_methods(pooled, tau2_method, ci_method), two)
     prepared = prepare_records(records, client_ids, site=site, columns=columns, bounds=bounds)
     if prepared is None:
-        return meta_analysis_of_arrays(records, client_ids)  # type: ignore[arg-type]
+        exact = meta_analysis_of_arrays(records, client_ids)  # type: ignore[arg-type]
+        return with_methods(exact, tau2_method, ci_method)  # type: ignore[no-any-return]
     return ColumnMetaAnalysis.of(
-        meta_analysis_of_arrays(prepared.records, prepared.client_ids), prepared
+        with_methods(
+            meta_analysis_of_arrays(prepared.records, prepared.client_ids),
+            tau2_method,
+            ci_method,
+        ),
+        prepared,
     )

@@ -18,7 +18,12 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, prepare_records, two_arm_summaries
+from fa_hetdp.accuracy.columns import (
+    ColumnMetaAnalysis,
+    prepare_records,
+    two_arm_summaries,
+    with_methods,
+)
 from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_plan import UNIT_REQUIRED, MetaSettings, settings_from
@@ -32,8 +37,25 @@ from fa_hetdp.protocol.two_arm import (
     plan_two_arm,
     run_two_arm,
 )
+from fa_hetdp.stats.silo_analyses import SummariesMetaAnalysis, check_methods
 
-__all__ = ["ASSUMPTIONS", "AUTO_DRAWS", "UNIT_REQUIRED", "choose_design", "private_meta_analysis"]
+__all__ = [
+    "ASSUMPTIONS",
+    "AUTO_DRAWS",
+    "SECURE_SUMS_METHODS_REFUSAL",
+    "UNIT_REQUIRED",
+    "choose_design",
+    "private_meta_analysis",
+]
+
+SECURE_SUMS_METHODS_REFUSAL: Final = (
+    "tau2_method={tau2_method!r}, ci_method={ci_method!r}: the secure sums release only the "
+    "sums that DerSimonian-Laird and its z-interval need, and each other estimator would need "
+    "more releases (not built); use tau2_method='dl', ci_method='z', or "
+    "design='silo-summaries', where they are post-processing of the released summaries"
+)
+"""The one-line refusal of another estimator than DerSimonian-Laird with z under the secure sums
+(said before any release)."""
 
 
 AUTO_DRAWS: Final = 60
@@ -98,8 +120,10 @@ def private_meta_analysis(
     delta: float,
     rng: np.random.Generator | int | None = None,
     assumptions: Mapping[str, Any] | None = None,
+    tau2_method: str = "dl",
+    ci_method: str = "z",
     **settings: Any,
-) -> PrivateMetaAnalysis | ColumnMetaAnalysis:
+) -> PrivateMetaAnalysis | ColumnMetaAnalysis | SummariesMetaAnalysis:
     """Differentially private inverse-variance meta-analysis of the clients' coordinate means.
 
     The figures of :func:`fa_hetdp.meta_analysis` (fixed-effect mean, Q, I^2, DerSimonian-Laird
@@ -151,6 +175,20 @@ def private_meta_analysis(
         What may be said publicly about the data, for the ``"auto"`` choice: ``i2``,
         ``within_variance``, ``coordinate_mean`` (one value or one per coordinate; the
         planner's defaults otherwise).
+    tau2_method : {"dl", "pm", "reml"}
+        The estimator of ``tau2``. ``"dl"`` (default) with ``ci_method="z"``: the result as
+        before. Any other choice is post-processing of the silo summaries (no extra privacy
+        budget): :func:`fa_hetdp.meta_analysis_from_summaries` per column of every site's noisy
+        released mean with the variance it carries -- its sampling variance ``s^2^/m`` (from
+        the shrunk noisy variance) plus the known noise variance -- which estimates the
+        population random-effects model with the noise as extra within-site variance; a
+        :class:`~fa_hetdp.stats.silo_analyses.SummariesMetaAnalysis` (or a
+        :class:`ColumnMetaAnalysis` around one) comes back. The secure sums refuse it before
+        any release (:data:`SECURE_SUMS_METHODS_REFUSAL`: each estimator would need more
+        releases); ``design="auto"`` then runs the silo summaries, or refuses where they
+        cannot run.
+    ci_method : {"z", "hksj"}
+        The random-effects interval: normal (default) or Knapp-Hartung (as ``tau2_method``).
     **settings
         :class:`~fa_hetdp.protocol.meta_plan.MetaSettings` (declared once with their defaults:
         ``scenarios/README.md``): ``privacy_unit`` (required: :data:`UNIT_REQUIRED`), ``design``,
@@ -179,8 +217,11 @@ def private_meta_analysis(
     if "privacy_unit" not in settings:
         raise PrivacyParameterError(UNIT_REQUIRED)
     name = check_effect(effect, arm is not None)
+    methods = check_methods(tau2_method, ci_method)
+    if methods != ("dl", "z"):
+        settings = _silo_summaries_for(methods, settings)
     if name != "mean":
-        return _private_two_arm(
+        two = _private_two_arm(
             records,
             client_ids,
             site,
@@ -194,17 +235,37 @@ def private_meta_analysis(
             assumptions,
             settings,
         )
+        if methods == ("dl", "z"):
+            return two
+        return replace(two, result=with_methods(two.result, *methods))
     prepared = prepare_records(
         records, client_ids, site=site, columns=columns, bounds=bounds, private=True
     )
     if prepared is None:
-        return _private_meta_analysis(
+        plain = _private_meta_analysis(
             records, client_ids, epsilon, delta, rng, assumptions, settings
         )
+        return with_methods(plain, *methods)  # type: ignore[no-any-return]
     result = _private_meta_analysis(
         prepared.records, prepared.client_ids, epsilon, delta, rng, assumptions, settings
     )
-    return ColumnMetaAnalysis.of(result, prepared)
+    return ColumnMetaAnalysis.of(with_methods(result, *methods), prepared)
+
+
+def _silo_summaries_for(methods: tuple[str, str], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the settings running another estimator than DL/z (silo summaries), or refuse.
+
+    Checked before any release: the secure sums refuse (:data:`SECURE_SUMS_METHODS_REFUSAL`),
+    ``"auto"`` becomes ``"silo-summaries"`` where they can run.
+    """
+    s = settings_from(**settings)
+    refusal = SECURE_SUMS_METHODS_REFUSAL.format(tau2_method=methods[0], ci_method=methods[1])
+    if s.design == "secure-sums":
+        raise PrivacyParameterError(refusal + ".")
+    problem = silo_summaries_problem(s)
+    if problem is not None:
+        raise PrivacyParameterError(f"{refusal}; and the silo summaries cannot run: {problem}.")
+    return {**settings, "design": "silo-summaries"}
 
 
 def _private_two_arm(

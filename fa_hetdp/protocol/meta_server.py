@@ -518,6 +518,65 @@ class PrivateMetaAnalysis:
             what="PrivateMetaAnalysis.summary",
         )
 
+    @property
+    def h2(self) -> FloatArray:
+        """``(d,)`` ``H^2 = 1/(1 - I^2)`` of the private ``I^2`` (post-processing)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(1.0 / (1.0 - np.asarray(self.i2, dtype=np.float64)))
+
+    @property
+    def q_pvalue(self) -> FloatArray:
+        """``(d,)`` NaN: the private ``Q`` has no valid chi-square p-value.
+
+        Both designs report ``Q^ = Q~ - E[noise part]``: the noisy ``Q`` less the noise's
+        expected contribution (secure sums: from noisy sums; silo summaries: of the noisy means
+        with weights from noisy variances). Under ``tau2 = 0`` that is not chi-square on
+        ``n - 1`` df -- the noise adds spread, not only a shift -- so ``chi2.sf(Q^, n - 1)``
+        would not hold its level. A valid test of ``tau2 = 0`` from the silo summaries: the
+        ``q_pvalue`` of ``private_meta_analysis(..., tau2_method=..., ci_method=...)``'s result,
+        whose ``Q`` takes the noise into the sites' variances (post-processing, no budget).
+        """
+        return np.full(int(self.d), np.nan)
+
+    def leave_one_out(self, level: float = 0.95) -> Any:
+        """Return the analysis without each silo in turn (silo summaries only; post-processing).
+
+        :func:`fa_hetdp.stats.silo_analyses.leave_one_out` of :meth:`silo_estimates` (the
+        noisy means, the noise in their variances), DerSimonian-Laird and z: no extra budget.
+
+        Raises
+        ------
+        InputDataError
+            The secure sums ran (no silo's estimate exists; :data:`~fa_hetdp.stats.
+            silo_analyses.NO_SILO_ESTIMATES`).
+        """
+        from fa_hetdp.errors import InputDataError
+        from fa_hetdp.stats.silo_analyses import NO_SILO_ESTIMATES, leave_one_out
+
+        silos = self.silo_estimates()
+        if silos is None:
+            raise InputDataError(NO_SILO_ESTIMATES.format(what="leave-one-out") + ".")
+        return leave_one_out(silos.effects, silos.variances, level=level)
+
+    def subgroups(self, moderator: Any, level: float = 0.95) -> Any:
+        """Return per-group analyses of a site-level ``moderator`` (silo summaries only).
+
+        :func:`fa_hetdp.stats.silo_analyses.subgroup_analysis` of :meth:`silo_estimates`:
+        post-processing, no extra budget.
+
+        Raises
+        ------
+        InputDataError
+            The secure sums ran (no silo's estimate exists).
+        """
+        from fa_hetdp.errors import InputDataError
+        from fa_hetdp.stats.silo_analyses import NO_SILO_ESTIMATES, subgroup_analysis
+
+        silos = self.silo_estimates()
+        if silos is None:
+            raise InputDataError(NO_SILO_ESTIMATES.format(what="a subgroup analysis") + ".")
+        return subgroup_analysis(silos.effects, silos.variances, moderator, level=level)
+
 
 def assemble_result(
     plan: MetaPlan,

@@ -538,6 +538,29 @@ class TwoArmMetaAnalysis:
             ),
         )
 
+    @property
+    def h2(self) -> FloatArray:
+        """``(d,)`` ``H^2 = 1/(1 - I^2)`` (:attr:`i2`)."""
+        return np.asarray(1.0 / (1.0 - self.i2))
+
+    def leave_one_out(self, level: float = 0.95) -> Any:
+        """Return the analysis without each silo in turn (post-processing: no extra budget).
+
+        :func:`fa_hetdp.stats.silo_analyses.leave_one_out` of the effects and their variances.
+        """
+        from fa_hetdp.stats.silo_analyses import leave_one_out
+
+        return leave_one_out(self.effects, self.variances, level=level)
+
+    def subgroups(self, moderator: Any, level: float = 0.95) -> Any:
+        """Return per-group analyses of a site-level ``moderator`` (post-processing, no budget).
+
+        :func:`fa_hetdp.stats.silo_analyses.subgroup_analysis` of the effects and variances.
+        """
+        from fa_hetdp.stats.silo_analyses import subgroup_analysis
+
+        return subgroup_analysis(self.effects, self.variances, moderator, level=level)
+
 
 def _analyse(
     effect: str,

@@ -49,6 +49,8 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.report.files import write_figure_atomic
 from fa_hetdp.stats.meta import MetaAnalysis
+from fa_hetdp.stats.rma import MetaAnalysisFromSummaries
+from fa_hetdp.stats.silo_analyses import SummariesMetaAnalysis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -106,8 +108,26 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else "n/a"
 
 
+def _of_summaries(result: MetaAnalysisFromSummaries) -> ColumnMetaAnalysis:
+    """Return a meta_analysis_from_summaries result as one column, its studies the sites."""
+    inner = SummariesMetaAnalysis.of(
+        result.effects[:, None],
+        result.variances[:, None],
+        tau2_method=result.tau2_method,
+        ci_method=result.ci_method,
+    )
+    return ColumnMetaAnalysis(
+        result=inner,
+        columns=("effect",),
+        low=np.zeros(1),
+        high=np.ones(1),
+        site_labels=result.study_labels or tuple(range(1, result.k + 1)),
+        bounds_from={"effect": "stated"},
+    )
+
+
 def forest_plot(
-    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis,
+    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis | MetaAnalysisFromSummaries,
     column: str | None = None,
     path: str | os.PathLike[str] | None = None,
     *,
@@ -119,8 +139,11 @@ def forest_plot(
 
     Parameters
     ----------
-    result : MetaAnalysis, PrivateMetaAnalysis or ColumnMetaAnalysis
-        A meta result (an array result's columns are ``x0, x1, ...`` on ``[0, 1]``).
+    result : MetaAnalysis, PrivateMetaAnalysis, ColumnMetaAnalysis or MetaAnalysisFromSummaries
+        A meta result (an array result's columns are ``x0, x1, ...`` on ``[0, 1]``); a
+        :func:`~fa_hetdp.meta_analysis_from_summaries` result is one column ``"effect"`` whose
+        rows are the studies (its ``study_labels``: ``labels=``, or ``1..k``), drawn with its
+        ``tau2_method`` and ``ci_method``.
     column : str, optional
         The column to draw (required when the result has several).
     path : path-like, optional
@@ -146,10 +169,20 @@ def forest_plot(
     ImportError
         matplotlib is not installed (the ``plots`` extra).
     """
-    if not isinstance(result, (MetaAnalysis, PrivateMetaAnalysis, ColumnMetaAnalysis)):
+    if not isinstance(
+        result,
+        (
+            MetaAnalysis,
+            PrivateMetaAnalysis,
+            ColumnMetaAnalysis,
+            MetaAnalysisFromSummaries,
+            SummariesMetaAnalysis,
+        ),
+    ):
         raise InputDataError(
-            "forest_plot draws a MetaAnalysis, PrivateMetaAnalysis or ColumnMetaAnalysis "
-            f"(fa_hetdp.meta_analysis, fa_hetdp.private_meta_analysis), got "
+            "forest_plot draws a MetaAnalysis, PrivateMetaAnalysis, ColumnMetaAnalysis or "
+            "MetaAnalysisFromSummaries (fa_hetdp.meta_analysis, fa_hetdp.private_meta_analysis, "
+            f"fa_hetdp.meta_analysis_from_summaries), got "
             f"{type(result).__name__}."
         )
     try:
@@ -162,7 +195,10 @@ def forest_plot(
             'pip install "fa-hetdp[frames]" (or [plots])'
         ) from exc
 
-    res = as_columns(result)
+    if isinstance(result, MetaAnalysisFromSummaries):
+        res = _of_summaries(result)
+    else:
+        res = as_columns(result)
     j = _column_index(res, column)
     name = res.columns[j]
     z = float(norm.ppf(0.5 + level / 2.0))

@@ -504,6 +504,38 @@ class MetaAnalysis:
             self, self.silo_estimates(), level, column=column, what="MetaAnalysis.summary"
         )
 
+    @property
+    def h2(self) -> FloatArray:
+        """``(d,)`` ``H^2 = 1/(1 - I^2)``: ``Q/(n - 1)`` where ``Q > n - 1``, else 1."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(1.0 / (1.0 - self.i2))
+
+    @property
+    def q_pvalue(self) -> FloatArray:
+        """``(d,)`` ``P(chi2_{n-1} >= Q)``: Cochran's test of ``tau2 = 0`` (homogeneity)."""
+        return np.asarray(chi2.sf(self.q, self.n - 1))
+
+    def leave_one_out(self, level: float = 0.95) -> Any:
+        """Return the DerSimonian-Laird analysis without each silo in turn (a DataFrame).
+
+        :func:`fa_hetdp.stats.silo_analyses.leave_one_out` of :meth:`silo_estimates`.
+        """
+        from fa_hetdp.stats.silo_analyses import leave_one_out
+
+        silos = self.silo_estimates()
+        return leave_one_out(silos.effects, silos.variances, level=level)
+
+    def subgroups(self, moderator: Any, level: float = 0.95) -> Any:
+        """Return per-group DerSimonian-Laird analyses of a site-level ``moderator`` and their test.
+
+        :func:`fa_hetdp.stats.silo_analyses.subgroup_analysis` of :meth:`silo_estimates`
+        (``moderator`` maps silo ``0..n-1`` to its group).
+        """
+        from fa_hetdp.stats.silo_analyses import subgroup_analysis
+
+        silos = self.silo_estimates()
+        return subgroup_analysis(silos.effects, silos.variances, moderator, level=level)
+
 
 def check_meta_input(
     records: npt.ArrayLike, client_ids: npt.ArrayLike, *, one_hot: bool = False

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -300,6 +301,9 @@ class MetaAnalysisFromSummaries:
         ``mu_ci`` (metafor's ``predict()`` default).
     notes : tuple of str
         Caveats (a REML end point replaced by 0).
+    study_labels : tuple
+        The studies' labels (``labels=`` of :func:`meta_analysis_from_summaries`; default
+        ``1..k``): the rows of :func:`fa_hetdp.report.forest.forest_plot`.
     """
 
     k: int
@@ -333,6 +337,7 @@ class MetaAnalysisFromSummaries:
     h2_ci: tuple[float, float]
     prediction_interval: tuple[float, float]
     notes: tuple[str, ...] = ()
+    study_labels: tuple[Any, ...] = ()
 
     @property
     def tau(self) -> float:
@@ -458,6 +463,7 @@ def meta_analysis_from_summaries(
     tau2_method: str = "dl",
     ci_method: str = "z",
     level: float = 0.95,
+    labels: Sequence[Any] | None = None,
 ) -> MetaAnalysisFromSummaries:
     """Return the exact common- and random-effects meta-analysis of per-study effects.
 
@@ -478,6 +484,8 @@ def meta_analysis_from_summaries(
         Knapp-Hartung (metafor's ``test="knha"``; t on ``k - 1`` df, the factor untruncated).
     level : float
         Coverage of every interval, in (0, 1).
+    labels : sequence, optional
+        The studies' labels, one per study (default ``1..k``); kept as ``study_labels``.
 
     Returns
     -------
@@ -507,6 +515,9 @@ def meta_analysis_from_summaries(
     )
     lvl = check_level(level)
     k = int(y.shape[0])
+    names = tuple(range(1, k + 1)) if labels is None else tuple(labels)
+    if len(names) != k:
+        raise InputDataError(f"labels must name every study: {len(names)} labels for k = {k}.")
     yc, vc = _column(y), _column(v)
 
     fe, q_arr, _, dl, _, _ = meta_from_effects(yc, vc)
@@ -590,4 +601,5 @@ def meta_analysis_from_summaries(
         h2_ci=(1.0 + tau2_ci[0] / typical, 1.0 + tau2_ci[1] / typical),
         prediction_interval=(mu - pi_half, mu + pi_half),
         notes=notes,
+        study_labels=names,
     )
