@@ -86,6 +86,7 @@ from flwr.clientapp import ClientApp
 import fa_hetdp
 from fa_hetdp.clients import meta, policy, silo_summaries
 from fa_hetdp.clients.session import (
+    NEIGHBOURS,
     SENT_SETTINGS,
     Handler,
     SimulatedDropoutError,
@@ -128,7 +129,7 @@ from fa_hetdp.flowerkit.steps import (
     NodeConfig,
     State,
 )
-from fa_hetdp.flowerkit.wire import Limits, decode
+from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.client import (
     LocalValues,
     local_values,
@@ -332,7 +333,8 @@ def advertise_keys(
     if State.RECORD in context.state:  # a new session: nothing of the last one is reused
         del context.state[State.RECORD]
     if settings_from == "message":
-        request = decode(msg.content, limits=Limits())  # the codec's caps: k is not known yet
+        # k is not known yet: the first request's own cap, refused on its length unparsed
+        request = decode(msg.content, limits=step_limits_of(context, ADVERTISE_KEYS))
         sent = read_sent(request.get(SETTINGS_KEY))
         settings = sent.run
         check_node_safety(context.node_config, settings)
@@ -400,6 +402,7 @@ def advertise_keys(
             State.D: d,
             State.RNG_STATE: "",
             SENT_SETTINGS: "" if sent is None else sent.to_json(),
+            NEIGHBOURS: len(secagg.neighbours),  # the k of the later steps' caps
             State.SESSION_NONCE: secagg.session,
         }
     )

@@ -21,16 +21,24 @@ from flwr.app import ConfigRecord, Context, Message
 
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.dp.rng import client_generator
-from fa_hetdp.flowerkit.limits import step_limits
+from fa_hetdp.flowerkit.limits import first_request_limits, step_limits
 from fa_hetdp.flowerkit.measurement import SentSettings, read_settings
 from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions
-from fa_hetdp.flowerkit.steps import META_ROUNDS, STAGE_SUMS, Key, NodeConfig, State
+from fa_hetdp.flowerkit.steps import (
+    ADVERTISE_KEYS,
+    META_ROUNDS,
+    STAGE_SUMS,
+    Key,
+    NodeConfig,
+    State,
+)
 from fa_hetdp.flowerkit.wire import Limits, decode, encode
 from fa_hetdp.secagg.client import SecAggClient
 from fa_hetdp.secagg.messages import UnmaskRequest
 
 __all__ = [
     "DROPOUT_ALIASES",
+    "NEIGHBOURS",
     "SENT_SETTINGS",
     "Handler",
     "SimulatedDropoutError",
@@ -66,6 +74,9 @@ DROPOUT_ALIASES: Final[Mapping[str, str]] = {
 
 #: ``context.state`` key (in the session's ``ConfigRecord``) of a drop-in's settings document.
 SENT_SETTINGS = "sent-settings"
+#: ``context.state`` key (in the session's ``ConfigRecord``) of the number of neighbours the
+#: setup gave this client (its share holders): the ``k`` of its later caps.
+NEIGHBOURS = "neighbours"
 
 
 class SimulatedDropoutError(RuntimeError):
@@ -205,12 +216,23 @@ def state_int(record: ConfigRecord, key: str) -> int:
 def step_limits_of(context: Context, step: str) -> Limits:
     """Return what the server's message of ``step`` may make this client decode.
 
-    :mod:`fa_hetdp.flowerkit.limits`: ``k`` from the run config, ``d`` the client's own.
+    :mod:`fa_hetdp.flowerkit.limits`, from the node's own view only, never from a number the
+    server states (the run config's or the settings document's ``num-clients``): the first
+    request (``advertise_keys``, no session yet) has its own cap
+    (:func:`~fa_hetdp.flowerkit.limits.first_request_limits`); later steps take ``k`` from
+    the neighbourhood the setup gave this client (:data:`NEIGHBOURS`), at most the session
+    size of the key directory it checked less one (``State.SESSION_SIZE``), and its own ``d``.
     """
-    settings = run_settings(context)
-    k = settings.num_clients - 1 if settings.neighbours is None else settings.neighbours
     record = context.state.get(State.RECORD)
-    d = record.get(State.D) if isinstance(record, ConfigRecord) else None
+    if step == ADVERTISE_KEYS or not isinstance(record, ConfigRecord):
+        return first_request_limits()
+    k = record.get(NEIGHBOURS)
+    if not isinstance(k, int) or isinstance(k, bool):  # a state written without it
+        k = len(secagg_client(record).neighbours)
+    n = record.get(State.SESSION_SIZE)
+    if isinstance(n, int) and not isinstance(n, bool):
+        k = min(k, n - 1)
+    d = record.get(State.D)
     return step_limits(step, k=max(k, 0), d=d if isinstance(d, int) else None)
 
 

@@ -34,6 +34,7 @@ from typing import Literal
 
 __all__ = [
     "THREAT_MODELS",
+    "UNSHARED_SEED",
     "SecAggParameters",
     "ThreatModel",
     "binomial_tail_at_least",
@@ -159,6 +160,7 @@ class SecAggParameters:
             "the clients dropping out (the dropout tolerance of the secure aggregation, not "
             f"the DP delta), every sum completes {_failure(self.correctness_failure, self.eta)}."
             + assumes
+            + UNSHARED_SEED
         )
 
     def shortfalls(self) -> tuple[str, ...]:
@@ -178,6 +180,15 @@ class SecAggParameters:
                 "degree, or expect an aborted run)"
             )
         return tuple(out)
+
+
+UNSHARED_SEED = (
+    " Not identified: a client that masks with a seed it did not share leaves a mask nothing "
+    "removes; the sum falls outside the range honest inputs can reach and is refused, so that "
+    "summation (and the run) aborts without naming the client (the server sees only the sum; "
+    "naming it would need a proof that each masked input used the committed seed)."
+)
+"""The limitation every :meth:`SecAggParameters.guarantee` states (issue 28)."""
 
 
 def _failure(log2_p: float, target_bits: float) -> str:

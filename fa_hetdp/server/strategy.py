@@ -49,7 +49,7 @@ import numpy as np
 
 from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import FaHetdpError
-from fa_hetdp.flowerkit.limits import step_limits
+from fa_hetdp.flowerkit.limits import advertisement_limits, step_limits
 from fa_hetdp.flowerkit.settings import SERVER_STREAM, RunSettings
 from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, Event, Key
 from fa_hetdp.flowerkit.wire import Limits
@@ -258,11 +258,19 @@ class HeterogeneityStrategy:
     def message_limits(self, step: str) -> Limits:
         """Return what one reply of ``step`` may make the server decode.
 
-        :mod:`fa_hetdp.flowerkit.limits`, sized from this session's ``k`` and ``d``; the
-        absolute caps before the clients are sampled.
+        :mod:`fa_hetdp.flowerkit.limits`, sized from this session's ``k`` and ``d``; a key
+        advertisement (the reply to the first request) has its own constant cap, whatever
+        ``k``.
+
+        Raises
+        ------
+        RuntimeError
+            A step after the first one asked for before the clients are sampled.
         """
+        if step == ADVERTISE_KEYS:
+            return advertisement_limits()
         if self._session_k is None:
-            return Limits()
+            raise RuntimeError(f"no caps for {step!r} before the clients are sampled")
         return step_limits(step, k=self._session_k, d=self._session_d or 0)
 
     # ---------------------------------------------------------------- nodes
