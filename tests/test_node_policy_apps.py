@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from flwr.app import Context, Message, RecordDict
 from test_dropin import NODES, SEED, make_grid, partition_configs, server_context
@@ -31,7 +32,7 @@ import fa_hetdp.server.app as server_app
 from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.flowerkit.ledger import NodeLedger
 from fa_hetdp.flowerkit.settings import RunSettings, dropout_partitions
-from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS
+from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, State
 from fa_hetdp.flowerkit.wire import encode
 from fa_hetdp.server.strategy import HeterogeneityStrategy, ProtocolAbortError
 
@@ -513,3 +514,47 @@ def test_a_node_refuses_to_unmask_a_sum_worth_more_than_its_cap(tmp_path: Path) 
     assert all("measurement-max-epsilon = 1.001: the noise left in the sum" in r for r in reasons)
     assert all("16 honest shares of 18" not in r for r in reasons)  # gamma = 0: c = 0
     assert all("18 honest shares of 18" in r for r in reasons)
+
+
+def test_differencing_two_central_runs_needs_a_node_that_allows_central_noise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 27's attack: under central placement the server's unmasked sums are noiseless, so
+    # two accepted runs -- 9 nodes, then the same 8 without node 0 -- give back node 0's
+    # vector. Against nodes that allow central noise (their own key) it still works, exactly;
+    # against the default policy both runs are refused at the first step and the server never
+    # holds a sum.
+    from fa_hetdp.server.session import AnalysisSession
+
+    sums: list[np.ndarray] = []
+    original = AnalysisSession.secure_sum
+
+    def recording(self: AnalysisSession, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        sums.append(np.asarray(result.sum, dtype=np.float64))
+        return result
+
+    monkeypatch.setattr(AnalysisSession, "secure_sum", recording)
+    n = 9
+    config = run_config(tmp_path, scenario_file(tmp_path, n), placement="central")
+    allow = {**SEEDED, "allow-central-placement": True}
+    first = _transport(tmp_path / "first", config, n, allow)
+    assert _own_run(first, config)["status"] == "success"
+    local = first.contexts[5000].state[State.LOCAL]
+    x0 = np.asarray(local[State.X].numpy(), dtype=np.float64)  # node 0's own vector
+    stage1_with = sums[0]
+    second = _transport(tmp_path / "second", config, n, allow)
+    second.silent = {5000}  # the same 8 nodes, without node 0
+    assert _own_run(second, config)["status"] == "success"
+    stage1_without = sums[2]  # run 1: stage 1, stage 2; run 2: stage 1, ...
+    np.testing.assert_allclose((stage1_with - stage1_without)[: x0.size], x0, atol=1e-6)
+
+    sums.clear()
+    for name, silent in (("third", set()), ("fourth", {5000})):
+        transport = _transport(tmp_path / name, config, n, SEEDED, Refusals)
+        transport.silent = silent
+        with pytest.raises(ProtocolAbortError):
+            _own_run(transport, config)
+        reasons = transport.refusals[ADVERTISE_KEYS].values()
+        assert reasons and all("allow-central-placement = false" in r for r in reasons)
+    assert sums == []  # no sum was ever decoded
