@@ -105,10 +105,10 @@ from fa_hetdp.stats.meta import (
     SiloEstimates,
     check_level,
     check_target,
-    i2_from_q,
     i2_from_tau2,
 )
 from fa_hetdp.stats.rma import MetaAnalysisFromSummaries, meta_analysis_from_summaries
+from fa_hetdp.stats.silo_analyses import PerColumnAnalyses
 
 __all__ = [
     "ARMS",
@@ -284,7 +284,7 @@ def arm_summaries(
 
 # ---------------------------------------------------------------------------- the result
 @dataclass(frozen=True)
-class TwoArmMetaAnalysis:
+class TwoArmMetaAnalysis(PerColumnAnalyses):
     """The random-effects analysis of every silo's two-arm effect, per column.
 
     Figures are ``(d,)`` arrays, one per column, named as those of
@@ -339,60 +339,17 @@ class TwoArmMetaAnalysis:
 
     # ---------------------------------------------------------------- shape
     @property
-    def n(self) -> int:
-        """Silos."""
-        return int(self.effects.shape[0])
-
-    @property
-    def d(self) -> int:
-        """Columns."""
-        return int(self.effects.shape[1])
-
-    @property
-    def private(self) -> bool:
-        """Whether the analysis is the private one."""
-        return self.design != "exact"
-
-    @property
     def records_per_client(self) -> IntArray:
         """``(n,)`` every silo's record count (both arms)."""
         return np.asarray(self.arm_counts.sum(axis=1), dtype=np.int64)
 
     # ---------------------------------------------------------------- figures
-    def _figure(self, name: str) -> FloatArray:
-        return np.array([float(getattr(a, name)) for a in self.analyses])
-
-    @property
-    def pooled_mean(self) -> FloatArray:
-        """``(d,)`` the common-effect estimate of the effect."""
-        return self._figure("fixed_mu")
-
-    @property
-    def random_effects_mean(self) -> FloatArray:
-        """``(d,)`` the random-effects estimate of the effect (DerSimonian-Laird)."""
-        return self._figure("mu")
-
-    @property
-    def tau2(self) -> FloatArray:
-        """``(d,)`` DerSimonian-Laird ``tau2`` (private: of the model with the noise in ``v``)."""
-        return self._figure("tau2")
-
     @property
     def tau2_raw(self) -> FloatArray:
         """``(d,)`` ``(Q - (n - 1))/tr P``, ``tau2`` before its truncation at 0."""
         k = self.n
         q, typical = self._figure("q"), self._figure("typical_variance")
         return np.asarray((q - (k - 1)) * typical / (k - 1))
-
-    @property
-    def q(self) -> FloatArray:
-        """``(d,)`` Cochran's ``Q`` of the effects with the variances they carry."""
-        return self._figure("q")
-
-    @property
-    def q_pvalue(self) -> FloatArray:
-        """``(d,)`` ``P(chi2_{n-1} >= Q)``: the test of ``tau2 = 0`` (private: noise included)."""
-        return self._figure("q_pvalue")
 
     @cached_property
     def _tr_p_sampling(self) -> FloatArray:
@@ -414,16 +371,6 @@ class TwoArmMetaAnalysis:
         """
         return self._figure("i2") if not self.private else self._i2(self.tau2)
 
-    @property
-    def i2_total(self) -> float:
-        """``I^2`` of ``Q`` summed over the columns (``(n - 1) d`` degrees of freedom)."""
-        return float(i2_from_q(float(np.sum(self.q)), self.n, self.d))
-
-    @property
-    def i2_average(self) -> float:
-        """The columns' average ``I^2``."""
-        return float(np.mean(self.i2))
-
     # ---------------------------------------------------------------- inference
     def _analyses_at(self, level: float) -> tuple[MetaAnalysisFromSummaries, ...]:
         lvl = check_level(level)
@@ -433,18 +380,6 @@ class TwoArmMetaAnalysis:
             meta_analysis_from_summaries(self.effects[:, j], self.variances[:, j], level=lvl)
             for j in range(self.d)
         )
-
-    @cached_property
-    def standard_errors(self) -> dict[str, FloatArray]:
-        """``pooled_mean``, ``random_effects_mean`` and ``tau2``'s standard errors, ``(d,)``.
-
-        metafor's, from the variances the effects carry (private: the noise in them).
-        """
-        return {
-            "pooled_mean": self._figure("fixed_se"),
-            "random_effects_mean": self._figure("mu_se"),
-            "tau2": self._figure("tau2_se"),
-        }
 
     def confidence_intervals(
         self, level: float = 0.95, target: str = "population", **options: Any

@@ -26,6 +26,7 @@ these are refused there (:data:`NO_SILO_ESTIMATES`).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -58,6 +59,7 @@ from fa_hetdp.stats.rma import (
 __all__ = [
     "LOO_COLUMNS",
     "NO_SILO_ESTIMATES",
+    "PerColumnAnalyses",
     "SubgroupAnalysis",
     "SummariesMetaAnalysis",
     "check_methods",
@@ -121,8 +123,94 @@ def _analyses(
     )
 
 
+class PerColumnAnalyses(ABC):
+    """The figures of a result made of one meta-analysis of summaries per column.
+
+    :class:`SummariesMetaAnalysis` and the two-arm analysis
+    (:class:`fa_hetdp.protocol.two_arm.TwoArmMetaAnalysis`) share them: ``(d,)`` arrays read
+    off ``analyses`` (one :class:`MetaAnalysisFromSummaries` per column), the sites from
+    ``effects``, the design from ``design``; each result gives its own ``i2``.
+    """
+
+    effects: FloatArray
+    analyses: tuple[MetaAnalysisFromSummaries, ...]
+    design: str
+
+    @property
+    @abstractmethod
+    def i2(self) -> FloatArray:
+        """``(d,)`` I^2 per column (each result says from which variances)."""
+
+    @property
+    def n(self) -> int:
+        """Silos."""
+        return int(self.effects.shape[0])
+
+    @property
+    def d(self) -> int:
+        """Columns."""
+        return int(self.effects.shape[1])
+
+    @property
+    def private(self) -> bool:
+        """Whether the estimates are private releases."""
+        return self.design != "exact"
+
+    def _figure(self, name: str) -> FloatArray:
+        return np.array([float(getattr(a, name)) for a in self.analyses])
+
+    @property
+    def pooled_mean(self) -> FloatArray:
+        """``(d,)`` the common-effect estimate."""
+        return self._figure("fixed_mu")
+
+    @property
+    def random_effects_mean(self) -> FloatArray:
+        """``(d,)`` the random-effects estimate (``tau2_method``)."""
+        return self._figure("mu")
+
+    @property
+    def tau2(self) -> FloatArray:
+        """``(d,)`` ``tau2`` by ``tau2_method``."""
+        return self._figure("tau2")
+
+    @property
+    def q(self) -> FloatArray:
+        """``(d,)`` Cochran's ``Q`` of the estimates with the variances they carry."""
+        return self._figure("q")
+
+    @property
+    def q_pvalue(self) -> FloatArray:
+        """``(d,)`` ``P(chi2_{n-1} >= Q)``: the test of ``tau2 = 0``.
+
+        Valid on a private result too: ``Q`` is a statistic of the released estimates with the
+        noise's known variance in their variances, so under ``tau2 = 0`` it is chi-square on
+        ``n - 1`` df as in any meta-analysis (the sampling variances estimated, as always).
+        """
+        return self._figure("q_pvalue")
+
+    @property
+    def i2_total(self) -> float:
+        """``I^2`` of ``Q`` summed over the columns (``(n - 1) d`` df)."""
+        return float(i2_from_q(float(np.sum(self.q)), self.n, self.d))
+
+    @property
+    def i2_average(self) -> float:
+        """The columns' average ``I^2``."""
+        return float(np.mean(self.i2))
+
+    @cached_property
+    def standard_errors(self) -> dict[str, FloatArray]:
+        """``pooled_mean``, ``random_effects_mean`` (Knapp-Hartung under ``"hksj"``), ``tau2``."""
+        return {
+            "pooled_mean": self._figure("fixed_se"),
+            "random_effects_mean": self._figure("mu_se"),
+            "tau2": self._figure("tau2_se"),
+        }
+
+
 @dataclass(frozen=True)
-class SummariesMetaAnalysis:
+class SummariesMetaAnalysis(PerColumnAnalyses):
     """The random-effects analysis of the silos' estimates by ``tau2_method`` and ``ci_method``.
 
     Per column ``j``: :func:`~fa_hetdp.stats.rma.meta_analysis_from_summaries` of
@@ -212,21 +300,6 @@ class SummariesMetaAnalysis:
 
     # ---------------------------------------------------------------- what ran
     @property
-    def n(self) -> int:
-        """Silos."""
-        return int(self.effects.shape[0])
-
-    @property
-    def d(self) -> int:
-        """Columns."""
-        return int(self.effects.shape[1])
-
-    @property
-    def private(self) -> bool:
-        """Whether the estimates are private releases."""
-        return self.design != "exact"
-
-    @property
     def records_per_client(self) -> Any:
         """``(n,)`` the sites' record counts (the base result's)."""
         if self.records is not None:
@@ -254,44 +327,11 @@ class SummariesMetaAnalysis:
         return str(getattr(self.base, "server_saw", ""))
 
     # ---------------------------------------------------------------- figures
-    def _figure(self, name: str) -> FloatArray:
-        return np.array([float(getattr(a, name)) for a in self.analyses])
-
-    @property
-    def pooled_mean(self) -> FloatArray:
-        """``(d,)`` the common-effect estimate."""
-        return self._figure("fixed_mu")
-
-    @property
-    def random_effects_mean(self) -> FloatArray:
-        """``(d,)`` the random-effects estimate (``tau2_method``)."""
-        return self._figure("mu")
-
-    @property
-    def tau2(self) -> FloatArray:
-        """``(d,)`` ``tau2`` by ``tau2_method``."""
-        return self._figure("tau2")
-
     @property
     def tau2_raw(self) -> FloatArray:
         """``(d,)`` ``(Q - (n - 1))/tr P``: the DerSimonian-Laird ``tau2`` before truncation."""
         q, typical = self.q, self._figure("typical_variance")
         return np.asarray((q - (self.n - 1)) * typical / (self.n - 1))
-
-    @property
-    def q(self) -> FloatArray:
-        """``(d,)`` Cochran's ``Q`` of the estimates with the variances they carry."""
-        return self._figure("q")
-
-    @property
-    def q_pvalue(self) -> FloatArray:
-        """``(d,)`` ``P(chi2_{n-1} >= Q)``: the test of ``tau2 = 0``.
-
-        Valid on a private result too: ``Q`` is a statistic of the released estimates with the
-        noise's known variance in their variances, so under ``tau2 = 0`` it is chi-square on
-        ``n - 1`` df as in any meta-analysis (the sampling variances estimated, as always).
-        """
-        return self._figure("q_pvalue")
 
     @property
     def i2(self) -> FloatArray:
@@ -303,31 +343,12 @@ class SummariesMetaAnalysis:
         """``(d,)`` ``H^2 = 1 + tau2/s^2 = 1/(1 - I^2)``."""
         return self._figure("h2")
 
-    @property
-    def i2_total(self) -> float:
-        """``I^2`` of ``Q`` summed over the columns (``(n - 1) d`` df)."""
-        return float(i2_from_q(float(np.sum(self.q)), self.n, self.d))
-
-    @property
-    def i2_average(self) -> float:
-        """The columns' average ``I^2``."""
-        return float(np.mean(self.i2))
-
     # ---------------------------------------------------------------- inference
     def _analyses_at(self, level: float) -> tuple[MetaAnalysisFromSummaries, ...]:
         lvl = check_level(level)
         if lvl == self.analyses[0].level:
             return self.analyses
         return _analyses(self.effects, self.variances, self.tau2_method, self.ci_method, lvl)
-
-    @cached_property
-    def standard_errors(self) -> dict[str, FloatArray]:
-        """``pooled_mean``, ``random_effects_mean`` (Knapp-Hartung under ``"hksj"``), ``tau2``."""
-        return {
-            "pooled_mean": self._figure("fixed_se"),
-            "random_effects_mean": self._figure("mu_se"),
-            "tau2": self._figure("tau2_se"),
-        }
 
     def confidence_intervals(
         self, level: float = 0.95, target: str = "population", **options: Any
