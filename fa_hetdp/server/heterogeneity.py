@@ -136,6 +136,10 @@ class HeterogeneityAnalysis(Analysis):
             return degraded_refusal(session.settings, spent(plan.noise_fraction(survivors)), what)
 
         total = session.secure_sum(STAGE_SUMS[stage], encoding, request, admit=admit)
+        # once more on the inputs the decoded sum holds (a client dropped for cause at the
+        # unmasking leaves it): the sum stays with the server, nothing of it is released
+        if (refused := admit(len(total.survivors))) is not None:
+            raise session.abort(refused)
         if self.plan is not None:  # the plan's tighter range (protocol.sum_range)
             check_sum_range(total.sum, self.plan, stage, len(total.survivors), encoding)
         return total
