@@ -558,3 +558,30 @@ def test_differencing_two_central_runs_needs_a_node_that_allows_central_noise(
         reasons = transport.refusals[ADVERTISE_KEYS].values()
         assert reasons and all("allow-central-placement = false" in r for r in reasons)
     assert sums == []  # no sum was ever decoded
+
+
+def test_a_plan_with_too_little_noise_for_its_stated_epsilon_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The node recomputes the noise of the plan it is to run and the epsilon that noise buys.
+    # A plan that states epsilon = 1 while its noise is calibrated for epsilon = 16 (about a
+    # quarter of the noise; what a tampered or buggy plan would carry) is refused at the first
+    # step, by every node, before anything leaves it.
+    import dataclasses
+
+    import fa_hetdp.clients.policy as policy_module
+
+    built = policy_module.node_protocol_plan
+
+    def understated(settings: Any, **kwargs: Any) -> Any:
+        loud = dataclasses.replace(
+            settings, protocol=dataclasses.replace(settings.protocol, epsilon=16.0)
+        )
+        plan = built(loud, **kwargs)
+        return dataclasses.replace(plan, config=dataclasses.replace(plan.config, epsilon=1.0))
+
+    monkeypatch.setattr(policy_module, "node_protocol_plan", understated)
+    config = run_config(tmp_path, scenario_file(tmp_path, N))
+    reasons = _own_refusals(_transport(tmp_path, config, N, SEEDED), config, ADVERTISE_KEYS)
+    assert len(reasons) == N
+    assert all("noise: the plan states epsilon = 1" in r and "refused" in r for r in reasons)
