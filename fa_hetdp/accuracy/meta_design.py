@@ -11,7 +11,7 @@ choice costs no privacy: nothing of the records enters it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -258,14 +258,28 @@ def _silo_summaries_for(methods: tuple[str, str], settings: Mapping[str, Any]) -
     Checked before any release: the secure sums refuse (:data:`SECURE_SUMS_METHODS_REFUSAL`),
     ``"auto"`` becomes ``"silo-summaries"`` where they can run.
     """
-    s = settings_from(**settings)
     refusal = SECURE_SUMS_METHODS_REFUSAL.format(tau2_method=methods[0], ci_method=methods[1])
+    _silo_summaries_only(
+        settings_from(**settings),
+        refusal + ".",
+        lambda problem: f"{refusal}; and the silo summaries cannot run: {problem}.",
+    )
+    return {**settings, "design": "silo-summaries"}
+
+
+def _silo_summaries_only(
+    s: MetaSettings, secure_sums: str, cannot_run: Callable[[str], str]
+) -> None:
+    """Refuse, before any release, what only the silo summaries build where they do not run.
+
+    ``secure_sums``: the refusal when the secure sums are asked for; ``cannot_run(problem)``:
+    when the settings rule the silo summaries out (:func:`silo_summaries_problem`).
+    """
     if s.design == "secure-sums":
-        raise PrivacyParameterError(refusal + ".")
+        raise PrivacyParameterError(secure_sums)
     problem = silo_summaries_problem(s)
     if problem is not None:
-        raise PrivacyParameterError(f"{refusal}; and the silo summaries cannot run: {problem}.")
-    return {**settings, "design": "silo-summaries"}
+        raise PrivacyParameterError(cannot_run(problem))
 
 
 def _private_two_arm(
@@ -284,14 +298,14 @@ def _private_two_arm(
 ) -> ColumnMetaAnalysis:
     """Run a two-arm effect in the silo-summaries design (the only one that builds it)."""
     s = settings_from(**settings)
-    if s.design == "secure-sums":
-        raise PrivacyParameterError(SECURE_SUMS_REFUSAL.format(effect=effect) + ".")
-    problem = silo_summaries_problem(s)
-    if problem is not None:
-        raise PrivacyParameterError(
+    _silo_summaries_only(
+        s,
+        SECURE_SUMS_REFUSAL.format(effect=effect) + ".",
+        lambda problem: (
             f"effect={effect!r} runs in the silo-summaries design only (the secure sums would "
             f"need each arm's own sums: not built), and {problem}."
-        )
+        ),
+    )
     if assumptions is not None:
         raise InputDataError(
             f"assumptions are for the planner's choice between the designs; effect={effect!r} "

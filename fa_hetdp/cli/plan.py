@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,7 +33,22 @@ from fa_hetdp.errors import InputDataError
 from fa_hetdp.registry import STATISTIC_KEYS
 from fa_hetdp.report.results import format_accuracy_plan
 
-__all__ = ["add_arguments", "run_accuracy", "run_command", "run_plan_lines"]
+if TYPE_CHECKING:
+    from fa_hetdp.flowerkit.settings import RunSettings
+
+__all__ = ["add_arguments", "run_accuracy", "run_command", "run_plan_lines", "run_settings_of"]
+
+
+def run_settings_of(run_config: Mapping[str, object]) -> RunSettings:
+    """Return the run's own resolution of ``run_config`` (scenario and overrides).
+
+    What ``fa-hetdp run`` checks before Flower starts; the app's time-outs and result path do
+    not matter there, so placeholders stand in for them.
+    """
+    from fa_hetdp.flowerkit.settings import RunSettings
+
+    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
+    return RunSettings.from_run_config({**placeholders, **run_config})
 
 
 def run_accuracy(run_config: Mapping[str, object], dim: int) -> AccuracyPlan:
@@ -51,12 +66,7 @@ def run_accuracy(run_config: Mapping[str, object], dim: int) -> AccuracyPlan:
     dim : int
         Coordinates per client (public: the dataset's dimension).
     """
-    from fa_hetdp.flowerkit.settings import RunSettings
-
-    # The run's own resolution of scenario + overrides; the app's timeouts and paths do not
-    # matter here, so placeholders stand in for them.
-    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
-    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    settings = run_settings_of(run_config)
     assumptions = DataAssumptions.from_scenario(settings.scenario.assumptions)
     n = settings.scenario.num_clients
     plan = planned_protocol(settings.protocol, n=n, d=dim, assumptions=assumptions)

@@ -21,7 +21,7 @@ from typing import Any
 from fa_hetdp.cli.checks import check_ring
 from fa_hetdp.cli.cluster import ClusterError, Interrupted, run_simulation, signals_unwind
 from fa_hetdp.cli.paths import check_writable_folder
-from fa_hetdp.cli.plan import run_plan_lines
+from fa_hetdp.cli.plan import run_plan_lines, run_settings_of
 from fa_hetdp.cli.setting_flags import add_setting_flags, flag_settings
 from fa_hetdp.config.noise import noise_shape_supported
 from fa_hetdp.config.rules import FIELDS, Problem, raise_problems, validate
@@ -378,11 +378,9 @@ def not_private_notice(run_config: Mapping[str, object], dim: int) -> str | None
     import warnings
 
     from fa_hetdp.errors import BaselineWarning
-    from fa_hetdp.flowerkit.settings import RunSettings
     from fa_hetdp.protocol.plan import plan_protocol
 
-    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
-    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    settings = run_settings_of(run_config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BaselineWarning)
         plan = plan_protocol(settings.protocol, n=settings.scenario.num_clients, d=dim)
@@ -406,10 +404,8 @@ def check_simulated_nodes(run_config: Mapping[str, object], dim: int) -> None:
     """
     from fa_hetdp.clients.policy import simulation_refusals
     from fa_hetdp.config.schema import NODE_KEYS_OF_SCENARIO
-    from fa_hetdp.flowerkit.settings import RunSettings
 
-    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
-    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    settings = run_settings_of(run_config)
     problems: list[Problem] = []
     for reason in simulation_refusals(settings, dim):
         key = next(
@@ -651,10 +647,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def secagg_warnings(run_config: Mapping[str, object]) -> tuple[str, ...]:
     """Return a line per failure bound of the run's secure aggregation above its target."""
-    from fa_hetdp.flowerkit.settings import RunSettings
-
-    placeholders = {"node-wait-timeout": 1.0, "stage-timeout": 1.0, "result-path": "unused"}
-    settings = RunSettings.from_run_config({**placeholders, **run_config})
+    settings = run_settings_of(run_config)
     return settings.secagg_parameters().shortfalls()
 
 
