@@ -487,6 +487,11 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
     if "released" in result:  # value, interval, noise on its scale, flag: never a bare number
         print(f"{setup.scenario_name}: n={result.get('n')} clients, d={result.get('d')}")
         print("\n".join(format_section(result["released"], released_truth(setup.truth))))
+        level = float(result["released"].get("level", 0.95))
+        print(
+            f"(sample: a {level:.0%} interval of the exact value on these clients, given the "
+            "privacy noise; not an interval of a population parameter)"
+        )
         print("\n".join(format_noise_comparison(result["released"])))  # plan beside run
         _print_run_notes(console, result)
         return

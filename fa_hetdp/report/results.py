@@ -217,7 +217,7 @@ _Row = tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, _A
 def _lines(rows: list[_Row], level: float, truths: list[float | None] | None) -> list[str]:
     true_head = f" {'true':>10}" if truths is not None else ""
     head = (
-        f"{'statistic':<24} {'value':>10}  {f'{level:.0%} interval':<24}{true_head} "
+        f"{'statistic':<24} {'value':>10}  {f'{level:.0%} interval (sample)':<24}{true_head} "
         f"{'noise sd':>10}  note"
     )
     lines = [head, "-" * len(head)]
