@@ -27,7 +27,6 @@ from numbers import Real
 from typing import Final
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import erf, erfcx, log_ndtr, ndtr, ndtri
 
 from fa_hetdp._types import Mechanism
@@ -337,6 +336,8 @@ def _agm_unit_sigma(epsilon: float, delta: float) -> float:
     while f(lo) <= 0.0:
         hi = lo
         lo -= math.log(2.0)
+    from scipy.optimize import brentq  # here: scipy.optimize costs a ClientApp ~0.3 s
+
     log_s = float(brentq(f, lo, hi, xtol=_LOG_S_XTOL, rtol=4.0 * _MACHINE_EPS, maxiter=200))
     s = math.exp(log_s)
     # Raise s by (float error of delta)/(elasticity) so the exact delta(s) <= target.
@@ -474,6 +475,8 @@ def achieved_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
                 f"achieved_epsilon diverged for sigma={sigma_f!r}, delta={delta_f!r}, "
                 f"sensitivity={sensitivity_f!r}"
             )
+    from scipy.optimize import brentq  # here: scipy.optimize costs a ClientApp ~0.3 s
+
     eps = float(brentq(f, lo, hi, xtol=1e-300, rtol=4.0 * _MACHINE_EPS, maxiter=200))
     # Never report less than the truth: step up while the float check exceeds the target.
     for nudge in range(_MAX_NUDGES):

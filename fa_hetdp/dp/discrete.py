@@ -32,7 +32,6 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from fa_hetdp._types import FloatArray, IntArray
 from fa_hetdp.errors import PrivacyParameterError
@@ -356,6 +355,8 @@ def discrete_gaussian_pmf(k: npt.ArrayLike, sigma_squared: float) -> FloatArray:
 
 def skellam_pmf(k: npt.ArrayLike, variance: float) -> FloatArray:
     """``P(X = k)`` for the symmetric Skellam law of variance ``mu`` (scipy's ``skellam``)."""
+    from scipy import stats  # here, not at the top: scipy.stats costs a ClientApp ~0.5 s
+
     half = 0.5 * float(variance)
     out: FloatArray = np.asarray(stats.skellam.pmf(np.asarray(k), half, half), dtype=np.float64)
     return out

@@ -49,8 +49,7 @@ from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import chi2, norm
-from scipy.stats import t as student_t
+from scipy.special import ndtri
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
@@ -270,6 +269,8 @@ def q_profile(theta: FloatArray, v: FloatArray, level: float) -> tuple[FloatArra
     ok = np.all(np.isfinite(v) & (v > 0.0) & np.isfinite(theta), axis=0)
     th = np.where(ok[None, :], theta, 0.0)
     vs = np.where(ok[None, :], v, 1.0)
+    from scipy.stats import chi2  # here: scipy.stats costs a Flower ClientApp ~0.4 s to import
+
     alpha = 1.0 - level
     lower = q_profile_solve(th, vs, chi2.ppf(1.0 - alpha / 2.0, n - 1))
     upper = q_profile_solve(th, vs, chi2.ppf(alpha / 2.0, n - 1))
@@ -288,6 +289,8 @@ def prediction_bounds(
     if n < 3:
         nan = np.full(mu.shape, np.nan)
         return nan, nan
+    from scipy.stats import t as student_t
+
     half = float(student_t.ppf(0.5 + level / 2.0, n - 2)) * np.sqrt(
         np.maximum(np.asarray(tau2, dtype=np.float64), 0.0) + np.asarray(se, dtype=np.float64) ** 2
     )
@@ -295,7 +298,7 @@ def prediction_bounds(
 
 
 def _z(level: float) -> float:
-    return float(norm.ppf(0.5 + level / 2.0))
+    return float(ndtri(0.5 + level / 2.0))
 
 
 @dataclass(frozen=True)
@@ -480,7 +483,7 @@ class MetaAnalysis:
         return figure_frame(
             self,
             intervals,
-            q_pvalue=chi2.sf(self.q, self.n - 1),
+            q_pvalue=self.q_pvalue,
             attrs={"design": "exact"},
             what="MetaAnalysis.to_frame",
         )
@@ -513,6 +516,8 @@ class MetaAnalysis:
     @property
     def q_pvalue(self) -> FloatArray:
         """``(d,)`` ``P(chi2_{n-1} >= Q)``: Cochran's test of ``tau2 = 0`` (homogeneity)."""
+        from scipy.stats import chi2
+
         return np.asarray(chi2.sf(self.q, self.n - 1))
 
     def leave_one_out(self, level: float = 0.95) -> Any:
