@@ -4,8 +4,8 @@ The fast tests check what the soak counts, on documents built in process: a succ
 carries the fixed-point encoding error of a discrete run equals its twin, a changed statistic
 or privacy spent does not; an abort must list every release made with its cost; a process of
 ours left running is found by its ``FLWR_HOME`` and ended. The slow test runs the reduced soak
-(5 simulations of 100 clients, 3 deployment runs, the busy machine) and holds the issue's
-zeros.
+(2 simulations of 100 clients, 1 deployment run behind the gateway with a SuperNode killed, the
+busy machine) and holds the issue's zeros.
 """
 
 from __future__ import annotations
@@ -190,12 +190,13 @@ def test_a_process_of_ours_left_running_is_an_orphan_and_is_ended(tmp_path: Path
 
 @pytest.mark.slow
 def test_reduced_soak_holds_the_zeros(tmp_path: Path) -> None:
-    """3 simulations of 100 clients, 2 deployment runs (one a SuperNode killed, one a SuperLink
-    restart), busy machine: every kind of fault once, in CI's budget (the soak at its full size
-    is ``benchmarks/soak_bench.py``: 50 simulations, 20 deployments)."""
+    """2 simulations of 100 clients, 1 deployment run behind the gateway (a SuperNode killed),
+    busy machine, in CI's 30-minute budget. A SuperLink restart mid-run is held by
+    ``test_deployment_operator`` and ``test_flower_deployment``; the soak at its full size is
+    ``benchmarks/soak_bench.py`` (50 simulations, 20 deployments, 2 SuperLink restarts)."""
     path = tmp_path / "soak.json"
     code = soak.main(
-        ["--sessions", "3", "--deploy-runs", "2", "--superlink-restarts", "1",
+        ["--sessions", "2", "--deploy-runs", "1", "--superlink-restarts", "0",
          "--json", str(path), "--seed", "21", "--workdir", str(tmp_path / "runs")]
     )  # fmt: skip
     tallies = json.loads(path.read_text())
@@ -203,7 +204,7 @@ def test_reduced_soak_holds_the_zeros(tmp_path: Path) -> None:
         "sessions", "deploy_runs", "lost", "dishonest", "orphans", "healthy_drops",
         "leaked_rss_mib",
     }  # fmt: skip
-    assert tallies["sessions"] == 3 and tallies["deploy_runs"] == 2
+    assert tallies["sessions"] == 2 and tallies["deploy_runs"] == 1
     zeros = {k: tallies[k] for k in ("lost", "dishonest", "orphans", "healthy_drops")}
     assert zeros == dict.fromkeys(zeros, 0), tallies
     assert tallies["leaked_rss_mib"] <= 50, tallies
