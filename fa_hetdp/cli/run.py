@@ -4,6 +4,8 @@
 :func:`fa_hetdp.cli.cluster.run_simulation`), submits the app with ``flwr run``, follows the
 server's progress file, reads the result file the ServerApp writes, and prints each private
 statistic against its true value (known in simulation) with the error and the privacy spent.
+A meta-analysis' figures go beside the result file: its I² figure (``<stem>-i2.png``) and its
+forest plots (``<stem>-forest.png``, a panel per column: :mod:`fa_hetdp.report.run_forest`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "add_arguments",
     "check_flags",
     "check_simulated_nodes",
+    "forest_figure_line",
     "prepare",
     "print_result",
     "progress_display",
@@ -271,6 +274,33 @@ def meta_figure_line(result: Mapping[str, Any], result_path: Path) -> str:
     except OSError as exc:
         return f"I² figure: not drawn: {exc}"
     return f"I² figure: {shown_path(written)}"
+
+
+def forest_figure_line(result: Mapping[str, Any], result_path: Path) -> tuple[str, bool]:
+    """Draw a meta-analysis' forest plots beside the result; the line that says where, and if.
+
+    One figure, a panel per column (:mod:`fa_hetdp.report.run_forest`), written atomically to
+    ``<result stem>-forest.png``. The result file is already written: whatever goes wrong with
+    the figure (matplotlib missing, an unwritable path, a drawing error) is said in the line
+    (the flag False) and never costs the run its result or its exit status.
+    """
+    from fa_hetdp.report.run_forest import write_run_forest
+
+    try:
+        written, forest = write_run_forest(result, result_path)
+    except ImportError:
+        return 'forest plot: not drawn, it needs matplotlib (pip install "fa-hetdp[plots]")', False
+    except Exception as exc:  # the result is kept whatever the figure does
+        where = result_path.with_name(f"{result_path.stem}-forest.png")
+        return (
+            f"forest plot: not drawn ({type(exc).__name__}: {exc}); the result is kept, "
+            f"nothing was written to {shown_path(where)}"
+        ), False
+    line = f"forest plot: {shown_path(written)}"
+    if len(forest.columns) < forest.d:
+        names = ", ".join(panel.column for panel in forest.panels)
+        line += f" (the {len(forest.columns)} of {forest.d} columns with the largest I²: {names})"
+    return line, True
 
 
 def label_figure_line(result: Mapping[str, Any], result_path: Path) -> str:
@@ -713,6 +743,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"result: {shown_path(outcome.result_path)}")
         if result.get("analysis") == "meta":
             print(meta_figure_line(result, outcome.result_path))
+            line, drawn = forest_figure_line(result, outcome.result_path)
+            print(line, file=sys.stdout if drawn else sys.stderr)
         elif setup.label_histogram:
             print(label_figure_line(result, outcome.result_path))
     return 1 if kept_elsewhere else 0

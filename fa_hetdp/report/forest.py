@@ -20,6 +20,10 @@ and names the column; the rows carry the site labels. Drawn with matplotlib's ob
 Agg canvas (no ``pyplot`` state, no display), so it runs in CI and worker processes; matplotlib is
 the ``plots`` extra and is imported on call.
 
+:func:`forest_rows` returns the rows a plot draws (labels, estimates, intervals, weights) before
+anything is drawn, and :func:`draw_rows` draws them on one axis: ``fa-hetdp run`` draws the
+meta-analysis of a result file with them (:mod:`fa_hetdp.report.run_forest`).
+
 Examples
 --------
 >>> import pandas as pd
@@ -39,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
@@ -53,9 +58,10 @@ from fa_hetdp.stats.rma import MetaAnalysisFromSummaries
 from fa_hetdp.stats.silo_analyses import SummariesMetaAnalysis
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["NO_SITE_ROWS", "POOLED_ROWS", "forest_plot"]
+__all__ = ["NO_SITE_ROWS", "POOLED_ROWS", "ForestRows", "draw_rows", "forest_plot", "forest_rows"]
 
 POOLED_ROWS: Final[tuple[str, ...]] = ("fixed effect", "random effects", "prediction interval")
 """The labels of the rows below the sites."""
@@ -126,6 +132,179 @@ def _of_summaries(result: MetaAnalysisFromSummaries) -> ColumnMetaAnalysis:
     )
 
 
+@dataclass(frozen=True)
+class ForestRows:
+    """The rows of one column's forest plot, top to bottom, before anything is drawn.
+
+    Attributes
+    ----------
+    column : str
+        The column's name.
+    labels : tuple of str
+        The sites' labels (none where the secure sums ran), then :data:`POOLED_ROWS`.
+    estimates, lower, upper : tuple of float
+        Each row's estimate and interval ends (NaN where there is none): a site's own
+        estimate with its interval, the fixed-effect and random-effects means with their
+        confidence intervals of the population value, the random-effects mean with the
+        prediction interval of a new site's mean.
+    weights : tuple of float
+        Each site's share of the random-effects weight (one per site row; its marker's area).
+    """
+
+    column: str
+    labels: tuple[str, ...]
+    estimates: tuple[float, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    weights: tuple[float, ...]
+
+    @property
+    def sites(self) -> int:
+        """The number of site rows (0 where the secure sums ran)."""
+        return len(self.labels) - len(POOLED_ROWS)
+
+    def row(self, label: str) -> tuple[float, float, float]:
+        """Return the row ``label``'s ``(estimate, lower, upper)``."""
+        k = self.labels.index(label)
+        return self.estimates[k], self.lower[k], self.upper[k]
+
+
+def _prepared(
+    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis | MetaAnalysisFromSummaries,
+) -> ColumnMetaAnalysis:
+    if not isinstance(
+        result,
+        (
+            MetaAnalysis,
+            PrivateMetaAnalysis,
+            ColumnMetaAnalysis,
+            MetaAnalysisFromSummaries,
+            SummariesMetaAnalysis,
+        ),
+    ):
+        raise InputDataError(
+            "forest_plot draws a MetaAnalysis, PrivateMetaAnalysis, ColumnMetaAnalysis or "
+            "MetaAnalysisFromSummaries (fa_hetdp.meta_analysis, fa_hetdp.private_meta_analysis, "
+            f"fa_hetdp.meta_analysis_from_summaries), got "
+            f"{type(result).__name__}."
+        )
+    if isinstance(result, MetaAnalysisFromSummaries):
+        return _of_summaries(result)
+    return as_columns(result)
+
+
+def _rows_of(res: ColumnMetaAnalysis, j: int, level: float) -> ForestRows:
+    z = float(norm.ppf(0.5 + level / 2.0))
+    intervals = res.confidence_intervals(level, "population")
+    prediction = res.prediction_interval(level)
+    silos = res.silo_estimates()
+    labels: list[str] = []
+    rows: list[tuple[float, float, float]] = []  # estimate, low, high
+    sizes: list[float] = []
+    if silos is not None:
+        eff = silos.effects[:, j]
+        sd = np.sqrt(silos.variances[:, j])
+        share = silos.weights_random[:, j] / np.nansum(silos.weights_random[:, j])
+        for i, label in enumerate(res.site_labels):
+            labels.append(str(label))
+            rows.append((float(eff[i]), float(eff[i] - z * sd[i]), float(eff[i] + z * sd[i])))
+            sizes.append(float(share[i]) if math.isfinite(float(share[i])) else 0.0)
+    rows += [
+        (
+            float(res.pooled_mean[j]),
+            float(np.asarray(intervals.lower["pooled_mean"])[j]),
+            float(np.asarray(intervals.upper["pooled_mean"])[j]),
+        ),
+        (
+            float(res.random_effects_mean[j]),
+            float(np.asarray(intervals.lower["random_effects_mean"])[j]),
+            float(np.asarray(intervals.upper["random_effects_mean"])[j]),
+        ),
+        (
+            float(res.random_effects_mean[j]),
+            float(np.asarray(prediction.lower)[j]),
+            float(np.asarray(prediction.upper)[j]),
+        ),
+    ]
+    return ForestRows(
+        column=res.columns[j],
+        labels=(*labels, *POOLED_ROWS),
+        estimates=tuple(r[0] for r in rows),
+        lower=tuple(r[1] for r in rows),
+        upper=tuple(r[2] for r in rows),
+        weights=tuple(sizes),
+    )
+
+
+def forest_rows(
+    result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis | MetaAnalysisFromSummaries,
+    column: str | None = None,
+    *,
+    level: float = 0.95,
+) -> ForestRows:
+    """Return the rows :func:`forest_plot` draws for ``column`` (same arguments), undrawn.
+
+    Raises
+    ------
+    InputDataError
+        ``column`` unknown, or missing where the result has several columns.
+    """
+    res = _prepared(result)
+    return _rows_of(res, _column_index(res, column), level)
+
+
+def draw_rows(ax: Axes, rows: ForestRows, *, marker_scale: float = 1.0) -> list[float]:
+    """Draw ``rows`` on ``ax`` (no labels, no title); return each row's ``y``, top first.
+
+    A site is a square (area: its random-effects weight share) on its interval; the pooled
+    means are diamonds spanning their confidence intervals (grey: fixed effect, red: random
+    effects), the prediction interval a thick grey bar; a dashed line marks the
+    random-effects mean and a thin one separates the sites from the pooled rows.
+    """
+    from matplotlib.patches import Polygon
+
+    count = len(rows.labels)
+    # row k at y = count - 1 - k: the first site on top, the prediction at the bottom
+    ys = [float(count - 1 - k) for k in range(count)]
+    sites = rows.sites
+    top = max(rows.weights) if rows.weights else 1.0
+    for k in range(sites):
+        y, est, lo, hi = ys[k], rows.estimates[k], rows.lower[k], rows.upper[k]
+        if math.isfinite(lo) and math.isfinite(hi):
+            ax.plot([lo, hi], [y, y], color="0.25", linewidth=1.1)
+        area = 20.0 + 100.0 * (rows.weights[k] / top if top > 0 else 1.0)
+        ax.scatter([est], [y], marker="s", s=area * marker_scale, color="tab:blue", zorder=3)
+    for k in range(sites, count):
+        key, y = rows.labels[k], ys[k]
+        est, lo, hi = rows.estimates[k], rows.lower[k], rows.upper[k]
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            continue
+        if key == "prediction interval":
+            ax.plot([lo, hi], [y, y], color="0.45", linewidth=4.0, solid_capstyle="butt")
+            ax.plot([est], [y], marker="|", color="k", markersize=10)
+            continue
+        colour = "tab:red" if key == "random effects" else "tab:gray"
+        ax.add_patch(
+            Polygon(
+                [(lo, y), (est, y + 0.3), (hi, y), (est, y - 0.3)],
+                closed=True,
+                facecolor=colour,
+                edgecolor="k",
+                linewidth=0.8,
+                zorder=3,
+            )
+        )
+    re = rows.row("random effects")[0]
+    if math.isfinite(re):
+        ax.axvline(re, linestyle="--", color="tab:red", linewidth=0.8, alpha=0.7)
+    if sites:
+        ax.axhline(ys[sites - 1] - 0.5, color="0.7", linewidth=0.6)
+    ax.set_yticks(ys, list(rows.labels))
+    ax.set_ylim(-0.8, count - 0.2)
+    ax.grid(True, axis="x", alpha=0.35)
+    return ys
+
+
 def forest_plot(
     result: MetaAnalysis | PrivateMetaAnalysis | ColumnMetaAnalysis | MetaAnalysisFromSummaries,
     column: str | None = None,
@@ -169,112 +348,25 @@ def forest_plot(
     ImportError
         matplotlib is not installed (the ``plots`` extra).
     """
-    if not isinstance(
-        result,
-        (
-            MetaAnalysis,
-            PrivateMetaAnalysis,
-            ColumnMetaAnalysis,
-            MetaAnalysisFromSummaries,
-            SummariesMetaAnalysis,
-        ),
-    ):
-        raise InputDataError(
-            "forest_plot draws a MetaAnalysis, PrivateMetaAnalysis, ColumnMetaAnalysis or "
-            "MetaAnalysisFromSummaries (fa_hetdp.meta_analysis, fa_hetdp.private_meta_analysis, "
-            f"fa_hetdp.meta_analysis_from_summaries), got "
-            f"{type(result).__name__}."
-        )
+    res = _prepared(result)
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.patches import Polygon
     except ImportError as exc:
         raise ImportError(
             f"forest_plot needs matplotlib, which is not installed ({exc}): "
             'pip install "fa-hetdp[frames]" (or [plots])'
         ) from exc
 
-    if isinstance(result, MetaAnalysisFromSummaries):
-        res = _of_summaries(result)
-    else:
-        res = as_columns(result)
     j = _column_index(res, column)
     name = res.columns[j]
-    z = float(norm.ppf(0.5 + level / 2.0))
-    intervals = res.confidence_intervals(level, "population")
-    prediction = res.prediction_interval(level)
-    silos = res.silo_estimates()
-
-    labels: list[str] = []
-    rows: list[tuple[float, float, float]] = []  # estimate, low, high
-    sizes: list[float] = []
-    if silos is not None:
-        eff = silos.effects[:, j]
-        sd = np.sqrt(silos.variances[:, j])
-        share = silos.weights_random[:, j] / np.nansum(silos.weights_random[:, j])
-        for i, label in enumerate(res.site_labels):
-            labels.append(str(label))
-            rows.append((float(eff[i]), float(eff[i] - z * sd[i]), float(eff[i] + z * sd[i])))
-            sizes.append(float(share[i]) if math.isfinite(float(share[i])) else 0.0)
-    pooled = {
-        "fixed effect": (
-            float(res.pooled_mean[j]),
-            float(np.asarray(intervals.lower["pooled_mean"])[j]),
-            float(np.asarray(intervals.upper["pooled_mean"])[j]),
-        ),
-        "random effects": (
-            float(res.random_effects_mean[j]),
-            float(np.asarray(intervals.lower["random_effects_mean"])[j]),
-            float(np.asarray(intervals.upper["random_effects_mean"])[j]),
-        ),
-        "prediction interval": (
-            float(res.random_effects_mean[j]),
-            float(np.asarray(prediction.lower)[j]),
-            float(np.asarray(prediction.upper)[j]),
-        ),
-    }
-    count = len(labels) + len(POOLED_ROWS)
+    rows = _rows_of(res, j, level)
+    count = len(rows.labels)
     height = max(2.8, 0.32 * count + 1.9)
     figure = Figure(figsize=(8.0, height), layout="constrained")
     FigureCanvasAgg(figure)
     ax, text_ax = figure.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3.0, 1.3]})
-    # row k at y = count - 1 - k: the first site on top, the prediction at the bottom
-    ys = [float(count - 1 - k) for k in range(count)]
-    top = max(sizes) if sizes else 1.0
-    for k, (est, lo, hi) in enumerate(rows):
-        y = ys[k]
-        if math.isfinite(lo) and math.isfinite(hi):
-            ax.plot([lo, hi], [y, y], color="0.25", linewidth=1.1)
-        area = 20.0 + 100.0 * (sizes[k] / top if top > 0 else 1.0)
-        ax.scatter([est], [y], marker="s", s=area, color="tab:blue", zorder=3)
-    for offset, key in enumerate(POOLED_ROWS):
-        y = ys[len(rows) + offset]
-        est, lo, hi = pooled[key]
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            continue
-        if key == "prediction interval":
-            ax.plot([lo, hi], [y, y], color="0.45", linewidth=4.0, solid_capstyle="butt")
-            ax.plot([est], [y], marker="|", color="k", markersize=10)
-            continue
-        colour = "tab:red" if key == "random effects" else "tab:gray"
-        ax.add_patch(
-            Polygon(
-                [(lo, y), (est, y + 0.3), (hi, y), (est, y - 0.3)],
-                closed=True,
-                facecolor=colour,
-                edgecolor="k",
-                linewidth=0.8,
-                zorder=3,
-            )
-        )
-    re = pooled["random effects"][0]
-    if math.isfinite(re):
-        ax.axvline(re, linestyle="--", color="tab:red", linewidth=0.8, alpha=0.7)
-    if rows:
-        ax.axhline(ys[len(rows) - 1] - 0.5, color="0.7", linewidth=0.6)
-    ax.set_yticks(ys, [*labels, *POOLED_ROWS])
-    ax.set_ylim(-0.8, count - 0.2)
+    ys = draw_rows(ax, rows)
     unit = _units_of(res, name, units)
     covers = "sampling error and privacy noise" if res.private else "sampling error"
     effect = getattr(res, "effect", "mean")
@@ -288,10 +380,9 @@ def forest_plot(
         low, high = ax.get_xlim()
         ax.set_xlim(max(low, -1.05), min(high, 1.05))
     ax.set_ylabel(res.site or "site")
-    ax.grid(True, axis="x", alpha=0.35)
-    if silos is None and res.private:
+    if rows.sites == 0 and res.private:
         ax.set_title(NO_SITE_ROWS, fontsize=8, loc="left", wrap=True)
-    elif silos is not None and res.private:
+    elif rows.sites and res.private:
         ax.set_title(
             f"site rows: the {what} of the noisy released summaries; their intervals include "
             "the privacy noise",
@@ -304,7 +395,7 @@ def forest_plot(
     text_ax.text(
         0.0, count - 0.4, f"estimate [{100 * level:g} % interval]", fontsize=8, weight="bold"
     )
-    for y, (est, lo, hi) in zip(ys, [*rows, *(pooled[k] for k in POOLED_ROWS)], strict=True):
+    for y, est, lo, hi in zip(ys, rows.estimates, rows.lower, rows.upper, strict=True):
         text_ax.text(0.0, y, f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]", va="center", fontsize=8)
     figure.suptitle(title if title is not None else _title(res, name), fontsize=10)
     if path is not None:

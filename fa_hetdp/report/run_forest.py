@@ -1,0 +1,379 @@
+"""The forest plots of a meta-analysis result file: what ``fa-hetdp run`` writes beside it.
+
+A Flower run with ``analysis = "meta"`` keeps its meta-analysis as the result file's
+``meta_analysis`` section (:func:`fa_hetdp.report.meta.meta_section`); this module reads that
+section only, so a result file written earlier can be drawn again without the run:
+
+- :func:`run_forest` returns what is drawn, undrawn: one :class:`~fa_hetdp.report.forest.
+  ForestRows` per column drawn, the title and the notes;
+- :func:`draw_run_forest` draws it as **one figure with a panel per column** (up to four
+  panels across, the rows shared: every panel has the same silos and pooled rows, so their
+  labels are written once on the left), each panel on its column's own axis;
+- :func:`write_run_forest` writes it atomically beside the result,
+  ``<result stem>-forest.png`` (:func:`run_forest_path`).
+
+The rows of a column, as :func:`~fa_hetdp.report.forest.forest_plot` draws them in process:
+
+- where the silo-summaries design ran, one row per silo: its noisy released mean
+  ``+- z sqrt(s^2/m + sigma^2)`` (``s^2`` the variance its weight used, ``m`` its public record
+  count, ``sigma`` its mean's noise standard deviation: the sampling error and the privacy
+  noise), its marker's area its share of the random-effects weight ``1/(s^2/m + tau2)``;
+- the fixed-effect and random-effects means with their confidence intervals of the population
+  value (``target="population"``: sampling error and privacy noise), and the random-effects mean
+  with the prediction interval of a new silo's mean;
+- where the secure sums ran, the pooled rows only and a line saying why (:data:`NO_SILO_ROWS`).
+
+At most :data:`MAX_PANELS` columns are drawn: of a wider result, those with the largest I² (the
+ones whose silos disagree most), in column order, and a note names them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+from scipy.stats import norm
+
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.report.files import write_figure_atomic
+from fa_hetdp.report.forest import POOLED_ROWS, ForestRows, draw_rows
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "MAX_PANELS",
+    "NO_SILO_ROWS",
+    "RunForest",
+    "draw_run_forest",
+    "run_forest",
+    "run_forest_path",
+    "section_rows",
+    "write_run_forest",
+]
+
+MAX_PANELS: Final = 16
+"""The most columns one figure draws (a 4 x 4 grid); a wider result: those with the largest I²."""
+
+PANELS_ACROSS: Final = 4
+"""Panels per row of the grid."""
+
+NO_SILO_ROWS: Final = (
+    "no per-silo rows: the secure sums ran, so the server saw only sums over all silos "
+    "(no silo's own estimate was released)"
+)
+"""The line a secure-sums figure carries instead of the silos' rows."""
+
+
+@dataclass(frozen=True)
+class RunForest:
+    """What :func:`draw_run_forest` draws: a panel per column, the title and the notes.
+
+    Attributes
+    ----------
+    panels : tuple of ForestRows
+        One per column drawn, in column order.
+    columns : tuple of int
+        The index of each panel's column in the result (``0 .. d-1``).
+    d : int
+        The result's number of columns.
+    title : str
+        The scenario, the silos, the design that ran, (ε, δ) or "not DP", the unit of privacy.
+    notes : tuple of str
+        What the intervals cover, why there are no silo rows (the secure sums), which columns
+        are drawn (a result wider than :data:`MAX_PANELS`) and the axes' scale.
+    """
+
+    panels: tuple[ForestRows, ...]
+    columns: tuple[int, ...]
+    d: int
+    title: str
+    notes: tuple[str, ...]
+
+
+def run_forest_path(result_path: str | Path) -> Path:
+    """Return where the forest plot of ``result_path`` goes: ``<stem>-forest.png`` beside it."""
+    path = Path(result_path)
+    return path.with_name(f"{path.stem}-forest.png")
+
+
+def _array(raw: Any, d: int) -> np.ndarray:
+    if raw is None:
+        return np.full(d, np.nan)
+    return np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
+
+
+def _statistic(section: Mapping[str, Any], name: str, key: str | None = None) -> np.ndarray:
+    """Return a statistic's value (``key`` None) or its population interval's ``key`` end."""
+    d = int(section["d"])
+    entry = (section.get("statistics") or {}).get(name) or {}
+    if key is None:
+        return _array(entry.get("value"), d)
+    population = entry.get("population")
+    return _array(population.get(key) if isinstance(population, Mapping) else None, d)
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def section_rows(section: Mapping[str, Any], j: int, *, name: str | None = None) -> ForestRows:
+    """Return column ``j``'s rows from a result file's ``meta_analysis`` section.
+
+    The same rows :func:`~fa_hetdp.report.forest.forest_rows` makes of the in-process result
+    (module docstring), read from the section's numbers at its own ``level``: the silos'
+    (``section["silos"]``, silo summaries only), then the pooled rows.
+
+    Raises
+    ------
+    InputDataError
+        ``j`` is not a column of the section.
+    """
+    d = int(section["d"])
+    if not 0 <= j < d:
+        raise InputDataError(f"column {j} is not one of the result's {d} columns.")
+    level = float(section.get("level", 0.95))
+    z = float(norm.ppf(0.5 + level / 2.0))
+    labels: list[str] = []
+    rows: list[tuple[float, float, float]] = []
+    weights: list[float] = []
+    silos: Sequence[Mapping[str, Any]] = section.get("silos") or ()
+    if silos:
+        tau2 = float(_statistic(section, "tau2")[j])
+        effects = np.array([_number((s.get("mean") or [None] * d)[j]) for s in silos])
+        used = np.array([_number((s.get("variance_used") or [None] * d)[j]) for s in silos])
+        m = np.array([float(s["records"]) for s in silos])
+        noise = np.array([_number(s.get("mean_noise_sd")) for s in silos])
+        sd = np.sqrt(used / m + noise * noise)
+        random = 1.0 / (used / m + tau2)
+        share = random / np.nansum(random)
+        for i, silo in enumerate(silos):
+            labels.append(f"silo {silo.get('silo', i)}")
+            rows.append(
+                (float(effects[i]), float(effects[i] - z * sd[i]), float(effects[i] + z * sd[i]))
+            )
+            weights.append(float(share[i]) if math.isfinite(float(share[i])) else 0.0)
+    predicted = section.get("prediction_interval") or {}
+    random_effects = float(_statistic(section, "random_effects_mean")[j])
+    rows += [
+        (
+            float(_statistic(section, "pooled_mean")[j]),
+            float(_statistic(section, "pooled_mean", "lower")[j]),
+            float(_statistic(section, "pooled_mean", "upper")[j]),
+        ),
+        (
+            random_effects,
+            float(_statistic(section, "random_effects_mean", "lower")[j]),
+            float(_statistic(section, "random_effects_mean", "upper")[j]),
+        ),
+        (
+            random_effects,
+            float(_array(predicted.get("lower"), d)[j]),
+            float(_array(predicted.get("upper"), d)[j]),
+        ),
+    ]
+    return ForestRows(
+        column=name if name is not None else f"x{j}",
+        labels=(*labels, *POOLED_ROWS),
+        estimates=tuple(r[0] for r in rows),
+        lower=tuple(r[1] for r in rows),
+        upper=tuple(r[2] for r in rows),
+        weights=tuple(weights),
+    )
+
+
+def _drawn_columns(section: Mapping[str, Any], limit: int) -> tuple[int, ...]:
+    """All columns, or the ``limit`` with the largest I² (no I² last), in column order."""
+    d = int(section["d"])
+    if d <= limit:
+        return tuple(range(d))
+    i2 = _statistic(section, "i2")
+    order = sorted(range(d), key=lambda j: (-i2[j] if math.isfinite(i2[j]) else math.inf, j))
+    return tuple(sorted(order[:limit]))
+
+
+def _privacy_words(document: Mapping[str, Any], section: Mapping[str, Any]) -> str:
+    privacy = document.get("privacy") or {}
+    if (
+        document.get("differentially_private") is False
+        or privacy.get("differentially_private") is False
+    ):
+        return "not DP"
+    epsilon, delta = section.get("epsilon"), section.get("delta")
+    if epsilon is None:
+        epsilon, delta = privacy.get("epsilon_spent"), privacy.get("delta")
+    if epsilon is None:
+        return "ε not stated"
+    if delta is None:
+        return f"ε = {float(epsilon):.3g}"
+    return f"ε = {float(epsilon):.3g}, δ = {float(delta):.3g}"
+
+
+def _unit_words(document: Mapping[str, Any], section: Mapping[str, Any]) -> str:
+    stated = section.get("unit_of_privacy") or (document.get("privacy") or {}).get(
+        "unit_of_privacy"
+    )
+    return str(stated).split(";")[0].strip() if stated else "not stated"
+
+
+def run_forest(
+    document: Mapping[str, Any],
+    *,
+    max_panels: int = MAX_PANELS,
+    names: Sequence[str] | None = None,
+    units: str | Mapping[str, str] | None = None,
+) -> RunForest:
+    """Return what the forest plot of a meta-analysis result file draws (module docstring).
+
+    Parameters
+    ----------
+    document : mapping
+        A successful result with ``analysis = "meta"`` (its ``meta_analysis`` section).
+    max_panels : int
+        The most columns drawn (default :data:`MAX_PANELS`): of a wider result, those with the
+        largest I².
+    names : sequence of str, optional
+        The columns' names (default ``x0, x1, ...``, as an array result's).
+    units : str or mapping, optional
+        The columns' units (one for all, or ``{name: units}``); default: none stated, the
+        axis is the records' ``[0, 1]`` scale.
+
+    Raises
+    ------
+    InputDataError
+        The document is not a successful meta-analysis, or ``names`` is not one per column.
+    """
+    section = document.get("meta_analysis")
+    if document.get("status") != "success" or not isinstance(section, Mapping):
+        raise InputDataError(
+            "a forest plot needs a successful meta-analysis result (status 'success' and its "
+            "'meta_analysis' section)."
+        )
+    d = int(section["d"])
+    if names is not None and len(names) != d:
+        raise InputDataError(f"names: one per column ({d}), got {len(names)}.")
+    labels = [f"x{j}" for j in range(d)] if names is None else [str(n) for n in names]
+    columns = _drawn_columns(section, max(1, int(max_panels)))
+    panels = tuple(section_rows(section, j, name=labels[j]) for j in columns)
+    n = int(section.get("n", document.get("n", 0)))
+    design = str(section.get("design") or document.get("design") or "unknown design")
+    scenario = document.get("scenario")
+    title = (
+        f"{scenario + ': ' if scenario else ''}meta-analysis of {n} silos, {design}, "
+        f"{_privacy_words(document, section)}; unit of privacy: {_unit_words(document, section)}"
+    )
+    level = float(section.get("level", 0.95))
+    pct = f"{100 * level:g} %"
+    notes: list[str] = []
+    if panels and panels[0].sites:
+        notes.append(
+            f"silo rows: each silo's noisy released mean with its {pct} interval "
+            "± z·√(s²/m + σ²) (its sampling error and its privacy noise); area: its share of "
+            "the random-effects weight"
+        )
+    else:
+        notes.append(NO_SILO_ROWS)
+    notes.append(
+        f"fixed effect, random effects: {pct} confidence intervals of the population mean "
+        "(sampling error and privacy noise); prediction interval: a new silo's mean"
+    )
+    if len(columns) < d:
+        drawn = ", ".join(labels[j] for j in columns)
+        notes.append(
+            f"columns drawn: the {len(columns)} of {d} with the largest I² ({drawn}); the "
+            "result file holds every column"
+        )
+    if units is None:
+        notes.append("axes: each column's values on the records' [0, 1] scale (no units stated)")
+    return RunForest(panels=panels, columns=columns, d=d, title=title, notes=tuple(notes))
+
+
+def _units_of(name: str, units: str | Mapping[str, str] | None) -> str:
+    if isinstance(units, Mapping):
+        return str(units.get(name) or "")
+    return str(units or "")
+
+
+def draw_run_forest(
+    forest: RunForest,
+    *,
+    i2: Sequence[float] | None = None,
+    units: str | Mapping[str, str] | None = None,
+) -> Figure:
+    """Draw ``forest`` as one figure, a panel per column (``i2``: each panel's, in its title).
+
+    Raises
+    ------
+    ImportError
+        matplotlib is missing (the ``plots`` extra).
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(
+            f"the forest plot needs matplotlib, which is not installed ({exc}): "
+            'pip install "fa-hetdp[plots]"'
+        ) from exc
+
+    count = len(forest.panels)
+    across = max(1, min(PANELS_ACROSS, count))
+    down = max(1, math.ceil(count / across))
+    rows = len(forest.panels[0].labels) if forest.panels else len(POOLED_ROWS)
+    panel_height = max(1.7, 0.24 * rows + 1.0)
+    figure = Figure(
+        figsize=(1.6 + 3.4 * across, 1.4 + 0.18 * len(forest.notes) + panel_height * down),
+        layout="constrained",
+    )
+    FigureCanvasAgg(figure)
+    grid = figure.subplots(down, across, sharey=True, squeeze=False)
+    axes = list(grid.ravel())
+    for k, (ax, rows_k) in enumerate(zip(axes, forest.panels, strict=False)):
+        draw_rows(ax, rows_k, marker_scale=0.6)
+        unit = _units_of(rows_k.column, units)
+        head = f"{rows_k.column} ({unit})" if unit else rows_k.column
+        if i2 is not None and math.isfinite(float(i2[k])):
+            head += f"   I² = {float(i2[k]):.2f}"
+        ax.set_title(head, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes[count:]:
+        ax.set_axis_off()
+    if forest.panels and forest.panels[0].sites:
+        for row in grid:
+            row[0].set_ylabel("silo")
+    figure.suptitle(forest.title, fontsize=10)
+    figure.supxlabel("\n".join(forest.notes), fontsize=7.5, ha="left", x=0.01)
+    return figure
+
+
+def write_run_forest(
+    document: Mapping[str, Any],
+    result_path: str | Path,
+    *,
+    max_panels: int = MAX_PANELS,
+    names: Sequence[str] | None = None,
+    units: str | Mapping[str, str] | None = None,
+) -> tuple[Path, RunForest]:
+    """Draw the result's forest plot and write it beside ``result_path``; return both.
+
+    Written atomically (:func:`~fa_hetdp.report.files.write_figure_atomic`) to
+    :func:`run_forest_path`: a reader never sees half a figure, and a failed write leaves
+    nothing (the result file is not touched).
+
+    Raises
+    ------
+    InputDataError
+        Not a successful meta-analysis result (:func:`run_forest`).
+    ImportError
+        matplotlib is missing.
+    OSError
+        The figure could not be written.
+    """
+    forest = run_forest(document, max_panels=max_panels, names=names, units=units)
+    i2 = _statistic(document["meta_analysis"], "i2")
+    figure = draw_run_forest(forest, i2=[float(i2[j]) for j in forest.columns], units=units)
+    return write_figure_atomic(figure, run_forest_path(result_path)), forest
