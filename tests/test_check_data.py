@@ -109,3 +109,59 @@ def _strings(value: object) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return []
+
+
+# ------------------------------------------------------------------------------ named columns
+OWNER_CSV = "note,score,age\nsecret-a,73.125,41.5\nsecret-b,50,18\nsecret-c,120,90\n"
+
+
+def test_columns_and_bounds_from_the_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "owner.csv"
+    path.write_text(OWNER_CSV)
+    args = ["check-data", str(path), "--columns", "score,age", "--bounds", "score=0:100,age=18:90"]
+    assert main([*args, "--dim", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ok: 3 record(s), d=2, columns score, age" in out
+    assert "clipped into the bounds: score 1" in out  # the owner's own screen
+    assert main([*args, "--dim", "3"]) == 1
+    assert "the run expects d=3" in capsys.readouterr().err
+    # Without bounds the columns must already lie in [0, 1].
+    assert main(["check-data", str(path), "--columns", "score,age"]) == 1
+    assert "outside [0, 1]" in capsys.readouterr().err
+
+
+def test_columns_and_bounds_from_a_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "owner.csv"
+    path.write_text(OWNER_CSV.replace("age", "weight"))
+    scenario = tmp_path / "run.toml"
+    scenario.write_text(
+        '[data]\ndataset = "digits"\nnum_clients = 4\ncolumns = ["score", "age"]\n'
+        "bounds = { score = [0, 100], age = [18, 90] }\n"
+        "[privacy]\nepsilon = 1.0\ndelta = 1e-5\n"
+    )
+    assert main(["check-data", str(path), "--scenario", str(scenario)]) == 1
+    err = capsys.readouterr().err
+    assert "lacks the run's column(s) 'age'" in err and "'weight'" in err
+    path.write_text(OWNER_CSV)
+    assert main(["check-data", str(path), "--scenario", str(scenario)]) == 0
+    assert "columns score, age" in capsys.readouterr().out
+    # The flags win over the scenario's columns.
+    assert main(["check-data", str(path), "--scenario", str(scenario), "--columns", "score"]) == 0
+    assert "d=1, columns score" in capsys.readouterr().out
+
+
+def test_bad_flags_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "owner.csv"
+    path.write_text(OWNER_CSV)
+    assert main(["check-data", str(path), "--bounds", "score=0:100"]) == 2
+    assert "--columns" in capsys.readouterr().err
+    assert main(["check-data", str(path), "--columns", "age", "--bounds", "score=0:1"]) == 2
+    assert "bounds.score" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["check-data", str(path), "--columns", "age", "--bounds", "age=90:18"])
+    assert "low < high" in capsys.readouterr().err
+    assert main(["check-data", str(path), "--scenario", str(tmp_path / "none.toml")]) == 2

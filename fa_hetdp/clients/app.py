@@ -75,7 +75,7 @@ clients fail at one step, to test dropout handling.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -163,29 +163,44 @@ app = ClientApp()
 log = logging.getLogger("flwr.fa_hetdp.client")
 
 
-def load_vector(path: str) -> np.ndarray:
-    """Read a data owner's records: ``.npy`` (no pickles) or ``.csv``; rows are records.
+def load_vector(
+    path: str,
+    *,
+    columns: Sequence[str] | None = None,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+) -> np.ndarray:
+    """Read a data owner's records and average them: ``x_i``; rows are records.
 
-    One row is the client's vector ``x_i``; several rows are averaged (docs/design.md: a
-    client holding several records contributes their mean). The pre-flight check of
-    ``fa-hetdp check-data`` runs first (:func:`fa_hetdp.data.check.load_checked`): NaN,
-    shape and values outside ``[0, 1]`` stop the node before the first round, and the error
+    Without ``columns``: ``.npy`` (no pickles) or a headerless numeric ``.csv`` with values in
+    ``[0, 1]``. With the run's ``columns`` (and public ``bounds``): a CSV with a header row or
+    ``.parquet``, the named columns clipped into their bounds and scaled to ``[0, 1]``
+    (:mod:`fa_hetdp.data.tables`). One row is the client's vector ``x_i``; several rows are
+    averaged (docs/design.md: a client holding several records contributes their mean). The
+    pre-flight check of ``fa-hetdp check-data`` runs first
+    (:func:`fa_hetdp.data.check.load_checked`): NaN, shape, a header without the run's
+    columns, values outside ``[0, 1]``... stop the node before the first round, and the error
     the coordinator sees names the kind of problem only (no value, no position).
     """
-    return load_checked(path)
+    return load_checked(path, columns=columns, bounds=bounds)
 
 
 def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     """Return the records of this package's own app: the node's data file, or its partition.
 
     ``node_config["data-path"]`` (a data owner's own file, checked as :func:`load_vector`
-    checks it): its rows, without labels (the paper's statistics average them into one
-    vector; a meta-analysis uses every record). Else the node's partition (``partition-id``
-    of ``num-partitions``) of the run's scenario, with labels.
+    checks it, with the run's ``[data] columns`` and ``bounds`` from the scenario of the run
+    config when it states them): its rows in ``[0, 1]``, without labels (the paper's
+    statistics average them into one vector; a meta-analysis uses every record). Else the
+    node's partition (``partition-id`` of ``num-partitions``) of the run's scenario, with
+    labels.
     """
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
-        return load_checked_records(data_path), None  # a file has no labels
+        data = run_settings(context).scenario.data
+        if data.columns is None:  # .npy or a headerless numeric .csv, values in [0, 1]
+            return load_checked_records(data_path), None  # a file has no labels
+        records = load_checked_records(data_path, columns=data.columns, bounds=data.column_bounds())
+        return records, None
     pid, num = node_partition(context)
     return client_records(run_settings(context).scenario, pid, num)
 

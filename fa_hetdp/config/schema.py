@@ -110,6 +110,14 @@ class DataSpec:
         A flwr-datasets partitioner and its parameters (``[data] partitioner = ...``;
         :mod:`fa_hetdp.data.partitioners`) instead of the skews above; clients then hold the
         records it gives them (``records_per_client`` stays 1, unused).
+    columns : tuple of str or None
+        The run's named columns (public): a data owner's file (node config ``data-path``) is
+        a CSV with a header row (or Parquet) read by these names (:mod:`fa_hetdp.data.tables`);
+        None: ``.npy`` or a headerless numeric CSV, as before. The scenario's own partitions
+        (a simulation) do not use them.
+    bounds : tuple of (str, (float, float))
+        Public ``(low, high)`` of some of ``columns``: the node clips each value into them and
+        scales it to ``[0, 1]``; a column without bounds must already lie in ``[0, 1]``.
     """
 
     dataset: str
@@ -125,6 +133,12 @@ class DataSpec:
     summary: SummaryKind = "mean"
     pool_block: int | None = None
     partitioner: PartitionerSpec | None = None
+    columns: tuple[str, ...] | None = None
+    bounds: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+    def column_bounds(self) -> dict[str, tuple[float, float]]:
+        """Return ``bounds`` as ``{column: (low, high)}``."""
+        return dict(self.bounds)
 
     @property
     def partition(self) -> Literal["label-skew", "dirichlet", "uniform", "partitioner"]:
@@ -553,6 +567,10 @@ class Scenario:
             data["summary"] = d.summary
         if d.pool_block is not None:
             data["pool_block"] = d.pool_block
+        if d.columns is not None:
+            data["columns"] = list(d.columns)
+        if d.bounds:
+            data["bounds"] = {name: list(pair) for name, pair in d.bounds}
         per_label = self.clients_per_label()
         p = self.privacy
         privacy: dict[str, Any] = {

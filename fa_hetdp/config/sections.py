@@ -21,6 +21,7 @@ from fa_hetdp.data.partitioners import (
     PartitionerSpec,
     flwr_datasets_missing,
 )
+from fa_hetdp.data.tables import check_schema
 
 __all__ = ["DATA_KEYS", "MISSING", "Checker", "check_data", "is_ok"]
 
@@ -55,6 +56,8 @@ DATA_KEYS: Final[frozenset[str]] = frozenset(
         "summary",
         "pool_block",
         "partitioner",
+        "columns",
+        "bounds",
         *PARTITIONER_KEYS,
     }
 )
@@ -294,9 +297,10 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
         )
 
     summary, pool_block = _summary(c, t, dataset, synthetic)
+    columns, bounds = _columns(c, t)
     if not is_ok(
         dataset, root, split, records, ratios, alpha, num_labels, num_clients, fraction, synthetic
-    ) or not is_ok(summary, pool_block, partitioner):
+    ) or not is_ok(summary, pool_block, partitioner, columns, bounds):
         return MISSING
     return DataSpec(
         dataset=dataset,
@@ -312,7 +316,30 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
         summary=summary,
         pool_block=pool_block,
         partitioner=partitioner,
+        columns=columns,
+        bounds=bounds,
     )
+
+
+def _columns(c: Checker, t: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Check ``columns`` and ``bounds`` (a data owner's named columns and their public ranges)."""
+    if "columns" not in t:
+        if "bounds" in t:
+            c.fail("data.bounds", "needs data.columns (the columns the bounds are for)")
+            return MISSING, MISSING
+        return None, ()
+    bounds = t.get("bounds")
+    problems = check_schema(t["columns"], bounds)
+    for key, message in problems:
+        c.fail(f"data.{key}", message)
+    if problems:
+        return MISSING, MISSING
+    columns = tuple(t["columns"])
+    given = bounds or {}
+    pairs = tuple(
+        (name, (float(given[name][0]), float(given[name][1]))) for name in columns if name in given
+    )
+    return columns, pairs
 
 
 def _partitioner(c: Checker, t: Mapping[str, Any]) -> PartitionerSpec | Any | None:
