@@ -103,6 +103,8 @@ __all__ = [
     "PreparedRecords",
     "as_columns",
     "check_two_arm_columns",
+    "figure_units",
+    "in_column_units",
     "is_data_frame",
     "meta_analysis",
     "prepare_records",
@@ -114,6 +116,9 @@ MEAN_FIGURES: Final = frozenset({"pooled_mean", "random_effects_mean"})
 """Figures in the data's units: ``low + (high - low) x``."""
 VARIANCE_FIGURES: Final = frozenset({"tau2", "tau2_raw"})
 """Figures in the data's squared units: ``(high - low)^2 x``."""
+
+UNIT_KINDS: Final = ("location", "spread", "variance", "free")
+"""How a figure of the ``[0, 1]`` scale is read in a column's units (:func:`in_column_units`)."""
 
 BOUNDS_FROM_DATA: Final = "data min/max (exact analysis only)"
 """Where a column's range came from when none was stated (``ColumnMetaAnalysis.bounds_from``)."""
@@ -127,6 +132,47 @@ CLIPPED_NOTE: Final = (
 
 _GUARANTEED: Final = (PrivateMetaAnalysis, TwoArmMetaAnalysis, SummariesMetaAnalysis)
 """Results that carry a design and (when private) a guarantee."""
+
+
+def in_column_units(x: Any, kind: str, low: Any, span: Any) -> FloatArray:
+    """Return ``x``, a figure on the ``[0, 1]`` scale, in a column's units (plain arrays).
+
+    The one scaling every reader of the column units uses (:class:`ColumnMetaAnalysis`, the
+    Flower run's result file): ``kind`` ``"location"`` (a mean, an interval's end)
+    ``low + span x``; ``"spread"`` (a difference, a standard error or deviation) ``span x``;
+    ``"variance"`` (``tau2``, a variance) ``span^2 x``; ``"free"`` (``Q``, ``I^2``, ``H^2``)
+    ``x`` unchanged. ``low`` and ``span = high - low`` broadcast against ``x`` (``(d,)`` for a
+    figure per column). NaN stays NaN.
+
+    Raises
+    ------
+    ValueError
+        ``kind`` is not one of :data:`UNIT_KINDS`.
+    """
+    values = np.asarray(x, dtype=np.float64)
+    if kind == "location":
+        return np.asarray(np.asarray(low, dtype=np.float64) + np.asarray(span) * values)
+    if kind == "spread":
+        return np.asarray(np.asarray(span, dtype=np.float64) * values)
+    if kind == "variance":
+        return np.asarray(np.asarray(span, dtype=np.float64) ** 2 * values)
+    if kind == "free":
+        return values
+    raise ValueError(f"unknown kind {kind!r}; one of {list(UNIT_KINDS)}")
+
+
+def figure_units(key: str) -> str:
+    """Return how the figure ``key`` of a result is read in units (:func:`in_column_units`).
+
+    :data:`MEAN_FIGURES` ``"location"``, :data:`VARIANCE_FIGURES` ``"variance"``, every other
+    figure (``Q``, ``I^2``, ``H^2``...) ``"free"``. A figure's standard error is a
+    ``"spread"``, ``tau2``'s a ``"variance"``.
+    """
+    if key in MEAN_FIGURES:
+        return "location"
+    if key in VARIANCE_FIGURES:
+        return "variance"
+    return "free"
 
 
 def is_data_frame(records: Any) -> bool:
@@ -748,16 +794,17 @@ class ColumnMetaAnalysis:
 
     def _mean(self, x: Any) -> FloatArray:
         if self.effect != "mean":  # a difference or a unit-free effect: no offset
-            return np.asarray(self.scale * np.asarray(x, dtype=np.float64))
-        return np.asarray(self.low + self.span * np.asarray(x, dtype=np.float64))
+            return in_column_units(x, "spread", self.low, self.scale)
+        return in_column_units(x, "location", self.low, self.span)
 
     def _variance(self, x: Any) -> FloatArray:
-        return np.asarray(self.scale**2 * np.asarray(x, dtype=np.float64))
+        return in_column_units(x, "variance", self.low, self.scale)
 
     def _scaled(self, key: str, x: Any) -> Any:
-        if key in MEAN_FIGURES:
+        kind = figure_units(key)
+        if kind == "location":
             return self._mean(x)
-        if key in VARIANCE_FIGURES:
+        if kind == "variance":
             return self._variance(x)
         return x
 
@@ -915,7 +962,9 @@ class ColumnMetaAnalysis:
         Means: ``(high - low) SE``; ``tau2``: ``(high - low)^2 SE``.
         """
         se = self.result.standard_errors
-        out = {key: np.asarray(self.scale * value) for key, value in se.items()}
+        out = {
+            key: in_column_units(value, "spread", self.low, self.scale) for key, value in se.items()
+        }
         if "tau2" in se:
             out["tau2"] = self._variance(se["tau2"])
         return out
@@ -956,7 +1005,7 @@ class ColumnMetaAnalysis:
         sq = self.scale**2
         return SiloEstimates(
             effects=self._mean(silos.effects),
-            variances=np.asarray(silos.variances * sq),
+            variances=self._variance(silos.variances),
             weights_fixed=np.asarray(silos.weights_fixed / sq),
             weights_random=np.asarray(silos.weights_random / sq),
             method=silos.method,

@@ -511,7 +511,13 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
         from fa_hetdp.report.meta import format_meta
 
         section = result["meta_analysis"]  # the unit and the labels: said once, above / here
+        units = section.get("units")  # the scenario named its columns: their names and units
+        if isinstance(units, Mapping):
+            section = {**section, **units}
         print("\n".join(format_meta({**section, "unit_of_privacy": ""})))
+        if isinstance(units, Mapping):
+            ranges = ", ".join(f"{c} [{lo:g}, {hi:g}]" for c, (lo, hi) in units["bounds"].items())
+            print(f"  figures in the columns' units (the scenario's public bounds: {ranges})")
         _print_run_notes(console, {**result, "labels": []})
         return
     if "released" in result:  # value, interval, noise on its scale, flag: never a bare number

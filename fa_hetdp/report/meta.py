@@ -274,7 +274,8 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     section written before the two kinds shows its sample intervals, so labelled), a new silo's
     prediction interval and Q; then the scalar summaries with their sample intervals (the
     privacy noise only: they are sample statistics), the labels and how to read I² and τ²
-    (:data:`READING`). Every interval is labelled with what it covers.
+    (:data:`READING`). Every interval is labelled with what it covers. A section with
+    ``"columns"`` (the run's ``[data] columns``) names each row by its column.
     """
     d, n = int(section["d"]), int(section["n"])
     level = float(section.get("level", 0.95))
@@ -311,8 +312,11 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
         + (f"; a new silo's mean: its {100 * level:g} % prediction interval" if predicted else "")
         + "):"
     )
+    given = section.get("columns")  # the run's [data] columns, where its scenario named them
+    names: list[Any] = list(given) if isinstance(given, list) else []
+    named = len(names) == d
     header: tuple[str, ...] = (
-        "coord",
+        "column" if named else "coord",
         "pooled mean (fixed effect)",
         "random-effects mean",
         *(("prediction interval",) if predicted else ()),
@@ -322,7 +326,7 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     )
     rows = [
         (
-            str(j),
+            str(names[j]) if named else str(j),
             _cell(section, "pooled_mean", j, target),
             _cell(section, "random_effects_mean", j, target),
             *((_prediction(section, j),) if predicted else ()),

@@ -25,6 +25,12 @@ The rows of a column, as :func:`~fa_hetdp.report.forest.forest_plot` draws them 
 
 At most :data:`MAX_PANELS` columns are drawn: of a wider result, those with the largest I² (the
 ones whose silos disagree most), in column order, and a note names them.
+
+A result whose scenario names its columns (``[data] columns`` and ``bounds``) carries its
+figures in the columns' units too (``meta_analysis["units"]``:
+:func:`fa_hetdp.server.meta.with_column_units`): then every panel is titled by its column and
+drawn in that column's units (:func:`units_view`); otherwise the panels are ``x0, x1, ...`` on
+the records' ``[0, 1]`` scale, and a note says so.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ __all__ = [
     "run_forest",
     "run_forest_path",
     "section_rows",
+    "units_view",
     "write_run_forest",
 ]
 
@@ -121,6 +128,27 @@ def _number(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def _per_column(value: Any, j: int) -> float:
+    """Return a silo's figure of column ``j`` (one number for all columns, or a list)."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return _number(value[j])
+    return _number(value)
+
+
+def units_view(section: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str] | None]:
+    """Return the section to draw and its columns' names (None: unnamed, the ``[0, 1]`` scale).
+
+    A section with ``"units"`` (the scenario named its columns) is read in them: its
+    ``statistics``, ``prediction_interval`` and ``silos`` in the columns' units, the rest (``d``,
+    ``level``, the design...) the section's own.
+    """
+    units = section.get("units")
+    if not isinstance(units, Mapping):
+        return section, None
+    names = units.get("columns") or section.get("columns")
+    return {**section, **units}, None if names is None else [str(c) for c in names]
+
+
 def section_rows(section: Mapping[str, Any], j: int, *, name: str | None = None) -> ForestRows:
     """Return column ``j``'s rows from a result file's ``meta_analysis`` section.
 
@@ -147,7 +175,7 @@ def section_rows(section: Mapping[str, Any], j: int, *, name: str | None = None)
         effects = np.array([_number((s.get("mean") or [None] * d)[j]) for s in silos])
         used = np.array([_number((s.get("variance_used") or [None] * d)[j]) for s in silos])
         m = np.array([float(s["records"]) for s in silos])
-        noise = np.array([_number(s.get("mean_noise_sd")) for s in silos])
+        noise = np.array([_per_column(s.get("mean_noise_sd"), j) for s in silos])
         sd = np.sqrt(used / m + noise * noise)
         random = 1.0 / (used / m + tau2)
         share = random / np.nansum(random)
@@ -237,23 +265,29 @@ def run_forest(
         The most columns drawn (default :data:`MAX_PANELS`): of a wider result, those with the
         largest I².
     names : sequence of str, optional
-        The columns' names (default ``x0, x1, ...``, as an array result's).
+        The columns' names (default: the result's ``[data] columns`` where its scenario named
+        them, else ``x0, x1, ...``, as an array result's).
     units : str or mapping, optional
-        The columns' units (one for all, or ``{name: units}``); default: none stated, the
-        axis is the records' ``[0, 1]`` scale.
+        The columns' units' names (one for all, or ``{name: units}``), shown in the panels'
+        titles. Where the result carries its figures in the columns' units
+        (``meta_analysis["units"]``) the panels are drawn in them; otherwise the axis is the
+        records' ``[0, 1]`` scale, and a note says so.
 
     Raises
     ------
     InputDataError
         The document is not a successful meta-analysis, or ``names`` is not one per column.
     """
-    section = document.get("meta_analysis")
-    if document.get("status") != "success" or not isinstance(section, Mapping):
+    found = document.get("meta_analysis")
+    if document.get("status") != "success" or not isinstance(found, Mapping):
         raise InputDataError(
             "a forest plot needs a successful meta-analysis result (status 'success' and its "
             "'meta_analysis' section)."
         )
+    section, named = units_view(found)
     d = int(section["d"])
+    if names is None:
+        names = named
     if names is not None and len(names) != d:
         raise InputDataError(f"names: one per column ({d}), got {len(names)}.")
     labels = [f"x{j}" for j in range(d)] if names is None else [str(n) for n in names]
@@ -287,7 +321,18 @@ def run_forest(
             f"columns drawn: the {len(columns)} of {d} with the largest I² ({drawn}); the "
             "result file holds every column"
         )
-    if units is None:
+    if section is not found:  # the result's figures in the columns' units
+        bounds = section.get("bounds") or {}
+        ranges = ", ".join(
+            f"{c} [{float(b[0]):g}, {float(b[1]):g}]"
+            for c, b in bounds.items()
+            if isinstance(b, Sequence) and len(b) == 2
+        )
+        notes.append(
+            "axes: each column in its own units, scaled back from [0, 1] by the scenario's "
+            f"public bounds{f' ({ranges})' if ranges else ''}"
+        )
+    elif units is None:
         notes.append("axes: each column's values on the records' [0, 1] scale (no units stated)")
     return RunForest(panels=panels, columns=columns, d=d, title=title, notes=tuple(notes))
 

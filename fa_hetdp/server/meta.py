@@ -34,6 +34,18 @@ The result document holds the meta-analysis (:func:`fa_hetdp.report.meta.meta_se
 values and intervals), the design and why it ran, what the server saw, the unit of privacy,
 the adversary (the plan's, with the secure aggregation's own terms), the spent ``(epsilon,
 delta)`` and the partitions in each sum (the in-process replay of a simulation takes them).
+
+Where the run's scenario names its columns (``[data] columns`` and public ``bounds``: a node
+with ``data-path`` reads those columns and scales them to ``[0, 1]``), the section also names
+every coordinate by its column and carries its figures in the column's own units
+(:func:`with_column_units`, either design): ``meta_analysis["columns"]`` and
+``meta_analysis["units"]``, the section's ``statistics``, ``prediction_interval`` and ``silos``
+in the layout of the ``[0, 1]`` ones, mapped back as :class:`fa_hetdp.accuracy.columns.
+ColumnMetaAnalysis` maps the in-process result (:func:`~fa_hetdp.accuracy.columns.
+in_column_units`: means ``low + (high - low) x``, ``tau2`` and variances ``(high - low)^2 x``,
+standard errors and noise deviations ``(high - low) x``, ``Q`` and ``I^2`` unchanged). The
+section's own figures stay on the ``[0, 1]`` scale the protocol ran on; a reader takes the
+units view as ``{**section, **section["units"]}``.
 """
 
 from __future__ import annotations
@@ -46,10 +58,11 @@ from typing import Any
 import numpy as np
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.accuracy.columns import figure_units, in_column_units
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.dp.calibration import weak_privacy_label
-from fa_hetdp.flowerkit.settings import meta_plan
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
 from fa_hetdp.flowerkit.steps import META_ROUNDS, Event, Key
 from fa_hetdp.protocol.guarantee import Guarantee
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
@@ -84,19 +97,158 @@ from fa_hetdp.server.results import secagg_section, simulation_caveats
 from fa_hetdp.server.session import AnalysisSession, SecureSum
 
 __all__ = [
+    "COLUMN_UNITS",
     "MIN_SCALE",
     "SecureSums",
     "check_count",
+    "column_ranges",
     "meta_encoding",
     "meta_privacy_section",
     "meta_rounds",
     "session_counts",
+    "with_column_units",
 ]
 
 
 MIN_SCALE = 2.0**-40
 """The smallest encoding scale a meta round accepts (a step of ``2^40`` on ``D``'s largest
 words): the encoding of the paper protocol keeps steps below 1."""
+
+
+COLUMN_UNITS = "column units"
+"""``meta_analysis["units"]["scale"]``: the sub-section's figures are in the columns' units."""
+
+_UNITS_HOW = (
+    "each figure of the [0, 1] scale the protocol ran on, mapped back by the column's public "
+    "range (low, high): means and interval ends low + (high - low) x; standard errors and "
+    "noise standard deviations (high - low) x; tau2 and variances (high - low)^2 x; Q, I² and "
+    "H² unchanged"
+)
+
+#: How each figure of a silo's release is read in units (:func:`in_column_units`).
+_SILO_UNITS = {
+    "mean": "location",
+    "mean_noise_sd": "spread",
+    "variance": "variance",
+    "variance_noise_sd": "variance",
+    "variance_used": "variance",
+}
+
+
+def column_ranges(settings: RunSettings) -> dict[str, tuple[float, float]] | None:
+    """Return ``{column: (low, high)}`` of the run's scenario, in column order (None: no columns).
+
+    ``settings`` is the run's :class:`~fa_hetdp.flowerkit.settings.RunSettings`; a column
+    without stated bounds already lies in ``[0, 1]`` (the node checks it): its range is
+    ``(0, 1)``.
+    """
+    data = settings.scenario.data
+    if data.columns is None:
+        return None
+    stated = data.column_bounds()
+    ranges: dict[str, tuple[float, float]] = {}
+    for name in data.columns:
+        low, high = stated.get(name, (0.0, 1.0))
+        ranges[name] = (float(low), float(high))
+    return ranges
+
+
+def _json_floats(values: Any) -> list[float | None]:
+    array = np.asarray(values, dtype=np.float64).ravel()
+    return [float(v) if math.isfinite(float(v)) else None for v in array]
+
+
+def _as_array(raw: Any) -> FloatArray:
+    """Return a section's list (``null`` for NaN) or number as floats."""
+    if isinstance(raw, list | tuple):
+        return np.array([math.nan if v is None else v for v in raw], dtype=np.float64)
+    return np.asarray(math.nan if raw is None else raw, dtype=np.float64)
+
+
+def _in_units(raw: Any, kind: str, low: FloatArray, span: FloatArray) -> Any:
+    """One entry of the section (a list per column, or a number) in the columns' units."""
+    if raw is None:
+        return None
+    if kind == "free":
+        return raw
+    values = _as_array(raw)
+    if values.ndim == 0:  # one number for every column (a silo's noise sd): one per column
+        values = np.full(low.shape, float(values))
+    return _json_floats(in_column_units(values, kind, low, span))
+
+
+def _statistic_in_units(
+    name: str, entry: Mapping[str, Any], low: FloatArray, span: FloatArray
+) -> dict[str, Any]:
+    kind = figure_units(name)
+    error_kind = "variance" if kind == "variance" else "spread" if kind == "location" else kind
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key == "standard_error":
+            out[key] = _in_units(value, error_kind, low, span)
+        elif isinstance(value, Mapping):  # an interval: {"lower", "upper"}
+            out[key] = {k: _in_units(v, kind, low, span) for k, v in value.items()}
+        else:
+            out[key] = _in_units(value, kind, low, span)
+    return out
+
+
+def with_column_units(section: Mapping[str, Any], settings: RunSettings) -> dict[str, Any]:
+    """Return ``section`` with its coordinates named by column and figures in their units.
+
+    ``section`` is a :func:`~fa_hetdp.report.meta.meta_section` (the ``[0, 1]`` scale);
+    ``settings`` the run's. Without ``[data] columns`` in the scenario the section comes back
+    unchanged; with them it gains ``"columns"`` (the names, in coordinate order) and
+    ``"units"`` (module docstring): ``scale`` (:data:`COLUMN_UNITS`), ``columns``, ``bounds``
+    ``{column: [low, high]}``, ``how``, and ``statistics``, ``prediction_interval`` and (the
+    silo summaries) ``silos`` in the layout of the section's own, each in the columns' units
+    (a silo's ``mean_noise_sd`` and ``variance_noise_sd``, one number on the ``[0, 1]``
+    scale, become one per column).
+
+    Raises
+    ------
+    ValueError
+        The section's ``d`` is not the number of columns (the strategy drops such clients
+        first: :meth:`fa_hetdp.server.strategy.HeterogeneityStrategy._run`).
+    """
+    ranges = column_ranges(settings)
+    if ranges is None:
+        return dict(section)
+    names = list(ranges)
+    d = int(section["d"])
+    if d != len(names):
+        raise ValueError(
+            f"the meta-analysis has d={d} coordinates but the scenario's [data] columns name "
+            f"{len(names)} ({', '.join(names)})"
+        )
+    low = np.array([ranges[c][0] for c in names], dtype=np.float64)
+    span = np.array([ranges[c][1] for c in names], dtype=np.float64) - low
+    units: dict[str, Any] = {
+        "scale": COLUMN_UNITS,
+        "columns": names,
+        "bounds": {c: [ranges[c][0], ranges[c][1]] for c in names},
+        "how": _UNITS_HOW,
+        "statistics": {
+            name: _statistic_in_units(name, entry, low, span)
+            for name, entry in (section.get("statistics") or {}).items()
+        },
+    }
+    predicted = section.get("prediction_interval")
+    if isinstance(predicted, Mapping):
+        units["prediction_interval"] = {
+            k: _in_units(v, "location", low, span) if k in ("lower", "upper") else v
+            for k, v in predicted.items()
+        }
+    silos = section.get("silos")
+    if silos:
+        units["silos"] = [
+            {
+                k: _in_units(v, _SILO_UNITS[k], low, span) if k in _SILO_UNITS else v
+                for k, v in silo.items()
+            }
+            for silo in silos
+        ]
+    return {**section, "columns": names, "units": units}
 
 
 def check_count(reply: Mapping[str, Any]) -> str | None:
@@ -437,7 +589,7 @@ def _document(
         secagg=s.secagg_parameters(),
         caveats=simulation_caveats(s),
     )
-    section = meta_section(result)
+    section = with_column_units(meta_section(result), s)
     return {
         "status": "success",
         "differentially_private": privacy["differentially_private"],

@@ -42,7 +42,12 @@ from fa_hetdp.protocol.silo_summaries import (
 )
 from fa_hetdp.report.meta import meta_section
 from fa_hetdp.server.analysis import Analysis
-from fa_hetdp.server.meta import check_count, meta_privacy_section, session_counts
+from fa_hetdp.server.meta import (
+    check_count,
+    meta_privacy_section,
+    session_counts,
+    with_column_units,
+)
 from fa_hetdp.server.results import simulation_caveats
 from fa_hetdp.server.session import AnalysisSession
 
@@ -165,7 +170,7 @@ def _document(
         "records_per_client": [int(m) for m in plan.records_per_client],
         "clients_in_sum": {"silo_summaries": plan.n},
         "partitions_in_sum": {"silo_summaries": list(partitions)},
-        "meta_analysis": meta_section(result, silo_names=list(partitions)),
+        "meta_analysis": with_column_units(meta_section(result, silo_names=list(partitions)), s),
         "noise_std": {"theta": _floats(st), "s2": _floats(ss)},  # per silo, every coordinate
         "privacy": privacy,
         "labels": list(result.labels),

@@ -93,6 +93,20 @@ ANALYSES: Mapping[str, Callable[[], Analysis]] = {
 """The analyses a run can make, by the value of the ``analysis`` setting (a new one each run)."""
 
 
+def _columns_mismatch(reported: Sequence[int], columns: Sequence[str]) -> str:
+    """Return why a client reporting ``d`` in ``reported`` does not fit the run's ``columns``.
+
+    The scenario's ``[data] columns`` fix the run's ``d``: a node reads exactly those columns
+    of its file, so another ``d`` means it read other records (the scenario's partitions, its
+    own app's records).
+    """
+    said = ", ".join(f"d={d}" for d in reported)
+    return (
+        f"{said} but the scenario's [data] columns name {len(columns)} "
+        f"({', '.join(columns)}): d must equal len(columns)"
+    )
+
+
 @dataclass
 class HeterogeneityStrategy:
     """Sets a run up, runs its analysis on the session and writes the result file.
@@ -363,6 +377,15 @@ class HeterogeneityStrategy:
                 dims[client] = d_value
             else:
                 self._reject(session, replies, client, f"bad dimension {d_value!r}")
+        named = s.scenario.data.columns  # the run's [data] columns: d = len(columns)
+        if named is not None:
+            other = sorted({d_value for d_value in dims.values() if d_value != len(named)})
+            for client, d_value in list(dims.items()):
+                if d_value != len(named):
+                    del dims[client]
+                    self._reject(session, replies, client, _columns_mismatch([d_value], named))
+            if not dims and other:
+                raise self.abort(f"every client: {_columns_mismatch(other, named)}")
         if not dims:
             raise self.abort("no client reported a usable dimension d")
         self._check_partitions(session, replies)
