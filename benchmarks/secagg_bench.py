@@ -16,18 +16,25 @@ complete graph, this measures
   (labelled "extrapolated").
 
 Scale rows (``--scale``): d = 64 at n = 1000, 3000, 10 000 and 100 000 (``--scale-n``), d =
-3072 at n = 1000 and 10 000 (``--scale-n-wide``), (k, t) from
-``secagg.choose_parameters(n, gamma=0.05, delta=0.05)``, each row run (none extrapolated) in a
-fresh subprocess: wall and CPU time, peak resident memory (``ru_maxrss``), and the ratio of
-the CPU time to the floor of its primitives (every X25519 agreement and AES-CTR keystream of
-the session, timed alone on this machine; :func:`primitive_floor`). Rows with n <= 1000 keep
-the best of ``--scale-repeats`` (3) sessions and floors. Then the phases and a cProfile of the
-largest d = 3072 row with n <= 3000.
+3072 at n = 1000 and 10 000 (``--scale-n-wide``), each of these without and with a roster
+(identity keys: every client signs its round-0 keys and verifies its k neighbours'
+signatures itself), (k, t) from ``secagg.choose_parameters(n, gamma=0.05, delta=0.05)``, each
+row run (none extrapolated) in a fresh subprocess: wall and CPU time, peak resident memory
+(``ru_maxrss``), and the ratio of the CPU time to the floor of its primitives (every X25519
+agreement and AES-CTR keystream of the session and, with a roster, its n k Ed25519
+verifications, each primitive timed alone on this machine; :func:`primitive_floor`). Rows
+with n <= 1000 keep the best of ``--scale-repeats`` (3) sessions and floors. Then the phases
+and a cProfile of the largest d = 3072 row with n <= 3000. ``--scale-row N D R [--roster]``
+runs one row (best of R) and prints it as JSON.
+``--exact-complete [N]``: the complete graph at N = 1000 clients (t = 501, 2 dropouts, d = 4,
+integer inputs), asserting that the decoded sum and the Z_2^64 ring sum are exact to the bit
+(the suite checks the same at n = 150); about 2 M X25519 agreements, ~2 minutes of CPU.
 ``--params`` prints the (k, t) table of ``choose_parameters``. ``--ring`` compares the
 Z_2^32 option with the Z_2^64 default on the same sessions (n = 100, 500, 1000; ``--quick``:
 100): bytes per client (masked input, whole session) and times, best of 3.
 
-Run: ``python benchmarks/secagg_bench.py [--quick | --scale | --params | --ring]``.
+Run: ``python benchmarks/secagg_bench.py [--quick | --scale | --params | --ring |
+--exact-complete [N]]``.
 """
 
 from __future__ import annotations
@@ -54,8 +61,10 @@ from fa_hetdp.secagg import (
     crypto,
     default_degree,
     default_threshold,
+    in_process_identities,
     run_in_process,
 )
+from fa_hetdp.secagg.identity import identity_payload
 
 D = 3072
 DROP = 0.05
@@ -268,15 +277,55 @@ def _timed_phases() -> dict[str, float]:
     return spent
 
 
-def primitive_floor(n: int, k: int, d: int, dropped: int = 0) -> float:
-    """CPU seconds of the X25519 and AES-CTR work of one session (one summation), timed alone.
+def time_verification() -> float:
+    """CPU seconds of one Ed25519 verification of a round-0 identity signature, timed alone.
 
-    Clients: 2 key generations each, k channel agreements each, and for the ``n - dropped``
-    that send an input k mask agreements and k + 1 AES-CTR keystreams of ``d`` words (the
-    session's clients keep the key objects of round 0, so no agreement reloads a key).
-    Server: one keystream per survivor (its self mask) and, per dropped client, its mask key
-    checked against its public key, loaded, k agreements and k keystreams (the pairwise masks
-    it removes). Each unit is timed on 50 repetitions with real keys, best of 3, scaled.
+    What a client does per key in its key directory (:func:`secagg.identity.check_identities`):
+    load the claimed member's raw identity public key and verify the signature over the
+    payload (roster digest, setup, id, member, the round-0 public keys), with real keys and
+    a real payload; 50 repetitions, best of 3. The payload is built once: only the
+    verification is timed.
+    """
+    identity, roster = in_process_identities(2)
+    sk = crypto.generate_signing_key()
+    payload = identity_payload(
+        roster.digest,
+        os.urandom(120),
+        1,
+        b"client-1",
+        crypto.generate_keypair()[1],
+        crypto.generate_keypair()[1],
+        sk[1],
+    )
+    public = roster.members["client-1"]
+    signature = crypto.sign(identity[1], payload)
+    times = []
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(50):
+            if not crypto.verify_signature(public, payload, signature):
+                raise RuntimeError("the timed signature does not verify")
+        times.append((time.process_time() - start) / 50)
+    return min(times)
+
+
+def primitive_floor(n: int, k: int, d: int, dropped: int = 0, verifications: int = 0) -> float:
+    """CPU seconds of the crypto the session (one summation) must do, timed alone.
+
+    X25519 and AES-CTR: clients: 2 key generations each, k channel agreements each, and for
+    the ``n - dropped`` that send an input k mask agreements and k + 1 AES-CTR keystreams of
+    ``d`` words (the session's clients keep the key objects of round 0, so no agreement
+    reloads a key). Server: one keystream per survivor (its self mask) and, per dropped
+    client, its mask key checked against its public key, loaded, k agreements and k
+    keystreams (the pairwise masks it removes). Each unit is timed on 50 repetitions with
+    real keys, best of 3, scaled.
+
+    Ed25519: ``verifications`` identity-signature verifications (:func:`time_verification`
+    each). With a roster every client verifies, itself, the signature of every neighbour key
+    advertisement its key directory shows: k per client on the k-regular graph (n k in the
+    session, :func:`verifications_of`); the server verifies none; without a roster none. The
+    signatures made (an Ed25519 key generation and two signatures per client, one more with
+    a roster) and the share digests are not counted.
     """
     sk, _, loaded = crypto.generate_loaded_keypair()
     pks = [crypto.generate_keypair()[1] for _ in range(k)]
@@ -303,21 +352,38 @@ def primitive_floor(n: int, k: int, d: int, dropped: int = 0) -> float:
     survivors = n - dropped
     clients = n * (keygens + agreements) + survivors * (agreements + streams)
     server = survivors * streams / (k + 1) + dropped * (recover + streams * k / (k + 1))
-    return clients + server
+    signatures = verifications * time_verification() if verifications else 0.0
+    return clients + server + signatures
 
 
-def scale_row(n: int, d: int, profile: bool = False, repeats: int = 1) -> dict[str, Any]:
+def verifications_of(n: int, k: int, roster: bool) -> int:
+    """Ed25519 verifications a session of ``n`` clients on a k-regular graph must do.
+
+    With a roster: each of the n clients verifies the k neighbour keys its directory shows
+    (its own entry it compares with what it signed); without one: none (the blame evidence
+    is verified only when a reconstruction fails, never on the honest path).
+    """
+    return n * k if roster else 0
+
+
+def scale_row(
+    n: int, d: int, profile: bool = False, repeats: int = 1, roster: bool = False
+) -> dict[str, Any]:
     """In-process sessions (one summation, 5 % dropouts) in this process: time and memory.
 
     With ``repeats > 1`` the session and the floor are each measured that many times and
     the best of each is kept (the machine's load only ever adds time); the phases are those
-    of the first session.
+    of the first session. With ``roster`` every client holds an identity key on a roster
+    (:func:`secagg.in_process_identities`, made before the clock starts) and signs its
+    round-0 keys, and each verifies its neighbours' signatures itself (no cache shared
+    between clients); the floor counts those verifications.
     """
     params = choose_parameters(n, gamma=0.05, delta=0.05)
     rng = np.random.default_rng(0)
     vectors = rng.uniform(-1.0, 1.0, size=(n, d))
     dropped = rng.choice(n, size=int(DROP * n), replace=False).tolist()
     keep = sorted(set(range(n)) - set(dropped))
+    identities, members = in_process_identities(n) if roster else (None, None)
     spent = {} if profile else _timed_phases()  # the wrappers' clock calls would show
     phases: dict[str, float] = {}
     walls, cpus, floors = [], [], []
@@ -337,6 +403,8 @@ def scale_row(n: int, d: int, profile: bool = False, repeats: int = 1) -> dict[s
             rng=np.random.default_rng(repeat),
             bounds=1.0,
             dropouts={"masked_input": dropped},
+            identities=identities,
+            roster=members,
         )
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
@@ -356,13 +424,16 @@ def scale_row(n: int, d: int, profile: bool = False, repeats: int = 1) -> dict[s
         if error > np.max(result.max_error):
             raise RuntimeError(f"wrong sum: error {error}")
         del result
-        floors.append(primitive_floor(n, params.degree, d, len(dropped)))
+        verifications = verifications_of(n, params.degree, roster)
+        floors.append(primitive_floor(n, params.degree, d, len(dropped), verifications))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     return {
         "n": n,
         "d": d,
         "k": params.degree,
         "t": params.threshold,
+        "roster": roster,
+        "verifications": verifications_of(n, params.degree, roster),
         "wall": min(walls),
         "cpu": min(cpus),
         "floor": min(floors),
@@ -373,62 +444,104 @@ def scale_row(n: int, d: int, profile: bool = False, repeats: int = 1) -> dict[s
     }
 
 
-def _run_row(n: int, d: int, profile: bool, repeats: int = 1) -> dict[str, Any]:
+def _run_row(
+    n: int, d: int, profile: bool, repeats: int = 1, roster: bool = False
+) -> dict[str, Any]:
     command = [sys.executable, __file__, "--scale-row", str(n), str(d), str(repeats)]
-    out = subprocess.run(
-        command + (["--profile"] if profile else []), capture_output=True, text=True, check=True
-    )
+    command += (["--profile"] if profile else []) + (["--roster"] if roster else [])
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     row = json.loads(out.stdout.strip().splitlines()[-1])
     assert isinstance(row, dict)
     return row
 
 
-def print_scale(rows: list[tuple[int, int]], repeats: int) -> None:
-    """Print one measured row per ``(n, d)``; rows with ``n <= 1000`` take the best of
+def print_scale(rows: list[tuple[int, int, bool]], repeats: int) -> None:
+    """Print one measured row per ``(n, d, roster)``; rows with ``n <= 1000`` take the best of
     ``repeats`` sessions and floors (the ratio the speed target is about)."""
     print(
         "# scale: in-process session (run_in_process), 5 % dropouts, (k, t) for gamma = delta "
         f"= 0.05; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
     header = (
-        f"{'n':>6} {'d':>5} {'k':>4} {'t':>4} | {'wall s':>7} {'cpu s':>7} {'floor s':>7} "
-        f"{'cpu/floor':>9} | {'peak MiB':>8}"
+        f"{'n':>6} {'d':>5} {'k':>4} {'t':>4} {'roster':>6} | {'wall s':>7} {'cpu s':>7} "
+        f"{'floor s':>7} {'cpu/floor':>9} | {'peak MiB':>8}"
     )
     print(header)
     print("-" * len(header))
     done: list[dict[str, Any]] = []
-    for n, d in rows:
-        row = _run_row(n, d, profile=False, repeats=repeats if n <= 1000 else 1)
+    for n, d, roster in rows:
+        row = _run_row(n, d, profile=False, repeats=repeats if n <= 1000 else 1, roster=roster)
         done.append(row)
         best = f" (best of {row['repeats']})" if row["repeats"] > 1 else ""
         print(
-            f"{row['n']:>6} {row['d']:>5} {row['k']:>4} {row['t']:>4} | {row['wall']:>7.2f} "
+            f"{row['n']:>6} {row['d']:>5} {row['k']:>4} {row['t']:>4} "
+            f"{'yes' if row['roster'] else 'no':>6} | {row['wall']:>7.2f} "
             f"{row['cpu']:>7.2f} {row['floor']:>7.2f} {row['cpu'] / row['floor']:>8.2f}x | "
             f"{row['peak_mib']:>8.0f}{best}  load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
     print(
-        "floor s: CPU time of every X25519 agreement and AES-CTR keystream the session needs, "
-        "timed alone (primitive_floor: per client 2 key generations, k channel agreements, "
-        "and for the senders k mask agreements and k + 1 keystreams of d words; the server's "
-        "self-mask keystreams and dropped clients' masks), best of 3 x 50; cpu/floor: the "
-        "session's CPU time over that floor; peak MiB: the subprocess's maximum resident set "
-        "(numpy and cryptography included); load: the 1-minute load average after the row."
+        "floor s: CPU time of the crypto the session must do, each primitive timed alone "
+        "(primitive_floor): every X25519 agreement and AES-CTR keystream (per client 2 key "
+        "generations, k channel agreements, and for the senders k mask agreements and k + 1 "
+        "keystreams of d words; the server's self-mask keystreams and dropped clients' masks) "
+        "and, with a roster, one Ed25519 verification per neighbour key advertisement each "
+        "client receives (n k; each client verifies for itself, nothing shared between "
+        "clients; the server verifies none), best of 3 x 50; not counted: the Ed25519 key "
+        "generation and signatures each client makes, the share digests, AES-GCM, Shamir. "
+        "cpu/floor: the session's CPU time over that floor; peak MiB: the subprocess's "
+        "maximum resident set (numpy and cryptography included); load: the 1-minute load "
+        "average after the row."
     )
     if done:
         small = [r for r in done if r["n"] <= 3000] or done
-        base = max(small, key=lambda r: (r["d"], r["n"]))  # a profile at n <= 3000
-        profiled = _run_row(base["n"], base["d"], profile=True)
+        base = max(small, key=lambda r: (r["d"], r["n"], not r["roster"]))  # a profile
+        profiled = _run_row(base["n"], base["d"], profile=True, roster=base["roster"])
         print(
-            f"# where the time goes, n = {profiled['n']}, d = {profiled['d']}: CPU s per phase "
-            f"(all clients / the server; the unprofiled row above), then cProfile's "
-            "top functions by own time (share of the profiled total)"
+            f"# where the time goes, n = {profiled['n']}, d = {profiled['d']}"
+            f"{', roster' if profiled['roster'] else ''}: CPU s per phase (all clients / the "
+            "server; the unprofiled row above), then cProfile's top functions by own time "
+            "(share of the profiled total)"
         )
         phases = base["phases"]
         for label, seconds in sorted(phases.items(), key=lambda kv: -kv[1])[:8]:
             print(f"  {seconds:7.2f} s  {label}")
         for line in profiled["top"]:
             print(f"  {line}")
+
+
+def exact_complete(n: int = 1000, d: int = 4) -> dict[str, Any]:
+    """The complete graph at ``n`` clients: the decoded sum and the ring sum, exact to the bit.
+
+    Integer inputs in [-1000, 1000] (exact at any power-of-two scale >= 1), threshold
+    ``floor(n / 2) + 1``, clients 5 and 6 dropping before the masked input. Raises unless the
+    survivors are all but 5 and 6, the decoded sum equals the float sum of their inputs and
+    the raw sum in Z_2^64 equals the encoded inputs summed with Python integers. At n = 1000:
+    about 2 M X25519 agreements (the suite checks the same at n = 150,
+    tests/test_secagg_inprocess.py::test_exact_sum_complete_graph).
+    """
+    vectors = np.random.default_rng(8).integers(-1000, 1001, size=(n, d)).astype(np.float64)
+    dropped = {5, 6}
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = run_in_process(
+        vectors,
+        threshold=n // 2 + 1,
+        neighbours="complete",
+        dropouts={"masked_input": dropped},
+        rng=np.random.default_rng(8),
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    keep = sorted(set(range(n)) - dropped)
+    kept = vectors[keep]
+    if result.survivors != tuple(keep):
+        raise RuntimeError(f"survivors {result.survivors[:8]}... are not all but {dropped}")
+    if not np.array_equal(result.sum, kept.sum(axis=0)):
+        raise RuntimeError(f"decoded sum {result.sum} != {kept.sum(axis=0)}")
+    scales = len(keep) / np.asarray(result.max_error)  # max_error = survivors / scale
+    ring = [sum(int(v * scales[j]) for v in kept[:, j]) % 2**64 for j in range(d)]
+    if not np.array_equal(result.raw, np.array(ring, dtype=np.uint64)):
+        raise RuntimeError("the ring sum in Z_2^64 is not the encoded inputs' sum")
+    return {"n": n, "d": d, "t": n // 2 + 1, "survivors": len(keep), "wall": wall, "cpu": cpu}
 
 
 def print_params() -> None:
@@ -490,6 +603,19 @@ def main() -> None:
     )
     parser.add_argument("--scale-row", type=int, nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--roster",
+        action="store_true",
+        help="--scale-row only: identity keys and a roster (k verifications per client)",
+    )
+    parser.add_argument(
+        "--exact-complete",
+        type=int,
+        nargs="?",
+        const=1000,
+        metavar="N",
+        help="complete graph, N clients (default 1000): assert the sum is exact to the bit",
+    )
     parser.add_argument("--params", action="store_true", help="the (k, t) table only")
     parser.add_argument(
         "--ring", action="store_true", help="Z_2^32 against Z_2^64: bytes and time per client"
@@ -500,16 +626,27 @@ def main() -> None:
         return
     if args.scale_row:
         n, d, repeats = args.scale_row
-        print(json.dumps(scale_row(n, d, profile=args.profile, repeats=repeats)))
+        row = scale_row(n, d, profile=args.profile, repeats=repeats, roster=args.roster)
+        print(json.dumps(row))
+        return
+    if args.exact_complete:
+        load = os.getloadavg()[0]
+        out = exact_complete(args.exact_complete)
+        print(
+            f"# exact sum on the complete graph: n = {out['n']}, d = {out['d']}, t = {out['t']}, "
+            f"2 dropped before the masked input: exact ({out['survivors']} survivors; decoded "
+            f"sum and Z_2^64 ring sum equal bit for bit), {out['wall']:.1f} s wall, "
+            f"{out['cpu']:.1f} s CPU; load average {load:.2f} before, "
+            f"{os.getloadavg()[0]:.2f} after"
+        )
         return
     if args.params:
         print_params()
         return
     if args.scale:
-        print_scale(
-            [(n, 64) for n in args.scale_n] + [(n, D) for n in args.scale_n_wide],
-            args.scale_repeats,
-        )
+        rows = [(n, 64, False) for n in args.scale_n]
+        rows += [(n, D, roster) for n in args.scale_n_wide for roster in (False, True)]
+        print_scale(rows, args.scale_repeats)
         return
     configs: list[tuple[int, Any]] = [(100, None), (100, "complete")]
     if not args.quick:

@@ -185,3 +185,17 @@ def test_batch_key_derivations_equal_the_single_ones():
     ]
     with pytest.raises(ValueError):
         crypto.derive_mask_keys(secrets, sid, 7, peers[:2], 0)
+
+
+def test_normalised_public_keys_is_normalised_public_key_for_each():
+    # the one-pass form the client uses on its directory: the same keys, the same refusals
+    honest = [crypto.generate_keypair()[1] for _ in range(6)]
+    assert crypto.normalised_public_keys(honest) == honest
+    high = bytearray(honest[2])
+    high[31] |= 0x80  # bit 255 set: another encoding of the same key
+    mixed = [*honest[:2], bytes(high), *honest[3:]]
+    assert crypto.normalised_public_keys(mixed) == [crypto.normalised_public_key(k) for k in mixed]
+    assert crypto.normalised_public_keys(mixed)[2] == honest[2]
+    for bad, why in (((1).to_bytes(32, "little"), "small-order"), (bytes(31), "32 bytes")):
+        with pytest.raises(MessageRejected, match=why):
+            crypto.normalised_public_keys([*honest, bad])

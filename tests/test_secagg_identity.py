@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -307,3 +308,112 @@ def test_the_node_floor_is_checked_again_at_every_unmask_request():
     with pytest.raises(UnmaskRefused, match=re.escape("guards against gamma = 0.5")):
         clients[0].unmask(unmask[0])
     assert clients[1].unmask(unmask[1])["seed_owners"]
+
+
+def _counting_verifications(monkeypatch):
+    """Count every Ed25519 verification (crypto.verify_signature) from now on."""
+    calls = []
+    real = crypto.verify_signature
+
+    def counted(public, message, signature):
+        calls.append(public)
+        return real(public, message, signature)
+
+    monkeypatch.setattr(crypto, "verify_signature", counted)
+    return calls
+
+
+def test_each_client_verifies_every_neighbour_key_itself(monkeypatch):
+    # the floor of benchmarks/secagg_bench.py counts n k verifications with a roster: each
+    # client verifies its k neighbours' signatures itself (nothing shared between clients),
+    # and compares its own entry with what it signed instead of verifying it
+    n, k = 24, 6
+    x = _inputs(n)
+    identities, roster = in_process_identities(n)
+    calls = _counting_verifications(monkeypatch)
+    result = run_in_process(
+        x,
+        threshold=4,
+        neighbours=k,
+        rng=np.random.default_rng(2),
+        identities=identities,
+        roster=roster,
+    )
+    assert np.array_equal(result.sum, x.sum(axis=0))
+    assert len(calls) == n * k
+    assert len(set(calls)) == n  # every member's key, each verified by its k neighbours
+
+
+@pytest.mark.parametrize("field", ["signing_keys", "identity_signatures"])
+def test_an_altered_own_entry_is_refused(field):
+    # the own entry is compared with what the client signed: another signing key, or
+    # another member's valid signature in its row, is refused as before
+    _server, clients, directories = _directories()
+    d = dict(directories[0])
+    rows = list(d[field])
+    own = list(d["key_owners"]).index(0)
+    rows[own] = rows[1]
+    with pytest.raises(MessageRejected, match="own signing key or identity signature altered"):
+        clients[0].share_keys({**d, field: rows})
+
+
+@pytest.mark.parametrize("old_state", [False, True])
+def test_the_own_entry_check_survives_the_state_between_rounds(old_state):
+    # the client's state between rounds keeps what it signed; a state written before it
+    # kept them verifies its own entry like the others
+    import json
+
+    _server, clients, directories = _directories()
+    state = json.loads(clients[0].to_bytes())
+    if old_state:
+        del state["signing_pk"], state["identity_signature"]
+    data = json.dumps(state).encode()
+    assert SecAggClient.from_bytes(data).share_keys(directories[0])["ciphertexts"]
+    d = dict(directories[0])
+    rows = list(d["signing_keys"])
+    rows[list(d["key_owners"]).index(0)] = rows[1]
+    why = "not signed by the identity key" if old_state else "own signing key or identity"
+    with pytest.raises(MessageRejected, match=why):
+        SecAggClient.from_bytes(data).share_keys({**d, "signing_keys": rows})
+
+
+def test_a_client_stops_verifying_survivor_signatures_at_the_threshold(monkeypatch):
+    # malicious-server mode: t valid signatures on the list suffice; the rest of the
+    # request's signatures are not verified (garbage after them changes nothing), and
+    # fewer than t valid ones are still refused
+    from fa_hetdp.secagg.consistency import check_signatures
+    from fa_hetdp.secagg.errors import UnmaskRefused
+    from fa_hetdp.secagg.inprocess import InProcessSession
+    from fa_hetdp.secagg.messages import UnmaskRequest
+
+    n, t = 7, 5
+    identities, roster = in_process_identities(n)
+    session = InProcessSession(
+        n,
+        threshold=t,
+        num_summations=1,
+        neighbours="complete",
+        rng=np.random.default_rng(0),
+        threat_model="malicious-server",
+        gamma=1 / 7,
+        identities=identities,
+        roster=roster,
+    )
+    server, clients = session.server, session.clients
+    x = _inputs(n)
+    for i, request in server.start_summation(choose_encoding(n, np.full(D, 100.0))).items():
+        server.receive_masked_input(
+            clients[i].masked_input(request, x[i], rng=np.random.default_rng(i))
+        )
+    check = server.consistency_request()
+    for i in server.survivors:
+        server.receive_consistency(clients[i].sign_survivors(check))
+    request = UnmaskRequest.from_dict(server.unmask_requests()[0])
+    assert len(request.signers) == n
+    garbage = tuple(sig if p < t else bytes(64) for p, sig in enumerate(request.signatures))
+    calls = _counting_verifications(monkeypatch)
+    check_signatures(clients[0], replace(request, signatures=garbage))
+    assert len(calls) == t
+    short = tuple(sig if p < t - 1 else bytes(64) for p, sig in enumerate(request.signatures))
+    with pytest.raises(UnmaskRefused, match=f"{t - 1} valid signatures"):
+        check_signatures(clients[0], replace(request, signatures=short))

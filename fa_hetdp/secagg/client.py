@@ -26,7 +26,7 @@ from .consistency import check_safe, check_signatures, consistency_payload
 from .encoding import FixedPointEncoding, FloatArray
 from .errors import EncodingError, MessageRejected, ProtocolAborted, UnmaskRefused
 from .evidence import dealer_payload, share_digests, unmask_payload
-from .identity import Roster, check_identities, identity_payload, public_identity
+from .identity import Roster, check_identities, identity_payload
 from .messages import (
     AdvertiseKeys,
     ConsistencyRequest,
@@ -116,23 +116,26 @@ class SecAggClient:
                 "python -m fa_hetdp.secagg.identity."
             )
         self.identity_name = ""
-        self._identity = b""
+        self._identity: Ed25519PrivateKey | None = None  # in memory only, until round 0
         if roster is not None:
             if identity is None:
                 raise ValueError("a roster needs this client's identity key (identity=).")
-            name = roster.member_of(public_identity(identity))
+            key = Ed25519PrivateKey.from_private_bytes(identity)  # loaded once: it signs
+            name = roster.member_of(key.public_key().public_bytes_raw())
             if name is None:
                 raise ValueError(
                     f"this client's identity key is not on the roster (SHA-256 "
                     f"{roster.sha256}); ask for the roster that lists it."
                 )
-            self.identity_name, self._identity = name, identity
+            self.identity_name, self._identity = name, key
         self.roster = roster
         self.client_id = int(client_id)
         self.threat_model: ThreatModel = threat_model
         self.gamma = float(gamma)
         self.consistency = 0
         self.signing_sk = b""
+        self.signing_pk = b""
+        self.identity_signature = b""
         self.peer_signing_pks: dict[int, bytes] = {}
         self.signed: dict[int, tuple[int, ...]] = {}
         self.phase = "new"
@@ -172,7 +175,7 @@ class SecAggClient:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._loaded = {}
-        self._identity = b""
+        self._identity = None
         self._signing_key = None
 
     def _private(self, raw: bytes) -> bytes | crypto.PrivateKey:
@@ -238,7 +241,7 @@ class SecAggClient:
         )
         # every session: it signs the share digests and unmask responses (blame evidence),
         # and, with a consistency round, the survivor lists
-        signing_sk, signing_pk = crypto.generate_signing_key()
+        signing_sk, signing_pk, signing_key = crypto.generate_loaded_signing_key()
         self.session, self.num_clients, self.graph_digest = (
             msg.session,
             msg.num_clients,
@@ -252,6 +255,7 @@ class SecAggClient:
         self.neighbours = msg.neighbours
         self.points = dict(zip(msg.neighbours, msg.points, strict=True))
         self.consistency, self.signing_sk, self.seeds = msg.consistency, signing_sk, seeds
+        self.signing_pk, self._signing_key = signing_pk, signing_key
         self.channel_sk, self.channel_pk = channel_sk, channel_pk
         self.mask_sks = [sk for sk, _, _ in mask_pairs]
         self.mask_pks = b"".join(pk for _, pk, _ in mask_pairs)
@@ -268,8 +272,14 @@ class SecAggClient:
                 self.mask_pks,
                 signing_pk,
             )
-            signature = crypto.sign(self._identity, payload)
-        self._identity = b""  # used once: the state written between rounds never holds it
+            if self._identity is None:
+                raise ValueError(
+                    f"client {self.client_id}: its identity key is held in memory only; a "
+                    "client restored from its state before round 0 cannot sign its keys."
+                )
+            signature = self._identity.sign(payload)
+        self.identity_signature = signature
+        self._identity = None  # used once: the state written between rounds never holds it
         self.phase = "advertised"
         return AdvertiseKeys(
             session=self.session,
@@ -316,7 +326,14 @@ class SecAggClient:
         me = self.client_id
         index, neighbours = check_directory(self, msg)
         if self.roster is not None:  # every key shown signed by its owner's roster member
-            check_identities(self.roster, self.identity_name, me, self._setup_canonical(), msg)
+            check_identities(
+                self.roster,
+                self.identity_name,
+                me,
+                self._setup_canonical(),
+                msg,
+                signed=(self.signing_pk, self.identity_signature) if self.signing_pk else None,
+            )
         signing: dict[int, bytes] = {}
         # n is counted on the complete graph (check_directory), bound into the session id else
         n = msg.num_advertised
@@ -332,19 +349,28 @@ class SecAggClient:
         }
         peer_mask: dict[int, bytes] = {}
         channel_keys: list[bytes] = []
+        shown: list[bytes] = []  # every neighbour's keys, in order
         size, blob = crypto.KEY_BYTES, crypto.KEY_BYTES * self.num_summations
         for j in neighbours:
             row = index[j]
             ck, mks = msg.channel_keys[row], msg.mask_keys[row]
             if len(mks) != blob:
                 self._split_mask_keys(mks)  # raises, naming the length
-            for key in (ck, mks) if blob == size else (ck, *self._split_mask_keys(mks)):
-                norm = crypto.normalised_public_key(key)  # validated: large order, 32 bytes
-                if norm in seen:
-                    raise MessageRejected(f"client {j} reuses a public key; rejected.")
-                seen.add(norm)
+            shown.append(ck)
+            if blob == size:
+                shown.append(mks)
+            else:
+                shown += self._split_mask_keys(mks)
             peer_mask[j] = mks
             channel_keys.append(ck)
+        norms = crypto.normalised_public_keys(shown)  # validated: large order, 32 bytes
+        if len(seen.union(norms)) != len(seen) + len(norms):  # find who reuses a key
+            per = 1 + self.num_summations
+            for p, norm in enumerate(norms):
+                if norm in seen:
+                    j = neighbours[p // per]
+                    raise MessageRejected(f"client {j} reuses a public key; rejected.")
+                seen.add(norm)
         session_id = crypto.session_digest([self._setup_canonical(), msg.canonical()])
         # Shares go to the neighbours only: a client's own share never counts toward t.
         points = [self.points[h] for h in neighbours]

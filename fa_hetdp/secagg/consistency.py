@@ -94,13 +94,16 @@ def check_signatures(client: SecAggClient, msg: UnmaskRequest) -> None:
         )
     payload = consistency_payload(client.session_id, s, shown)
     survivors = set(shown)
-    valid = sum(
-        1
-        for j, sig in zip(msg.signers, msg.signatures, strict=True)
-        if j in survivors
-        and j in client.peer_signing_pks
-        and crypto.verify_signature(client.peer_signing_pks[j], payload, sig)
-    )
+    valid = 0
+    for j, sig in zip(msg.signers, msg.signatures, strict=True):  # signers are distinct
+        if valid >= client.threshold:
+            break  # t valid signatures suffice; the rest need no verification
+        if (
+            j in survivors
+            and j in client.peer_signing_pks
+            and crypto.verify_signature(client.peer_signing_pks[j], payload, sig)
+        ):
+            valid += 1
     if valid < client.threshold:
         raise UnmaskRefused(
             f"client {me}: {valid} valid signatures on the survivor list, fewer than "

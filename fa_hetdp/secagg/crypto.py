@@ -21,6 +21,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,7 @@ __all__ = [
     "derive_mask_keys",
     "generate_keypair",
     "generate_loaded_keypair",
+    "generate_loaded_signing_key",
     "generate_signing_key",
     "id_digest",
     "kdf_sha256",
@@ -54,6 +56,7 @@ __all__ = [
     "mask_sum",
     "normalise_public_key",
     "normalised_public_key",
+    "normalised_public_keys",
     "open_sealed",
     "public_from_private",
     "random_bytes",
@@ -422,6 +425,24 @@ def normalised_public_key(raw: object) -> bytes:
     return u.to_bytes(KEY_BYTES, "little")
 
 
+def normalised_public_keys(raws: Sequence[object]) -> list[bytes]:
+    """:func:`normalised_public_key` of each key, in order (one pass for canonical keys).
+
+    Every honest key is 32 bytes with ``u < 2^255 - 2^248``: already canonical, so the keys
+    are returned as they are once none is a small-order point; any other key goes through
+    :func:`normalised_public_key`.
+
+    Raises
+    ------
+    MessageRejected
+        As :func:`validate_public_key`, for the first offending key.
+    """
+    if all(type(raw) is bytes and len(raw) == KEY_BYTES and raw[31] < 0x7F for raw in raws):
+        if _SMALL_ORDER_RAW.isdisjoint(raws):
+            return cast("list[bytes]", list(raws))  # all bytes, checked above
+    return [normalised_public_key(raw) for raw in raws]
+
+
 def normalise_public_key(raw: bytes) -> bytes:
     """Return the canonical encoding of an X25519 public key (bit 255 cleared, u mod p).
 
@@ -447,8 +468,18 @@ def commit_seed(session: bytes, client_id: int, summation: int, seed: bytes) -> 
 
 def generate_signing_key() -> tuple[bytes, bytes]:
     """Return a fresh Ed25519 key pair as ``(private_raw, public_raw)``, 32 bytes each."""
+    private_raw, public_raw, _ = generate_loaded_signing_key()
+    return private_raw, public_raw
+
+
+def generate_loaded_signing_key() -> tuple[bytes, bytes, Ed25519PrivateKey]:
+    """Return :func:`generate_signing_key`'s pair and the key object that signs with it.
+
+    Loading a raw Ed25519 private key costs one scalar multiplication (its public key); a
+    holder that keeps the object signs without loading it again.
+    """
     private = Ed25519PrivateKey.generate()
-    return private.private_bytes_raw(), private.public_key().public_bytes_raw()
+    return private.private_bytes_raw(), private.public_key().public_bytes_raw(), private
 
 
 def sign(private_raw: bytes, message: bytes) -> bytes:

@@ -70,6 +70,7 @@ __all__ = [
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HEX = re.compile(r"[0-9a-f]{64}")
+_LENGTH = struct.Struct("<Q")
 _HEADER = (
     "# fa-hetdp secure-aggregation roster: member name = Ed25519 identity public key (hex).\n"
     "# Every node must hold this exact file; compare its SHA-256 out of band.\n"
@@ -247,10 +248,51 @@ def identity_payload(
     summations, the degree, the consistency flag and the graph digest), the client id, the
     member name and the round-0 public keys, each length-prefixed.
     """
-    out = crypto.DOMAIN + b"/identity"
-    for part in (roster_digest, setup_canonical, member, channel_key, mask_keys, signing_key):
-        out += struct.pack("<Q", len(part)) + part
-    return out + struct.pack("<Q", client_id)
+    return _identity_payload(
+        _payload_head(roster_digest, setup_canonical),
+        client_id,
+        member,
+        channel_key,
+        mask_keys,
+        signing_key,
+    )
+
+
+def _payload_head(roster_digest: bytes, setup_canonical: bytes) -> bytes:
+    """Return the part of :func:`identity_payload` shared by every client of one setup."""
+    return (
+        crypto.DOMAIN
+        + b"/identity"
+        + _LENGTH.pack(len(roster_digest))
+        + roster_digest
+        + _LENGTH.pack(len(setup_canonical))
+        + setup_canonical
+    )
+
+
+def _identity_payload(
+    head: bytes,
+    client_id: int,
+    member: bytes,
+    channel_key: bytes,
+    mask_keys: bytes,
+    signing_key: bytes,
+) -> bytes:
+    pack = _LENGTH.pack
+    return b"".join(
+        (
+            head,
+            pack(len(member)),
+            member,
+            pack(len(channel_key)),
+            channel_key,
+            pack(len(mask_keys)),
+            mask_keys,
+            pack(len(signing_key)),
+            signing_key,
+            pack(client_id),
+        )
+    )
 
 
 def check_identities(
@@ -259,17 +301,33 @@ def check_identities(
     me: int,
     setup_canonical: bytes,
     msg: KeyDirectory,
-) -> None:
+    *,
+    signed: tuple[bytes, bytes] | None = None,
+) -> int:
     """Refuse a key directory whose keys are not all signed by their roster members.
+
+    Every other client's entry is verified here, by this client, under the identity key the
+    roster lists for the member it claims: one Ed25519 verification per key shown (nothing
+    is cached across clients or calls). This client's own entry is compared with what it
+    signed itself when ``signed`` = ``(its signing public key, its identity signature)`` is
+    given (Ed25519 signatures are deterministic and OpenSSL rejects non-canonical ones, so
+    the bytes match exactly when the entry is the one it sent), else verified like the rest.
+
+    Returns
+    -------
+    int
+        The number of signatures verified.
 
     Raises
     ------
     MessageRejected
         A key owner names no member or one not on the roster, one member is claimed by two
-        client ids, this client's own entry names another member, or a signature does not
-        verify under the claimed member's identity key.
+        client ids, this client's own entry names another member or differs from what it
+        signed, or a signature does not verify under the claimed member's identity key.
     """
     claimed: dict[bytes, int] = {}
+    head = _payload_head(roster.digest, setup_canonical)
+    verified = 0
     for p, owner in enumerate(msg.key_owners):
         member = msg.identities[p]
         name = member.decode("utf-8", "replace")
@@ -285,22 +343,25 @@ def check_identities(
                 f"{owner}; rejected."
             )
         claimed[member] = owner
-        if owner == me and name != own:
-            raise MessageRejected(f"client {me}: own identity shown as {name!r}, not {own!r}.")
-        payload = identity_payload(
-            roster.digest,
-            setup_canonical,
-            owner,
-            member,
-            msg.channel_keys[p],
-            msg.mask_keys[p],
-            msg.signing_keys[p],
+        if owner == me:
+            if name != own:
+                raise MessageRejected(f"client {me}: own identity shown as {name!r}, not {own!r}.")
+            if signed is not None and signed[1]:  # own keys: check_directory compared them
+                if (msg.signing_keys[p], msg.identity_signatures[p]) != signed:
+                    raise MessageRejected(
+                        f"client {me}: own signing key or identity signature altered; rejected."
+                    )
+                continue
+        payload = _identity_payload(
+            head, owner, member, msg.channel_keys[p], msg.mask_keys[p], msg.signing_keys[p]
         )
+        verified += 1
         if not crypto.verify_signature(public, payload, msg.identity_signatures[p]):
             raise MessageRejected(
                 f"client {me}: client {owner}'s round-0 keys are not signed by the identity "
                 f"key of roster member {name!r}; rejected."
             )
+    return verified
 
 
 # ---------------------------------------------------------------------------- command line

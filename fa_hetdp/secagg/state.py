@@ -37,6 +37,8 @@ def dump_client(client: SecAggClient) -> bytes:
         },
         "consistency": client.consistency,
         "signing_sk": client.signing_sk.hex(),
+        "signing_pk": client.signing_pk.hex(),
+        "identity_signature": client.identity_signature.hex(),
         "peer_signing_pks": {str(j): v.hex() for j, v in client.peer_signing_pks.items()},
         "signed": {str(s): list(v) for s, v in client.signed.items()},
         "phase": client.phase,
@@ -93,6 +95,9 @@ def load_client(cls: type[SecAggClient], data: bytes) -> SecAggClient:
         client.identity_name = str(state["identity_name"])
         client.consistency = int(state["consistency"])
         client.signing_sk = bytes.fromhex(state["signing_sk"])
+        # absent from states written before they were kept: the own entry is then verified
+        client.signing_pk = bytes.fromhex(state.get("signing_pk", ""))
+        client.identity_signature = bytes.fromhex(state.get("identity_signature", ""))
         client.peer_signing_pks = {
             int(j): bytes.fromhex(v) for j, v in state["peer_signing_pks"].items()
         }
