@@ -21,8 +21,9 @@ Scale rows (``--scale``): d = 64 at n = 1000, 3000, 10 000 and 100 000 (``--scal
 signatures itself), (k, t) from ``secagg.choose_parameters(n, gamma=0.05, delta=0.05)``, each
 row run (none extrapolated) in a fresh subprocess: wall and CPU time, peak resident memory
 (``ru_maxrss``), and the ratio of the CPU time to the floor of its primitives (every X25519
-agreement and AES-CTR keystream of the session and, with a roster, its n k Ed25519
-verifications, each primitive timed alone on this machine; :func:`primitive_floor`). Rows
+agreement and AES-CTR keystream of the session, every client's Ed25519 key generation and
+signatures and, with a roster, its n k Ed25519 verifications, each primitive timed alone on
+this machine; :func:`primitive_floor`). Rows
 with n <= 1000 keep the best of ``--scale-repeats`` (3) sessions and floors. Then the phases
 and a cProfile of the largest d = 3072 row with n <= 3000. ``--scale-row N D R [--roster]``
 runs one row (best of R) and prints it as JSON.
@@ -309,7 +310,32 @@ def time_verification() -> float:
     return min(times)
 
 
-def primitive_floor(n: int, k: int, d: int, dropped: int = 0, verifications: int = 0) -> float:
+def time_signing(signatures: int) -> float:
+    """CPU seconds of one client's Ed25519 work as a signer, timed alone: one signing-key
+    generation and ``signatures`` signatures of a 200-byte payload; 50 repetitions, best of 3.
+    """
+    payload = os.urandom(200)
+    times = []
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(50):
+            private, _ = crypto.generate_signing_key()
+            for _ in range(signatures):
+                crypto.sign(private, payload)
+        times.append((time.process_time() - start) / 50)
+    return min(times)
+
+
+def signatures_per_client(roster: bool) -> int:
+    """Ed25519 signatures one client makes in the bench's sessions (semi-honest server, no
+    consistency round): its shares' digests (share keys) and its unmasking reply, and with a
+    roster its identity signature over its round-0 keys."""
+    return 3 if roster else 2
+
+
+def primitive_floor(
+    n: int, k: int, d: int, dropped: int = 0, verifications: int = 0, signatures: int = 0
+) -> float:
     """CPU seconds of the crypto the session (one summation) must do, timed alone.
 
     X25519 and AES-CTR: clients: 2 key generations each, k channel agreements each, and for
@@ -324,8 +350,9 @@ def primitive_floor(n: int, k: int, d: int, dropped: int = 0, verifications: int
     each). With a roster every client verifies, itself, the signature of every neighbour key
     advertisement its key directory shows: k per client on the k-regular graph (n k in the
     session, :func:`verifications_of`); the server verifies none; without a roster none. The
-    signatures made (an Ed25519 key generation and two signatures per client, one more with
-    a roster) and the share digests are not counted.
+    signatures made: per client one Ed25519 signing-key generation and ``signatures``
+    signatures (:func:`time_signing`, :func:`signatures_per_client`). The share digests
+    (SHA-256) are not counted.
     """
     sk, _, loaded = crypto.generate_loaded_keypair()
     pks = [crypto.generate_keypair()[1] for _ in range(k)]
@@ -352,8 +379,9 @@ def primitive_floor(n: int, k: int, d: int, dropped: int = 0, verifications: int
     survivors = n - dropped
     clients = n * (keygens + agreements) + survivors * (agreements + streams)
     server = survivors * streams / (k + 1) + dropped * (recover + streams * k / (k + 1))
-    signatures = verifications * time_verification() if verifications else 0.0
-    return clients + server + signatures
+    checks = verifications * time_verification() if verifications else 0.0
+    signing = n * time_signing(signatures) if signatures else 0.0
+    return clients + server + checks + signing
 
 
 def verifications_of(n: int, k: int, roster: bool) -> int:
@@ -425,7 +453,11 @@ def scale_row(
             raise RuntimeError(f"wrong sum: error {error}")
         del result
         verifications = verifications_of(n, params.degree, roster)
-        floors.append(primitive_floor(n, params.degree, d, len(dropped), verifications))
+        floors.append(
+            primitive_floor(
+                n, params.degree, d, len(dropped), verifications, signatures_per_client(roster)
+            )
+        )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     return {
         "n": n,
@@ -487,8 +519,9 @@ def print_scale(rows: list[tuple[int, int, bool]], repeats: int) -> None:
         "keystreams of d words; the server's self-mask keystreams and dropped clients' masks) "
         "and, with a roster, one Ed25519 verification per neighbour key advertisement each "
         "client receives (n k; each client verifies for itself, nothing shared between "
-        "clients; the server verifies none), best of 3 x 50; not counted: the Ed25519 key "
-        "generation and signatures each client makes, the share digests, AES-GCM, Shamir. "
+        "clients; the server verifies none), and per client one Ed25519 key generation and "
+        "its 2 signatures (3 with a roster), best of 3 x 50; not counted: the share digests "
+        "(SHA-256), AES-GCM, Shamir. "
         "cpu/floor: the session's CPU time over that floor; peak MiB: the subprocess's "
         "maximum resident set (numpy and cryptography included); load: the 1-minute load "
         "average after the row."
