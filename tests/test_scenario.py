@@ -204,7 +204,7 @@ BAD: list[tuple[str, Any, str, str]] = [
         "data.colour",
         "red",
         "data.colour",
-        "unknown key; allowed in [data]: alpha, bounds, class_assignment_mode, columns, dataset",
+        "unknown key; allowed in [data]: alpha, arm, bounds, class_assignment_mode, columns",
     ),
     ("extra.x", 1, "extra", "unknown section"),
     ("data.dataset", "mnist", "data.dataset", "allowed: digits, cifar10"),

@@ -231,6 +231,11 @@ def prepare(args: argparse.Namespace) -> RunSetup:
     from fa_hetdp.stats.exact import true_statistics
 
     name = str(args.scenario)
+    given = getattr(args, "scenario_file", None)
+    if given is not None:  # --scenario FILE: the positional's value, as a flag
+        if name not in (DEFAULT_SCENARIO, str(given)):
+            raise_problems("command line", [("--scenario", f"give one scenario, not {name!r} too")])
+        name = str(given)
     if name in ("digits-quickstart", "quickstart"):  # the small, noise-dominated one
         scenario = default_scenario()
         scenario_arg = "quickstart"
@@ -574,6 +579,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         default=DEFAULT_SCENARIO,
         help=f"scenario name or TOML file (default: {DEFAULT_SCENARIO})",
+    )
+    parser.add_argument(
+        "--scenario",
+        dest="scenario_file",
+        metavar="FILE",
+        help="the scenario name or TOML file, as a flag (instead of the positional argument)",
     )
 
     # No argparse ``choices``/ranges here: every value goes through fa_hetdp.config.rules.

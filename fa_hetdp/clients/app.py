@@ -106,7 +106,9 @@ from fa_hetdp.clients.session import (
     step_limits_of,
     unmask,
 )
+from fa_hetdp.clients.silo_summaries import arm_local_data, split_arm
 from fa_hetdp.config.partition import client_records, client_summary
+from fa_hetdp.config.sites import site_records
 from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
 from fa_hetdp.errors import InputDataError
@@ -192,17 +194,28 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     config when it states them): its rows in ``[0, 1]``, without labels (the paper's
     statistics average them into one vector; a meta-analysis uses every record). Else the
     node's partition (``partition-id`` of ``num-partitions``) of the run's scenario, with
-    labels.
+    labels; in a simulation of the user's files (``[data] sites``), the file of the node's
+    partition (:func:`fa_hetdp.config.sites.site_records`), without labels.
     """
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
         data = run_settings(context).scenario.data
         if data.columns is None:  # .npy or a headerless numeric .csv, values in [0, 1]
             return load_checked_records(data_path), None  # a file has no labels
+        if data.arm is not None:  # two-arm effects: the arm column read beside the outcomes
+            both = load_checked_records(
+                data_path, columns=(*data.columns, data.arm), bounds=data.column_bounds()
+            )
+            return split_arm(both, data.arm)
         records = load_checked_records(data_path, columns=data.columns, bounds=data.column_bounds())
         return records, None
+    if run_settings(context).scenario.data.arm is not None:
+        split_arm(None, str(run_settings(context).scenario.data.arm))  # refused: no data file
     pid, num = node_partition(context)
-    return client_records(run_settings(context).scenario, pid, num)
+    scenario = run_settings(context).scenario
+    if scenario.data.sites is not None:  # client i reads sites[i], as a data owner's file
+        return site_records(scenario, pid, num), None
+    return client_records(scenario, pid, num)
 
 
 def _records_of(loaded: Records) -> tuple[np.ndarray, np.ndarray | None]:
@@ -302,6 +315,9 @@ def _local_data(
                 f"a meta-analysis needs at least 2 records per client, this node holds "
                 f"{features.shape[0]}"
             )
+        if settings.scenario.data.arm is not None and labels is not None:  # two-arm effects
+            local, shown = arm_local_data(features, labels)
+            return local, {Key.RECORDS: int(features.shape[0]), **shown}
         return {State.RECORDS: features}, {Key.RECORDS: int(features.shape[0])}
     return {State.X: _summarise(features, labels, summary)}, {}
 

@@ -37,7 +37,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from flwr.app import ConfigRecord, Context
 
@@ -66,6 +66,9 @@ from fa_hetdp.protocol.meta_plan import MetaPlan
 from fa_hetdp.protocol.plan import ProtocolPlan, colluding_clients, honest_shares, plan_protocol
 from fa_hetdp.protocol.silo_summaries import SiloPlan
 from fa_hetdp.secagg.client import SecAggClient
+
+if TYPE_CHECKING:  # imported where a two-arm run needs it (scipy.stats)
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
 
 __all__ = [
     "NodeRefusedError",
@@ -419,14 +422,14 @@ def node_gamma_roster(record: ConfigRecord) -> tuple[float, int | None]:
 def _view(
     record: ConfigRecord,
     secagg: SecAggClient | None,
-    plan: ProtocolPlan | MetaPlan | SiloPlan,
+    plan: ProtocolPlan | MetaPlan | SiloPlan | TwoArmPlan,
 ) -> PlanView:
     """Return the node's view of ``plan`` (its gamma, roster, nonce, realised shares)."""
     gamma, roster = _saved(record)
     nonce = record.get(State.SESSION_NONCE)
     if not isinstance(nonce, bytes) or not nonce:
         raise RuntimeError("corrupt protocol state: no session nonce")
-    if isinstance(plan, SiloPlan):
+    if not isinstance(plan, ProtocolPlan | MetaPlan):  # a silo's own release (or two-arm)
         return silo_view(plan, session=nonce)
     if secagg is None:
         raise RuntimeError("a secure sum needs the session's secure-aggregation client")
@@ -508,7 +511,7 @@ def charge(
     settings: RunSettings,
     record: ConfigRecord,
     secagg: SecAggClient | None,
-    plan: ProtocolPlan | MetaPlan | SiloPlan,
+    plan: ProtocolPlan | MetaPlan | SiloPlan | TwoArmPlan,
 ) -> None:
     """Check the view again at a release-bearing step and charge it, before the reply.
 

@@ -11,15 +11,27 @@ A node whose config says ``release-silo-summaries = false`` says so in its first
 server then runs the secure sums) and refuses this step with one line. Otherwise the release is
 checked by the node's policy and charged to its privacy ledger before the reply is built
 (:func:`fa_hetdp.clients.policy.charge`, issue 27).
+
+**Two-arm effects** (the scenario's ``[data] arm`` and ``effect``): the node reads its file's
+0/1 arm column beside the outcome columns (:func:`split_arm`) and its first reply states its
+two arm sizes (public: :func:`arm_local_data`). The ``silo_summaries`` request then lists
+every silo's ``[client id, treated, control]`` (:func:`read_arm_counts`), and the node replies
+with its two arms' releases, treated first -- the noisy means (and, for MD and SMD, the noisy
+sample variances) of each arm at the whole budget, calibrated to the arm's own size
+(:func:`two_arm_release`: :func:`fa_hetdp.protocol.two_arm.release_silo_arms`, the function
+the in-process analysis runs for every silo). Nothing else about its records leaves it; the
+release is charged to the node's ledger first, as above (one release at the plan's
+``(epsilon, delta)``: within-arm neighbours, the arms on disjoint records).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
-from flwr.app import Context, Message
+import numpy.typing as npt
+from flwr.app import ArrayRecord, Context, Message
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.clients.meta import local_records, read_counts
@@ -34,13 +46,32 @@ from fa_hetdp.clients.session import (
     state_int,
     step_limits_of,
 )
-from fa_hetdp.flowerkit.settings import RunSettings, releases_silo_summaries, silo_plan
+from fa_hetdp.errors import InputDataError
+from fa_hetdp.flowerkit.settings import (
+    RunSettings,
+    releases_silo_summaries,
+    silo_plan,
+    two_arm_plan,
+)
 from fa_hetdp.flowerkit.steps import SILO_SUMMARIES, Key, NodeConfig, State
 from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.meta_client import ClientSummary, summarise
 from fa_hetdp.protocol.silo_summaries import SiloPlan, release_silo
 
-__all__ = ["HANDLERS", "read_silo_counts", "silo_release", "silo_summaries"]
+if TYPE_CHECKING:  # imported where a two-arm run needs it (it loads scipy.stats)
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
+
+__all__ = [
+    "HANDLERS",
+    "arm_local_data",
+    "check_binary",
+    "read_arm_counts",
+    "read_silo_counts",
+    "silo_release",
+    "silo_summaries",
+    "split_arm",
+    "two_arm_release",
+]
 
 
 def read_silo_counts(
@@ -111,6 +142,19 @@ def silo_summaries(msg: Message, context: Context) -> Message:
         raise RuntimeError("silo_summaries outside a meta-analysis session")
     records = local_records(context)
     request = decode(msg.content, limits=step_limits_of(context, SILO_SUMMARIES))
+    if settings.scenario.data.effect != "mean":  # two-arm effects: each arm's own release
+        arms = local_arms(context)
+        client_id = state_int(record, State.CLIENT_ID)
+        own = arm_sizes(arms)
+        arm_counts = read_arm_counts(request, client_id=client_id, arms=own, d=records.shape[1])
+        two_arm = two_arm_plan(settings, [counts[1:] for counts in arm_counts], records.shape[1])
+        check_binary(settings, records)
+        charge(context, settings, record, None, two_arm)  # before the reply is built
+        rng = noise_generator(settings, record, pid)
+        index = [counts[0] for counts in arm_counts].index(client_id)
+        release = two_arm_release(settings, records, arms, index, rng, two_arm)
+        save_generator(settings, record, rng)
+        return reply_to(msg, {Key.SILO_RELEASE: release})
     client_id = state_int(record, State.CLIENT_ID)
     counts = read_silo_counts(request, client_id=client_id, m=records.shape[0], d=records.shape[1])
     plan = silo_plan(settings, [count for _, count in counts], records.shape[1])
@@ -120,6 +164,161 @@ def silo_summaries(msg: Message, context: Context) -> Message:
     release = silo_release(settings, records, counts, client_id, rng, plan)
     save_generator(settings, record, rng)
     return reply_to(msg, {Key.SILO_RELEASE: release})
+
+
+# ---------------------------------------------------------------------------- two-arm effects
+def split_arm(records: FloatArray | None, arm: str) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """Split the node's records read with the arm column last: ``(outcomes, arms)``.
+
+    ``records`` None: the node reads the scenario's partition, which has no arm column.
+
+    Raises
+    ------
+    InputDataError
+        No data file, or an arm value other than 0 (control) and 1 (treated); one line.
+    """
+    if records is None:
+        raise InputDataError(
+            f"[data] arm = {arm!r} names a column of the node's own data file (node config "
+            "data-path); this node has none (the scenario's partitions have no arms)"
+        )
+    flags = records[:, -1]
+    if not bool(np.all((flags == 0.0) | (flags == 1.0))):
+        raise InputDataError(
+            f"the arm column {arm!r} must hold 0 (control) or 1 (treated) in every row"
+        )
+    return np.asarray(records[:, :-1]), np.asarray(flags, dtype=np.int64)
+
+
+def arm_sizes(arms: npt.NDArray[np.int64]) -> list[int]:
+    """Return ``[treated, control]``: the node's arm sizes (public)."""
+    treated = int(np.sum(arms == 1))
+    return [treated, int(arms.shape[0]) - treated]
+
+
+def arm_local_data(
+    features: FloatArray, arms: npt.ArrayLike
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Return what the session keeps (records and arms) and what the first reply shows.
+
+    The first reply shows the two arm sizes, ``[treated, control]``: public, as the record
+    count is (the neighbours replace a record within its arm).
+    """
+    flags = np.asarray(arms, dtype=np.int64)
+    return {State.RECORDS: features, State.ARMS: flags}, {Key.ARM_COUNTS: arm_sizes(flags)}
+
+
+def local_arms(context: Context) -> npt.NDArray[np.int64]:
+    """Return the arm of every record the session keeps (1 treated, 0 control)."""
+    arrays = context.state.get(State.LOCAL)
+    if not isinstance(arrays, ArrayRecord) or State.ARMS not in arrays:
+        raise RuntimeError("no arms: this node's session did not read an arm column")
+    return np.asarray(arrays[State.ARMS].numpy(), dtype=np.int64)
+
+
+def read_arm_counts(
+    request: Mapping[str, Any], *, client_id: int, arms: list[int], d: int
+) -> list[list[int]]:
+    """Check a two-arm ``silo_summaries`` request; return ``[[client id, treated, control]]``.
+
+    Distinct integer ids, at least two silos, integer arm sizes >= 1, this node's own entry
+    with its own sizes ``arms``, and the request's ``d`` the node's. As for the counts
+    (:func:`read_silo_counts`), a silo's noise depends on its own arm sizes only, so no list
+    the server sends can lower it.
+
+    Raises
+    ------
+    ValueError
+        One line: what is wrong (the server drops this silo).
+    """
+    raw = request.get(Key.ARM_COUNTS)
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise ValueError(
+            "silo summaries: a two-arm request must list at least 2 silos' [id, treated, control]"
+        )
+    rows: list[list[int]] = []
+    for row in raw:
+        if (
+            not isinstance(row, list)
+            or len(row) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+            or min(row[1:]) < 1
+        ):
+            raise ValueError(f"silo summaries: a malformed arm-size entry {row!r}")
+        rows.append([int(v) for v in row])
+    ids = [row[0] for row in rows]
+    if len(set(ids)) != len(ids):
+        raise ValueError("silo summaries: the arm sizes list a silo twice")
+    if client_id not in ids:
+        raise ValueError(f"silo summaries: the arm sizes do not list this silo ({client_id})")
+    own = rows[ids.index(client_id)][1:]
+    if own != arms:
+        raise ValueError(
+            f"silo summaries: the arm sizes give this silo {own}, it holds {arms} (treated, "
+            "control)"
+        )
+    stated = request.get(Key.D)
+    if stated != d:
+        raise ValueError(f"silo summaries: the request says d={stated!r}, this silo has d={d}")
+    return rows
+
+
+def check_binary(settings: RunSettings, records: FloatArray) -> None:
+    """Refuse OR, RR and RD of a column whose values on this node are not all 0 or 1.
+
+    Raises
+    ------
+    InputDataError
+        One line naming the columns (never a value).
+    """
+    effect = settings.scenario.data.effect
+    if effect not in ("OR", "RR", "RD"):
+        return
+    names = settings.scenario.data.columns or ()
+    bad = [
+        str(names[j]) if j < len(names) else f"x{j}"
+        for j in range(records.shape[1])
+        if not bool(np.all((records[:, j] == 0.0) | (records[:, j] == 1.0)))
+    ]
+    if bad:
+        raise InputDataError(
+            f"effect={effect!r} compares proportions: columns {bad} are not binary (0/1) on "
+            "this node; use effect = 'MD' or 'SMD' for a numeric column"
+        )
+
+
+def two_arm_release(
+    settings: RunSettings,
+    records: FloatArray,
+    arms: npt.ArrayLike,
+    index: int,
+    rng: np.random.Generator,
+    plan: TwoArmPlan,
+) -> dict[str, FloatArray]:
+    """Return this silo's two arm releases as the reply carries them (``(2, d)``, treated first).
+
+    ``{"theta": ...}`` the noisy arm means (OR, RR, RD: proportions), with ``"s2"`` the noisy
+    sample variances for MD and SMD: :func:`~fa_hetdp.protocol.two_arm.release_silo_arms` of
+    the silo's own :func:`~fa_hetdp.protocol.two_arm.arm_summaries` at position ``index`` of
+    ``plan``, drawn from ``rng``.
+
+    Raises
+    ------
+    InputDataError
+        An arm below the effect's least size, or (OR, RR, RD) a column that is not 0/1.
+    """
+    from fa_hetdp.protocol.two_arm import arm_summaries, min_arm_size, release_silo_arms
+
+    check_binary(settings, records)
+    flags = np.asarray(arms, dtype=np.int64)
+    summaries = arm_summaries(
+        records, np.zeros(flags.shape[0], dtype=np.int64), flags, minimum=min_arm_size(plan.effect)
+    )
+    treated, control = release_silo_arms(plan, index, summaries, rng)
+    out = {"theta": np.stack([treated.theta, control.theta])}
+    if treated.s2 is not None and control.s2 is not None:
+        out["s2"] = np.stack([treated.s2, control.s2])
+    return out
 
 
 HANDLERS: Final[Mapping[str, Handler]] = {SILO_SUMMARIES: silo_summaries}

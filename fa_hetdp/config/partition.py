@@ -20,6 +20,7 @@ import numpy as np
 
 from fa_hetdp._types import FloatArray, IntArray
 from fa_hetdp.config.schema import Scenario
+from fa_hetdp.config.sites import clear_site_cache, site_partition, site_records
 from fa_hetdp.data.catalog import dataset_info, load_dataset, record_shape
 from fa_hetdp.data.dataset import Dataset
 from fa_hetdp.data.partitioners import partition_with_flwr
@@ -118,6 +119,8 @@ def client_summary(scenario: Scenario) -> ClientSummary:
     ``data.num_labels``, else ``len(data.label_ratios)``, else all the dataset's labels.
     """
     data = scenario.data
+    if data.sites is not None:  # the user's files: the mean of the named columns
+        return ClientSummary(kind="mean", image_shape=(1, 1, len(data.columns or ())))
     dim = None if data.synthetic is None else data.synthetic.dim
     if data.num_labels is not None:
         labels = data.num_labels
@@ -172,6 +175,8 @@ def partition_scenario(scenario: Scenario, num_clients: int | None = None) -> Cl
 @functools.lru_cache(maxsize=4)
 def _partition_cached(scenario: Scenario, num_clients: int) -> ClientPartition:
     data = scenario.data
+    if data.sites is not None:  # client i holds the file sites[i] (fa_hetdp.config.sites)
+        return site_partition(scenario, num_clients)
     dataset = scenario_dataset(scenario)
     rng = partition_rng(scenario.experiment.seed)
     summary = client_summary(scenario)
@@ -217,6 +222,7 @@ def clear_partition_cache() -> None:
     """Forget the partitions and synthetic datasets cached in this process."""
     _partition_cached.cache_clear()
     scenario_dataset.cache_clear()
+    clear_site_cache()
 
 
 def client_records(
@@ -227,6 +233,8 @@ def client_records(
     The Flower client computes its summary from these
     (:func:`fa_hetdp.data.summaries.summarise` with :func:`client_summary`), which equals its
     row of :attr:`ClientPartition.vectors`.
+    A scenario of site files (``data.sites``): the file ``sites[partition_id]``
+    (:func:`fa_hetdp.config.sites.site_records`), every label 0.
 
     Returns
     -------
@@ -243,6 +251,9 @@ def client_records(
         Missing files, or more clients than the data can supply.
     """
     _check_partition_id(partition_id, num_partitions)
+    if scenario.data.sites is not None:  # its own file, without labels
+        records = site_records(scenario, partition_id, num_partitions)
+        return records, np.zeros(records.shape[0], dtype=np.int64)
     rows = partition_scenario(scenario, num_partitions).client_rows(partition_id)
     dataset = scenario_dataset(scenario)
     labels: IntArray = dataset.labels[rows].copy()

@@ -116,7 +116,8 @@ def scenario_from_dict(
     if not isinstance(description, str):
         c.fail("scenario.description", f"must be a string, got {type_name(description)}")
 
-    data = check_data(c, tables["data"])
+    base = None if path is None else Path(path).resolve().parent  # relative data.sites
+    data = check_data(c, tables["data"], base=base)
     experiment, privacy, protocol, secagg = _settings(c, tables, data)
     assumptions = _assumptions(c, tables["assumptions"])
     nodes = _nodes(c, tables["nodes"])

@@ -118,6 +118,17 @@ class DataSpec:
     bounds : tuple of (str, (float, float))
         Public ``(low, high)`` of some of ``columns``: the node clips each value into them and
         scales it to ``[0, 1]``; a column without bounds must already lie in ``[0, 1]``.
+    arm : str or None
+        Two-arm effects: the name of the 0/1 treatment-indicator column of every node's file
+        (1 = treated), read beside ``columns``; every silo's arm sizes are public (a record is
+        replaced within its arm: :mod:`fa_hetdp.protocol.two_arm`).
+    effect : str
+        ``"mean"`` (default: each column's mean) or, with ``arm``, the two-arm effect
+        ``"MD"``, ``"SMD"``, ``"OR"``, ``"RR"`` or ``"RD"`` (OR, RR, RD: binary columns).
+    sites : tuple of str or None
+        A simulation of the user's own files (:mod:`fa_hetdp.config.sites`): absolute paths
+        of one CSV per client, in order (``n = len(sites)``), read by ``columns``; then
+        ``dataset`` is ``"sites"`` and ``records_per_client`` the fewest records of a file.
     """
 
     dataset: str
@@ -135,6 +146,9 @@ class DataSpec:
     partitioner: PartitionerSpec | None = None
     columns: tuple[str, ...] | None = None
     bounds: tuple[tuple[str, tuple[float, float]], ...] = ()
+    arm: str | None = None
+    effect: str = "mean"
+    sites: tuple[str, ...] | None = None
 
     def column_bounds(self) -> dict[str, tuple[float, float]]:
         """Return ``bounds`` as ``{column: (low, high)}``."""
@@ -571,6 +585,14 @@ class Scenario:
             data["columns"] = list(d.columns)
         if d.bounds:
             data["bounds"] = {name: list(pair) for name, pair in d.bounds}
+        if d.arm is not None:
+            data["arm"] = d.arm
+        if d.effect != "mean":
+            data["effect"] = d.effect
+        if d.sites is not None:  # the files decide the dataset and the records per client
+            derived = ("dataset", "split", "records_per_client")
+            data = {k: v for k, v in data.items() if k not in derived}
+            data["sites"] = list(d.sites)
         per_label = self.clients_per_label()
         p = self.privacy
         privacy: dict[str, Any] = {

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from fa_hetdp.config.rules import Problem, check_value, type_name, validate
 from fa_hetdp.config.schema import DataSpec, SyntheticSpec, largest_remainder
+from fa_hetdp.config.sites import check_sites
 from fa_hetdp.data.catalog import DATASET_NAMES, LABEL_COUNTS, dataset_info
 from fa_hetdp.data.partitioners import (
     DEFAULT_MIN_PARTITION_SIZE,
@@ -58,6 +60,9 @@ DATA_KEYS: Final[frozenset[str]] = frozenset(
         "partitioner",
         "columns",
         "bounds",
+        "sites",
+        "arm",
+        "effect",
         *PARTITIONER_KEYS,
     }
 )
@@ -152,8 +157,22 @@ def _synthetic(c: Checker, data: Mapping[str, Any]) -> SyntheticSpec | Any:
     return SyntheticSpec(size, dim, num_labels, float(het), float(noise))
 
 
-def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
-    """Check the ``[data]`` table ``t``: its :class:`DataSpec`, or MISSING (problems in ``c``)."""
+def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) -> DataSpec | Any:
+    """Check the ``[data]`` table ``t``: its :class:`DataSpec`, or MISSING (problems in ``c``).
+
+    ``base``: the scenario file's folder, which relative ``sites`` paths start from.
+    """
+    if "sites" in t:  # the user's own files, one client each (fa_hetdp.config.sites)
+        named, pairs = _columns(c, t)
+        spec = check_sites(
+            c.fail,
+            t,
+            base=base,
+            columns=None if named is MISSING else named,
+            bounds=() if pairs is MISSING else pairs,
+            known=DATA_KEYS,
+        )
+        return MISSING if spec is None else spec
     dataset: Any = MISSING
     if "dataset" in t:
         dataset = c.value("dataset", t["dataset"], "data.dataset")
@@ -298,9 +317,10 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
 
     summary, pool_block = _summary(c, t, dataset, synthetic)
     columns, bounds = _columns(c, t)
+    arm, effect = _two_arm(c, t, columns, bounds)
     if not is_ok(
         dataset, root, split, records, ratios, alpha, num_labels, num_clients, fraction, synthetic
-    ) or not is_ok(summary, pool_block, partitioner, columns, bounds):
+    ) or not is_ok(summary, pool_block, partitioner, columns, bounds, arm, effect):
         return MISSING
     return DataSpec(
         dataset=dataset,
@@ -318,6 +338,8 @@ def check_data(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
         partitioner=partitioner,
         columns=columns,
         bounds=bounds,
+        arm=arm,
+        effect=effect,
     )
 
 
@@ -340,6 +362,54 @@ def _columns(c: Checker, t: Mapping[str, Any]) -> tuple[Any, Any]:
         (name, (float(given[name][0]), float(given[name][1]))) for name in columns if name in given
     )
     return columns, pairs
+
+
+TWO_ARM_EFFECTS: Final[tuple[str, ...]] = ("MD", "SMD", "OR", "RR", "RD")
+"""``[data] effect`` with ``arm``: :data:`fa_hetdp.protocol.two_arm.EFFECTS` but ``"mean"``."""
+_BINARY_EFFECTS: Final = frozenset({"OR", "RR", "RD"})
+
+
+def _two_arm(c: Checker, t: Mapping[str, Any], columns: Any, bounds: Any) -> tuple[Any, Any]:
+    """Check ``arm`` and ``effect`` (two-arm effects of the named columns, by treatment arm)."""
+    arm, raw = t.get("arm"), t.get("effect", "mean")
+    effect: Any = raw.upper() if isinstance(raw, str) and raw.lower() != "mean" else raw
+    if isinstance(raw, str) and raw.lower() == "mean":
+        effect = "mean"
+    allowed = ", ".join(repr(e) for e in ("mean", *TWO_ARM_EFFECTS))
+    if effect != "mean" and effect not in TWO_ARM_EFFECTS:
+        c.fail("data.effect", f"unknown effect {raw!r}; allowed: {allowed}")
+        effect = MISSING
+    if arm is None:
+        if effect not in ("mean", MISSING):
+            c.fail(
+                "data.effect",
+                f"effect = {effect!r} compares two arms: name the 0/1 treatment-indicator column "
+                "with data.arm",
+            )
+            return None, MISSING
+        return None, effect
+    if not isinstance(arm, str) or not arm:
+        c.fail("data.arm", f"must be a column's name (a non-empty string), got {arm!r}")
+        return MISSING, effect
+    if "columns" not in t:
+        c.fail("data.arm", "needs data.columns (the outcome columns the arms are compared on)")
+        return MISSING, effect
+    if isinstance(columns, tuple) and arm in columns:
+        c.fail("data.arm", f"the arm column {arm!r} cannot also be an outcome column")
+        return MISSING, effect
+    if effect == "mean":
+        c.fail("data.effect", f"data.arm = {arm!r} needs an effect; allowed: {allowed[8:]}")
+        return arm, MISSING
+    if effect in _BINARY_EFFECTS and isinstance(bounds, tuple):
+        numeric = [name for name, pair in bounds if pair != (0.0, 1.0)]
+        if numeric:
+            c.fail(
+                "data.effect",
+                f"effect = {effect!r} compares proportions of binary (0/1) columns; {numeric} "
+                "have bounds other than [0, 1]: use effect = 'MD' or 'SMD' for numeric columns",
+            )
+            return arm, MISSING
+    return arm, effect
 
 
 def _partitioner(c: Checker, t: Mapping[str, Any]) -> PartitionerSpec | Any | None:

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from fa_hetdp.protocol.meta_plan import MetaPlan
     from fa_hetdp.protocol.plan import ProtocolPlan
     from fa_hetdp.protocol.silo_summaries import SiloPlan
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
 
 __all__ = [
     "NODE_KEYS",
@@ -335,7 +336,9 @@ def meta_view(
     )
 
 
-def silo_view(plan: SiloPlan, *, session: bytes | None, name: str = "silo summaries") -> PlanView:
+def silo_view(
+    plan: SiloPlan | TwoArmPlan, *, session: bytes | None, name: str = "silo summaries"
+) -> PlanView:
     """Return the node's view of its own silo-summaries release (no secure aggregation).
 
     The node's noise is all the noise (``share = sigma``); the budget's releases have unit

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.config.rules import Problem, raise_problems, validate
@@ -41,6 +41,9 @@ from fa_hetdp.protocol.silo_summaries import SiloPlan, plan_silo_summaries
 from fa_hetdp.secagg.identity import Roster, load_identity_key, public_identity
 from fa_hetdp.secagg.params import THREAT_MODELS, SecAggParameters, ThreatModel
 
+if TYPE_CHECKING:
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
+
 __all__ = [
     "SERVER_STREAM",
     "UNSET",
@@ -54,6 +57,8 @@ __all__ = [
     "releases_silo_summaries",
     "silo_plan",
     "simulation_identities",
+    "two_arm_plan",
+    "two_arm_problem",
 ]
 
 #: spawn key of the server's generator in simulation (client streams use their partition id).
@@ -393,6 +398,8 @@ class RunSettings:
         known = records if scenario_records and scenario.data.partitioner is None else None
         if (meta_problem := meta_records_problem(values, known)) is not None:
             problems.append((run_config_key("analysis"), meta_problem))
+        if not problems and (two_arm := two_arm_problem(values, scenario.data.effect)):
+            problems.append((run_config_key(two_arm[0]), two_arm[1]))
         max_epsilon = raw.get("max-epsilon", UNSET["max-epsilon"])  # checked as an epsilon
         if max_epsilon != UNSET["max-epsilon"]:
             problems += validate({"epsilon": max_epsilon}, lambda _: "run-config.max-epsilon")
@@ -653,6 +660,59 @@ def silo_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) 
     p = settings.protocol
     meta = public_count_settings(settings, "silo-summaries")
     return plan_silo_summaries(p.epsilon, p.delta, records_per_client, d, meta)
+
+
+def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] | None:
+    """Why a run cannot make the scenario's two-arm ``effect`` (``[data] effect``), or None.
+
+    Checked with the run config, before Flower starts: a two-arm effect is a meta-analysis
+    (``analysis = "meta"``) in the silo-summaries design, as in process
+    (:func:`fa_hetdp.private_meta_analysis`): ``design = "secure-sums"`` is refused with the
+    in-process line (:data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL`), and so are the
+    settings that rule the silo summaries out (the client unit, central placement). Returns
+    ``(setting, why)``.
+    """
+    if effect == "mean":
+        return None
+    from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
+    from fa_hetdp.protocol.two_arm import SECURE_SUMS_REFUSAL
+
+    if values.get("analysis") != "meta":
+        return (
+            "analysis",
+            f"[data] effect = {effect!r} compares two arms across silos: a meta-analysis "
+            f"(analysis = 'meta'), got analysis = {values.get('analysis')!r}",
+        )
+    if values.get("design") == "secure-sums":
+        return "design", SECURE_SUMS_REFUSAL.format(effect=effect)
+    unit, placement = values.get("privacy_unit"), values.get("placement")
+    problem = silo_summaries_problem(
+        MetaSettings(privacy_unit=str(unit), design="silo-summaries", placement=str(placement))
+    )
+    if problem is not None:
+        return (
+            "privacy_unit" if unit != "record" else "placement",
+            f"effect={effect!r} runs in the silo-summaries design only (the secure sums would "
+            f"need each arm's own sums: not built), and {problem}",
+        )
+    return None
+
+
+def two_arm_plan(settings: RunSettings, arm_counts: Sequence[Sequence[int]], d: int) -> TwoArmPlan:
+    """Return the two-arm plan of a meta-analysis run for the silos' public arm sizes.
+
+    The sibling of :func:`silo_plan` for the scenario's ``[data] effect`` (a
+    :class:`~fa_hetdp.protocol.two_arm.TwoArmPlan`): the server and every node build it from
+    the run's settings and the session's ``(treated, control)`` sizes. A silo's noise depends
+    only on its own arm sizes, ``d`` and the budget, so the plan over any subset of the silos
+    gives each of them the noise it drew.
+    """
+    from fa_hetdp.protocol.two_arm import plan_two_arm
+
+    p = settings.protocol
+    meta = public_count_settings(settings, "silo-summaries")
+    effect = settings.scenario.data.effect
+    return plan_two_arm(p.epsilon, p.delta, [list(c) for c in arm_counts], d, effect, meta)
 
 
 def releases_silo_summaries(node_config: Mapping[str, Any]) -> bool:

@@ -279,6 +279,11 @@ class Key:
     SILO_RELEASE: Final = "silo-release"
     """``silo_summaries`` reply: ``{"theta": (d,), "s2": (d,)}``, the silo's noisy means and
     sample variances (:func:`fa_hetdp.protocol.silo_summaries.release_silo`)."""
+    ARM_COUNTS: Final = "arm-counts"
+    """Two-arm effects (scenario ``[data] arm``): the ``advertise_keys`` reply's ``[treated,
+    control]`` arm sizes (public), and the ``silo_summaries`` request's ``[[client id, treated,
+    control], ...]`` of every silo; the reply's ``silo-release`` then holds ``(2, d)`` arrays,
+    treated first (:func:`fa_hetdp.protocol.two_arm.release_silo_arms`)."""
 
 
 # ---------------------------------------------------------------------------- client state
@@ -306,6 +311,8 @@ class State:
     """The adaptive floor received with ``stage1_input`` (``adaptive_floor`` runs only)."""
     RECORDS: Final = "records"
     """The client's records ``(m, d)`` in :attr:`LOCAL` (meta-analysis: not one vector)."""
+    ARMS: Final = "arms"
+    """Two-arm effects: each record's arm ``(m,)`` in :attr:`LOCAL` (1 treated, 0 control)."""
     META_COUNTS: Final = "meta-counts"
     """The session's public record counts ``[[client id, m_i], ...]`` as JSON (round A on)."""
     NODE_GAMMA: Final = "node-gamma"

@@ -127,7 +127,9 @@ __all__ = [
     "noisy_effects",
     "plan_two_arm",
     "release_arm",
+    "release_silo_arms",
     "run_two_arm",
+    "stack_arm_releases",
 ]
 
 EFFECTS: Final[tuple[str, ...]] = ("mean", "MD", "SMD", "OR", "RR", "RD")
@@ -890,25 +892,50 @@ def assemble_two_arm(
     )
 
 
+def release_silo_arms(
+    plan: TwoArmPlan, silo: int, summaries: ArmSummaries, rng: np.random.Generator
+) -> tuple[ArmRelease, ArmRelease]:
+    """Return silo ``silo``'s two arm releases (treated, then control) from its own summaries.
+
+    ``summaries`` holds this silo's arms alone (``n = 1``: what a silo computes on its own
+    records, :func:`arm_summaries` with every id 0) or every silo's (row ``silo`` is taken);
+    ``rng`` is the silo's noise generator (a CSPRNG in a deployment), drawn treated arm first
+    (:func:`release_arm`). What a node of a Flower run releases, and each silo of
+    :func:`run_two_arm`.
+    """
+    row = 0 if summaries.n == 1 else silo
+    treated, control = (
+        release_arm(
+            plan,
+            silo,
+            a,
+            summaries.theta[row, a],
+            None if plan.binary else summaries.s2[row, a],
+            int(summaries.m[row, a]),
+            rng,
+        )
+        for a in (0, 1)
+    )
+    return treated, control
+
+
+def stack_arm_releases(
+    plan: TwoArmPlan, releases: Sequence[tuple[ArmRelease, ArmRelease]]
+) -> tuple[FloatArray, FloatArray | None]:
+    """Every silo's two arm releases as the ``(n, 2, d)`` ``theta`` (and ``s2``) arrays."""
+    theta = np.stack([np.stack([t.theta, c.theta]) for t, c in releases])
+    s2 = None
+    if not plan.binary:
+        s2 = np.stack([np.stack([np.asarray(t.s2), np.asarray(c.s2)]) for t, c in releases])
+    return np.asarray(theta.reshape(plan.n, 2, plan.d)), (
+        None if s2 is None else np.asarray(s2.reshape(plan.n, 2, plan.d))
+    )
+
+
 def run_two_arm(
     plan: TwoArmPlan, summaries: ArmSummaries, rng: np.random.Generator
 ) -> TwoArmMetaAnalysis:
     """Every arm of every silo releases its noisy summaries (silo by silo, treated first)."""
-    out = [
-        release_arm(
-            plan,
-            i,
-            a,
-            summaries.theta[i, a],
-            None if plan.binary else summaries.s2[i, a],
-            int(summaries.m[i, a]),
-            rng,
-        )
-        for i in range(summaries.n)
-        for a in (0, 1)
-    ]
-    theta = np.stack([r.theta for r in out]).reshape(plan.n, 2, plan.d)
-    s2 = None
-    if not plan.binary:
-        s2 = np.stack([np.asarray(r.s2) for r in out]).reshape(plan.n, 2, plan.d)
+    out = [release_silo_arms(plan, i, summaries, rng) for i in range(summaries.n)]
+    theta, s2 = stack_arm_releases(plan, out)
     return assemble_two_arm(plan, theta, s2)

@@ -14,7 +14,8 @@ section only, so a result file written earlier can be drawn again without the ru
 
 The rows of a column, as :func:`~fa_hetdp.report.forest.forest_plot` draws them in process:
 
-- where the silo-summaries design ran, one row per silo: its noisy released mean
+- where the silo-summaries design ran, one row per silo (labelled by its site, the file's
+  stem, in a simulation of ``[data] sites``; else ``silo <partition>``): its noisy released mean
   ``+- z sqrt(s^2/m + sigma^2)`` (``s^2`` the variance its weight used, ``m`` its public record
   count, ``sigma`` its mean's noise standard deviation: the sampling error and the privacy
   noise), its marker's area its share of the random-effects weight ``1/(s^2/m + tau2)``;
@@ -180,7 +181,7 @@ def section_rows(section: Mapping[str, Any], j: int, *, name: str | None = None)
         random = 1.0 / (used / m + tau2)
         share = random / np.nansum(random)
         for i, silo in enumerate(silos):
-            labels.append(f"silo {silo.get('silo', i)}")
+            labels.append(str(silo.get("site") or f"silo {silo.get('silo', i)}"))
             rows.append(
                 (float(effects[i]), float(effects[i] - z * sd[i]), float(effects[i] + z * sd[i]))
             )

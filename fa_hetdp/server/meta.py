@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -95,6 +95,9 @@ from fa_hetdp.secagg.params import SecAggParameters
 from fa_hetdp.server.analysis import Analysis
 from fa_hetdp.server.results import secagg_section, simulation_caveats
 from fa_hetdp.server.session import AnalysisSession, SecureSum
+
+if TYPE_CHECKING:  # a two-arm run's plan (fa_hetdp.server.silo_summaries)
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
 
 __all__ = [
     "COLUMN_UNITS",
@@ -317,9 +320,9 @@ def meta_encoding(
     )
 
 
-def _adversary(plan: MetaPlan | SiloPlan, secagg: SecAggParameters | None) -> str:
+def _adversary(plan: MetaPlan | SiloPlan | TwoArmPlan, secagg: SecAggParameters | None) -> str:
     """Whom the guarantee holds against: the plan's own sentence, with the secagg clause."""
-    if isinstance(plan, SiloPlan):
+    if not isinstance(plan, MetaPlan):  # a silo's own release (two-arm: each arm's)
         return SILO_ADVERSARY  # no noise share is shared, no secure aggregation
     base = plan.adversary
     if plan.settings.placement == "central" or secagg is None:
@@ -330,7 +333,7 @@ def _adversary(plan: MetaPlan | SiloPlan, secagg: SecAggParameters | None) -> st
 
 
 def meta_privacy_section(
-    plan: MetaPlan | SiloPlan,
+    plan: MetaPlan | SiloPlan | TwoArmPlan,
     spent: PrivacySpent | None,
     *,
     released: Sequence[str],
@@ -359,7 +362,7 @@ def meta_privacy_section(
         unit_of_privacy=plan.unit_of_privacy,
         adversary=_adversary(plan, secagg),
         honest_shares=None
-        if isinstance(plan, SiloPlan) or plan.settings.placement == "central"
+        if not isinstance(plan, MetaPlan) or plan.settings.placement == "central"
         else plan.t,
         n=plan.n,
         not_dp_because=reasons,

@@ -17,6 +17,13 @@ Then :class:`MetaAnalysis` (the ``"meta"`` :class:`~fa_hetdp.server.analysis.Ana
 it: the secure sums' rounds A, B, C (:class:`fa_hetdp.server.meta.SecureSums`) or one plain
 step of every silo's own release (:class:`fa_hetdp.server.silo_summaries.SiloSummaries`). The
 result states the design and why.
+
+A two-arm effect (the scenario's ``[data] arm`` and ``effect``) runs in the silo-summaries
+design only, as in process (:func:`fa_hetdp.private_meta_analysis`): ``"auto"`` resolves to it
+with the in-process reason, ``"secure-sums"`` is refused before Flower starts
+(:func:`fa_hetdp.flowerkit.settings.two_arm_problem`), and a node that does not release its own
+summaries aborts the run before anything is released (the secure sums build no per-arm sums);
+:class:`fa_hetdp.server.silo_summaries.TwoArmSummaries` runs it.
 """
 
 from __future__ import annotations
@@ -33,9 +40,9 @@ from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
 from fa_hetdp.server.analysis import Analysis
 from fa_hetdp.server.meta import SecureSums, check_count, session_counts
 from fa_hetdp.server.session import AnalysisSession
-from fa_hetdp.server.silo_summaries import SiloSummaries
+from fa_hetdp.server.silo_summaries import SiloSummaries, TwoArmSummaries, check_arm_counts
 
-__all__ = ["DesignChoice", "MetaAnalysis", "resolve_design"]
+__all__ = ["DesignChoice", "MetaAnalysis", "resolve_design", "two_arm_design"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,25 @@ def resolve_design(
     return DesignChoice(chosen.design, chosen.reason)
 
 
+def two_arm_design(settings: RunSettings, effect: str, refusing: int) -> DesignChoice | None:
+    """Return the design of a two-arm run (the silo summaries), or None where a node refuses.
+
+    ``"auto"`` states the in-process reason (:func:`fa_hetdp.private_meta_analysis`); the
+    secure sums were refused before the run (:func:`fa_hetdp.flowerkit.settings.
+    two_arm_problem`).
+    """
+    if refusing:
+        return None
+    asked = str(settings.protocol.setting("design"))
+    if asked == "auto":
+        return DesignChoice(
+            "silo-summaries",
+            f"effect={effect!r} needs per-arm releases, which only the silo summaries build "
+            "(the secure sums would need each arm's own sums)",
+        )
+    return DesignChoice(asked, f"design {asked!r} set by the run")
+
+
 class MetaAnalysis(Analysis):
     """The meta-analysis (``analysis = "meta"``): the design resolved, then its analysis.
 
@@ -85,8 +111,11 @@ class MetaAnalysis(Analysis):
         return SecureSums().summations(protocol)
 
     def check_reply(self, reply: Mapping[str, Any]) -> str | None:
-        """Refuse a reply without a usable record count (:func:`~.meta.check_count`)."""
-        return check_count(reply)
+        """Refuse a reply without a usable record count, or with unusable arm sizes.
+
+        :func:`~.meta.check_count`; a two-arm run's: :func:`~.silo_summaries.check_arm_counts`.
+        """
+        return check_count(reply) or check_arm_counts(reply)
 
     def run(self, session: AnalysisSession) -> dict[str, Any]:
         """Resolve the design for the public counts; run it; return the result document."""
@@ -94,6 +123,18 @@ class MetaAnalysis(Analysis):
         refusing = sum(
             1 for r in session.first_replies.values() if r.get(Key.RELEASES_SILO_SUMMARIES) is False
         )
+        effect = session.settings.scenario.data.effect
+        if effect != "mean":  # two-arm effects: the silo summaries only (module docstring)
+            choice = two_arm_design(session.settings, effect, refusing)
+            if choice is None:
+                raise session.abort(
+                    f"effect={effect!r} needs every silo's own per-arm release: {refusing} of "
+                    f"{len(counts)} silos do not release their own summaries (node config "
+                    f"{NodeConfig.RELEASE_SILO_SUMMARIES} = false), and the secure sums build no "
+                    "per-arm sums; nothing was released"
+                )
+            session.progress(Event.DESIGN, design=choice.design, reason=choice.reason)
+            return TwoArmSummaries(choice.reason).run(session)
         choice = resolve_design(
             session.settings, [m for _, m in counts], session.d, refusing=refusing
         )
