@@ -135,12 +135,14 @@ def intervals_from_errors(
     level: float,
     n: int,
     d: int,
+    mean_range: tuple[float, float] = (0.0, 1.0),
 ) -> MetaIntervals:
     """Sample intervals ``[x - e_hi, x - e_lo]`` from the noise errors' quantiles.
 
     The interval of an untruncated figure (``q_raw``, ``tau2_raw``, the means, the summed
     ``Q``) is the estimate less the quantiles of the bootstrap error; ``q``, ``i2``,
-    ``i2_total`` and ``tau2`` are the monotone images of theirs.
+    ``i2_total`` and ``tau2`` are the monotone images of theirs. The means' intervals are
+    clipped into ``mean_range`` (a mean of values in ``[0, 1]``; a two-arm effect's range).
     """
     lo_q, hi_q = (1.0 - level) / 2.0, (1.0 + level) / 2.0
     lower: dict[str, Any] = {}
@@ -154,7 +156,7 @@ def intervals_from_errors(
     for key in ("pooled_mean", "random_effects_mean"):
         if key in point:
             lo, hi = basic(key)
-            lower[key], upper[key] = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
+            lower[key], upper[key] = np.clip(lo, *mean_range), np.clip(hi, *mean_range)
         else:
             lower[key], upper[key] = nan, nan
     if "q_raw" in point:

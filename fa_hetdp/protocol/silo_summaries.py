@@ -32,7 +32,7 @@ parametric bootstrap of the known noise) use.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -60,6 +60,7 @@ __all__ = [
     "SiloRelease",
     "assemble_silo_result",
     "check_silo_release",
+    "noise_bootstrap_errors",
     "plan_silo_summaries",
     "release_silo",
     "shrink_variances",
@@ -68,6 +69,7 @@ __all__ = [
     "silo_intervals",
     "silo_noise_errors",
     "silo_summaries_problem",
+    "true_variances",
 ]
 
 SILO_ADVERSARY: Final = (
@@ -338,10 +340,20 @@ def shrink_variances(
     return np.asarray(np.clip(shrunk, floor, top)), np.asarray(lam)
 
 
-def _true_variances(plan: SiloPlan, s2: FloatArray) -> FloatArray:
-    """Clip candidate true variances to what a sample variance of values in [0, 1] can be."""
-    m = plan.records_per_client.astype(np.float64)[:, None]
+def true_variances(counts: npt.ArrayLike, s2: FloatArray) -> FloatArray:
+    """Clip candidate true variances ``(..., g, d)`` of groups of ``counts`` records ``(g,)``.
+
+    To what a sample variance of values in [0, 1] can be, ``[VARIANCE_RESOLUTION, m/(4(m -
+    1))]``: the bootstrap world's true variances (:func:`noise_bootstrap_errors`); the two-arm
+    analysis calls it on the silos' arms as groups.
+    """
+    m = np.asarray(counts).astype(np.float64)[:, None]
     return np.asarray(np.clip(s2, VARIANCE_RESOLUTION, m / (4.0 * (m - 1.0))))
+
+
+def _true_variances(plan: SiloPlan, s2: FloatArray) -> FloatArray:
+    """:func:`true_variances` of the plan's silos."""
+    return true_variances(plan.records_per_client, s2)
 
 
 def silo_figures(
@@ -451,6 +463,52 @@ def assemble_silo_result(plan: SiloPlan, releases: Sequence[SiloRelease]) -> Pri
     )
 
 
+Figures = Callable[[dict[str, FloatArray]], dict[str, FloatArray]]
+"""A design's estimator (or its exact analysis): its releases by name to its figures."""
+
+
+def noise_bootstrap_errors(
+    released: dict[str, FloatArray],
+    noise_sd: dict[str, FloatArray],
+    estimate: Figures,
+    exact: Figures,
+    draws: int,
+    seed: int,
+    truths: dict[str, Callable[[FloatArray], FloatArray]] | None = None,
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Return the point figures and ``draws`` bootstrap errors of per-group releases' noise.
+
+    The one parametric bootstrap of the sample intervals (every design whose server sees each
+    group's noisy summaries: :func:`silo_noise_errors`, the two-arm effects' arms). The bootstrap
+    world's truth is the releases themselves, except a release named in ``truths``: there the
+    release less a noise draw (what it may have been), mapped by ``truths[name]`` into what a
+    true value can be, so a group whose true value may be far from its release (a variance
+    near 0) is in it. Every release is redrawn with its noise (``noise_sd``, broadcast against
+    it) around that truth and ``estimate`` applied (arrays with a leading ``draws`` axis); the
+    error is the estimate less ``exact`` of the truth, so the estimator's own bias is in it.
+    A generator seeded by ``seed`` draws the truths (in ``released``' order), then the
+    redraws (in that order).
+    """
+    rng = np.random.default_rng(seed)
+    fix = truths or {}
+    world: dict[str, FloatArray] = {}
+    for name, value in released.items():
+        shape = (draws, *value.shape)
+        if name in fix:
+            world[name] = fix[name](value - noise_sd[name] * rng.standard_normal(shape))
+        else:
+            world[name] = np.broadcast_to(value, shape)
+    boot = estimate(
+        {
+            name: world[name] + noise_sd[name] * rng.standard_normal(world[name].shape)
+            for name in released
+        }
+    )
+    truth = exact(world)
+    point = estimate(released)
+    return point, {key: np.asarray(boot[key] - truth[key]) for key in point}
+
+
 def silo_noise_errors(
     result: PrivateMetaAnalysis, draws: int, seed: int
 ) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
@@ -459,26 +517,23 @@ def silo_noise_errors(
     The released summaries are taken as the silos' true ones (the bootstrap world's truth:
     their exact analysis, ``silo_figures(..., exact=True)``), every release is redrawn with its
     noise around them and the estimator applied; the error is the estimate minus that truth, so
-    the estimator's own bias (the shrinkage of noisy variances) is in it.
+    the estimator's own bias (the shrinkage of noisy variances) is in it. The true variances
+    are the released ones less a noise draw (what they may have been), so a silo whose true
+    variance may be far below its release is in it (:func:`noise_bootstrap_errors`).
     """
     plan = result.plan
     if not isinstance(plan, SiloPlan):
         raise InputDataError("silo intervals need a silo-summaries result")
-    rng = np.random.default_rng(seed)
-    theta, s2 = result.sums["theta"], result.sums["s2"]
-    shape = (draws, *theta.shape)
-    sd_s2 = result.noise_std["s2"]
-    # the bootstrap world's true variances: the released ones less a noise draw (what they may
-    # have been), so a silo whose true variance may be far below its release is in it
-    true_s2 = _true_variances(plan, s2 - sd_s2 * rng.standard_normal(shape))
-    boot = silo_figures(
-        plan,
-        theta + result.noise_std["theta"] * rng.standard_normal(shape),
-        true_s2 + sd_s2 * rng.standard_normal(shape),
+    silo_plan: SiloPlan = plan
+    return noise_bootstrap_errors(
+        {"theta": result.sums["theta"], "s2": result.sums["s2"]},
+        {"theta": result.noise_std["theta"], "s2": result.noise_std["s2"]},
+        lambda r: silo_figures(silo_plan, r["theta"], r["s2"]),
+        lambda r: silo_figures(silo_plan, r["theta"], r["s2"], exact=True),
+        draws,
+        seed,
+        truths={"s2": lambda s2: _true_variances(silo_plan, s2)},
     )
-    truth = silo_figures(plan, np.broadcast_to(theta, shape), true_s2, exact=True)
-    point = silo_figures(plan, theta, s2)
-    return point, {key: np.asarray(boot[key] - truth[key]) for key in point}
 
 
 def silo_intervals(

@@ -58,13 +58,18 @@ silo-summaries design applied to every arm of every silo as its own group of rec
   variance (from the variances without the noise): the share of the effects' spread that is
   heterogeneity, not noise.
 
+  The sample intervals (``target="sample"``, :func:`two_arm_intervals`): the exact analysis'
+  figures on these records given the privacy noise only, by the one-arm silo summaries' seeded
+  parametric bootstrap of the known noise
+  (:func:`~fa_hetdp.protocol.silo_summaries.noise_bootstrap_errors`) with every arm as a group.
+
 The secure sums release sums over all silos of one summary vector; a two-arm effect needs each
 arm's own sums, not built: refused there (:data:`SECURE_SUMS_REFUSAL`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
@@ -85,9 +90,11 @@ from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_plan import SILO_RELEASES, SILO_WEIGHTS, MetaSettings, planned_mu
 from fa_hetdp.protocol.silo_summaries import (
     SILO_ADVERSARY,
+    noise_bootstrap_errors,
     shrink_variances,
     silo_bounds,
     silo_summaries_problem,
+    true_variances,
 )
 from fa_hetdp.stats.effect_sizes import (
     BINARY_MEASURES,
@@ -106,6 +113,7 @@ from fa_hetdp.stats.meta import (
     check_level,
     check_target,
     i2_from_tau2,
+    meta_from_effects,
 )
 from fa_hetdp.stats.rma import MetaAnalysisFromSummaries, meta_analysis_from_summaries
 from fa_hetdp.stats.silo_analyses import PerColumnAnalyses
@@ -130,6 +138,8 @@ __all__ = [
     "release_silo_arms",
     "run_two_arm",
     "stack_arm_releases",
+    "two_arm_intervals",
+    "two_arm_noise_errors",
 ]
 
 EFFECTS: Final[tuple[str, ...]] = ("mean", "MD", "SMD", "OR", "RR", "RD")
@@ -158,6 +168,15 @@ WHAT_THE_SERVER_SAW: Final = (
     "proportions), each arm's own release at the whole budget; record unit, within-arm "
     "neighbours, arm sizes public"
 )
+
+EFFECT_RANGES: Final[dict[str, tuple[float, float]]] = {
+    "MD": (-1.0, 1.0),
+    "RD": (-1.0, 1.0),
+    "SMD": (-np.inf, np.inf),
+    "OR": (-np.inf, np.inf),
+    "RR": (-np.inf, np.inf),
+}
+"""Where an effect of columns in ``[0, 1]`` lies (its sample interval is clipped into it)."""
 
 IntArray = npt.NDArray[np.int64]
 
@@ -384,28 +403,38 @@ class TwoArmMetaAnalysis(PerColumnAnalyses):
         )
 
     def confidence_intervals(
-        self, level: float = 0.95, target: str = "population", **options: Any
+        self,
+        level: float = 0.95,
+        target: str = "population",
+        *,
+        draws: int = 2000,
+        seed: int = 0,
+        **options: Any,
     ) -> MetaIntervals:
         """Return population intervals (sampling error; a private result's privacy noise too).
 
-        metafor's: z-intervals of the common-effect and random-effects estimates, the Q-profile
-        interval of ``tau2`` and its image for ``I^2``, from the effects and the variances they
-        carry. ``options`` (a private result's ``draws``, ``seed``) are accepted and unused:
-        nothing is drawn.
+        ``target="population"``, metafor's: z-intervals of the common-effect and random-effects
+        estimates, the Q-profile interval of ``tau2`` and its image for ``I^2``, from the
+        effects and the variances they carry (nothing is drawn). ``target="sample"`` (a private
+        result): the intervals of the exact analysis' figures on these records, the privacy
+        noise only, by a parametric bootstrap of ``draws`` redraws of the known noise seeded by
+        ``seed`` (:func:`two_arm_intervals`). Other ``options`` are accepted and unused.
 
         Raises
         ------
         InputDataError
-            A bad ``level`` or ``target``; ``target="sample"`` (the exact analysis has no noise;
-            the private two-arm analysis builds no noise-only interval yet).
+            A bad ``level`` or ``target``; ``target="sample"`` of the exact analysis (it has no
+            privacy noise: its figures are the sample values).
         """
         check_target(target)
         if target == "sample":
-            raise InputDataError(
-                "target='sample' (the privacy noise only) is not built for two-arm effects"
-                + ("" if self.private else ": the exact analysis has no privacy noise")
-                + "; target='population' gives the intervals of the population effect."
-            )
+            if not self.private:
+                raise InputDataError(
+                    "target='sample' (the privacy noise only) needs a private result: the exact "
+                    "analysis has no privacy noise; target='population' gives the intervals of "
+                    "the population effect."
+                )
+            return two_arm_intervals(self, check_level(level), draws, seed)
         analyses = self._analyses_at(level)
         lower: dict[str, Any] = {}
         upper: dict[str, Any] = {}
@@ -766,39 +795,34 @@ def release_arm(
 
 
 def _pooled_noise(plan: TwoArmPlan, lam: FloatArray) -> FloatArray:
-    """``Var(s^_p^2)`` from the variance releases' noise, ``(n, d)``, for given shrinkage.
+    """``Var(s^_p^2)`` from the variance releases' noise, ``(..., n, d)``, for given shrinkage.
 
     Arm ``h``'s estimate is ``l_h s2~_h + (1 - l_h) sum_g w_g s2~_g`` (``w_g = (m_g - 1)/sum
     (m - 1)``, the pooled variance), so silo ``i``'s ``s^_p^2 = sum_g c_ig s2~_g`` with
-    ``c_ig = sum_{h in i} (m_h - 1)(l_h [g = h] + (1 - l_h) w_g)/M_i`` and, the releases'
-    noises being independent, ``Var = sum_g c_ig^2 ss_g^2`` (the shrinkage factors taken as
-    fixed, the clipping ignored).
+    ``c_ig = a_ig + b_i w_g``, ``a_ig = (m_g - 1) l_g/M_i`` for the silo's own arms ``g`` (0
+    for the others), ``b_i = sum_{h in i} (m_h - 1)(1 - l_h)/M_i``, and, the releases' noises
+    being independent, ``Var = sum_g c_ig^2 ss_g^2 = sum_{g in i} (a_ig^2 + 2 b_i a_ig w_g)
+    ss_g^2 + b_i^2 sum_g w_g^2 ss_g^2`` (the shrinkage factors taken as fixed, the clipping
+    ignored). ``lam`` ``(..., n, 2, d)``.
     """
-    n, d = plan.n, plan.d
-    m = plan.arm_counts.reshape(2 * n).astype(np.float64)
-    dof = m - 1.0
+    dof = plan.arm_counts.astype(np.float64) - 1.0  # (n, 2)
     w = dof / float(np.sum(dof))
-    ss2 = plan.sigmas[1].reshape(2 * n) ** 2
-    total = dof.reshape(n, 2).sum(axis=1)  # M_i
-    owner = np.repeat(np.arange(n), 2)  # the silo of every arm
-    out = np.empty((n, d))
-    for j in range(d):
-        lj = lam.reshape(2 * n, d)[:, j]
-        coef = np.diag(lj) + (1.0 - lj)[:, None] * w[None, :]  # (arm h, release g)
-        silo = np.zeros((n, 2 * n))
-        np.add.at(silo, owner, dof[:, None] * coef)
-        silo /= total[:, None]
-        out[:, j] = (silo * silo) @ ss2
-    return out
+    ss2 = plan.sigmas[1] ** 2
+    total = dof.sum(axis=1, keepdims=True)  # M_i
+    a = (dof / total)[:, :, None] * lam  # (..., n, 2, d)
+    b = np.sum((dof / total)[:, :, None] * (1.0 - lam), axis=-2)  # (..., n, d)
+    own = np.sum((a * a + 2.0 * b[..., None, :] * a * w[:, :, None]) * ss2[:, :, None], axis=-2)
+    return np.asarray(own + b * b * float(np.sum(w * w * ss2)))
 
 
 def noisy_effects(
     plan: TwoArmPlan, theta: FloatArray, s2: FloatArray | None
 ) -> tuple[FloatArray, FloatArray, FloatArray, tuple[str, ...]]:
-    """Every silo's effect from the noisy arm releases ``(n, 2, d)`` (module docstring).
+    """Every silo's effect from the noisy arm releases ``(..., n, 2, d)`` (module docstring).
 
-    Returns the effects, their sampling variances and their noise variances, ``(n, d)`` each,
-    and notes (what was clipped or corrected). Post-processing.
+    Returns the effects, their sampling variances and their noise variances, ``(..., n, d)``
+    each, and notes (what was clipped or corrected). Post-processing. Leading axes: many
+    releases at once (the sample intervals' bootstrap, :func:`two_arm_noise_errors`).
     """
     m = plan.arm_counts.astype(np.float64)[:, :, None]  # (n, 2, 1)
     st, ss = plan.sigmas
@@ -808,7 +832,7 @@ def noisy_effects(
     if plan.binary:
         clipped = int(np.sum((theta < 0.0) | (theta > 1.0)))
         p = np.clip(theta, 0.0, 1.0)
-        a, c = m_t * p[:, 0], m_c * p[:, 1]
+        a, c = m_t * p[..., 0, :], m_c * p[..., 1, :]
         y, v_s = binary_effects(plan.effect, a, m_t, c, m_c)
         ca, cb, cc, cd = binary_cells(a, m_t, c, m_c)
         if plan.effect == "OR":
@@ -832,22 +856,32 @@ def noisy_effects(
     if s2 is None:
         raise InputDataError(f"effect={plan.effect!r} needs each arm's variance release")
     n, d = plan.n, plan.d
+    lead = s2.shape[:-3]
     var, lam = shrink_variances(
-        plan.arm_counts.reshape(2 * n), ss.reshape(2 * n), s2.reshape(2 * n, d)
+        plan.arm_counts.reshape(2 * n), ss.reshape(2 * n), s2.reshape(*lead, 2 * n, d)
     )
-    var, lam = var.reshape(n, 2, d), np.broadcast_to(lam, (2 * n, d)).reshape(n, 2, d)
+    lam = np.broadcast_to(lam, var.shape).reshape(*lead, n, 2, d)
+    var = var.reshape(*lead, n, 2, d)
     sd = np.sqrt(var)
-    y, v_s = continuous_effects(plan.effect, theta[:, 0], sd[:, 0], m_t, theta[:, 1], sd[:, 1], m_c)
+    y, v_s = continuous_effects(
+        plan.effect,
+        theta[..., 0, :],
+        sd[..., 0, :],
+        m_t,
+        theta[..., 1, :],
+        sd[..., 1, :],
+        m_c,
+    )
     if plan.effect == "MD":
         v_n = st_t**2 + st_c**2 + np.zeros_like(y)
     else:
         dof = m_t + m_c - 2.0
-        sp2 = ((m_t - 1.0) * var[:, 0] + (m_c - 1.0) * var[:, 1]) / dof
+        sp2 = ((m_t - 1.0) * var[..., 0, :] + (m_c - 1.0) * var[..., 1, :]) / dof
         j = hedges_correction(dof)
         v_n = j * j * (st_t**2 + st_c**2) / sp2 + y * y * _pooled_noise(plan, lam) / (
             4.0 * sp2 * sp2
         )
-    noisy = int(np.sum(np.any(ss[:, :, None] > 0.5 * var, axis=2)))
+    noisy = int(np.sum(np.any(ss[:, :, None] > 0.5 * var, axis=-1)))
     if noisy:
         notes.append(
             f"{noisy} of {2 * n} arms have a variance release whose noise exceeds half their "
@@ -889,6 +923,116 @@ def assemble_two_arm(
         labels=(*plan.labels, *notes),
         releases=releases,
         noise_std=noise_std,
+    )
+
+
+def _dl_figures(y: FloatArray, v: FloatArray) -> dict[str, FloatArray]:
+    """Return the DerSimonian-Laird figures of effects ``y``, variances ``v`` ``(..., n, d)``.
+
+    :func:`~fa_hetdp.stats.meta.meta_from_effects` (what ``rma``'s DL is) on every leading
+    index and column at once; the keys :func:`~fa_hetdp.protocol.meta_inference.
+    intervals_from_errors` reads (``q_raw`` is ``Q``, ``q_total`` its sum over the columns).
+    """
+    n, d = y.shape[-2], y.shape[-1]
+    lead = y.shape[:-2]
+
+    def columns(x: FloatArray) -> FloatArray:
+        return np.asarray(np.moveaxis(x, -2, 0).reshape(n, -1))
+
+    mu, q, _, _, tau2_raw, re = meta_from_effects(columns(y), columns(v))
+    shape = (*lead, d)
+    q = q.reshape(shape)
+    return {
+        "pooled_mean": mu.reshape(shape),
+        "random_effects_mean": re.reshape(shape),
+        "q_raw": q,
+        "q_total": np.asarray(np.sum(q, axis=-1)),
+        "tau2_raw": tau2_raw.reshape(shape),
+    }
+
+
+def _exact_effects(
+    plan: TwoArmPlan, theta: FloatArray, s2: FloatArray | None
+) -> tuple[FloatArray, FloatArray]:
+    """``escalc``'s effects and sampling variances of arm summaries taken as exact, ``(..., n, d)``.
+
+    Proportions (binary measures) give real-valued counts ``m p``; no noise, no shrinkage.
+    """
+    m = plan.arm_counts.astype(np.float64)
+    m_t, m_c = m[:, 0, None], m[:, 1, None]
+    t, c = theta[..., 0, :], theta[..., 1, :]
+    if plan.binary:
+        return binary_effects(plan.effect, m_t * t, m_t, m_c * c, m_c)
+    if s2 is None:
+        raise InputDataError(f"effect={plan.effect!r} needs each arm's variance release")
+    sd = np.sqrt(s2)
+    return continuous_effects(plan.effect, t, sd[..., 0, :], m_t, c, sd[..., 1, :], m_c)
+
+
+def two_arm_noise_errors(
+    result: TwoArmMetaAnalysis, draws: int, seed: int
+) -> tuple[dict[str, FloatArray], dict[str, FloatArray]]:
+    """Return the point figures and ``draws`` bootstrap errors of the privacy noise (two arms).
+
+    :func:`~fa_hetdp.protocol.silo_summaries.noise_bootstrap_errors` with every arm as a
+    group: the bootstrap world's true arm summaries are the released ones (proportions clipped
+    into ``[0, 1]``; variances the released ones less a noise draw, clipped into what a sample
+    variance can be: :func:`~fa_hetdp.protocol.silo_summaries.true_variances`, as the one-arm
+    silo summaries), their exact analysis (``escalc`` then DerSimonian-Laird) the truth; every
+    arm's means (and variances) are redrawn with their known noise and the private estimator
+    (:func:`noisy_effects`, then DerSimonian-Laird with the noise in the variances) applied.
+    """
+    plan = result.plan
+    if not isinstance(plan, TwoArmPlan):
+        raise InputDataError("two-arm sample intervals need a private two-arm result")
+    arm_plan: TwoArmPlan = plan
+    n, d = arm_plan.n, arm_plan.d
+    st, ss = arm_plan.sigmas
+    theta = np.asarray(result.releases["theta"])
+    released = {"theta": np.asarray(np.clip(theta, 0.0, 1.0)) if arm_plan.binary else theta}
+    noise_sd = {"theta": np.asarray(st[:, :, None])}
+    truths: dict[str, Callable[[FloatArray], FloatArray]] = {}
+    if not arm_plan.binary:
+        released["s2"] = np.asarray(result.releases["s2"])
+        noise_sd["s2"] = np.asarray(ss[:, :, None])
+        counts = arm_plan.arm_counts.reshape(2 * n)
+
+        def true_s2(s2: FloatArray) -> FloatArray:
+            lead = s2.shape[:-3]
+            out = true_variances(counts, s2.reshape(*lead, 2 * n, d))
+            return np.asarray(out.reshape(*lead, n, 2, d))
+
+        truths["s2"] = true_s2
+
+    def estimate(r: dict[str, FloatArray]) -> dict[str, FloatArray]:
+        y, v_s, v_n, _ = noisy_effects(arm_plan, r["theta"], r.get("s2"))
+        return _dl_figures(y, v_s + v_n)
+
+    def exact(r: dict[str, FloatArray]) -> dict[str, FloatArray]:
+        return _dl_figures(*_exact_effects(arm_plan, r["theta"], r.get("s2")))
+
+    return noise_bootstrap_errors(released, noise_sd, estimate, exact, draws, seed, truths)
+
+
+def two_arm_intervals(
+    result: TwoArmMetaAnalysis, level: float, draws: int, seed: int
+) -> MetaIntervals:
+    """Sample intervals (``target="sample"``) of a private two-arm result: the exact figures.
+
+    The intervals of the exact analysis' figures on these records (:func:`exact_two_arm`:
+    ``escalc`` then DerSimonian-Laird), the privacy noise only: the seeded parametric bootstrap
+    :func:`two_arm_noise_errors`, its errors' quantiles turned into intervals as the one-arm
+    silo summaries turn theirs
+    (:func:`~fa_hetdp.protocol.meta_inference.intervals_from_errors`: the means, ``Q``,
+    ``tau2_raw`` and the summed ``Q`` ``[x - e_hi, x - e_lo]``; ``q``, ``tau2``, ``I^2``
+    (metafor's, ``(Q - (n - 1))/Q`` of the exact ``Q``) and ``i2_total`` their monotone
+    images). On the scale the analysis ran on (an MD of columns in ``[0, 1]``; OR and RR log).
+    """
+    from fa_hetdp.protocol.meta_inference import intervals_from_errors
+
+    point, err = two_arm_noise_errors(result, draws, seed)
+    return intervals_from_errors(
+        point, err, level, result.n, result.d, mean_range=EFFECT_RANGES[result.effect]
     )
 
 
