@@ -520,9 +520,16 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
         if isinstance(units, Mapping):
             section = {**section, **units}
         print("\n".join(format_meta({**section, "unit_of_privacy": ""})))
-        if isinstance(units, Mapping):
+        if isinstance(units, Mapping) and section.get("effect") not in (None, "mean"):
+            print(f"  figures: {units.get('scale')}")  # a two-arm run's effect, on its scale
+        elif isinstance(units, Mapping):
             ranges = ", ".join(f"{c} [{lo:g}, {hi:g}]" for c, (lo, hi) in units["bounds"].items())
-            print(f"  figures in the columns' units (the scenario's public bounds: {ranges})")
+            named = units.get("unit_names") or {}
+            words = ", ".join(f"{c} in {u}" for c, u in named.items())
+            print(
+                f"  figures in the columns' units{f' ({words})' if words else ''} (the "
+                f"scenario's public bounds: {ranges})"
+            )
         _print_run_notes(console, {**result, "labels": []})
         return
     if "released" in result:  # value, interval, noise on its scale, flag: never a bare number

@@ -113,8 +113,9 @@ class DataSpec:
     columns : tuple of str or None
         The run's named columns (public): a data owner's file (node config ``data-path``) is
         a CSV with a header row (or Parquet) read by these names (:mod:`fa_hetdp.data.tables`);
-        None: ``.npy`` or a headerless numeric CSV, as before. The scenario's own partitions
-        (a simulation) do not use them.
+        None: ``.npy`` or a headerless numeric CSV, as before. A simulation of ``sites`` reads
+        every site's file by them too; a simulation of the scenario's own partitions (a
+        ``dataset``) does not use them.
     bounds : tuple of (str, (float, float))
         Public ``(low, high)`` of some of ``columns``: the node clips each value into them and
         scales it to ``[0, 1]``; a column without bounds must already lie in ``[0, 1]``.
@@ -125,6 +126,10 @@ class DataSpec:
     effect : str
         ``"mean"`` (default: each column's mean) or, with ``arm``, the two-arm effect
         ``"MD"``, ``"SMD"``, ``"OR"``, ``"RR"`` or ``"RD"`` (OR, RR, RD: binary columns).
+    units : tuple of (str, str)
+        The names of some of ``columns``' units (``[data] units = {dep_delay = "minutes"}``):
+        public words only, shown beside the column in the printed table and the forest plot
+        (the result's ``meta_analysis["units"]["unit_names"]``); nothing is computed from them.
     sites : tuple of str or None
         A simulation of the user's own files (:mod:`fa_hetdp.config.sites`): absolute paths
         of one CSV per client, in order (``n = len(sites)``), read by ``columns``; then
@@ -149,10 +154,15 @@ class DataSpec:
     arm: str | None = None
     effect: str = "mean"
     sites: tuple[str, ...] | None = None
+    units: tuple[tuple[str, str], ...] = ()
 
     def column_bounds(self) -> dict[str, tuple[float, float]]:
         """Return ``bounds`` as ``{column: (low, high)}``."""
         return dict(self.bounds)
+
+    def column_units(self) -> dict[str, str]:
+        """Return ``units`` as ``{column: units}`` (the columns whose units are named)."""
+        return dict(self.units)
 
     @property
     def partition(self) -> Literal["label-skew", "dirichlet", "uniform", "partitioner"]:
@@ -589,6 +599,8 @@ class Scenario:
             data["arm"] = d.arm
         if d.effect != "mean":
             data["effect"] = d.effect
+        if d.units:
+            data["units"] = dict(d.units)
         if d.sites is not None:  # the files decide the dataset and the records per client
             derived = ("dataset", "split", "records_per_client")
             data = {k: v for k, v in data.items() if k not in derived}

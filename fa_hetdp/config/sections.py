@@ -9,6 +9,7 @@ standard files, :data:`fa_hetdp.data.catalog.LABEL_COUNTS`), and the client summ
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,6 +64,7 @@ DATA_KEYS: Final[frozenset[str]] = frozenset(
         "sites",
         "arm",
         "effect",
+        "units",
         *PARTITIONER_KEYS,
     }
 )
@@ -164,15 +166,18 @@ def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) ->
     """
     if "sites" in t:  # the user's own files, one client each (fa_hetdp.config.sites)
         named, pairs = _columns(c, t)
+        names = _units(c, t, named)
         spec = check_sites(
             c.fail,
-            t,
+            {k: v for k, v in t.items() if k != "units"},  # words only: checked here
             base=base,
             columns=None if named is MISSING else named,
             bounds=() if pairs is MISSING else pairs,
             known=DATA_KEYS,
         )
-        return MISSING if spec is None else spec
+        if spec is None or names is MISSING:
+            return MISSING
+        return dataclasses.replace(spec, units=names)
     dataset: Any = MISSING
     if "dataset" in t:
         dataset = c.value("dataset", t["dataset"], "data.dataset")
@@ -318,9 +323,10 @@ def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) ->
     summary, pool_block = _summary(c, t, dataset, synthetic)
     columns, bounds = _columns(c, t)
     arm, effect = _two_arm(c, t, columns, bounds)
+    names = _units(c, t, columns)
     if not is_ok(
         dataset, root, split, records, ratios, alpha, num_labels, num_clients, fraction, synthetic
-    ) or not is_ok(summary, pool_block, partitioner, columns, bounds, arm, effect):
+    ) or not is_ok(summary, pool_block, partitioner, columns, bounds, arm, effect, names):
         return MISSING
     return DataSpec(
         dataset=dataset,
@@ -340,6 +346,7 @@ def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) ->
         bounds=bounds,
         arm=arm,
         effect=effect,
+        units=names,
     )
 
 
@@ -362,6 +369,38 @@ def _columns(c: Checker, t: Mapping[str, Any]) -> tuple[Any, Any]:
         (name, (float(given[name][0]), float(given[name][1]))) for name in columns if name in given
     )
     return columns, pairs
+
+
+def _units(c: Checker, t: Mapping[str, Any], columns: Any) -> Any:
+    """Check ``units`` (the names of some columns' units: words shown beside them)."""
+    if "units" not in t:
+        return ()
+    raw = t["units"]
+    if "columns" not in t:
+        c.fail("data.units", "needs data.columns (the columns the units are named for)")
+        return MISSING
+    if not isinstance(raw, Mapping):
+        c.fail(
+            "data.units",
+            f'must be a table {{column = "units"}} (e.g. {{dep_delay = "minutes"}}), got '
+            f"{type_name(raw)}",
+        )
+        return MISSING
+    ok = True
+    for key, value in raw.items():
+        if isinstance(columns, tuple) and key not in columns:
+            c.fail(f"data.units.{key}", f"not one of data.columns ({', '.join(columns)})")
+            ok = False
+        elif not isinstance(value, str) or not value.strip():
+            shown = type_name(value) if not isinstance(value, str) else repr(value)
+            c.fail(
+                f"data.units.{key}",
+                f'must be a non-empty string (the column\'s units, e.g. "minutes"), got {shown}',
+            )
+            ok = False
+    if not ok or not isinstance(columns, tuple):
+        return MISSING
+    return tuple((name, str(raw[name]).strip()) for name in columns if name in raw)
 
 
 TWO_ARM_EFFECTS: Final[tuple[str, ...]] = ("MD", "SMD", "OR", "RR", "RD")

@@ -13,7 +13,10 @@ largest I² first, pooled means with their confidence intervals, Q, I², τ²) a
 :func:`plot_meta_i2` draws every coordinate's I² with its interval; both read only that section
 and label every interval with what it covers, so a result file written earlier can be shown
 again without the run (a section written before the two kinds existed holds ``"lower"`` and
-``"upper"`` of the privacy noise only: shown as sample intervals).
+``"upper"`` of the privacy noise only: shown as sample intervals). Where the scenario named its
+columns both label the coordinates by them (:func:`column_names`, :func:`i2_axis`), the table
+with each column's units (``[data] units``: :func:`unit_names`); a two-arm section names its
+effect instead of the mean (:data:`EFFECT_NAMES`).
 """
 
 from __future__ import annotations
@@ -31,14 +34,20 @@ from fa_hetdp.report.files import write_figure_atomic
 from fa_hetdp.stats.meta_figures import META_FIGURES
 
 __all__ = [
+    "EFFECT_NAMES",
     "INTERVAL_TARGETS",
     "META_STATISTICS",
     "READING",
+    "column_names",
+    "effect_of",
+    "effect_reading",
     "format_meta",
+    "i2_axis",
     "meta_section",
     "plot_meta_i2",
     "silo_estimates",
     "table_target",
+    "unit_names",
 ]
 
 META_STATISTICS: Final[tuple[str, ...]] = tuple(f.key for f in META_FIGURES if not f.scalar)
@@ -70,6 +79,65 @@ READING: Final[tuple[str, ...]] = (
     "the clients by 1/(v + τ²), the fixed-effect mean by 1/v.",
 )
 """The two lines :func:`format_meta` ends with (the README's "Cross-silo" repeats them)."""
+
+EFFECT_NAMES: Final[dict[str, tuple[str, str]]] = {
+    "mean": ("mean", "mean"),
+    "MD": ("MD", "mean difference (MD), treated - control"),
+    "SMD": ("SMD", "standardised mean difference (SMD, Hedges' g), unit-free"),
+    "OR": ("log OR", "log odds ratio (OR), treated vs control"),
+    "RR": ("log RR", "log risk ratio (RR), treated vs control"),
+    "RD": ("RD", "risk difference (RD), treated - control"),
+}
+"""Each effect of a section (``section["effect"]``, a two-arm run's; ``"mean"`` otherwise): its
+short name (the table's header) and its long one (the line above the table, the plot's axis)."""
+
+LOG_EFFECTS: Final[dict[str, str]] = {"OR": "odds ratio", "RR": "risk ratio"}
+"""The effects on the log scale, and what ``exp()`` of their figures is."""
+
+
+def effect_of(section: Mapping[str, Any]) -> str:
+    """Return the section's effect: a two-arm run's (``"MD"``, ``"OR"``...), else ``"mean"``."""
+    effect = section.get("effect")
+    return str(effect) if isinstance(effect, str) and effect in EFFECT_NAMES else "mean"
+
+
+def effect_reading(effect: str) -> tuple[str, ...]:
+    """Return how to read I² and τ² of a section of ``effect`` (:data:`READING` for means)."""
+    if effect == "mean":
+        return READING
+    short, _ = EFFECT_NAMES[effect]
+    return (
+        f"how to read it: I² is the share of the spread between the silos' effects ({short}) "
+        "that sampling error does not explain (0: the silos estimate one common effect; above "
+        "0.5: most of the spread is real heterogeneity);",
+        f"τ² is the variance of the silos' true effects around the pooled effect, on the {short} "
+        "scale squared (√τ² is their typical distance from it); the random-effects estimate "
+        "weighs the silos by 1/(v + τ²), the fixed-effect one by 1/v.",
+    )
+
+
+def column_names(section: Mapping[str, Any]) -> list[str] | None:
+    """Return the section's columns' names, one per coordinate (None: not named)."""
+    units = section.get("units")
+    given = section.get("columns")
+    if given is None and isinstance(units, Mapping):
+        given = units.get("columns")
+    if not isinstance(given, list) or len(given) != int(section["d"]):
+        return None
+    return [str(name) for name in given]
+
+
+def unit_names(section: Mapping[str, Any]) -> dict[str, str]:
+    """Return ``{column: units}`` of a units view (``{**section, **section["units"]}``).
+
+    The scenario's ``[data] units`` (``unit_names``) apply where the figures are in the
+    columns' units: a view of the columns' means, or a two-arm mean difference; the section's
+    own figures (the ``[0, 1]`` scale) and unit-free effects have none.
+    """
+    names = section.get("unit_names")
+    if not isinstance(names, Mapping) or effect_of(section) not in ("mean", "MD"):
+        return {}
+    return {str(k): str(v) for k, v in names.items() if isinstance(v, str) and v}
 
 
 def _floats(values: Any) -> list[float | None]:
@@ -246,6 +314,16 @@ def _cell(section: Mapping[str, Any], name: str, j: int, target: str, digits: in
     return text
 
 
+def _exp_cell(section: Mapping[str, Any], name: str, j: int, target: str) -> str:
+    """Return a log-scale figure exponentiated (the odds or risk ratio), with its interval."""
+    value = float(_value(section, name)[j])
+    lower, upper = (float(b[j]) for b in _interval(section, name, target))
+    text = _fmt(math.exp(value), 3) if math.isfinite(value) else "n/a"
+    if math.isfinite(lower) and math.isfinite(upper):
+        text += f" [{_fmt(math.exp(lower), 3)}, {_fmt(math.exp(upper), 3)}]"
+    return text
+
+
 def _prediction(section: Mapping[str, Any], j: int) -> str:
     entry = section.get("prediction_interval") or {}
     lower, upper = entry.get("lower"), entry.get("upper")
@@ -275,7 +353,12 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     prediction interval and Q; then the scalar summaries with their sample intervals (the
     privacy noise only: they are sample statistics), the labels and how to read I² and τ²
     (:data:`READING`). Every interval is labelled with what it covers. A section with
-    ``"columns"`` (the run's ``[data] columns``) names each row by its column.
+    ``"columns"`` (the run's ``[data] columns``) names each row by its column, and a units view
+    (``{**section, **section["units"]}``) with ``unit_names`` (``[data] units``) adds each
+    column's units to its name. A two-arm section (``"effect"``: MD, SMD, OR, RR, RD) names its
+    effect in a line above the table and in the header instead of the mean, ends with how to
+    read I² and τ² of effects (:func:`effect_reading`), and for OR and RR (the log scale) shows
+    the exponentiated random-effects estimate and interval (the odds or risk ratio) beside it.
     """
     d, n = int(section["d"]), int(section["n"])
     level = float(section.get("level", 0.95))
@@ -289,36 +372,67 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
         low, high = min(counts), max(counts)
         records = f", {low} records each" if low == high else f", {low}-{high} records each"
     tag = _tag(target, level)
+    effect = effect_of(section)
+    covers = INTERVAL_TARGETS[target]
+    if effect != "mean":  # a two-arm run pools effects, not means
+        covers = covers.replace("pooled mean's", "pooled effect's")
     lines = [
         f"meta-analysis: n={n} clients{records}, d={d}",
-        f"  [{tag}]: {INTERVAL_TARGETS[target]}",
+        f"  [{tag}]: {covers}",
     ]
     if target == "population":
         lines.append(f"  [{_tag('sample', level)}]: {INTERVAL_TARGETS['sample']}")
-    lines.append(
-        f"  I² of the summed Q: {_scalar(section, 'i2_total', level)};  coordinate average of "
-        f"I²: {_scalar(section, 'i2_average', level)}"
-    )
+    if any(section["statistics"].get(k) for k in ("i2_total", "i2_average")):
+        lines.append(
+            f"  I² of the summed Q: {_scalar(section, 'i2_total', level)};  coordinate average "
+            f"of I²: {_scalar(section, 'i2_average', level)}"
+        )
     if section.get("design"):
         lines.append(f"  design: {section['design']}")
     if section.get("server_saw"):
         lines.append(f"  the server saw: {section['server_saw']}")
     if section.get("unit_of_privacy"):
         lines.append(f"  unit of privacy: {section['unit_of_privacy']}")
+    short, long = EFFECT_NAMES[effect]
+    exponent = LOG_EFFECTS.get(effect)
+    if effect != "mean":
+        arm = section.get("arm")
+        lines.append(
+            f"  effect: {long}"
+            + (f" (arm column {arm!r}: 1 treated, 0 control)" if arm else "")
+            + (
+                f"; the scale is log (0: no effect): exp() of an estimate and of its interval "
+                f"is the {exponent}"
+                if exponent
+                else ""
+            )
+        )
     which = "all coordinates" if len(shown) == d else f"the {len(shown)} of {d} with the largest I²"
     predicted = bool(section.get("prediction_interval"))
     lines.append(
         f"  per coordinate ({which}; value [{tag}]"
-        + (f"; a new silo's mean: its {100 * level:g} % prediction interval" if predicted else "")
+        + (
+            f"; a new silo's {'mean' if effect == 'mean' else 'effect'}: its {100 * level:g} % "
+            "prediction interval"
+            if predicted
+            else ""
+        )
         + "):"
     )
-    given = section.get("columns")  # the run's [data] columns, where its scenario named them
-    names: list[Any] = list(given) if isinstance(given, list) else []
-    named = len(names) == d
+    names = column_names(section)  # the run's [data] columns, where its scenario named them
+    units = unit_names(section)  # their units' names ([data] units), in a units view
+
+    def label(j: int) -> str:
+        if names is None:
+            return str(j)
+        unit = units.get(names[j])
+        return f"{names[j]} ({unit})" if unit else names[j]
+
     header: tuple[str, ...] = (
-        "column" if named else "coord",
-        "pooled mean (fixed effect)",
-        "random-effects mean",
+        ("column (units)" if units else "column") if names is not None else "coord",
+        f"pooled {short} (fixed effect)",
+        f"random-effects {short}",
+        *((f"{exponent} (random effects)",) if exponent else ()),
         *(("prediction interval",) if predicted else ()),
         "Q",
         "I²",
@@ -326,9 +440,10 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     )
     rows = [
         (
-            str(names[j]) if named else str(j),
+            label(j),
             _cell(section, "pooled_mean", j, target),
             _cell(section, "random_effects_mean", j, target),
+            *((_exp_cell(section, "random_effects_mean", j, target),) if exponent else ()),
             *((_prediction(section, j),) if predicted else ()),
             _fmt(float(_value(section, "q")[j]), 4),
             _cell(section, "i2", j, target, 3),
@@ -340,10 +455,26 @@ def format_meta(section: Mapping[str, Any], *, top: int | None = 10) -> list[str
     for row in (header, *rows):
         cells = (cell.rjust(width) for cell, width in zip(row, widths, strict=True))
         lines.append("    " + "  ".join(cells))
-    for label in section.get("labels", ()):
-        lines.append(f"  note: {label}")
-    lines.extend(f"  {line}" for line in READING)
+    for note in section.get("labels", ()):
+        lines.append(f"  note: {note}")
+    lines.extend(f"  {line}" for line in effect_reading(effect))
     return lines
+
+
+def i2_axis(section: Mapping[str, Any]) -> tuple[list[int], list[str], str]:
+    """Return the I² figure's rows bottom to top, their tick labels and the axis' label.
+
+    The coordinates sorted by I² (no I² first: at the bottom), each labelled by its column
+    where the section names them (:func:`column_names`: the axis is ``"column"``), else by
+    its index (``"coordinate"``).
+    """
+    d = int(section["d"])
+    i2 = _value(section, "i2")
+    order = sorted(range(d), key=lambda j: (i2[j] if math.isfinite(i2[j]) else -math.inf, j))
+    names = column_names(section)
+    if names is None:
+        return order, [str(j) for j in order], "coordinate"
+    return order, [names[j] for j in order], "column"
 
 
 def plot_meta_i2(
@@ -354,7 +485,8 @@ def plot_meta_i2(
     The interval is the confidence interval of the population I² (a section from before the two
     kinds: its sample interval), and the axis says which.
 
-    The coordinates are sorted by I²; the dashed line is the I² of the summed Q. Written to a
+    The coordinates are sorted by I² and labelled by their columns where the section names
+    them (:func:`i2_axis`); the dashed line is the I² of the summed Q. Written to a
     temporary file beside ``path`` and renamed, so a reader never sees half a figure.
 
     Raises
@@ -368,7 +500,7 @@ def plot_meta_i2(
     i2 = _value(section, "i2")
     target = table_target(section)
     lower, upper = _interval(section, "i2", target)
-    order = sorted(range(d), key=lambda j: (i2[j] if math.isfinite(i2[j]) else -math.inf, j))
+    order, ticks, ylabel = i2_axis(section)
     figure, (ax,) = _new_figure(1, width=5.6, height=max(2.6, 0.22 * d + 1.2))
     y = np.arange(d)
     values = i2[order]
@@ -384,15 +516,15 @@ def plot_meta_i2(
     if total is not None:
         ax.axvline(float(total), linestyle="--", color="0.4", label="I² of the summed Q")
         ax.legend(fontsize=7, loc="lower right")
-    ax.set_yticks(y, [str(j) for j in order])
+    ax.set_yticks(y, ticks)
     ax.set_xlim(-0.02, 1.02)
     covers = (
         "confidence interval (sampling error and privacy noise)"
         if target == "population"
         else "sample interval (privacy noise only)"
     )
-    ax.set_xlabel(f"I² with its {100 * float(section.get('level', 0.95)):g} % {covers}")
-    ax.set_ylabel("coordinate")
+    ax.set_xlabel(f"I² with its {100 * float(section.get('level', 0.95)):g} %\n{covers}")
+    ax.set_ylabel(ylabel)
     ax.grid(True, axis="x", alpha=0.35)
     if title:
         figure.suptitle(title)

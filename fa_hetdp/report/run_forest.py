@@ -30,8 +30,12 @@ ones whose silos disagree most), in column order, and a note names them.
 A result whose scenario names its columns (``[data] columns`` and ``bounds``) carries its
 figures in the columns' units too (``meta_analysis["units"]``:
 :func:`fa_hetdp.server.meta.with_column_units`): then every panel is titled by its column and
-drawn in that column's units (:func:`units_view`); otherwise the panels are ``x0, x1, ...`` on
-the records' ``[0, 1]`` scale, and a note says so.
+drawn in that column's units (:func:`units_view`), its title and axis naming them where the
+scenario does (``[data] units``: ``"dep_delay (minutes)"``, :func:`panel_title`,
+:func:`panel_axis`); otherwise the panels are ``x0, x1, ...`` on the records' ``[0, 1]`` scale,
+and a note says so. A two-arm result (``effect`` and ``arm``) is drawn on its effect's scale:
+each silo's effect, the titles, axes and notes naming the effect (OR and RR: the log scale, with
+the exponentiated random-effects estimates in a note).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from scipy.stats import norm
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.report.files import write_figure_atomic
 from fa_hetdp.report.forest import POOLED_ROWS, ForestRows, draw_rows
+from fa_hetdp.report.meta import EFFECT_NAMES, LOG_EFFECTS, effect_of, unit_names
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -57,6 +62,8 @@ __all__ = [
     "NO_SILO_ROWS",
     "RunForest",
     "draw_run_forest",
+    "panel_axis",
+    "panel_title",
     "run_forest",
     "run_forest_path",
     "section_rows",
@@ -94,6 +101,11 @@ class RunForest:
     notes : tuple of str
         What the intervals cover, why there are no silo rows (the secure sums), which columns
         are drawn (a result wider than :data:`MAX_PANELS`) and the axes' scale.
+    titles : tuple of str
+        Each panel's title (:func:`panel_title`): its column, with its units where they are
+        named (``"dep_delay (minutes)"``), or a two-arm run's effect.
+    axes : tuple of str
+        Each panel's x-axis label (:func:`panel_axis`): what is drawn, on which scale.
     """
 
     panels: tuple[ForestRows, ...]
@@ -101,6 +113,8 @@ class RunForest:
     d: int
     title: str
     notes: tuple[str, ...]
+    titles: tuple[str, ...] = ()
+    axes: tuple[str, ...] = ()
 
 
 def run_forest_path(result_path: str | Path) -> Path:
@@ -155,7 +169,8 @@ def section_rows(section: Mapping[str, Any], j: int, *, name: str | None = None)
 
     The same rows :func:`~fa_hetdp.report.forest.forest_rows` makes of the in-process result
     (module docstring), read from the section's numbers at its own ``level``: the silos'
-    (``section["silos"]``, silo summaries only), then the pooled rows.
+    (``section["silos"]``, silo summaries only; a two-arm run's: each silo's ``effect`` with
+    ``+- z sqrt(v)``, ``v`` the ``variance`` it carries), then the pooled rows.
 
     Raises
     ------
@@ -173,12 +188,18 @@ def section_rows(section: Mapping[str, Any], j: int, *, name: str | None = None)
     silos: Sequence[Mapping[str, Any]] = section.get("silos") or ()
     if silos:
         tau2 = float(_statistic(section, "tau2")[j])
-        effects = np.array([_number((s.get("mean") or [None] * d)[j]) for s in silos])
-        used = np.array([_number((s.get("variance_used") or [None] * d)[j]) for s in silos])
-        m = np.array([float(s["records"]) for s in silos])
-        noise = np.array([_per_column(s.get("mean_noise_sd"), j) for s in silos])
-        sd = np.sqrt(used / m + noise * noise)
-        random = 1.0 / (used / m + tau2)
+        if "effect" in silos[0]:  # a two-arm run: each silo's effect and the variance it carries
+            effects = np.array([_number((s.get("effect") or [None] * d)[j]) for s in silos])
+            carried = np.array([_number((s.get("variance") or [None] * d)[j]) for s in silos])
+            sd = np.sqrt(carried)
+            random = 1.0 / (carried + tau2)
+        else:
+            effects = np.array([_number((s.get("mean") or [None] * d)[j]) for s in silos])
+            used = np.array([_number((s.get("variance_used") or [None] * d)[j]) for s in silos])
+            m = np.array([float(s["records"]) for s in silos])
+            noise = np.array([_per_column(s.get("mean_noise_sd"), j) for s in silos])
+            sd = np.sqrt(used / m + noise * noise)
+            random = 1.0 / (used / m + tau2)
         share = random / np.nansum(random)
         for i, silo in enumerate(silos):
             labels.append(str(silo.get("site") or f"silo {silo.get('silo', i)}"))
@@ -249,6 +270,64 @@ def _unit_words(document: Mapping[str, Any], section: Mapping[str, Any]) -> str:
     return str(stated).split(";")[0].strip() if stated else "not stated"
 
 
+def panel_title(name: str, unit: str = "", effect: str = "mean") -> str:
+    """Return a panel's title: ``"dep_delay (minutes)"``, or ``"score: MD (points)"``.
+
+    ``unit``: the column's units' name (``[data] units``; none: the column alone); ``effect``:
+    a two-arm run's (its short name after the column; the units only for MD, in them).
+    """
+    if effect == "mean":
+        return f"{name} ({unit})" if unit else name
+    short = EFFECT_NAMES[effect][0]
+    return f"{name}: {short} ({unit})" if unit and effect == "MD" else f"{name}: {short}"
+
+
+def panel_axis(unit: str = "", effect: str = "mean", *, in_units: bool = True) -> str:
+    """Return a panel's x-axis label: what is drawn and on which scale.
+
+    ``in_units``: a mean is drawn in the column's units (False: on the records' ``[0, 1]``
+    scale); ``unit`` names them.
+    """
+    if effect != "mean":
+        long = EFFECT_NAMES[effect][1]
+        if effect in LOG_EFFECTS:
+            return f"{long}, log scale (0: no effect)"
+        return f"{long} ({unit})" if unit and effect == "MD" else long
+    if not in_units:
+        return "mean, [0, 1] scale"
+    return f"mean ({unit})" if unit else "mean, the column's units"
+
+
+def _effect_notes(
+    effect: str, section: Mapping[str, Any], names: Sequence[str], columns: Sequence[int], pct: str
+) -> list[str]:
+    """Return the notes of a two-arm figure: its silo rows, its pooled rows, its scale."""
+    short, long = EFFECT_NAMES[effect]
+    notes = [
+        f"silo rows: each silo's {short} from its noisy per-arm release with its {pct} interval "
+        "± z·√v (v: the variance it carries, its sampling error and its privacy noise); area: "
+        "its share of the random-effects weight",
+        f"fixed effect, random effects: {pct} confidence intervals of the pooled {short} "
+        f"(sampling error and privacy noise); prediction interval: a new silo's {short}",
+    ]
+    scale = (section.get("units") or {}).get("scale")
+    notes.append(f"axes: {scale}" if isinstance(scale, str) else f"axes: {long}")
+    ratio = LOG_EFFECTS.get(effect)
+    if ratio is not None:
+        random = _statistic(section, "random_effects_mean")
+        lower = _statistic(section, "random_effects_mean", "lower")
+        upper = _statistic(section, "random_effects_mean", "upper")
+        shown = ", ".join(
+            f"{names[j]} {math.exp(random[j]):.3g} [{math.exp(lower[j]):.3g}, "
+            f"{math.exp(upper[j]):.3g}]"
+            for j in columns
+            if math.isfinite(random[j]) and math.isfinite(lower[j]) and math.isfinite(upper[j])
+        )
+        if shown:
+            notes.append(f"{ratio} (exp of the random-effects estimate, {pct} CI): {shown}")
+    return notes
+
+
 def run_forest(
     document: Mapping[str, Any],
     *,
@@ -270,9 +349,12 @@ def run_forest(
         them, else ``x0, x1, ...``, as an array result's).
     units : str or mapping, optional
         The columns' units' names (one for all, or ``{name: units}``), shown in the panels'
-        titles. Where the result carries its figures in the columns' units
+        titles and axes (default: the result's ``meta_analysis["units"]["unit_names"]``, the
+        scenario's ``[data] units``). Where the result carries its figures in the columns' units
         (``meta_analysis["units"]``) the panels are drawn in them; otherwise the axis is the
-        records' ``[0, 1]`` scale, and a note says so.
+        records' ``[0, 1]`` scale, and a note says so. A two-arm result (its section's
+        ``"effect"``) is drawn on its effect's scale: the titles, axes and notes name the effect
+        (the log scale of OR and RR, with the exponentiated random-effects estimates).
 
     Raises
     ------
@@ -303,6 +385,33 @@ def run_forest(
     )
     level = float(section.get("level", 0.95))
     pct = f"{100 * level:g} %"
+    effect = effect_of(found)
+    in_units = section is not found
+    stated = units if units is not None else unit_names(section) if in_units else None
+    unit_of = [_units_of(labels[j], stated) for j in columns]
+    titles = tuple(
+        panel_title(labels[j], unit, effect) for j, unit in zip(columns, unit_of, strict=True)
+    )
+    axes = tuple(
+        panel_axis(unit, effect, in_units=in_units or units is not None) for unit in unit_of
+    )
+    if effect != "mean":
+        told = _effect_notes(effect, section, labels, columns, pct)
+        if len(columns) < d:
+            drawn = ", ".join(labels[j] for j in columns)
+            told.append(
+                f"columns drawn: the {len(columns)} of {d} with the largest I² ({drawn}); the "
+                "result file holds every column"
+            )
+        return RunForest(
+            panels=panels,
+            columns=columns,
+            d=d,
+            title=title,
+            notes=tuple(told),
+            titles=titles,
+            axes=axes,
+        )
     notes: list[str] = []
     if panels and panels[0].sites:
         notes.append(
@@ -335,7 +444,15 @@ def run_forest(
         )
     elif units is None:
         notes.append("axes: each column's values on the records' [0, 1] scale (no units stated)")
-    return RunForest(panels=panels, columns=columns, d=d, title=title, notes=tuple(notes))
+    return RunForest(
+        panels=panels,
+        columns=columns,
+        d=d,
+        title=title,
+        notes=tuple(notes),
+        titles=titles,
+        axes=axes,
+    )
 
 
 def _units_of(name: str, units: str | Mapping[str, str] | None) -> str:
@@ -351,6 +468,9 @@ def draw_run_forest(
     units: str | Mapping[str, str] | None = None,
 ) -> Figure:
     """Draw ``forest`` as one figure, a panel per column (``i2``: each panel's, in its title).
+
+    Each panel is titled :attr:`RunForest.titles` and its axis labelled :attr:`RunForest.axes`;
+    ``units`` (one for all, or ``{name: units}``) titles the panels ``column (units)`` instead.
 
     Raises
     ------
@@ -380,11 +500,16 @@ def draw_run_forest(
     axes = list(grid.ravel())
     for k, (ax, rows_k) in enumerate(zip(axes, forest.panels, strict=False)):
         draw_rows(ax, rows_k, marker_scale=0.6)
-        unit = _units_of(rows_k.column, units)
-        head = f"{rows_k.column} ({unit})" if unit else rows_k.column
+        if units is not None or k >= len(forest.titles):  # a RunForest made by hand
+            unit = _units_of(rows_k.column, units)
+            head = f"{rows_k.column} ({unit})" if unit else rows_k.column
+        else:
+            head = forest.titles[k]
         if i2 is not None and math.isfinite(float(i2[k])):
             head += f"   I² = {float(i2[k]):.2f}"
         ax.set_title(head, fontsize=9)
+        if k < len(forest.axes):
+            ax.set_xlabel(forest.axes[k], fontsize=7.5)
         ax.tick_params(labelsize=7)
     for ax in axes[count:]:
         ax.set_axis_off()
@@ -421,5 +546,5 @@ def write_run_forest(
     """
     forest = run_forest(document, max_panels=max_panels, names=names, units=units)
     i2 = _statistic(document["meta_analysis"], "i2")
-    figure = draw_run_forest(forest, i2=[float(i2[j]) for j in forest.columns], units=units)
+    figure = draw_run_forest(forest, i2=[float(i2[j]) for j in forest.columns])
     return write_figure_atomic(figure, run_forest_path(result_path)), forest

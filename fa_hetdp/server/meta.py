@@ -203,7 +203,8 @@ def with_column_units(section: Mapping[str, Any], settings: RunSettings) -> dict
     ``settings`` the run's. Without ``[data] columns`` in the scenario the section comes back
     unchanged; with them it gains ``"columns"`` (the names, in coordinate order) and
     ``"units"`` (module docstring): ``scale`` (:data:`COLUMN_UNITS`), ``columns``, ``bounds``
-    ``{column: [low, high]}``, ``how``, and ``statistics``, ``prediction_interval`` and (the
+    ``{column: [low, high]}``, ``how``, ``unit_names`` ``{column: units}`` (the scenario's
+    ``[data] units``, where it names some), and ``statistics``, ``prediction_interval`` and (the
     silo summaries) ``silos`` in the layout of the section's own, each in the columns' units
     (a silo's ``mean_noise_sd`` and ``variance_noise_sd``, one number on the ``[0, 1]``
     scale, become one per column).
@@ -231,6 +232,7 @@ def with_column_units(section: Mapping[str, Any], settings: RunSettings) -> dict
         "columns": names,
         "bounds": {c: [ranges[c][0], ranges[c][1]] for c in names},
         "how": _UNITS_HOW,
+        **({"unit_names": named} if (named := settings.scenario.data.column_units()) else {}),
         "statistics": {
             name: _statistic_in_units(name, entry, low, span)
             for name, entry in (section.get("statistics") or {}).items()
