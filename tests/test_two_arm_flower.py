@@ -65,7 +65,10 @@ def scenario_file(
 ) -> Path:
     """``silos`` sites, each a CSV; ``[data] arm = "treated"`` and ``effect``."""
     columns, bounds = (
-        (["score", "age"], "bounds = { score = [0, 100], age = [18, 90] }")
+        (
+            ["score", "age"],
+            'bounds = { score = [0, 100], age = [18, 90] }\nunits = { score = "points" }',
+        )
         if effect in ("MD", "SMD")
         else (["event"], "")
     )
@@ -273,6 +276,7 @@ def test_a_two_arm_run_equals_private_meta_analysis(tmp_path: Path, effect: str)
     if effect == "MD":  # figures in the columns' units: the score's MD x 100, the age's x 72
         units = on_disk["meta_analysis"]["units"]
         assert units["factor"] == [100.0, 72.0]
+        assert units["unit_names"] == {"score": "points"}  # the scenario's [data] units
         raw = _floats(on_disk["meta_analysis"]["statistics"]["pooled_mean"]["value"])
         np.testing.assert_allclose(
             _floats(units["statistics"]["pooled_mean"]["value"]), raw * [100.0, 72.0], rtol=1e-12

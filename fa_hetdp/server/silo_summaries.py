@@ -413,14 +413,20 @@ def _json(values: Any) -> list[float | None]:
 
 
 def two_arm_section(
-    cma: ColumnMetaAnalysis, *, level: float = 0.95, silo_names: Sequence[Any] = ()
+    cma: ColumnMetaAnalysis,
+    *,
+    level: float = 0.95,
+    silo_names: Sequence[Any] = (),
+    unit_names: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Return the ``meta_analysis`` section of a two-arm run.
 
     Figures on the analysis' own scale (as :class:`~fa_hetdp.protocol.two_arm.
     TwoArmMetaAnalysis` holds them) and in ``units`` (an MD in the column's units, the other
     effects unit-free: the in-process :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`),
-    with every silo's effect, the variance it carries and its arm sizes.
+    with every silo's effect, the variance it carries and its arm sizes; ``unit_names``
+    (``{column: units}``, the scenario's ``[data] units``) go into ``units`` as the one-arm
+    section's do.
     """
     result = cma.result
     if not isinstance(result, TwoArmMetaAnalysis):  # pragma: no cover - built by two_arm_round
@@ -489,6 +495,7 @@ def two_arm_section(
                 for c, lo, hi in zip(cma.columns, cma.low, cma.high, strict=True)
             },
             "factor": _json(span),
+            **({"unit_names": dict(unit_names)} if unit_names else {}),
             **figures(cma),
         },
         "unit_of_privacy": result.unit_of_privacy,
@@ -543,7 +550,9 @@ def _two_arm_document(
         "arm_counts": [[int(a) for a in row] for row in plan.arm_counts],
         "clients_in_sum": {"silo_summaries": plan.n},
         "partitions_in_sum": {"silo_summaries": list(partitions)},
-        "meta_analysis": two_arm_section(cma, silo_names=partitions),
+        "meta_analysis": two_arm_section(
+            cma, silo_names=partitions, unit_names=s.scenario.data.column_units()
+        ),
         "noise_std": {  # per silo and arm (treated, control), every coordinate
             "theta": [[float(v) for v in row] for row in st],
             **({} if plan.binary else {"s2": [[float(v) for v in row] for row in ss]}),
