@@ -46,11 +46,11 @@ def test_the_test_command_runs_the_check_in_stages() -> None:
         "ruff format --check .",
         "mypy",
         'pytest -m "not slow" -n 2',
-        "pytest -m slow --durations=30",
+        "pytest -m slow -n 2 --durations=30",
     ]
     stages = re.findall(r"^stage .*$", script, flags=re.MULTILINE)
     assert [line.split('" ', 1)[1] for line in stages] == [
         "lint",
         '"$py" -m pytest -m "not slow" -n 2',
-        '"$py" -m pytest -m slow --durations=30',
+        '"$py" -m pytest -m slow -n 2 --durations=30',
     ]
