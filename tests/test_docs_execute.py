@@ -155,6 +155,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "tests/test_meta_flower.py runs the meta-analysis in deployments"
     ),
     (README, r'pytest -m "not slow" -n 2$'): "the fast stage of CI (scripts/check.sh) itself",
+    (README, r"fa-hetdp run --scenario examples/sites/scenario\.toml$"): (
+        "a CSV per site, five silos (about a minute): "
+        "tests/test_sites_simulation.py runs this command and checks its table and forest plot"
+    ),
     (GUIDE, r"fa-hetdp run$"): _MAIN_JOB,
     (GUIDE, r"fa-hetdp run digits/digits-skew10 "): (
         "one point of a grid scenario, 100 simulated clients (about 35 s): over this file's "
