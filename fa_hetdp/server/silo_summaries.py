@@ -171,6 +171,31 @@ def _floats(values: Any) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
 
 
+def _document_head(
+    session: AnalysisSession,
+    plan: SiloPlan | TwoArmPlan,
+    result: PrivateMetaAnalysis | TwoArmMetaAnalysis,
+    released: Sequence[str],
+    reason: str,
+    why: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return what every silo-summaries result document opens with, and its privacy section."""
+    privacy = meta_privacy_section(
+        plan, result.spent, released=released, caveats=simulation_caveats(session.settings)
+    )
+    head = {
+        "status": "success",
+        "differentially_private": privacy["differentially_private"],
+        **session.base_document(),
+        "analysis": "meta",
+        "design": result.design,
+        "design_reason": reason,
+        "server_saw": result.server_saw,
+        "secagg": {"used": False, "why": why},
+    }
+    return head, privacy
+
+
 def _document(
     session: AnalysisSession,
     plan: SiloPlan,
@@ -180,22 +205,11 @@ def _document(
     reason: str,
 ) -> dict[str, Any]:
     s = session.settings
-    privacy = meta_privacy_section(
-        plan, result.spent, released=released, caveats=simulation_caveats(s)
-    )
+    why = "silo summaries: each silo's own release, unmasked (no secure sum is made)"
+    head, privacy = _document_head(session, plan, result, released, reason, why)
     st, ss = plan.sigmas
     return {
-        "status": "success",
-        "differentially_private": privacy["differentially_private"],
-        **session.base_document(),
-        "analysis": "meta",
-        "design": result.design,
-        "design_reason": reason,
-        "server_saw": result.server_saw,
-        "secagg": {
-            "used": False,
-            "why": "silo summaries: each silo's own release, unmasked (no secure sum is made)",
-        },
+        **head,
         "n": plan.n,
         "d": plan.d,
         "records_per_client": [int(m) for m in plan.records_per_client],
@@ -520,22 +534,11 @@ def _two_arm_document(
     result = cma.result
     if not isinstance(result, TwoArmMetaAnalysis):  # pragma: no cover - built by two_arm_round
         raise TypeError("a two-arm section needs a two-arm result")
-    privacy = meta_privacy_section(
-        plan, result.spent, released=released, caveats=simulation_caveats(s)
-    )
+    why = "silo summaries: each silo's own per-arm release, unmasked (no secure sum)"
+    head, privacy = _document_head(session, plan, result, released, reason, why)
     st, ss = plan.sigmas
     return {
-        "status": "success",
-        "differentially_private": privacy["differentially_private"],
-        **session.base_document(),
-        "analysis": "meta",
-        "design": result.design,
-        "design_reason": reason,
-        "server_saw": result.server_saw,
-        "secagg": {
-            "used": False,
-            "why": "silo summaries: each silo's own per-arm release, unmasked (no secure sum)",
-        },
+        **head,
         "two_arm": {
             "effect": result.effect,
             "arm": cma.arm,
