@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,17 @@ def fast_poll(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server_app, "POLL_SECONDS", 0.0)
 
 
-def our_grid(config: dict[str, Any], count: int = SILOS) -> InMemoryGrid:
-    """An in-memory Grid of this package's own ClientApp, reading ``config`` as run config."""
+def our_grid(
+    config: dict[str, Any], count: int = SILOS, paths: Sequence[Path] = ()
+) -> InMemoryGrid:
+    """An in-memory Grid of this package's own ClientApp, reading ``config`` as run config.
+
+    ``paths``: data files, partition ``i`` reading ``paths[i]`` (``data-path``); the nodes
+    beyond them read none.
+    """
     configs = partition_configs(count)
+    for (node, node_config), path in zip(configs.items(), paths, strict=False):
+        configs[node] = {**node_config, "data-path": str(path)}
     grid = InMemoryGrid(dict.fromkeys(configs, client_app), configs)
     for context in grid.contexts.values():
         context.run_config = dict(config)

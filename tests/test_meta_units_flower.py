@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_dropin import InMemoryGrid, partition_configs
+from test_dropin import InMemoryGrid
 from test_flower_helpers import run_config
 from test_meta_design_flower import silo_twin
-from test_meta_flower import run_meta
+from test_meta_flower import our_grid, run_meta
 
 import fa_hetdp.server.app as server_app
 from fa_hetdp.accuracy.columns import (
@@ -32,7 +32,6 @@ from fa_hetdp.accuracy.columns import (
     in_column_units,
     prepare_records,
 )
-from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.flowerkit.settings import RunSettings, silo_plan
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.report.forest import forest_rows
@@ -117,14 +116,7 @@ def prepared_of(paths: list[Path]) -> PreparedRecords:
 
 def file_grid(config: dict[str, Any], paths: list[Path], extra: int = 0) -> InMemoryGrid:
     """Our ClientApp on nodes reading ``paths`` (``extra`` more nodes without a data file)."""
-    count = len(paths) + extra
-    configs = partition_configs(count)
-    for (node, node_config), path in zip(configs.items(), paths, strict=False):
-        configs[node] = {**node_config, "data-path": str(path)}
-    grid = InMemoryGrid(dict.fromkeys(configs, client_app), configs)
-    for context in grid.contexts.values():
-        context.run_config = dict(config)
-    return grid
+    return our_grid(config, len(paths) + extra, paths)
 
 
 @pytest.fixture(autouse=True)

@@ -23,14 +23,13 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Context, Message
-from test_dropin import InMemoryGrid, partition_configs
+from test_dropin import InMemoryGrid
 from test_flower_helpers import run_config
-from test_meta_flower import run_meta
+from test_meta_flower import our_grid, run_meta
 
 import fa_hetdp
 import fa_hetdp.server.app as server_app
 from fa_hetdp.accuracy.columns import ColumnMetaAnalysis
-from fa_hetdp.clients.app import app as client_app
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.config.scenario import load_scenario
 from fa_hetdp.config.sections import TWO_ARM_EFFECTS
@@ -132,13 +131,7 @@ def silo_tables(tmp_path: Path, silos: int = len(COUNTS)) -> list[Path]:
 
 def file_grid(config: dict[str, Any], paths: list[Path]) -> InMemoryGrid:
     """Our ClientApp on nodes reading ``paths`` (partition ``i`` reads ``paths[i]``)."""
-    configs = partition_configs(len(paths))
-    for (node, node_config), path in zip(configs.items(), paths, strict=True):
-        configs[node] = {**node_config, "data-path": str(path)}
-    grid = InMemoryGrid(dict.fromkeys(configs, client_app), configs)
-    for context in grid.contexts.values():
-        context.run_config = dict(config)
-    return grid
+    return our_grid(config, len(paths), paths)
 
 
 @pytest.fixture(autouse=True)
