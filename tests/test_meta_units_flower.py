@@ -50,25 +50,34 @@ COUNTS = (300, 320, 340, 360)
 SEED = 11
 
 
-def units_file(tmp_path: Path, *, design: str = "silo-summaries") -> Path:
-    """4 silos, the run's columns named with their public bounds (the nodes read CSV files)."""
-    path = tmp_path / "columns-small.toml"
-    path.write_text(
-        f"""
-[scenario]
-name = "columns-small"
-[data]
-dataset = "synthetic"
-num_clients = {SILOS}
-records_per_client = 300
-columns = {json.dumps(list(COLUMNS))}
-bounds = {{ score = [0, 100], age = [18, 90] }}
+SYNTHETIC = """dataset = "synthetic"
 [data.synthetic]
 size = 6000
 dim = 6
 num_labels = 3
 heterogeneity = 0.1
 noise_std = 0.15
+"""
+"""The scenario's own d = 6 records, for the tests with a node that reads no file."""
+
+
+def units_file(tmp_path: Path, *, design: str = "silo-summaries", dataset: bool = False) -> Path:
+    """4 silos, the run's columns named with their public bounds (the nodes read CSV files).
+
+    No dataset (every node reads its own file) unless ``dataset``: a synthetic one (d = 6)
+    for a node without a data file.
+    """
+    path = tmp_path / "columns-small.toml"
+    path.write_text(
+        f"""
+[scenario]
+name = "columns-small"
+[data]
+num_clients = {SILOS}
+records_per_client = 300
+columns = {json.dumps(list(COLUMNS))}
+bounds = {{ score = [0, 100], age = [18, 90] }}
+{SYNTHETIC if dataset else ""}
 [privacy]
 epsilon = 1.0
 delta = 1e-5
@@ -277,7 +286,7 @@ def test_a_secure_sums_run_names_its_columns_and_maps_its_figures(tmp_path: Path
 # ---------------------------------------------------------------------------- d != len(columns)
 def test_a_client_whose_d_is_not_the_columns_is_dropped_naming_both(tmp_path: Path) -> None:
     paths = silo_tables(tmp_path)
-    config = run_config(tmp_path, units_file(tmp_path), **{"num-clients": SILOS + 1})
+    config = run_config(tmp_path, units_file(tmp_path, dataset=True), **{"num-clients": SILOS + 1})
     grid = file_grid(config, paths, extra=1)  # the 5th node reads the scenario's d = 6 records
     _, document = run_meta(config, grid)
     assert document["status"] == "success" and document["n"] == SILOS
@@ -287,7 +296,7 @@ def test_a_client_whose_d_is_not_the_columns_is_dropped_naming_both(tmp_path: Pa
 
 
 def test_a_run_whose_clients_all_report_another_d_aborts_naming_it(tmp_path: Path) -> None:
-    config = run_config(tmp_path, units_file(tmp_path))
+    config = run_config(tmp_path, units_file(tmp_path, dataset=True))
     with pytest.raises(ProtocolAbortError, match=r"every client: d=6 but the scenario's \[data\]"):
         run_meta(config, file_grid(config, [], extra=SILOS))  # no node reads a file
     document = json.loads(Path(config["result-path"]).read_text())
@@ -304,7 +313,7 @@ def test_supernodes_reading_csv_files_return_the_columns_units(tmp_path: Path) -
 
     paths = silo_tables(tmp_path)
     prepared = prepared_of(paths)
-    config = run_config(tmp_path, units_file(tmp_path), **{"num-clients": SILOS + 1})
+    config = run_config(tmp_path, units_file(tmp_path, dataset=True), **{"num-clients": SILOS + 1})
     config.update({"stage-timeout": 120.0, "node-wait-timeout": 180.0})
     cluster = DeploymentCluster(tmp_path / "cluster")
     with cluster:

@@ -62,7 +62,8 @@ def scenario_file(
     design: str = "silo-summaries",
     unit: str = "record",
 ) -> Path:
-    """``silos`` sites, each a CSV; ``[data] arm = "treated"`` and ``effect``."""
+    """``silos`` sites, each a CSV; ``[data] arm = "treated"`` and ``effect`` (no dataset: every
+    node reads its own file)."""
     columns, bounds = (
         (
             ["score", "age"],
@@ -77,19 +78,12 @@ def scenario_file(
 [scenario]
 name = "two-arm-{effect.lower()}"
 [data]
-dataset = "synthetic"
 num_clients = {silos}
 records_per_client = 100
 columns = {json.dumps(columns)}
 {bounds}
 arm = "treated"
 effect = "{effect}"
-[data.synthetic]
-size = 3000
-dim = 4
-num_labels = 3
-heterogeneity = 0.1
-noise_std = 0.15
 [privacy]
 epsilon = 1.0
 delta = 1e-5
@@ -385,7 +379,7 @@ def _problems(tmp_path: Path, data: str) -> str:
     path = tmp_path / "bad.toml"
     text = scenario_file(tmp_path, "MD").read_text()
     start = text.index("columns =")
-    end = text.index("[data.synthetic]")
+    end = text.index("[privacy]")
     path.write_text(text[:start] + data + "\n" + text[end:])
     with pytest.raises(ConfigError) as info:
         load_scenario(path)

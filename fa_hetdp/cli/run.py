@@ -226,7 +226,7 @@ def check_paths(args: argparse.Namespace) -> None:
 
 def prepare(args: argparse.Namespace) -> RunSetup:
     """Load the scenario, check the flags, build the run-config overrides and the truth."""
-    from fa_hetdp.config.partition import partition_scenario
+    from fa_hetdp.config.partition import partition_scenario, require_dataset
     from fa_hetdp.config.scenario import default_scenario, load_scenario
     from fa_hetdp.stats.exact import true_statistics
 
@@ -243,6 +243,7 @@ def prepare(args: argparse.Namespace) -> RunSetup:
         scenario = load_scenario(name)
         path = Path(name)
         scenario_arg = str(path.resolve()) if path.is_file() else name
+    require_dataset(scenario)  # a simulation samples the dataset's partitions (or data.sites)
     run_config: dict[str, object] = {"scenario": scenario_arg, "mode": "simulation"}
     run_config.update(check_flags(args, scenario))
     vectors = partition_scenario(scenario).vectors

@@ -107,7 +107,7 @@ from fa_hetdp.clients.session import (
     unmask,
 )
 from fa_hetdp.clients.silo_summaries import arm_local_data, split_arm
-from fa_hetdp.config.partition import client_records, client_summary
+from fa_hetdp.config.partition import client_records, client_summary, require_dataset
 from fa_hetdp.config.sites import site_records
 from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
@@ -195,7 +195,10 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     statistics average them into one vector; a meta-analysis uses every record). Else the
     node's partition (``partition-id`` of ``num-partitions``) of the run's scenario, with
     labels; in a simulation of the user's files (``[data] sites``), the file of the node's
-    partition (:func:`fa_hetdp.config.sites.site_records`), without labels.
+    partition (:func:`fa_hetdp.config.sites.site_records`), without labels. A scenario that
+    names no dataset (``[data] columns`` only) has no partitions: a node without
+    ``data-path`` refuses with :data:`fa_hetdp.config.partition.NO_DATASET` (public: no path,
+    no value).
     """
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
@@ -209,6 +212,7 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
             return split_arm(both, data.arm)
         records = load_checked_records(data_path, columns=data.columns, bounds=data.column_bounds())
         return records, None
+    require_dataset(run_settings(context).scenario)  # no dataset: every node needs a data-path
     if run_settings(context).scenario.data.arm is not None:
         split_arm(None, str(run_settings(context).scenario.data.arm))  # refused: no data file
     pid, num = node_partition(context)

@@ -35,6 +35,7 @@ from fa_hetdp.data.synthetic import synthetic_dataset
 from fa_hetdp.errors import ScenarioError
 
 __all__ = [
+    "NO_DATASET",
     "PARTITION_STREAM",
     "SYNTHETIC_STREAM",
     "clear_partition_cache",
@@ -44,8 +45,17 @@ __all__ = [
     "partition_rng",
     "partition_scenario",
     "partitioner_seed",
+    "require_dataset",
     "scenario_dataset",
 ]
+
+NO_DATASET: Final[str] = (
+    "[data] names no dataset: each node must give its own data-path (a deployment), or state "
+    "data.sites for a simulation"
+)
+"""The one line everything that needs a scenario's partitions refuses a scenario without a
+dataset with (``[data] columns`` and no ``dataset``: :func:`require_dataset`). Public: it
+travels from a node to the coordinator, so it holds no path and no value."""
 
 PARTITION_STREAM: Final[int] = 0x5041_5254
 """Second entropy word of the partition's seed: ``SeedSequence([seed, PARTITION_STREAM])``.
@@ -56,6 +66,21 @@ different entropy, so they never coincide with the partition's stream.
 
 SYNTHETIC_STREAM: Final[int] = 0x5359_4E54
 """Second entropy word of a synthetic dataset's seed: ``SeedSequence([seed, SYNTHETIC_STREAM])``."""
+
+
+def require_dataset(scenario: Scenario) -> str:
+    """Return the scenario's dataset; refuse a scenario without one (:data:`NO_DATASET`).
+
+    Raises
+    ------
+    ScenarioError
+        ``[data]`` names no dataset (its nodes read their own files, node config
+        ``data-path``), so it has no partitions to sample.
+    """
+    dataset = scenario.data.dataset
+    if dataset is None:
+        raise ScenarioError(NO_DATASET)
+    return dataset
 
 
 def partition_rng(seed: int) -> np.random.Generator:
@@ -91,9 +116,12 @@ def scenario_dataset(scenario: Scenario) -> Dataset:
     ------
     DatasetError
         Missing or corrupt files.
+    ScenarioError
+        The scenario names no dataset (:data:`NO_DATASET`).
     """
     data = scenario.data
-    if data.dataset == "synthetic":
+    dataset = require_dataset(scenario)
+    if dataset == "synthetic":
         spec = data.synthetic
         if spec is None:  # pragma: no cover - validation requires the table
             raise ScenarioError("data.synthetic: required when data.dataset = 'synthetic'")
@@ -108,7 +136,7 @@ def scenario_dataset(scenario: Scenario) -> Dataset:
             noise_std=spec.noise_std,
             rng=rng,
         )
-    return load_dataset(data.dataset, root=data.root, split=data.split)
+    return load_dataset(dataset, root=data.root, split=data.split)
 
 
 def client_summary(scenario: Scenario) -> ClientSummary:
@@ -117,9 +145,11 @@ def client_summary(scenario: Scenario) -> ClientSummary:
     The record shape comes from the catalog (:func:`fa_hetdp.data.catalog.record_shape`;
     ``1 x 1 x d`` for synthetic data) and the histogram has one entry per label used:
     ``data.num_labels``, else ``len(data.label_ratios)``, else all the dataset's labels.
+    Files (``data.sites``, or no dataset: each node's ``data-path``): the mean of the
+    ``columns``, ``1 x 1 x len(columns)``.
     """
     data = scenario.data
-    if data.sites is not None:  # the user's files: the mean of the named columns
+    if data.sites is not None or data.dataset is None:  # files: the mean of the named columns
         return ClientSummary(kind="mean", image_shape=(1, 1, len(data.columns or ())))
     dim = None if data.synthetic is None else data.synthetic.dim
     if data.num_labels is not None:
@@ -162,7 +192,7 @@ def partition_scenario(scenario: Scenario, num_clients: int | None = None) -> Cl
     Raises
     ------
     ScenarioError
-        ``num_clients < 1``.
+        ``num_clients < 1``, or the scenario names no dataset (:data:`NO_DATASET`).
     DatasetError
         Missing or corrupt files, or a sample larger than the data.
     """
@@ -177,7 +207,7 @@ def _partition_cached(scenario: Scenario, num_clients: int) -> ClientPartition:
     data = scenario.data
     if data.sites is not None:  # client i holds the file sites[i] (fa_hetdp.config.sites)
         return site_partition(scenario, num_clients)
-    dataset = scenario_dataset(scenario)
+    dataset = scenario_dataset(scenario)  # refuses a scenario without a dataset
     rng = partition_rng(scenario.experiment.seed)
     summary = client_summary(scenario)
     if data.partitioner is not None:

@@ -82,8 +82,13 @@ class DataSpec:
 
     Parameters
     ----------
-    dataset : str
-        ``"digits"``, ``"cifar10"``, ``"cifar100"``, ``"fashion-mnist"`` or ``"synthetic"``.
+    dataset : str or None
+        ``"digits"``, ``"cifar10"``, ``"cifar100"``, ``"fashion-mnist"`` or ``"synthetic"``;
+        ``"sites"`` with ``sites``; None: the scenario names no dataset and states ``columns``
+        (a deployment whose every node reads its own file, node config ``data-path``; n is
+        ``num_clients``, d = ``len(columns)``): nothing that needs the scenario's partitions
+        (a simulation, a node without ``data-path``) runs
+        (:data:`fa_hetdp.config.partition.NO_DATASET`).
     root : str or None
         Data directory (torchvision's layout); None = ``$FA_HETDP_DATA`` or ``./data``.
     split : {"train", "test", "all"}
@@ -136,7 +141,7 @@ class DataSpec:
         ``dataset`` is ``"sites"`` and ``records_per_client`` the fewest records of a file.
     """
 
-    dataset: str
+    dataset: str | None
     num_clients: int
     root: str | None = None
     split: Split = "train"
@@ -561,6 +566,8 @@ class Scenario:
         """
         d = self.data
         data: dict[str, Any] = {"dataset": d.dataset, "split": d.split}
+        if d.dataset is None:  # the nodes' own files: no dataset, nothing to split
+            data = {}
         if d.root is not None:
             data["root"] = d.root
         if d.sample_fraction is not None:

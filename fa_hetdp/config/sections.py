@@ -178,11 +178,18 @@ def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) ->
         if spec is None or names is MISSING:
             return MISSING
         return dataclasses.replace(spec, units=names)
+    if "dataset" not in t and "columns" in t:  # every node reads its own file (data-path)
+        return _node_files(c, t)
     dataset: Any = MISSING
     if "dataset" in t:
         dataset = c.value("dataset", t["dataset"], "data.dataset")
     else:
-        c.fail("data.dataset", f"required; one of {', '.join(DATASET_NAMES)}")
+        c.fail(
+            "data.dataset",
+            f"required; one of {', '.join(DATASET_NAMES)} (or leave it out and state "
+            "data.columns: a deployment whose nodes read their own files, node config "
+            "data-path; or data.sites: a simulation of your own files)",
+        )
     root: Any = t.get("root")
     if root is not None and not isinstance(root, str):
         c.fail("data.root", f"must be a string (a directory), got {type_name(root)}")
@@ -342,6 +349,69 @@ def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) ->
         summary=summary,
         pool_block=pool_block,
         partitioner=partitioner,
+        columns=columns,
+        bounds=bounds,
+        arm=arm,
+        effect=effect,
+        units=names,
+    )
+
+
+NODE_FILE_KEYS: Final[frozenset[str]] = frozenset(
+    {"columns", "bounds", "units", "arm", "effect", "num_clients", "records_per_client", "summary"}
+)
+"""The ``[data]`` keys allowed without ``dataset`` (and ``sites``): the nodes' own files."""
+
+
+def _node_files(c: Checker, t: Mapping[str, Any]) -> DataSpec | Any:
+    """Check a ``[data]`` table with ``columns`` and no ``dataset``: each node's own file.
+
+    A deployment whose every SuperNode reads its own file (node config ``data-path``) by the
+    run's ``columns`` (``bounds``, ``units``; ``arm`` and ``effect`` for two arms): n is
+    ``num_clients`` (required), d = ``len(columns)``; the keys that describe a dataset's
+    sample are refused. :attr:`DataSpec.dataset` is None.
+    """
+    ok = True
+    for key in sorted((set(t) & DATA_KEYS) - NODE_FILE_KEYS):
+        why = (
+            "a fraction of a dataset's records; state data.num_clients instead"
+            if key == "sample_fraction"
+            else "it describes the dataset the clients are sampled from"
+        )
+        c.fail(
+            f"data.{key}",
+            f"needs data.dataset ({why}); without one each node reads its own file (allowed "
+            f"without data.dataset: {', '.join(sorted(NODE_FILE_KEYS))})",
+        )
+        ok = False
+    num_clients: Any = MISSING
+    if "num_clients" in t:
+        num_clients = c.get(t, "num_clients", "num_clients", "data.num_clients")
+    elif "sample_fraction" not in t:  # reported above
+        c.fail(
+            "data.num_clients",
+            "required without data.dataset: the number of nodes, each reading its own file "
+            "(node config data-path)",
+        )
+    records = c.get(
+        t, "records_per_client", "records_per_client", "data.records_per_client", default=1
+    )
+    if t.get("summary", "mean") != "mean":
+        c.fail(
+            "data.summary",
+            f"without data.dataset only 'mean' (the nodes' files have no labels or images), "
+            f"got {t['summary']!r}",
+        )
+        ok = False
+    columns, bounds = _columns(c, t)
+    arm, effect = _two_arm(c, t, columns, bounds)
+    names = _units(c, t, columns)
+    if not ok or not is_ok(num_clients, records, columns, bounds, arm, effect, names):
+        return MISSING
+    return DataSpec(
+        dataset=None,
+        num_clients=num_clients,
+        records_per_client=records,
         columns=columns,
         bounds=bounds,
         arm=arm,

@@ -109,6 +109,7 @@ def find_skew_scenarios(dataset: str) -> dict[SkewLevel, Any]:
         A skew level has no shipped scenario, or one that does not match (the message says
         which).
     """
+    from fa_hetdp.config.partition import NO_DATASET
     from fa_hetdp.config.scenario import available_scenarios, load_scenario
     from fa_hetdp.errors import ScenarioError
 
@@ -122,6 +123,9 @@ def find_skew_scenarios(dataset: str) -> dict[SkewLevel, Any]:
             continue
         scenario = load_scenario(names[stem])
         ratios = scenario.data.label_ratios
+        if scenario.data.dataset is None:  # [data] columns only: the nodes' own files
+            problems.append(f"{skew.label}: {names[stem]}: {NO_DATASET}")
+            continue
         if (
             scenario.data.dataset != dataset
             or ratios is None
