@@ -200,9 +200,10 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     ``data-path`` refuses with :data:`fa_hetdp.config.partition.NO_DATASET` (public: no path,
     no value).
     """
+    scenario = run_settings(context).scenario
+    data = scenario.data
     data_path = context.node_config.get(NodeConfig.DATA_PATH)
     if isinstance(data_path, str) and data_path:
-        data = run_settings(context).scenario.data
         if data.columns is None:  # .npy or a headerless numeric .csv, values in [0, 1]
             return load_checked_records(data_path), None  # a file has no labels
         if data.arm is not None:  # two-arm effects: the arm column read beside the outcomes
@@ -212,12 +213,11 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
             return split_arm(both, data.arm)
         records = load_checked_records(data_path, columns=data.columns, bounds=data.column_bounds())
         return records, None
-    require_dataset(run_settings(context).scenario)  # no dataset: every node needs a data-path
-    if run_settings(context).scenario.data.arm is not None:
-        split_arm(None, str(run_settings(context).scenario.data.arm))  # refused: no data file
+    require_dataset(scenario)  # no dataset: every node needs a data-path
+    if data.arm is not None:
+        split_arm(None, str(data.arm))  # refused: a two-arm run needs the node's data file
     pid, num = node_partition(context)
-    scenario = run_settings(context).scenario
-    if scenario.data.sites is not None:  # client i reads sites[i], as a data owner's file
+    if data.sites is not None:  # client i reads sites[i], as a data owner's file
         return site_records(scenario, pid, num), None
     return client_records(scenario, pid, num)
 
