@@ -395,55 +395,19 @@ def run_forest(
     axes = tuple(
         panel_axis(unit, effect, in_units=in_units or units is not None) for unit in unit_of
     )
-    if effect != "mean":
-        told = _effect_notes(effect, section, labels, columns, pct)
-        if len(columns) < d:
-            drawn = ", ".join(labels[j] for j in columns)
-            told.append(
-                f"columns drawn: the {len(columns)} of {d} with the largest I² ({drawn}); the "
-                "result file holds every column"
-            )
-        return RunForest(
-            panels=panels,
-            columns=columns,
-            d=d,
-            title=title,
-            notes=tuple(told),
-            titles=titles,
-            axes=axes,
-        )
-    notes: list[str] = []
-    if panels and panels[0].sites:
-        notes.append(
-            f"silo rows: each silo's noisy released mean with its {pct} interval "
-            "± z·√(s²/m + σ²) (its sampling error and its privacy noise); area: its share of "
-            "the random-effects weight"
-        )
-    else:
-        notes.append(NO_SILO_ROWS)
-    notes.append(
-        f"fixed effect, random effects: {pct} confidence intervals of the population mean "
-        "(sampling error and privacy noise); prediction interval: a new silo's mean"
+    capped = (
+        [
+            f"columns drawn: the {len(columns)} of {d} with the largest I² "
+            f"({', '.join(labels[j] for j in columns)}); the result file holds every column"
+        ]
+        if len(columns) < d
+        else []
     )
-    if len(columns) < d:
-        drawn = ", ".join(labels[j] for j in columns)
-        notes.append(
-            f"columns drawn: the {len(columns)} of {d} with the largest I² ({drawn}); the "
-            "result file holds every column"
-        )
-    if section is not found:  # the result's figures in the columns' units
-        bounds = section.get("bounds") or {}
-        ranges = ", ".join(
-            f"{c} [{float(b[0]):g}, {float(b[1]):g}]"
-            for c, b in bounds.items()
-            if isinstance(b, Sequence) and len(b) == 2
-        )
-        notes.append(
-            "axes: each column in its own units, scaled back from [0, 1] by the scenario's "
-            f"public bounds{f' ({ranges})' if ranges else ''}"
-        )
-    elif units is None:
-        notes.append("axes: each column's values on the records' [0, 1] scale (no units stated)")
+    notes = (
+        [*_effect_notes(effect, section, labels, columns, pct), *capped]
+        if effect != "mean"
+        else [*_mean_notes(panels, pct), *capped, *_axes_notes(section, in_units, units)]
+    )
     return RunForest(
         panels=panels,
         columns=columns,
@@ -453,6 +417,40 @@ def run_forest(
         titles=titles,
         axes=axes,
     )
+
+
+def _mean_notes(panels: Sequence[ForestRows], pct: str) -> list[str]:
+    """Return what the rows of a one-arm result show."""
+    silo_rows = (
+        f"silo rows: each silo's noisy released mean with its {pct} interval "
+        "± z·√(s²/m + σ²) (its sampling error and its privacy noise); area: its share of "
+        "the random-effects weight"
+        if panels and panels[0].sites
+        else NO_SILO_ROWS
+    )
+    return [
+        silo_rows,
+        f"fixed effect, random effects: {pct} confidence intervals of the population mean "
+        "(sampling error and privacy noise); prediction interval: a new silo's mean",
+    ]
+
+
+def _axes_notes(section: Mapping[str, Any], in_units: bool, units: object) -> list[str]:
+    """Return what the axes are: the columns' units (``section`` the units view) or [0, 1]."""
+    if in_units:  # the result's figures in the columns' units
+        bounds = section.get("bounds") or {}
+        ranges = ", ".join(
+            f"{c} [{float(b[0]):g}, {float(b[1]):g}]"
+            for c, b in bounds.items()
+            if isinstance(b, Sequence) and len(b) == 2
+        )
+        return [
+            "axes: each column in its own units, scaled back from [0, 1] by the scenario's "
+            f"public bounds{f' ({ranges})' if ranges else ''}"
+        ]
+    if units is None:
+        return ["axes: each column's values on the records' [0, 1] scale (no units stated)"]
+    return []
 
 
 def _units_of(name: str, units: str | Mapping[str, str] | None) -> str:

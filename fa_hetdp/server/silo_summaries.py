@@ -268,19 +268,12 @@ def _arm_release(raw: Any, d: int, binary: bool) -> tuple[FloatArray, FloatArray
     return out[0], None if binary else out[1]
 
 
-class TwoArmSummaries(Analysis):
+class TwoArmSummaries(SiloSummaries):
     """Two-arm effects (``[data] arm`` and ``effect``): every silo's per-arm release.
 
-    One plain step (:func:`two_arm_round`). ``reason``: why this design runs.
+    One plain step (:func:`two_arm_round`), nothing masked, as :class:`SiloSummaries`.
+    ``reason``: why this design runs.
     """
-
-    def __init__(self, reason: str = "") -> None:
-        self.reason = reason
-
-    def summations(self, protocol: ProtocolConfig) -> int:
-        """Return 0: nothing is masked (no key is shared)."""
-        del protocol
-        return 0
 
     def check_reply(self, reply: Mapping[str, Any]) -> str | None:
         """Refuse a reply without a usable record count or arm sizes."""
