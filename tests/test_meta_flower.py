@@ -49,6 +49,23 @@ RECORDS = 300
 SEED = 11
 
 
+def meta_tables(*, design: str, unit: str = "record", seed: int, threshold: float = 0.67) -> str:
+    """A meta-analysis scenario's ``[privacy]``, ``[secagg]`` and ``[experiment]`` tables."""
+    return f"""[privacy]
+epsilon = 1.0
+delta = 1e-5
+analysis = "meta"
+unit = "{unit}"
+design = "{design}"
+[secagg]
+threshold = {threshold}
+neighbours = "complete"
+corrupt_fraction = 0.25
+[experiment]
+seed = {seed}
+"""
+
+
 def silos_file(
     tmp_path: Path,
     *,
@@ -76,18 +93,7 @@ dim = 6
 num_labels = 3
 heterogeneity = 0.1
 noise_std = 0.15
-[privacy]
-epsilon = 1.0
-delta = 1e-5
-analysis = "meta"
-unit = "{unit}"
-design = "{design}"
-[secagg]
-threshold = {threshold}
-neighbours = "complete"
-corrupt_fraction = 0.25
-[experiment]
-seed = {SEED}
+{meta_tables(design=design, unit=unit, seed=SEED, threshold=threshold)}
 {extra}
 """
     )

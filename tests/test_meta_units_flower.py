@@ -23,7 +23,7 @@ import pytest
 from test_dropin import InMemoryGrid
 from test_flower_helpers import run_config
 from test_meta_design_flower import silo_twin
-from test_meta_flower import our_grid, run_meta
+from test_meta_flower import meta_tables, our_grid, run_meta
 
 import fa_hetdp.server.app as server_app
 from fa_hetdp.accuracy.columns import (
@@ -78,18 +78,7 @@ records_per_client = 300
 columns = {json.dumps(list(COLUMNS))}
 bounds = {{ score = [0, 100], age = [18, 90] }}
 {SYNTHETIC if dataset else ""}
-[privacy]
-epsilon = 1.0
-delta = 1e-5
-analysis = "meta"
-unit = "record"
-design = "{design}"
-[secagg]
-threshold = 0.67
-neighbours = "complete"
-corrupt_fraction = 0.25
-[experiment]
-seed = {SEED}
+{meta_tables(design=design, unit="record", seed=SEED)}
 """
     )
     return path

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 from test_flower_helpers import run_config
-from test_meta_flower import our_grid, run_meta
+from test_meta_flower import meta_tables, our_grid, run_meta
 
 import fa_hetdp.server.app as server_app
 from fa_hetdp.clients.app import scenario_records
@@ -51,18 +51,7 @@ records_per_client = {min(COUNTS)}
 columns = ["score", "age"]
 bounds = {{ score = [0, 100], age = [18, 90] }}
 units = {{ score = "points" }}
-[privacy]
-epsilon = 1.0
-delta = 1e-5
-analysis = "meta"
-unit = "record"
-design = "{design}"
-[secagg]
-threshold = 0.67
-neighbours = "complete"
-corrupt_fraction = 0.25
-[experiment]
-seed = {SEED}
+{meta_tables(design=design, unit="record", seed=SEED)}
 """
     )
     return path

@@ -25,7 +25,7 @@ import pytest
 from flwr.app import Context, Message
 from test_dropin import InMemoryGrid
 from test_flower_helpers import run_config
-from test_meta_flower import our_grid, run_meta
+from test_meta_flower import meta_tables, our_grid, run_meta
 
 import fa_hetdp
 import fa_hetdp.server.app as server_app
@@ -84,18 +84,7 @@ columns = {json.dumps(columns)}
 {bounds}
 arm = "treated"
 effect = "{effect}"
-[privacy]
-epsilon = 1.0
-delta = 1e-5
-analysis = "meta"
-unit = "{unit}"
-design = "{design}"
-[secagg]
-threshold = 0.67
-neighbours = "complete"
-corrupt_fraction = 0.25
-[experiment]
-seed = {SEED}
+{meta_tables(design=design, unit=unit, seed=SEED)}
 """
     )
     return path
