@@ -56,7 +56,7 @@ class ErrorGrid:
             SimpleNamespace(
                 metadata=SimpleNamespace(reply_to_message_id=mid, src_node_id=self.sent[mid]),
                 has_error=lambda: True,
-                error=SimpleNamespace(reason=self.reason),
+                error=SimpleNamespace(code=2, reason=self.reason),  # CLIENT_APP_RAISED_EXCEPTION
             )
             for mid in list(message_ids)
         ]

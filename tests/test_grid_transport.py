@@ -84,3 +84,100 @@ def test_a_connected_node_that_never_replies_is_dropped_after_the_patience() -> 
     waited = time.monotonic() - started
     assert set(dropouts) == {1}
     assert 0.1 * server_app.PATIENCE <= waited < 0.1 * server_app.PATIENCE + 1.0
+
+
+# Flower 1.42's SuperLink answers a pull for a message whose destination node missed its
+# heartbeats (HEARTBEAT_PATIENCE x its interval; under load a live node's heartbeat can be
+# late) with an error reply from the SuperLink itself: src_node_id 0, ErrorCode
+# NODE_UNAVAILABLE, reply_to the message. Measured at load 8: two of five live SuperNodes
+# were dropped 17 s into a step with a 120 s time-out, and the run aborted.
+NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
+MESSAGE_UNAVAILABLE = 3  # flwr.common.constant.ErrorCode.MESSAGE_UNAVAILABLE
+
+
+def _link_error(mid: str, code: int, reason: str) -> Any:
+    return SimpleNamespace(
+        metadata=SimpleNamespace(reply_to_message_id=mid, src_node_id=0),
+        has_error=lambda: True,
+        error=SimpleNamespace(code=code, reason=reason),
+    )
+
+
+@dataclass
+class OfflineGrid(SlowGrid):
+    """Flower marks ``offline`` nodes unavailable until ``back`` seconds after the push."""
+
+    offline: dict[int, float] = field(default_factory=dict)  # node -> seconds until back
+    code: int = NODE_UNAVAILABLE
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Any]:
+        out = []
+        ids = list(message_ids)
+        for mid in ids:
+            node, at = self.sent[mid]
+            if node in self.offline and time.monotonic() - at < self.offline[node]:
+                out.append(_link_error(mid, self.code, "Error: Node Unavailable"))
+        late = {mid for mid in ids if self.sent[mid][0] in self.offline}
+        out += [r for r in super().pull_messages(set(ids) - late)]
+        for mid in late:
+            node, at = self.sent[mid]
+            if time.monotonic() - at >= self.offline[node]:
+                out += super().pull_messages([mid])
+        return out
+
+    def get_node_ids(self) -> list[int]:
+        now = time.monotonic()
+        gone = {
+            node
+            for mid, (node, at) in self.sent.items()
+            if node in self.offline and now - at < self.offline[node]
+        }
+        return sorted(self.connected - gone)
+
+
+def test_a_node_flower_marks_offline_for_a_while_still_counts_when_it_replies() -> None:
+    # Node 2's heartbeat is late: the SuperLink answers for it with NODE_UNAVAILABLE for
+    # 0.3 s, then the node is back and replies. It is a reply, not a dropout.
+    grid = OfflineGrid(delays={1: 0.0, 2: 0.35}, connected={1, 2}, offline={2: 0.3})
+    replies, dropouts = GridTransport(grid).exchange("advertise_keys", {1: {}, 2: {}}, 0.5)  # type: ignore[arg-type]
+    assert set(replies) == {1, 2} and dropouts == {}
+
+
+def test_a_node_that_stays_offline_is_dropped_with_flowers_reason() -> None:
+    grid = OfflineGrid(delays={1: 0.0}, connected={1, 2}, offline={2: 60.0})
+    started = time.monotonic()
+    replies, dropouts = GridTransport(grid).exchange("advertise_keys", {1: {}, 2: {}}, 0.2)  # type: ignore[arg-type]
+    waited = time.monotonic() - started
+    assert set(replies) == {1} and set(dropouts) == {2}
+    assert "Flower marked the node offline" in dropouts[2], dropouts[2]
+    # one time-out without progress (it is not connected), not the full patience
+    assert 0.2 <= waited < 0.2 * server_app.PATIENCE
+
+
+def test_another_error_from_the_superlink_names_the_node_it_was_for() -> None:
+    # An expired message (MESSAGE_UNAVAILABLE) comes from the SuperLink (src 0), not from
+    # the node: it is that node's dropout, with the link's reason, at once.
+    grid = OfflineGrid(
+        delays={1: 0.0}, connected={1, 2}, offline={2: 60.0}, code=MESSAGE_UNAVAILABLE
+    )
+    started = time.monotonic()
+    replies, dropouts = GridTransport(grid).exchange("advertise_keys", {1: {}, 2: {}}, 5.0)  # type: ignore[arg-type]
+    assert set(replies) == {1} and set(dropouts) == {2}
+    assert dropouts[2].startswith("error from the SuperLink: "), dropouts[2]
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_message_the_superlink_did_not_accept_is_that_nodes_dropout() -> None:
+    # Flower's push_messages returns None for a message it could not push (order kept).
+    grid = SlowGrid(delays={1: 0.0, 2: 0.0}, connected={1, 2})
+    pushed = grid.push_messages
+
+    def push(messages: Iterable[Any]) -> list[Any]:
+        ids: list[Any] = pushed(messages)
+        ids[1] = None
+        return ids
+
+    grid.push_messages = push  # type: ignore[method-assign]
+    replies, dropouts = GridTransport(grid).exchange("advertise_keys", {1: {}, 2: {}}, 0.2)  # type: ignore[arg-type]
+    assert set(replies) == {1} and set(dropouts) == {2}
+    assert "not accepted by the SuperLink" in dropouts[2]

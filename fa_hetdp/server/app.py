@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flwr.app import Context, Message
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 import fa_hetdp
@@ -100,15 +101,19 @@ class GridTransport:
     """:class:`server.strategy.Transport` over a Flower ``Grid`` (one query per step).
 
     A reply counts when it has no error, comes from a node that was sent a message at this
-    step, and decodes; every other node of the step is a dropout. Error replies of a dead
-    node may carry the SuperLink's id rather than the node's, so dropouts are found by set
-    difference, and an error's reason is attached when its source is known.
+    step, and decodes; every other node of the step is a dropout, with its reason. An error
+    the SuperLink writes itself (source 0, an expired message) is put to the node its message
+    was for. The SuperLink's "node unavailable" answer (Flower marks a node offline when it
+    misses its heartbeats, as a live node on a busy machine can) is not a reply: the message
+    stays pending and the node may still answer; if it does not, its dropout says Flower
+    marked it offline.
 
     The time-out follows progress: the step waits while replies keep arriving (each one
     restarts the ``timeout`` window); after ``timeout`` seconds without a reply it still
     waits for the nodes that are connected to the SuperLink (alive: their heartbeats arrive;
     a busy machine is slow, not dead), up to :data:`PATIENCE` times ``timeout`` in all, and
-    drops only the nodes that are gone or that have not replied by then.
+    drops only the nodes that are gone (one ``timeout`` without progress, a node marked
+    offline included) or that have not replied by then.
     """
 
     def __init__(
@@ -150,20 +155,41 @@ class GridTransport:
             limits.document,
             min(limits.decoded, MAX_REPLY_BYTES),
         )
-        pending = set(self.grid.push_messages(messages))
+        # Flower keeps the order of push_messages' ids (None for a message it did not take).
+        to_node: dict[str, int] = {}
+        for mid, node in zip(self.grid.push_messages(messages), payloads, strict=True):
+            if mid is None:
+                dropouts[node] = "not accepted by the SuperLink (a malformed or oversized message)"
+            else:
+                to_node[mid] = node
+        pending = set(to_node)
+        offline: set[int] = set()  # nodes the SuperLink answered for: heartbeat late
         start = last_reply = time.monotonic()
         wait = FIRST_POLL_SECONDS
         while pending:
             pulled = False
             for reply in self.grid.pull_messages(pending):
-                pending.discard(reply.metadata.reply_to_message_id)
+                mid = reply.metadata.reply_to_message_id
+                asked = to_node.get(mid)
+                if _node_unavailable(reply) and asked is not None:
+                    # not progress: Flower says the node missed its heartbeats, which a busy
+                    # machine's live node can; the message stays, and the node may come back
+                    offline.add(asked)
+                    continue
+                pending.discard(mid)
                 last_reply = time.monotonic()
                 pulled = True
                 source = int(reply.metadata.src_node_id)
-                if source not in payloads or source in replies:
+                if source not in payloads and asked is not None and reply.has_error():
+                    # the SuperLink's own error about this node's message (an expired TTL)
+                    source, link = asked, "error from the SuperLink: "
+                else:
+                    link = "error reply: "
+                if source not in payloads or source in replies or source in dropouts:
                     continue
+                offline.discard(source)
                 if reply.has_error():
-                    dropouts[source] = f"error reply: {error_summary(reply.error.reason or '')}"
+                    dropouts[source] = link + error_summary(reply.error.reason or "")
                     continue
                 try:
                     replies[source] = decode(reply.content, limits=limits)
@@ -180,9 +206,21 @@ class GridTransport:
                 wait = min(2 * wait, POLL_SECONDS)
         waited = time.monotonic() - start
         for node in payloads:
-            if node not in replies and node not in dropouts:
-                dropouts[node] = f"no reply within {waited:.0f} s (or an error from the link)"
+            if node in replies or node in dropouts:
+                continue
+            if node in offline:
+                dropouts[node] = (
+                    "Flower marked the node offline (its heartbeats stopped or came late) and "
+                    f"it did not come back within {waited:.0f} s"
+                )
+            else:
+                dropouts[node] = f"no reply within {waited:.0f} s"
         return replies, dropouts
+
+
+def _node_unavailable(reply: Message) -> bool:
+    """Whether ``reply`` is the SuperLink's "node unavailable" answer for its message."""
+    return bool(reply.has_error()) and int(reply.error.code) == ErrorCode.NODE_UNAVAILABLE
 
 
 @app.main()
