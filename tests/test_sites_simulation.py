@@ -332,3 +332,32 @@ def test_fa_hetdp_run_of_the_example_labels_the_sites_in_units(
     for panel in forest.panels:
         assert sorted(panel.labels[: len(stems)]) == stems
         assert panel.labels[len(stems) :] == POOLED_ROWS
+
+
+def test_a_num_clients_override_unlike_the_sites_is_refused_with_the_run_config(
+    tmp_path: Path,
+) -> None:
+    """Review: ``num-clients`` != the number of sites is refused with the run config's checks.
+
+    Before, it passed them and was refused only when a client read its file (or the server
+    waited for clients that never came). :meth:`RunSettings.from_run_config` is what the
+    ServerApp reads first (its error is the result's reason) and every ClientApp before it
+    reads data; its refusal names both numbers.
+    """
+    from fa_hetdp.flowerkit.settings import RunSettings
+
+    path = _scenario(tmp_path)
+    for given in (2, 4):
+        with pytest.raises(ConfigError) as info:
+            RunSettings.from_run_config(run_config(tmp_path, path, **{"num-clients": given}))
+        problems = dict(info.value.problems)
+        reason = problems["run-config.num-clients"]
+        assert f"is {given}" in reason and "3 files" in reason, reason
+    for agreed in (0, 3):  # unset (the scenario's) or the same count
+        settings = RunSettings.from_run_config(
+            run_config(tmp_path, path, **{"num-clients": agreed})
+        )
+        assert settings.num_clients == 3
+    # a deployment's owners may bring their own files (data-path): any count is theirs
+    deployment = run_config(tmp_path, path, **{"num-clients": 4, "mode": "deployment"})
+    assert RunSettings.from_run_config(deployment).num_clients == 4

@@ -571,8 +571,13 @@ def print_result(setup: RunSetup, result: Mapping[str, Any]) -> None:
 
 
 def _print_run_notes(console: Any, result: Mapping[str, Any]) -> None:
-    survivors = result.get("survivors", {})
-    console.print("clients per step: " + ", ".join(f"{k}={v}" for k, v in survivors.items()))
+    """Print the notes under a result: the clients per step, the protocol's time, the labels.
+
+    A result made without Flower has no per-step counts: no "clients per step" line then.
+    """
+    survivors = result.get("survivors") or {}
+    if survivors:
+        console.print("clients per step: " + ", ".join(f"{k}={v}" for k, v in survivors.items()))
     timings = result.get("timings", {})
     if "protocol" in timings:
         console.print(f"protocol time: {float(timings['protocol']):.2f} s")

@@ -27,7 +27,8 @@ The node's privacy ledger (issue 27, :mod:`fa_hetdp.flowerkit.ledger`): before t
 starts, the supervisor reads the node policy of its ``--node-config``
 (:func:`node_ledger`; a bad key or a file that is not a ledger is refused there, with the
 reason) and prints what the ledger has spent and what is left; it prints that again each time
-the ledger file changes (a measurement was charged by a ClientApp), :class:`LedgerWatch`.
+it changes (a measurement was charged by a ClientApp; a session's nonce recorded, which
+changes the file but not the summary, prints nothing), :class:`LedgerWatch`.
 """
 
 from __future__ import annotations
@@ -297,11 +298,18 @@ def node_ledger(argv: Sequence[str], env: Mapping[str, str]) -> NodeLedger:
 
 
 class LedgerWatch:
-    """Print the node's ledger summary at the start and after each measurement (a new write)."""
+    """Print the node's ledger summary at the start and after each measurement.
+
+    The file also changes when nothing was spent: a ClientApp records its session's nonce
+    before it replies (:meth:`~fa_hetdp.flowerkit.ledger.NodeLedger.begin`). :meth:`poll`
+    prints only a summary that differs from the one printed last, so the starting lines are
+    not printed twice.
+    """
 
     def __init__(self, ledger: NodeLedger) -> None:
         self.ledger = ledger
         self._seen = self._stamp()
+        self._shown: list[str] | None = None
 
     def _stamp(self) -> tuple[int, int] | None:
         try:
@@ -310,18 +318,27 @@ class LedgerWatch:
             return None
         return stat.st_mtime_ns, stat.st_size
 
-    def show(self) -> None:
-        """Print what is spent and what is left."""
+    def _lines(self) -> list[str]:
         try:
-            lines = self.ledger.summary()
+            return self.ledger.summary()
         except Exception as exc:  # a ledger broken under a running node: say so, go on
-            lines = [f"privacy ledger {self.ledger.path}: {exc}"]
+            return [f"privacy ledger {self.ledger.path}: {exc}"]
+
+    def _print(self, lines: list[str]) -> None:
+        self._shown = lines
         for line in lines:
             print(f"fa-hetdp supernode: {line}", flush=True)
 
+    def show(self) -> None:
+        """Print what is spent and what is left."""
+        self._print(self._lines())
+
     def poll(self) -> None:
-        """Print the summary again when the ledger file changed (a measurement was charged)."""
+        """Print the summary again when the ledger file changed and the summary with it."""
         stamp = self._stamp()
-        if stamp != self._seen:
-            self._seen = stamp
-            self.show()
+        if stamp == self._seen:
+            return
+        self._seen = stamp
+        lines = self._lines()
+        if lines != self._shown:
+            self._print(lines)

@@ -20,8 +20,11 @@ and passes the pre-flight check of ``fa-hetdp check-data`` against the columns a
 (:func:`fa_hetdp.data.check.inspect`). The files are the simulation user's own, on their own
 machine, so each problem is reported with its detail (the file, the line, the column). The
 fewest records a site holds is the scenario's ``records_per_client`` (the public count a record
-unit's ``min_records`` defaults to). Every process that loads the scenario checks the files
-again (each simulated client's too: a file is read once per check), so keep them small.
+unit's ``min_records`` defaults to). A simulation's run config that sets ``num-clients`` to
+another count than the files' is refused with the run config's other problems
+(:func:`sites_clients_problem`), before any client reads a file. Every process that loads the
+scenario checks the files again (each simulated client's too: a file is read once per check),
+so keep them small.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "site_labels",
     "site_partition",
     "site_records",
+    "sites_clients_problem",
 ]
 
 SITES_DATASET: Final[str] = "sites"
@@ -205,11 +209,28 @@ def _preflight(
     return counts if len(counts) == len(paths) else None
 
 
+def sites_clients_problem(data: DataSpec, num_clients: int) -> str | None:
+    """Why a simulation of ``num_clients`` clients cannot run on ``data``'s sites (None: it can).
+
+    A scenario of site files simulates one client per file: the run's ``num-clients``, when
+    set, must be ``len(sites)``. The run config's checks call it
+    (:meth:`fa_hetdp.flowerkit.settings.RunSettings.from_run_config`), so that such a run is
+    refused with every other setting, before any client reads a file; None without sites.
+    """
+    sites = data.sites
+    if sites is None or num_clients == len(sites):
+        return None
+    return (
+        f"is {num_clients} but data.sites lists {len(sites)} files, one client per file: leave "
+        f"num-clients unset (0: the scenario's {len(sites)}) or set it to {len(sites)}"
+    )
+
+
 def _check_clients(data: DataSpec, num_clients: int) -> tuple[str, ...]:
     sites = data.sites
     if sites is None:  # pragma: no cover - callers branch on data.sites
         raise ScenarioError("data.sites: not a scenario of site files")
-    if num_clients != len(sites):
+    if sites_clients_problem(data, num_clients) is not None:
         raise ScenarioError(
             f"data.sites: {len(sites)} files, one client per file, but the run has "
             f"{num_clients} clients (num-clients): leave num-clients unset, or list that many "

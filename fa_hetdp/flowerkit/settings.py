@@ -35,6 +35,7 @@ from fa_hetdp.config.schema import Scenario
 from fa_hetdp.config.secagg import resolve_graph, resolve_modulus_bits, secagg_parameters
 from fa_hetdp.config.settings import SETTINGS, Setting
 from fa_hetdp.config.settings import meta_settings as declared_meta_settings
+from fa_hetdp.config.sites import sites_clients_problem
 from fa_hetdp.flowerkit.steps import INPUT_STEP, UNMASK_STEP, NodeConfig
 from fa_hetdp.protocol.meta_plan import MetaPlan, MetaSettings, plan_meta
 from fa_hetdp.protocol.silo_summaries import SiloPlan, plan_silo_summaries
@@ -400,6 +401,11 @@ class RunSettings:
             problems.append((run_config_key("analysis"), meta_problem))
         if not problems and (two_arm := two_arm_problem(values, scenario.data.effect)):
             problems.append((run_config_key(two_arm[0]), two_arm[1]))
+        n_key = run_config_key("num_clients")
+        simulated_sites = scenario_records and values.get("mode") == "simulation"
+        if simulated_sites and not any(key == n_key for key, _ in problems):
+            if sites_problem := sites_clients_problem(scenario.data, values["num_clients"]):
+                problems.append((n_key, sites_problem))  # one client per file, said now
         max_epsilon = raw.get("max-epsilon", UNSET["max-epsilon"])  # checked as an epsilon
         if max_epsilon != UNSET["max-epsilon"]:
             problems += validate({"epsilon": max_epsilon}, lambda _: "run-config.max-epsilon")

@@ -486,8 +486,9 @@ def plot_meta_i2(
     kinds: its sample interval), and the axis says which.
 
     The coordinates are sorted by I² and labelled by their columns where the section names
-    them (:func:`i2_axis`); the dashed line is the I² of the summed Q. Written to a
-    temporary file beside ``path`` and renamed, so a reader never sees half a figure.
+    them (:func:`i2_axis`); the dashed line is the I² of the summed Q, named by a legend
+    above the axes (outside the data area: it covers no marker). Written to a temporary file
+    beside ``path`` and renamed, so a reader never sees half a figure.
 
     Raises
     ------
@@ -515,7 +516,16 @@ def plot_meta_i2(
     total = section["statistics"].get("i2_total", {}).get("value")
     if total is not None:
         ax.axvline(float(total), linestyle="--", color="0.4", label="I² of the summed Q")
-        ax.legend(fontsize=7, loc="lower right")
+        # above the axes, outside the data area: no marker is ever under it (a fixed corner
+        # inside covered the bottom row when every I² was large); the constrained layout
+        # makes room for it below the title
+        ax.legend(
+            fontsize=7,
+            loc="lower right",
+            bbox_to_anchor=(1.0, 1.0),
+            borderaxespad=0.3,
+            frameon=False,
+        )
     ax.set_yticks(y, ticks)
     ax.set_xlim(-0.02, 1.02)
     covers = (

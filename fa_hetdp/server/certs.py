@@ -8,6 +8,13 @@ subject alternative name, default ``127.0.0.1 localhost``). Start the SuperLink 
 SuperNode (and ``flwr``'s connection) with ``--root-certificates ca.crt``.
 ``--node-keys NAME ...`` also writes SuperNode authentication key pairs (OpenSSH format,
 see :func:`generate_node_keys`).
+
+Nothing is ever replaced: a new CA over an old one would orphan every certificate and key it
+had handed out. The command refuses an OUTDIR that holds anything (one line naming what is
+there; exit code 2) before it writes, and :func:`generate_tls_files` and
+:func:`generate_node_keys` refuse any file they would replace (:class:`FileExistsError`).
+Each file is written atomically (:func:`fa_hetdp.report.files.write_atomic`): the private
+keys with mode 0600, the certificates and public keys readable by all (0644).
 """
 
 from __future__ import annotations
@@ -15,17 +22,25 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import ipaddress
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["NodeKeys", "TlsFiles", "generate_node_keys", "generate_tls_files"]
+from fa_hetdp.report.files import write_atomic
+
+__all__ = ["TLS_FILE_NAMES", "NodeKeys", "TlsFiles", "generate_node_keys", "generate_tls_files"]
+
+#: The files :func:`generate_tls_files` writes, in its folder.
+TLS_FILE_NAMES: tuple[str, ...] = ("ca.crt", "ca.key", "server.pem", "server.key")
+_PRIVATE, _PUBLIC = 0o600, 0o644
 
 
 @dataclass(frozen=True)
@@ -38,15 +53,32 @@ class TlsFiles:
     server_key: Path
 
 
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
+def _refuse_existing(paths: Sequence[Path]) -> None:
+    """Raise :class:`FileExistsError` naming every path of ``paths`` that exists."""
+    there = [p for p in paths if os.path.lexists(p)]
+    if there:
+        one = len(there) == 1
+        raise FileExistsError(
+            f"{', '.join(str(p) for p in there)} already exist{'s' if one else ''}: nothing is "
+            f"replaced (what {'it secures' if one else 'they secure'} would be lost); write "
+            "into another folder, or move the old files away first"
         )
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` atomically with permissions ``mode`` (set before the rename)."""
+
+    def fill(handle: IO[bytes]) -> None:
+        os.fchmod(handle.fileno(), mode)
+        handle.write(data)
+
+    write_atomic(path, fill)
+
+
+def _pkcs8(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    path.chmod(0o600)
 
 
 def _san(host: str) -> x509.GeneralName:
@@ -62,12 +94,18 @@ def generate_tls_files(
     """Write a fresh CA and a SuperLink certificate for ``hosts`` into ``directory``.
 
     Keys are ECDSA P-256, generated here (never passed in). ``days`` is the validity period.
+
+    Raises
+    ------
+    FileExistsError
+        One of the files (:data:`TLS_FILE_NAMES`) is there already: nothing is written.
     """
     if not hosts:
         raise ValueError("hosts must name at least one host name or IP address, got none.")
     if days < 1:
         raise ValueError(f"days must be >= 1, got days={days}.")
-    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / name for name in TLS_FILE_NAMES]
+    _refuse_existing(paths)
     now = dt.datetime.now(dt.UTC)
     not_before = now - dt.timedelta(minutes=5)
     not_after = now + dt.timedelta(days=days)
@@ -122,16 +160,12 @@ def generate_tls_files(
         .sign(ca_key, hashes.SHA256())
     )
 
-    files = TlsFiles(
-        ca_certificate=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        server_certificate=directory / "server.pem",
-        server_key=directory / "server.key",
-    )
-    files.ca_certificate.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(files.ca_key, ca_key)
-    files.server_certificate.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    _write_key(files.server_key, server_key)
+    _refuse_existing(paths)  # nothing appeared in the meantime
+    files = TlsFiles(*paths)
+    _write(files.ca_key, _pkcs8(ca_key), _PRIVATE)
+    _write(files.ca_certificate, ca_cert.public_bytes(serialization.Encoding.PEM), _PUBLIC)
+    _write(files.server_key, _pkcs8(server_key), _PRIVATE)
+    _write(files.server_certificate, server_cert.public_bytes(serialization.Encoding.PEM), _PUBLIC)
     return files
 
 
@@ -150,44 +184,113 @@ def generate_node_keys(directory: Path, name: str) -> NodeKeys:
     ``flwr supernode register <name>.pub <connection>``; the SuperNode starts with
     ``--auth-supernode-private-key <name>``. Equivalent to
     ``ssh-keygen -t ecdsa -b 384 -N "" -f <name>``.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a plain file name.
+    FileExistsError
+        ``<name>`` or ``<name>.pub`` is there already: nothing is written.
     """
-    if not name or "/" in name:
-        raise ValueError(f"name must be a plain file name, got name={name!r}.")
-    directory.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP384R1())
+    problem = _node_key_name_problem(name)
+    if problem is not None:
+        raise ValueError(f"name {problem}.")
     files = NodeKeys(private_key=directory / name, public_key=directory / f"{name}.pub")
-    files.private_key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        )
+    _refuse_existing([files.private_key, files.public_key])
+    key = ec.generate_private_key(ec.SECP384R1())
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
     )
-    files.private_key.chmod(0o600)
-    files.public_key.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
-        + b"\n"
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
+    _write(files.private_key, private, _PRIVATE)
+    _write(files.public_key, public + b"\n", _PUBLIC)
     return files
 
 
+def _node_key_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a SuperNode key file (None: it can)."""
+    if not name or "/" in name or os.sep in name or name in (".", ".."):
+        return f"must be a plain file name, got name={name!r}"
+    return None
+
+
+def _node_key_names_problem(names: Sequence[str]) -> str | None:
+    """Why ``--node-keys NAME ...`` cannot be written together (None: they can)."""
+    taken = set(TLS_FILE_NAMES)
+    for name in names:
+        problem = _node_key_name_problem(name)
+        if problem is not None:
+            return f"each NAME {problem}"
+        if {name, f"{name}.pub"} & taken:
+            clash = sorted({name, f"{name}.pub"} & taken)[0]
+            return (
+                f"{name!r} would write {clash}, which "
+                + ("another NAME writes" if clash not in TLS_FILE_NAMES else "is a TLS file")
+                + ": give each owner its own name"
+            )
+        taken |= {name, f"{name}.pub"}
+    return None
+
+
+def _outdir_problem(outdir: Path) -> str | None:
+    """Why OUTDIR cannot take the files (None: it is new or empty)."""
+    if not outdir.exists():
+        return (
+            None
+            if not os.path.lexists(outdir)
+            else f"{outdir} is a broken link; choose another OUTDIR"
+        )
+    if not outdir.is_dir():
+        return f"{outdir} exists and is not a folder; choose another OUTDIR"
+    held = sorted(entry.name for entry in outdir.iterdir())
+    if not held:
+        return None
+    shown = ", ".join(held[:8]) + (f", ... ({len(held)} entries)" if len(held) > 8 else "")
+    return (
+        f"{outdir} already exists and is not empty ({shown}): the command writes a new CA "
+        "and new keys and never replaces files (the old CA's certificates and the keys "
+        "handed out would be lost); write into another folder (new or empty), or move "
+        f"{outdir} away first if its files are no longer needed"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m fa_hetdp.server.certs OUTDIR [HOST ...]``."""
+    """Command line: ``python -m fa_hetdp.server.certs OUTDIR [HOST ...]``; the exit code.
+
+    OUTDIR must be new or empty (nothing is ever replaced); a refused command writes nothing
+    and exits with code 2 and one line on stderr.
+    """
     parser = argparse.ArgumentParser(prog="python -m fa_hetdp.server.certs", description=__doc__)
-    parser.add_argument("outdir", type=Path)
+    parser.add_argument("outdir", type=Path, help="a new or empty folder for the files")
     parser.add_argument("hosts", nargs="*", default=["127.0.0.1", "localhost"])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--node-keys", nargs="*", default=[], metavar="NAME")
     args = parser.parse_args(argv)
-    files = generate_tls_files(args.outdir, args.hosts, days=args.days)
+
+    def refuse(message: str) -> int:
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
+
+    names_problem = _node_key_names_problem(args.node_keys)
+    if names_problem is not None:
+        return refuse(f"--node-keys: {names_problem}")
+    outdir_problem = _outdir_problem(args.outdir)
+    if outdir_problem is not None:
+        return refuse(outdir_problem)
+    try:
+        files = generate_tls_files(args.outdir, args.hosts, days=args.days)
+        keys = [generate_node_keys(args.outdir, name) for name in args.node_keys]
+    except (ValueError, OSError) as exc:  # a bad host or --days; a folder that cannot be written
+        return refuse(str(exc))
     for path in (files.ca_certificate, files.server_certificate, files.server_key):
         print(path)
-    for name in args.node_keys:
-        keys = generate_node_keys(args.outdir, name)
-        print(keys.private_key)
-        print(keys.public_key)
+    for pair in keys:
+        print(pair.private_key)
+        print(pair.public_key)
     return 0
 
 
