@@ -367,3 +367,64 @@ def test_a_cap_beyond_what_a_ledger_holds_is_refused(tmp_path: Path) -> None:
         NodePolicyError, match=r"ledger-max-epsilon must be a number in \(0, 1e\+06\]"
     ):
         _policy(tmp_path, **{"ledger-max-epsilon": 1e9})
+
+
+# ---------------------------------------------------------------------------- two-arm consent
+def _two_arm_view(session: bytes = NONCE) -> PlanView:
+    from fa_hetdp.protocol.two_arm import plan_two_arm
+
+    plan = plan_two_arm(1.0, 1e-5, [[60, 70], [80, 55], [65, 75]], 2, "MD")
+    return silo_view(plan, session=session)
+
+
+def test_public_arm_sizes_need_the_nodes_own_consent(tmp_path: Path) -> None:
+    # a two-arm release publishes the node's arm sizes and protects one record within its
+    # arm: the run's scenario asks for it, the node's own config consents (default: no)
+    view = _two_arm_view()
+    assert view.public_arm_sizes
+    default = _policy(tmp_path, **{"privacy-unit": "record"})
+    assert default.allow_public_arm_sizes is False
+    (reason,) = default.check(view)
+    assert reason.startswith("allow-public-arm-sizes = false") and "arm sizes" in reason
+    assert "within its arm" in reason and "\n" not in reason
+    allowed = _policy(tmp_path, **{"allow-public-arm-sizes": True, "privacy-unit": "record"})
+    assert allowed.check(view, ledger=allowed.ledger()) == []
+    assert _policy(tmp_path, **{"allow-public-arm-sizes": "true"}).allow_public_arm_sizes
+    # the one-arm silo summaries (m_i public, no arms) and the secure sums need no consent
+    settings = MetaSettings(privacy_unit="record", design="silo-summaries")
+    silo = silo_view(plan_silo_summaries(1.0, 1e-5, [40, 50], 2, settings), session=NONCE)
+    assert not silo.public_arm_sizes and default.check(silo) == []
+    assert not _view(_plan(6, corrupt_fraction=0.2)).public_arm_sizes
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0, "1", None, [True]])
+def test_public_arm_sizes_take_a_boolean_only(tmp_path: Path, value: Any) -> None:
+    with pytest.raises(NodePolicyError) as caught:
+        _policy(tmp_path, **{"allow-public-arm-sizes": value})
+    assert f"allow-public-arm-sizes must be true or false, got {value!r}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "typo", ["allow-public-arm-size", "allow-public-arms-sizes", "allow_public_arm_sizes"]
+)
+def test_a_typo_of_the_consent_key_is_refused(tmp_path: Path, typo: str) -> None:
+    # a typo must not silently leave the consent at its default
+    with pytest.raises(NodePolicyError) as caught:
+        _policy(tmp_path, **{typo: True})
+    message = str(caught.value)
+    assert f"{typo} is not a key of fa-hetdp" in message
+    assert "allow-public-arm-sizes" in message.split(typo, 1)[1]
+
+
+def test_every_allow_key_is_fa_hetdps(tmp_path: Path) -> None:
+    # the consents all start with "allow-": an unknown one is refused, a user's own other keys
+    # are still left alone
+    assert {k for k in NODE_KEYS if k.startswith("allow-")} == {
+        "allow-central-placement",
+        "allow-non-dp",
+        "allow-seeded-noise",
+        "allow-public-arm-sizes",
+    }
+    with pytest.raises(NodePolicyError, match="allow-everything is not a key of fa-hetdp"):
+        _policy(tmp_path, **{"allow-everything": True})
+    assert _policy(tmp_path, **{"my-allow-list": "x", "lr": 0.1}).allow_public_arm_sizes is False

@@ -112,9 +112,17 @@ def silo_tables(tmp_path: Path, silos: int = len(COUNTS)) -> list[Path]:
     return paths
 
 
+CONSENT = {"allow-public-arm-sizes": True}
+"""The node config of a node that accepts two-arm releases (its arm sizes public)."""
+
+
 def file_grid(config: dict[str, Any], paths: list[Path]) -> InMemoryGrid:
-    """Our ClientApp on nodes reading ``paths`` (partition ``i`` reads ``paths[i]``)."""
-    return our_grid(config, len(paths), paths)
+    """Our ClientApp on nodes reading ``paths`` (partition ``i`` reads ``paths[i]``), each
+    consenting to publish its arm sizes (:data:`CONSENT`; ``tests/test_two_arm_consent.py``)."""
+    grid = our_grid(config, len(paths), paths)
+    for context in grid.contexts.values():
+        context.node_config.update(CONSENT)
+    return grid
 
 
 @pytest.fixture(autouse=True)
@@ -438,6 +446,7 @@ def test_supernodes_reading_their_files_equal_private_meta_analysis(tmp_path: Pa
                     "num-partitions": len(paths),
                     "data-path": str(path),
                     **SEEDED_NODE,
+                    **CONSENT,
                 }
             )
         outcome = cluster.wait_run(cluster.submit(config), Path(config["result-path"]), timeout=420)

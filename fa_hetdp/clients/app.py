@@ -47,8 +47,10 @@ The data owner's node policy and privacy ledger (issue 27, :mod:`fa_hetdp.client
 simulation, the scenario's ``[nodes]``) before its keys leave the node, and records the
 session's nonce in the node's ledger (a replay is refused); every release-bearing step
 (``stageK_input``, ``meta_round_*``, ``silo_summaries``) checks its plan again and charges the
-whole plan to the ledger before its reply is built. A refusal is one line in the node's log
-and the error reply's reason.
+whole plan to the ledger before its reply is built. A two-arm scenario (``[data] arm``), whose
+first reply states the node's arm sizes, is refused there unless the node config says
+``allow-public-arm-sizes = true`` (a Flower simulation's nodes say it for a two-arm scenario).
+A refusal is one line in the node's log and the error reply's reason.
 
 The session size n that sets the noise share is the length of the setup's id list, which is
 bound into the session id of every share channel (a server that shows two clients different

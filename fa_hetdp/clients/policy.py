@@ -21,7 +21,8 @@ a session smaller than the roster then gets more noise from each node, never les
 In a Flower simulation (the ClientApp runs in a Ray actor: no SuperNode, no node config of its
 own; one person runs every party) our app's simulated nodes take their policy from the
 scenario's ``[nodes]`` table (:class:`~fa_hetdp.config.schema.NodesSpec`, e.g.
-``measurement_max_epsilon = 20``; a key left out is the node's default) and keep one ledger per
+``measurement_max_epsilon = 20``; a key left out is the node's default; a two-arm scenario's
+nodes consent to its public arm sizes, ``allow-public-arm-sizes``) and keep one ledger per
 run (``<Flower home>/fa-hetdp/ledgers/simulation/run-<id>/``). ``fa-hetdp run`` checks the
 same policy before Flower starts (:func:`simulation_refusals`), so a scenario that asks for more
 than its nodes accept is refused with the key to raise, not by every node at its first step.
@@ -47,6 +48,7 @@ from fa_hetdp.dp.budget import PrivacyBudget
 from fa_hetdp.errors import BaselineWarning, FaHetdpError, PrivacyParameterError
 from fa_hetdp.flowerkit.ledger import LedgerError, NodeLedger
 from fa_hetdp.flowerkit.node_policy import (
+    ALLOW_PUBLIC_ARM_SIZES,
     EPSILON_RTOL,
     LEDGER_MAX_EPSILON,
     LEDGER_PATH,
@@ -113,8 +115,12 @@ def simulated_node_config(node_config: Mapping[str, Any], settings: RunSettings)
     A simulated node has no node config of its own (Flower sets its partition only) and one
     person runs every party, so the scenario states what its nodes accept
     (:class:`~fa_hetdp.config.schema.NodesSpec`); a key it leaves out is the node's default.
+    A two-arm scenario (``[data] arm``) is that person's own choice of within-arm neighbours
+    with the arm sizes public: its simulated nodes say ``allow-public-arm-sizes = true``
+    (any other scenario's leave the key out, the node's default: false).
     """
-    return {**settings.scenario.nodes.node_config(), **node_config}
+    arms = {ALLOW_PUBLIC_ARM_SIZES: True} if settings.scenario.data.arm is not None else {}
+    return {**settings.scenario.nodes.node_config(), **arms, **node_config}
 
 
 def node_policy(context: Context, settings: RunSettings, *, dropin: bool = False) -> NodePolicy:
@@ -252,13 +258,17 @@ def session_view(
 
     The paper protocol: the plan the node builds itself for ``n`` and its own ``d``. A
     meta-analysis' plan needs round A's counts: its view has no releases yet (the stated
-    budget and settings are checked; the plan is checked and charged at round A).
+    budget and settings are checked; the plan is checked and charged at round A). A scenario
+    with ``[data] arm`` (two-arm effects) publishes the node's arm sizes in the reply to this
+    step: the view says so (:attr:`~fa_hetdp.flowerkit.node_policy.PlanView.public_arm_sizes`),
+    and a node whose config does not allow it refuses here, before its reply is built.
 
     Raises
     ------
     NodeRefusedError
         The node cannot plan the session (the planner's reason), logged as one line.
     """
+    arms = settings.scenario.data.arm is not None
     if meta:
         p = settings.protocol
         return PlanView(
@@ -277,6 +287,7 @@ def session_view(
             releases=(),
             session=session,
             name="meta-analysis",
+            public_arm_sizes=arms,
         )
     try:
         with warnings.catch_warnings():  # a plan that is not DP: the policy says so itself
@@ -284,7 +295,7 @@ def session_view(
             plan = node_protocol_plan(settings, n=n, d=d, gamma=gamma, roster_size=roster_size)
     except ValueError as exc:  # no plan for this session: refused with the planner's reason
         _refused([f"no plan for this session: {exc}"], "the session")
-    return protocol_view(
+    view = protocol_view(
         plan,
         t=t,
         threat_model=threat_model,
@@ -292,6 +303,7 @@ def session_view(
         roster_size=roster_size,
         session=session,
     )
+    return dataclasses.replace(view, public_arm_sizes=arms)
 
 
 def start_session(

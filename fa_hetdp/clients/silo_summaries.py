@@ -14,14 +14,17 @@ checked by the node's policy and charged to its privacy ledger before the reply 
 
 **Two-arm effects** (the scenario's ``[data] arm`` and ``effect``): the node reads its file's
 0/1 arm column beside the outcome columns (:func:`split_arm`) and its first reply states its
-two arm sizes (public: :func:`arm_local_data`). The ``silo_summaries`` request then lists
-every silo's ``[client id, treated, control]`` (:func:`read_arm_counts`), and the node replies
-with its two arms' releases, treated first -- the noisy means (and, for MD and SMD, the noisy
-sample variances) of each arm at the whole budget, calibrated to the arm's own size
-(:func:`two_arm_release`: :func:`fa_hetdp.protocol.two_arm.release_silo_arms`, the function
-the in-process analysis runs for every silo). Nothing else about its records leaves it; the
-release is charged to the node's ledger first, as above (one release at the plan's
-``(epsilon, delta)``: within-arm neighbours, the arms on disjoint records).
+two arm sizes (public: :func:`arm_local_data`) -- only on a node whose own config says
+``allow-public-arm-sizes = true``: the node's word, not the scenario's (its policy refuses the
+session at the first step otherwise, before that reply is built, and this step's release
+again: :meth:`fa_hetdp.flowerkit.node_policy.NodePolicy.check`). The ``silo_summaries``
+request then lists every silo's ``[client id, treated, control]`` (:func:`read_arm_counts`),
+and the node replies with its two arms' releases, treated first -- the noisy means (and, for
+MD and SMD, the noisy sample variances) of each arm at the whole budget, calibrated to the
+arm's own size (:func:`two_arm_release`: :func:`fa_hetdp.protocol.two_arm.release_silo_arms`,
+the function the in-process analysis runs for every silo). Nothing else about its records
+leaves it; the release is charged to the node's ledger first, as above (one release at the
+plan's ``(epsilon, delta)``: within-arm neighbours, the arms on disjoint records).
 """
 
 from __future__ import annotations
@@ -202,7 +205,8 @@ def arm_local_data(
     """Return what the session keeps (records and arms) and what the first reply shows.
 
     The first reply shows the two arm sizes, ``[treated, control]``: public, as the record
-    count is (the neighbours replace a record within its arm).
+    count is (the neighbours replace a record within its arm), on a node that allows it
+    (``allow-public-arm-sizes``, checked by the node's policy before that reply is built).
     """
     flags = np.asarray(arms, dtype=np.int64)
     return {State.RECORDS: features, State.ARMS: flags}, {Key.ARM_COUNTS: arm_sizes(flags)}

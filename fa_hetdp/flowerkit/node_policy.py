@@ -21,16 +21,21 @@ and validates every key this module knows (one line listing every bad key), and
   composition); a plan whose noise is below what the stated epsilon needs is refused;
 - ``measurement-max-epsilon`` (default 10, at the ledger's ``delta``, default ``1e-5``): a cap
   per measurement, on the epsilon the node recomputed;
+- ``allow-public-arm-sizes`` (default false): a two-arm release (the scenario's ``[data] arm``)
+  publishes the node's arm sizes and protects one record replaced within its arm; refused
+  unless the node's own config consents (the scenario is the server's word);
 - a session nonce seen before (kept in the node's ledger, :mod:`fa_hetdp.flowerkit.ledger`,
   so a restart does not forget it), and a measurement the ledger cannot afford.
 
 Both apps check it at a session's first step and again at each release-bearing step
 (:mod:`fa_hetdp.clients.policy`); our app's nodes in a Flower simulation, which have no node
-config of their own, take theirs from the scenario's ``[nodes]`` table.
+config of their own, take theirs from the scenario's ``[nodes]`` table (and consent to a
+two-arm scenario's public arm sizes: :func:`fa_hetdp.clients.policy.simulated_node_config`).
 
 Node-config keys this module does not know are left alone (a drop-in's user has its own);
-an unknown key under one of this module's prefixes (``ledger-``, ``measurement-``,
-``secagg-``) is refused, so a typo does not silently fall back to a default.
+an unknown key under one of this module's prefixes (``allow-``, ``ledger-``,
+``measurement-``, ``secagg-``, ``min-session-``; ``_`` read as ``-``) is refused, so a typo
+does not silently fall back to a default (a consent to false).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ LEDGER_MAX_DELTA: Final = "ledger-max-delta"
 PRIVACY_UNIT: Final = "privacy-unit"
 RELEASE_SILO_SUMMARIES: Final = "release-silo-summaries"
 ALLOW_SEEDED_NOISE: Final = "allow-seeded-noise"
+ALLOW_PUBLIC_ARM_SIZES: Final = "allow-public-arm-sizes"
 THREAT_MODEL: Final = "secagg-threat-model"
 ROSTER: Final = "secagg-roster"
 IDENTITY_KEY: Final = "secagg-identity-key"
@@ -119,8 +125,9 @@ NODE_KEYS: Final[Mapping[str, tuple[str, str]]] = {
     PRIVACY_UNIT: ("none (drop-in: client)", "a weaker unit than the owner's"),
     RELEASE_SILO_SUMMARIES: ("true", "releasing the silo's own summaries"),
     ALLOW_SEEDED_NOISE: ("false", "noise whoever knows the seed removes"),
+    ALLOW_PUBLIC_ARM_SIZES: ("false", "publishing its arm sizes (within-arm neighbours)"),
 }
-_PREFIXES: Final = ("ledger-", "measurement-", "secagg-", "min-session-")
+_PREFIXES: Final = ("allow-", "ledger-", "measurement-", "secagg-", "min-session-")
 _FLWR_HOME: Final = "FLWR_HOME"
 _DEFAULT_MAX_EPSILON: Final = 10.0
 _DEFAULT_MAX_DELTA: Final = 1e-5
@@ -203,6 +210,10 @@ class PlanView:
         The noise shares a summation actually holds, per release, once the node has seen its
         unmask request (``survivors - c``: the survivors' shares less the colluders it guards
         against); a release not listed keeps :attr:`honest_shares` (the plan's ``n - c``).
+    public_arm_sizes : bool
+        A two-arm measurement (the scenario's ``[data] arm``): the node's arm sizes are
+        published and the unit is one record replaced within its arm (refused unless the node
+        says ``allow-public-arm-sizes = true``).
     """
 
     n: int
@@ -224,6 +235,7 @@ class PlanView:
     name: str = "measurement"
     records: int | None = None
     realised: tuple[tuple[str, int], ...] = ()
+    public_arm_sizes: bool = False
 
     @property
     def colluders(self) -> int:
@@ -342,8 +354,11 @@ def silo_view(
     """Return the node's view of its own silo-summaries release (no secure aggregation).
 
     The node's noise is all the noise (``share = sigma``); the budget's releases have unit
-    sensitivity and ``sigma = 1/mu_k``, the ratio every silo's own bounds keep.
+    sensitivity and ``sigma = 1/mu_k``, the ratio every silo's own bounds keep. A two-arm plan
+    publishes the node's arm sizes (:attr:`PlanView.public_arm_sizes`).
     """
+    from fa_hetdp.protocol.silo_summaries import SiloPlan
+
     budget = plan.budget
     return PlanView(
         n=1,
@@ -363,6 +378,7 @@ def silo_view(
         session=session,
         secure_sum=False,
         name=name,
+        public_arm_sizes=not isinstance(plan, SiloPlan),
     )
 
 
@@ -537,6 +553,9 @@ class NodePolicy:
     release_silo_summaries, allow_seeded_noise : bool
         Today's keys (their readers: :mod:`fa_hetdp.flowerkit.settings`,
         :mod:`fa_hetdp.flowerkit.measurement`).
+    allow_public_arm_sizes : bool
+        Whether the node accepts a two-arm release (its arm sizes public, within-arm
+        neighbours; default false): :meth:`check`.
     threat_model : str or None
         The node's pinned threat model.
     min_gamma : float or None
@@ -556,6 +575,7 @@ class NodePolicy:
     privacy_unit: str | None = None
     release_silo_summaries: bool = True
     allow_seeded_noise: bool = False
+    allow_public_arm_sizes: bool = False
     threat_model: str | None = None
     min_gamma: float | None = None
     roster: bool = False
@@ -576,7 +596,12 @@ class NodePolicy:
         """
         bad: list[str] = []
         for key in node_config:
-            if key.startswith(_PREFIXES) and key not in NODE_KEYS:
+            dashed = key.replace("_", "-")
+            if key in NODE_KEYS or not dashed.startswith(_PREFIXES):
+                continue
+            if dashed in NODE_KEYS:
+                bad.append(f"{key} is not a key of fa-hetdp (its keys use '-': {dashed})")
+            else:
                 known = ", ".join(k for k in NODE_KEYS if k.startswith(_PREFIXES))
                 bad.append(f"{key} is not a key of fa-hetdp (known: {known})")
         central = _bool(node_config, ALLOW_CENTRAL, False, bad)
@@ -586,6 +611,7 @@ class NodePolicy:
         if not isinstance(seeded, bool):
             bad.append(f"{ALLOW_SEEDED_NOISE} must be true or false, got {seeded!r}")
             seeded = False
+        arm_sizes = _bool(node_config, ALLOW_PUBLIC_ARM_SIZES, False, bad)
         measure_eps = _number(
             node_config,
             MEASUREMENT_MAX_EPSILON,
@@ -683,6 +709,7 @@ class NodePolicy:
             privacy_unit=unit,
             release_silo_summaries=silo,
             allow_seeded_noise=seeded,
+            allow_public_arm_sizes=arm_sizes,
             threat_model=model,
             min_gamma=gamma,
             roster=roster is not None,
@@ -784,6 +811,11 @@ class NodePolicy:
                 )
         elif view.placement == "central":
             out.append("placement: a release of the node's own cannot have central noise")
+        if view.public_arm_sizes and not self.allow_public_arm_sizes:
+            out.append(
+                f"{ALLOW_PUBLIC_ARM_SIZES} = false: the server asks for a two-arm release "
+                "(this node's arm sizes public, one record replaced within its arm)"
+            )
         not_dp = self.not_dp(view)
         if not_dp and not self.allow_non_dp:
             out.extend(f"{ALLOW_NON_DP} = false: the server asks for {why}" for why in not_dp)
