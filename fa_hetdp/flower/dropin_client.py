@@ -26,8 +26,10 @@ file; the only difference is where the settings come from:
   against (``secagg-min-gamma``), its threat model, roster and identity key
   (:func:`fa_hetdp.flowerkit.settings.node_secagg`), and whether it releases its own noisy
   summaries in a meta-analysis (``release-silo-summaries``, default ``true``; ``false``: the
-  server runs the secure sums). A server that states another unit or a lower corrupt fraction
-  is refused.
+  server runs the secure sums), and whether it takes part in a two-arm release
+  (``allow-public-arm-sizes``, default ``false``: its arm sizes published, one record replaced
+  within its arm). A server that states another unit or a lower corrupt fraction is refused,
+  and so is a two-arm measurement on a node that does not allow it.
 
 ``records(context)`` returns the client's records, ``features`` of shape ``(N, d)`` with
 values in ``[0, 1]`` (or ``(features, labels)`` with ``labels`` of shape ``(N,)``, needed by
@@ -35,6 +37,17 @@ the ``"label-histogram"`` summary); the client reports the summary the server as
 (``measure(summary=...)``; :mod:`fa_hetdp.data.summaries`), computed on the node. Records with
 NaN, values outside ``[0, 1]`` or the wrong shape fail the step with one line naming the kind
 of problem (no value).
+
+A two-arm effect (``measure(..., analysis="meta", effect="MD", arm="treated")``) compares the
+records of two arms: ``records(context)`` then returns ``(outcomes, arms)``, the second element
+in the place of the labels, ``arms`` one 0/1 integer per record (1 = treated, 0 = control)::
+
+    def records(context):
+        table = load_centre(context)
+        return table[["score"]].to_numpy() / 100.0, table["treated"].to_numpy()
+
+The node keeps both, states its two arm sizes in its first reply (public) and releases each
+arm's noisy summaries (:mod:`fa_hetdp.clients.silo_summaries`).
 """
 
 from __future__ import annotations
@@ -48,7 +61,7 @@ if TYPE_CHECKING:  # flwr and the ClientApp load when register() is called (lean
 __all__ = ["RecordsLoader", "register"]
 
 RecordsLoader = Callable[[Any], Any]
-"""``records(context) -> features | (features, labels)`` (see :func:`register`)."""
+"""``records(context) -> features | (features, labels | arms)`` (see :func:`register`)."""
 
 
 def register(app: ClientApp, *, records: RecordsLoader) -> ClientApp:
@@ -61,7 +74,9 @@ def register(app: ClientApp, *, records: RecordsLoader) -> ClientApp:
     records : callable
         ``records(context) -> features`` or ``(features, labels)``: the node's records,
         ``features`` of shape ``(N, d)`` in ``[0, 1]``, ``labels`` of shape ``(N,)``
-        (integers ``0 .. L-1``). Called once per measurement, on the node.
+        (integers ``0 .. L-1``); for a two-arm effect ``(outcomes, arms)``, ``arms`` of shape
+        ``(N,)`` (integers, 1 = treated, 0 = control). Called once per measurement, on the
+        node.
 
     Returns
     -------

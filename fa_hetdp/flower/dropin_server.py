@@ -19,6 +19,16 @@ included: :class:`fa_hetdp.server.strategy.HeterogeneityStrategy` over
 release protects and against whom). Its messages are ``query.<step>`` messages in their own
 groups, so it can run before training, between a strategy's rounds or after them on the same
 grid. It writes nothing unless ``result_path`` is given.
+
+A two-arm effect across the nodes (a trial's centres)::
+
+        res = fa_hetdp.flower.measure(grid, context, epsilon=1.0, delta=1e-6,
+                                      analysis="meta", privacy_unit="record",
+                                      effect="MD", arm="treated")
+
+with every node's ``records(context)`` returning ``(outcomes, arms)`` (:func:`fa_hetdp.flower.
+register`), returns the :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis` that
+:func:`fa_hetdp.private_meta_analysis` returns for ``arm=`` and ``effect=``.
 """
 
 from __future__ import annotations
@@ -41,6 +51,9 @@ if TYPE_CHECKING:  # flwr and the ServerApp load when measure() is called (lean 
     from flwr.app import Context
     from flwr.serverapp import Grid
 
+    from fa_hetdp.accuracy.columns import ColumnMetaAnalysis
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
+
 __all__ = ["Budget", "measure"]
 
 log = logging.getLogger("flwr.fa_hetdp.server")
@@ -49,7 +62,7 @@ log = logging.getLogger("flwr.fa_hetdp.server")
 class Budget(Protocol):
     """What :func:`measure` needs of a budget (:class:`fa_hetdp.PrivacyBudget`)."""
 
-    def charge(self, plan: ProtocolPlan | MetaPlan) -> Any:
+    def charge(self, plan: ProtocolPlan | MetaPlan | TwoArmPlan) -> Any:
         """Charge one measurement's plan; raise ``PrivacyParameterError`` on an overrun."""
         ...
 
@@ -68,8 +81,10 @@ def measure(
     num_clients: int | None = None,
     seed: int | None = None,
     result_path: str | Path | None = None,
+    effect: str = "mean",
+    arm: str | None = None,
     **settings: Any,
-) -> PrivateStatistics | PrivateMetaAnalysis:
+) -> PrivateStatistics | PrivateMetaAnalysis | ColumnMetaAnalysis:
     """Measure the heterogeneity of the grid's clients privately; return the result.
 
     Parameters
@@ -100,6 +115,19 @@ def measure(
         on every client and the server.
     result_path : str or Path, optional
         Also write the result file there (the JSON document of ``fa-hetdp run``).
+    effect : {"mean", "MD", "SMD", "OR", "RR", "RD"}
+        With ``analysis="meta"``: ``"mean"`` (default) pools each column's mean; the others
+        pool a two-arm effect per node (``docs/meta-analysis.md``, "Two-arm effects"): the
+        mean difference, Hedges' g, the log odds ratio, the log risk ratio or the risk
+        difference of treated against control (OR, RR, RD: 0/1 outcome columns). Every node's
+        ``records(context)`` then returns ``(features, arms)``, ``arms`` its records' arms,
+        one 0/1 integer each (1 = treated); its two arm sizes are public, as in process.
+        Only the silo-summaries design builds per-arm releases: a two-arm effect needs
+        ``analysis="meta"`` and ``privacy_unit="record"``, and refuses
+        ``design="secure-sums"`` (``"auto"`` runs the silo summaries and says why).
+    arm : str, optional
+        The arm indicator's name (``"treated"``): given exactly when ``effect`` compares two
+        arms; the result's ``arm``.
     **settings
         Any other setting by its canonical name (``mechanism``, ``adaptive_floor``,
         ``threshold``, ``neighbours``, ``corrupt_fraction``, ``threat_model``,
@@ -114,15 +142,21 @@ def measure(
 
     Returns
     -------
-    PrivateStatistics or PrivateMetaAnalysis
+    PrivateStatistics or PrivateMetaAnalysis or ColumnMetaAnalysis
         The private statistics with their ``guarantee`` and ``spent`` privacy; with
         ``analysis="meta"`` the private meta-analysis of every client's records
-        (:func:`fa_hetdp.private_meta_analysis` over Flower, in the design chosen).
+        (:func:`fa_hetdp.private_meta_analysis` over Flower, in the design chosen); with a
+        two-arm ``effect`` the :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis` whose
+        ``result`` is a :class:`~fa_hetdp.protocol.two_arm.TwoArmMetaAnalysis` (columns
+        ``x0``, ``x1``, ...: the records' own ``[0, 1]`` scale), as in process.
 
     Raises
     ------
     ConfigError
-        Bad settings (every problem, one error), before anything is sent.
+        Bad settings (every problem, one error), before anything is sent: among them an
+        unknown ``effect`` (with the allowed ones), ``arm`` without a two-arm effect or a
+        two-arm effect without ``arm``, and a two-arm effect with ``design="secure-sums"``,
+        the client unit or another analysis.
     PrivacyParameterError
         ``budget`` cannot afford the measurement (nothing sent).
     ProtocolAbortError
@@ -142,9 +176,12 @@ def measure(
         statistics=statistics,
         summary=spec,
         settings=settings,
+        effect=effect,
+        arm=arm,
     )
     run = read_settings(document).run
     meta = run.protocol.setting("analysis") == "meta"
+    two_arm = run.scenario.data.effect != "mean"  # checked: a meta-analysis, silo summaries
     if meta and spec.kind != "mean":
         raise PrivacyParameterError(
             f"analysis='meta' analyses every record of a client; summary={summary!r} does not "
@@ -160,8 +197,15 @@ def measure(
         # sensitivity, so its charge does not depend on the record counts it will learn
         # either: planned here at min_records (or 2) records each. Nor on its design: both
         # spend the whole (epsilon, delta) under Gaussian composition (the silo summaries by
-        # parallel composition over disjoint records), so the charge is the same.
-        if meta:
+        # parallel composition over disjoint records), so the charge is the same. A two-arm
+        # effect's is its own plan (the silo summaries per arm), at its least arm sizes.
+        if two_arm:
+            from fa_hetdp.flowerkit.settings import two_arm_plan
+            from fa_hetdp.protocol.two_arm import min_arm_size
+
+            least = min_arm_size(run.scenario.data.effect)
+            budget.charge(two_arm_plan(run, [[least, least]] * count, 1))
+        elif meta:
             floor = run.protocol.setting("min_records")
             counts = [floor if isinstance(floor, int) else 2] * count
             budget.charge(meta_plan(run, counts, 1))
@@ -171,7 +215,14 @@ def measure(
     strategy = HeterogeneityStrategy(run, version=fa_hetdp.__version__, write_results=write)
     transport = GridTransport(grid, limits=strategy.message_limits, settings=document)
     strategy.run(transport)
-    result = strategy.meta_result if meta else strategy.result
+    result: PrivateStatistics | PrivateMetaAnalysis | ColumnMetaAnalysis | None
+    if two_arm:
+        from fa_hetdp.accuracy.columns import ColumnMetaAnalysis
+
+        outcome = strategy.outcome
+        result = outcome if isinstance(outcome, ColumnMetaAnalysis) else None
+    else:
+        result = strategy.meta_result if meta else strategy.result
     if result is None:  # pragma: no cover - run() returns only after its last round
         raise PrivacyParameterError("the measurement ended without a result")
     return result

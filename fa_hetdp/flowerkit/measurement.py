@@ -15,6 +15,11 @@ The document is the server's word. What protects a client comes from its own nod
 the corrupt fraction it guards against (``secagg-min-gamma``); a document that states another
 unit, or a lower ``secagg-corrupt-fraction`` than the node's floor (which would calibrate the
 noise to more honest shares than the node believes there are), is refused.
+
+A two-arm effect (``measure(..., effect="MD", arm="treated")``, :class:`TwoArmSpec`) travels in
+the document's ``data`` part, which a one-arm measurement's document does not have; both sides
+set it as the run's ``[data] effect`` and ``arm`` (what our own app reads from its scenario),
+after the checks of :meth:`TwoArmSpec.problems` and :func:`two_arm_run_problems`.
 """
 
 from __future__ import annotations
@@ -26,10 +31,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from fa_hetdp.config.rules import Problem, raise_problems, validate
+from fa_hetdp.config.rules import ConfigError, Problem, raise_problems, validate
+from fa_hetdp.config.sections import TWO_ARM_EFFECTS
 from fa_hetdp.config.settings import SETTINGS
 from fa_hetdp.data.summaries import SUMMARIES, ClientSummary
-from fa_hetdp.flowerkit.settings import RUN_CONFIG_KEYS, RunSettings
+from fa_hetdp.flowerkit.settings import (
+    RUN_CONFIG_KEYS,
+    RunSettings,
+    run_config_key,
+    two_arm_problem,
+)
 from fa_hetdp.flowerkit.steps import NodeConfig
 
 __all__ = [
@@ -37,9 +48,11 @@ __all__ = [
     "SETTINGS_KEY",
     "SentSettings",
     "SummarySpec",
+    "TwoArmSpec",
     "check_node_safety",
     "read_settings",
     "settings_document",
+    "two_arm_run_problems",
 ]
 
 SETTINGS_KEY: Final = "fa-hetdp-settings"
@@ -131,6 +144,134 @@ def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+_EFFECTS_ALLOWED: Final = ", ".join(repr(e) for e in TWO_ARM_EFFECTS)
+
+
+@dataclass(frozen=True)
+class TwoArmSpec:
+    """A drop-in's two-arm effect (the document's ``data`` part; the run's ``[data]``).
+
+    Attributes
+    ----------
+    effect : str
+        ``"mean"`` (no arms: each column's mean, the default) or a two-arm effect, ``"MD"``,
+        ``"SMD"``, ``"OR"``, ``"RR"``, ``"RD"`` (any case: :attr:`name` is upper case).
+    arm : object
+        The arm indicator's name (given iff the effect compares two arms): the result's
+        ``arm``. Every node's ``records(context)`` returns ``(features, arms)``, ``arms``
+        one 0/1 integer per record (1 = treated).
+    """
+
+    effect: object = "mean"
+    arm: object = None
+
+    @property
+    def name(self) -> str:
+        """The effect normalised: ``"mean"`` or a two-arm effect in upper case (else as given)."""
+        raw = self.effect.strip() if isinstance(self.effect, str) else str(self.effect)
+        if raw.lower() == "mean":
+            return "mean"
+        return raw.upper() if raw.upper() in TWO_ARM_EFFECTS else raw
+
+    @property
+    def least_arm_size(self) -> int:
+        """The fewest records an arm may hold: 2 for MD and SMD (a variance), 1 for a proportion."""
+        from fa_hetdp.stats.effect_sizes import BINARY_MEASURES  # loads scipy.special
+
+        return 1 if self.name in BINARY_MEASURES else 2
+
+    @property
+    def two_arm(self) -> bool:
+        """Whether the measurement compares two arms (a two-arm effect, or an arm given)."""
+        return self.name != "mean" or self.arm is not None
+
+    def problems(self) -> list[Problem]:
+        """Return what is wrong with ``effect`` and ``arm``, as ``(key, message)`` pairs."""
+        out: list[Problem] = []
+        name = self.name
+        if name != "mean" and name not in TWO_ARM_EFFECTS:
+            out.append(
+                (
+                    "effect",
+                    f"must be 'mean' (no arms) or a two-arm effect, one of {_EFFECTS_ALLOWED}; "
+                    f"got {self.effect!r}",
+                )
+            )
+        elif name != "mean" and self.arm is None:
+            out.append(
+                (
+                    "arm",
+                    f"effect={name!r} compares two arms: name the arm indicator with arm= (e.g. "
+                    "arm='treated'); every node's records(context) returns (features, arms), "
+                    "arms one 0/1 per record (1 = treated)",
+                )
+            )
+        if self.arm is not None and (not isinstance(self.arm, str) or not self.arm.strip()):
+            out.append(
+                ("arm", f"must name the arm indicator (a non-empty string), got {self.arm!r}")
+            )
+        elif self.arm is not None and name == "mean":
+            out.append(
+                (
+                    "arm",
+                    f"arm={self.arm!r} names the two arms to compare: give effect= one of "
+                    f"{_EFFECTS_ALLOWED} with it (effect='mean' pools one mean per column, with "
+                    "no arms)",
+                )
+            )
+        return out
+
+    def to_document(self) -> dict[str, Any]:
+        """Return the spec as plain values (the document's ``data`` part)."""
+        return {"effect": self.name, "arm": self.arm}
+
+    @classmethod
+    def from_document(cls, data: object) -> tuple[TwoArmSpec, list[Problem]]:
+        """Read a document's ``data`` part; return the spec and what is malformed about it."""
+        if not isinstance(data, Mapping):
+            return cls(), [("data", f"must be a mapping, got {type(data).__name__}")]
+        unknown = sorted(set(data) - {"effect", "arm"})
+        problems: list[Problem] = []
+        if unknown:
+            problems.append(("data", f"unknown {unknown}; allowed: ['arm', 'effect']"))
+        spec = cls(effect=data.get("effect", "mean"), arm=data.get("arm"))
+        return spec, problems
+
+
+def two_arm_run_problems(effect: str, run: RunSettings) -> list[Problem]:
+    """Return every setting of ``run`` a two-arm ``effect`` cannot run with (none: ``[]``).
+
+    A two-arm effect is a meta-analysis (``analysis = "meta"``) in the silo-summaries design,
+    as in process (:func:`fa_hetdp.private_meta_analysis`): each problem is the run config's
+    own line (:func:`fa_hetdp.flowerkit.settings.two_arm_problem`: ``design = "secure-sums"``
+    is refused with :data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL`; the client unit and
+    central placement rule the silo summaries out), checked one setting at a time so that every
+    one is listed, keyed as the run config's key.
+    """
+    p = run.protocol
+    ok: dict[str, Any] = {
+        "analysis": "meta",
+        "design": "silo-summaries",
+        "privacy_unit": "record",
+        "placement": "distributed",
+    }
+    out: list[Problem] = []
+    analysis = p.setting("analysis")
+    if analysis != "meta":
+        out.append(
+            (
+                run_config_key("analysis"),
+                f"effect={effect!r} compares two arms across silos: a meta-analysis "
+                f"(analysis='meta'), got analysis={analysis!r}",
+            )
+        )
+    for name in ("design", "privacy_unit", "placement"):
+        problem = two_arm_problem({**ok, name: p.setting(name)}, effect)
+        if problem is not None:
+            out.append((run_config_key(problem[0]), problem[1]))
+    return out
+
+
 @dataclass(frozen=True)
 class SentSettings:
     """A settings document, resolved: the run settings and the client summary."""
@@ -153,6 +294,8 @@ def settings_document(
     statistics: tuple[str, ...] | None = None,
     summary: SummarySpec | None = None,
     settings: Mapping[str, Any] | None = None,
+    effect: str = "mean",
+    arm: str | None = None,
 ) -> dict[str, Any]:
     """Return the settings document of one measurement (checked: :func:`read_settings`).
 
@@ -161,12 +304,15 @@ def settings_document(
     :data:`fa_hetdp.flowerkit.settings.RUN_CONFIG_KEYS` and the declared settings without a
     run-config key, e.g. ``broadcast_bounds``). ``seed`` given: ``mode = "simulation"``
     (reproducible, no privacy against whoever knows the seed); else ``"deployment"`` (every
-    client draws its noise from a CSPRNG).
+    client draws its noise from a CSPRNG). ``effect`` and ``arm`` (:class:`TwoArmSpec`): a
+    two-arm effect, in the document's ``data`` part (absent for ``effect="mean"`` without
+    ``arm``).
 
     Raises
     ------
     ConfigError
-        An unknown setting name (with the allowed ones), or any value the validator refuses.
+        An unknown setting name (with the allowed ones), or any value the validator refuses
+        (every problem of the settings, the summary and the two-arm effect together).
     """
     extra = dict(settings or {})
     run_config: dict[str, Any] = dict(_FIXED)
@@ -203,11 +349,19 @@ def settings_document(
     raise_problems("measurement settings", problems)
     if statistics is not None:
         scenario_only["statistics"] = list(statistics)
-    document = {
+    document: dict[str, Any] = {
         "run-config": run_config,
         "settings": scenario_only,
         "summary": (summary or SummarySpec()).to_document(),
     }
+    two_arm = TwoArmSpec(effect=effect, arm=arm)
+    if two_arm.two_arm:
+        document["data"] = two_arm.to_document()
+        key = str(RUN_CONFIG_KEYS["min_records"])
+        if two_arm.name in TWO_ARM_EFFECTS and extra.get("privacy_unit") == "record":
+            # every node checks a record-unit session's min_records; a two-arm release is
+            # calibrated to the public arm sizes, so its default is the effect's least count
+            run_config.setdefault(key, 2 * two_arm.least_arm_size)
     read_settings(document)  # the client's check, run here first: refuse before anything is sent
     return document
 
@@ -215,13 +369,19 @@ def settings_document(
 def read_settings(document: object) -> SentSettings:
     """Resolve a settings document with the run config's validator.
 
+    A ``data`` part (a two-arm effect, :class:`TwoArmSpec`) sets the run's ``[data] effect``
+    and ``arm``, once the effect, the arm and the run's settings are checked together
+    (:func:`two_arm_run_problems`).
+
     Raises
     ------
     ConfigError
-        One error listing every problem (a malformed document, a bad value).
+        One error listing every problem (a malformed document, a bad value, a two-arm effect
+        the settings cannot run).
     """
     parts: dict[str, Mapping[str, Any]] = {}
     problems: list[Problem] = []
+    two_arm = TwoArmSpec()
     if not isinstance(document, Mapping):
         problems.append(("settings", f"must be a mapping, got {type(document).__name__}"))
     else:
@@ -231,6 +391,11 @@ def read_settings(document: object) -> SentSettings:
                 parts[key] = part
             else:
                 problems.append((key, "must be a mapping"))
+        if "data" in document:
+            two_arm, malformed = TwoArmSpec.from_document(document["data"])
+            problems += malformed
+            if not malformed:
+                parts["data"] = two_arm.to_document()
     raise_problems("measurement settings", problems)
     run_config, extra, summary = parts["run-config"], parts["settings"], parts["summary"]
     unknown = sorted(set(extra) - set(_SCENARIO_ONLY))
@@ -244,14 +409,24 @@ def read_settings(document: object) -> SentSettings:
         pool_block=summary.get("pool-block", 2),
     )
     problems += spec.problems()
+    problems += two_arm.problems()
     values: dict[str, Any] = {
         k: (tuple(v) if k == "statistics" and isinstance(v, list) else v) for k, v in extra.items()
     }
     problems += validate(
         {k: values[k] for k in values if k in _SCENARIO_ONLY}, lambda k: f"settings.{k}"
     )
+    try:
+        run = RunSettings.from_run_config(run_config, scenario_records=False)
+    except ConfigError as exc:  # listed with the rest
+        raise_problems("measurement settings", [*problems, *exc.problems])
+        raise
+    if two_arm.name != "mean":
+        problems += two_arm_run_problems(two_arm.name, run)
     raise_problems("measurement settings", problems)
-    run = RunSettings.from_run_config(run_config, scenario_records=False)
+    if two_arm.two_arm:
+        data = replace(run.scenario.data, effect=two_arm.name, arm=str(two_arm.arm))
+        run = replace(run, scenario=replace(run.scenario, data=data))
     if values:
         protocol_fields = {k: v for k, v in values.items() if SETTINGS[k].protocol}
         others = {k: v for k, v in values.items() if not SETTINGS[k].protocol}
