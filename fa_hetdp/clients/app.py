@@ -224,13 +224,20 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     return client_records(scenario, pid, num)
 
 
-def _records_of(loaded: Records) -> tuple[np.ndarray, np.ndarray | None]:
+def _records_of(
+    loaded: Records, *, effect: str | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Check what a records loader returned: ``(N, d)`` finite features in [0, 1].
+
+    ``effect`` names a two-arm run's effect (None: one arm): the loader must then return
+    ``(outcomes, arms)``, the arms one per record, integers or booleans (cast to 0/1; their
+    values are checked by :func:`~fa_hetdp.clients.silo_summaries.arm_local_data`).
 
     Raises
     ------
     InputDataError
-        One line naming the kind of problem (shape, NaN, range), never a value.
+        One line naming the kind of problem (shape, NaN, range; the labels or the arms; a
+        two-arm run's loader that returned no arms), never a value.
     """
     if isinstance(loaded, tuple):
         if len(loaded) != 2:
@@ -257,25 +264,52 @@ def _records_of(loaded: Records) -> tuple[np.ndarray, np.ndarray | None]:
             "records(context): features outside [0, 1] (scale them first, e.g. pixels / 16)"
         )
     if raw_labels is None:
+        if effect is not None:
+            raise InputDataError(no_arms(effect))
         return features, None
     labels = np.asarray(raw_labels)
+    if effect is not None and labels.dtype == np.bool_:  # e.g. df.treated == 1
+        labels = labels.astype(np.int64)
     if labels.shape != (features.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
+        what = "labels" if effect is None else "arms"
+        kind = "integers" if effect is None else "0/1 integers or booleans"
         raise InputDataError(
-            f"records(context): labels must be {features.shape[0]} integers (one per record), "
+            f"records(context): {what} must be {features.shape[0]} {kind} (one per record), "
             f"got shape {labels.shape} of {labels.dtype}"
         )
     return features, labels
 
 
+def no_arms(effect: str) -> str:
+    """Return the refusal of a two-arm run's node whose ``records(context)`` gave no arms."""
+    return (
+        f"effect={effect!r} needs records(context) to return (outcomes, arms), arms one 0/1 "
+        "per record (1 = treated); this node's loader returned no arms"
+    )
+
+
 def _check_record_count(settings: RunSettings, count: int) -> None:
     """Refuse to join a record-unit session with fewer records than its ``min_records``.
 
-    Under ``privacy_unit = "record"`` the noise is sized for one record moving the client's
-    mean by at most ``1/min_records``; a client holding fewer records moves it further.
+    Under ``privacy_unit = "record"`` the paper's statistics size their noise for one record
+    moving the client's mean by at most ``1/min_records``: a session that states no bound is
+    refused (the noise would assume none), and a client holding fewer records moves it
+    further. A meta-analysis publishes the client's own count (its first reply) and is
+    calibrated on it, checked at its first release (the round-A and ``silo_summaries``
+    requests must list it; two-arm effects: the arm sizes): a stated bound is still checked,
+    a missing one is not needed.
     """
     if settings.protocol.setting("privacy_unit") != "record":
         return
     bound = settings.protocol.setting("min_records")
+    if bound is None and analysis_of(settings) == "meta":
+        return
+    if bound is None:
+        raise InputDataError(
+            "min_records is required with privacy_unit='record' for the paper's statistics: "
+            "the session states no public lower bound on the clients' record counts, which "
+            "their record-level noise is calibrated to; refused"
+        )
     if not isinstance(bound, int) or count < bound:
         raise InputDataError(
             f"this node holds {count} records, fewer than the session's min_records={bound!r} "
@@ -321,7 +355,9 @@ def _local_data(
                 f"a meta-analysis needs at least 2 records per client, this node holds "
                 f"{features.shape[0]}"
             )
-        if settings.scenario.data.arm is not None and labels is not None:  # two-arm effects
+        if settings.scenario.data.arm is not None:  # two-arm effects: the arms are needed
+            if labels is None:  # refused here, never taken for a one-arm node
+                raise InputDataError(no_arms(settings.scenario.data.effect))
             local, shown = arm_local_data(features, labels)
             return local, {Key.RECORDS: int(features.shape[0]), **shown}
         return {State.RECORDS: features}, {Key.RECORDS: int(features.shape[0])}
@@ -384,7 +420,9 @@ def advertise_keys(
         maybe_drop(settings, pid, ADVERTISE_KEYS)
         request = decode(msg.content, limits=step_limits_of(context, ADVERTISE_KEYS))
         sent = None
-    features, labels = _records_of((records or scenario_records)(context))
+    two_arm = settings.scenario.data.arm is not None
+    effect = settings.scenario.data.effect if two_arm else None
+    features, labels = _records_of((records or scenario_records)(context), effect=effect)
     _check_record_count(settings, features.shape[0])
     summary = (
         client_summary(settings.scenario)

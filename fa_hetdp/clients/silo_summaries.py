@@ -207,8 +207,28 @@ def arm_local_data(
     The first reply shows the two arm sizes, ``[treated, control]``: public, as the record
     count is (the neighbours replace a record within its arm), on a node that allows it
     (``allow-public-arm-sizes``, checked by the node's policy before that reply is built).
+    Every arm is checked first, as :func:`split_arm` checks a file's arm column: any value
+    but 0 and 1 would otherwise be counted as control in those public sizes.
+
+    Raises
+    ------
+    InputDataError
+        An arm other than 0 (control) or 1 (treated), or not one per record; one line, no
+        value.
     """
-    flags = np.asarray(arms, dtype=np.int64)
+    raw = np.asarray(arms)
+    if raw.shape != (features.shape[0],):
+        raise InputDataError(
+            f"arms must be one per record: {features.shape[0]} records, got arms of shape "
+            f"{raw.shape}"
+        )
+    numeric = raw.dtype == np.bool_ or np.issubdtype(raw.dtype, np.number)
+    if not numeric or not bool(np.all((raw == 0) | (raw == 1))):
+        raise InputDataError(
+            "arms must be 0 (control) or 1 (treated) for every record (booleans: False, True); "
+            "this node's arms hold other values"
+        )
+    flags = raw.astype(np.int64)
     return {State.RECORDS: features, State.ARMS: flags}, {Key.ARM_COUNTS: arm_sizes(flags)}
 
 

@@ -40,14 +40,17 @@ of problem (no value).
 
 A two-arm effect (``measure(..., analysis="meta", effect="MD", arm="treated")``) compares the
 records of two arms: ``records(context)`` then returns ``(outcomes, arms)``, the second element
-in the place of the labels, ``arms`` one 0/1 integer per record (1 = treated, 0 = control)::
+in the place of the labels, ``arms`` one 0/1 integer per record (1 = treated, 0 = control; or
+a boolean, ``True`` = treated, as ``table["treated"] == 1`` gives)::
 
     def records(context):
         table = load_centre(context)
         return table[["score"]].to_numpy() / 100.0, table["treated"].to_numpy()
 
 The node keeps both, states its two arm sizes in its first reply (public) and releases each
-arm's noisy summaries (:mod:`fa_hetdp.clients.silo_summaries`).
+arm's noisy summaries (:mod:`fa_hetdp.clients.silo_summaries`). A loader that returns no arms,
+arms of another length or arms other than 0/1 fails the first step with one line, before the
+arm sizes leave the node (the server drops it; the others go on).
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ def register(app: ClientApp, *, records: RecordsLoader) -> ClientApp:
         ``records(context) -> features`` or ``(features, labels)``: the node's records,
         ``features`` of shape ``(N, d)`` in ``[0, 1]``, ``labels`` of shape ``(N,)``
         (integers ``0 .. L-1``); for a two-arm effect ``(outcomes, arms)``, ``arms`` of shape
-        ``(N,)`` (integers, 1 = treated, 0 = control). Called once per measurement, on the
-        node.
+        ``(N,)`` (integers, 1 = treated, 0 = control, or booleans, ``True`` = treated).
+        Called once per measurement, on the node.
 
     Returns
     -------

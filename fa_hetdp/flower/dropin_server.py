@@ -121,7 +121,9 @@ def measure(
         mean difference, Hedges' g, the log odds ratio, the log risk ratio or the risk
         difference of treated against control (OR, RR, RD: 0/1 outcome columns). Every node's
         ``records(context)`` then returns ``(features, arms)``, ``arms`` its records' arms,
-        one 0/1 integer each (1 = treated); its two arm sizes are public, as in process.
+        one 0/1 integer or boolean each (1 or ``True`` = treated); its two arm sizes are
+        public, as in process. A node whose loader returns no arms, or arms other than 0/1,
+        refuses at its first step and is dropped; the others go on.
         Only the silo-summaries design builds per-arm releases: a two-arm effect needs
         ``analysis="meta"`` and ``privacy_unit="record"``, and refuses
         ``design="secure-sums"`` (``"auto"`` runs the silo summaries and says why).
@@ -138,7 +140,10 @@ def measure(
         known), ``"silo-summaries"`` (every silo releases its own noisy summaries, one plain
         step) or ``"secure-sums"`` (rounds A, B, C); a node whose config says
         ``release-silo-summaries = false`` makes it the secure sums. The result's ``design``
-        and ``labels`` say which ran and why.
+        and ``labels`` say which ran and why. ``privacy_unit="record"`` with the paper's
+        statistics needs ``min_records`` (the public lower bound on every node's record count
+        that their noise is calibrated to); a meta-analysis publishes every node's count and
+        needs none (a stated one is a bound every node checks).
 
     Returns
     -------
@@ -156,7 +161,8 @@ def measure(
         Bad settings (every problem, one error), before anything is sent: among them an
         unknown ``effect`` (with the allowed ones), ``arm`` without a two-arm effect or a
         two-arm effect without ``arm``, and a two-arm effect with ``design="secure-sums"``,
-        the client unit or another analysis.
+        the client unit or another analysis; ``privacy_unit="record"`` without
+        ``min_records`` for the paper's statistics.
     PrivacyParameterError
         ``budget`` cannot afford the measurement (nothing sent).
     ProtocolAbortError

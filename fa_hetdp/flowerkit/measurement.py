@@ -51,6 +51,7 @@ __all__ = [
     "TwoArmSpec",
     "check_node_safety",
     "read_settings",
+    "record_bound_problem",
     "settings_document",
     "two_arm_run_problems",
 ]
@@ -159,7 +160,7 @@ class TwoArmSpec:
     arm : object
         The arm indicator's name (given iff the effect compares two arms): the result's
         ``arm``. Every node's ``records(context)`` returns ``(features, arms)``, ``arms``
-        one 0/1 integer per record (1 = treated).
+        one 0/1 integer or boolean per record (1 or ``True`` = treated).
     """
 
     effect: object = "mean"
@@ -172,13 +173,6 @@ class TwoArmSpec:
         if raw.lower() == "mean":
             return "mean"
         return raw.upper() if raw.upper() in TWO_ARM_EFFECTS else raw
-
-    @property
-    def least_arm_size(self) -> int:
-        """The fewest records an arm may hold: 2 for MD and SMD (a variance), 1 for a proportion."""
-        from fa_hetdp.stats.effect_sizes import BINARY_MEASURES  # loads scipy.special
-
-        return 1 if self.name in BINARY_MEASURES else 2
 
     @property
     def two_arm(self) -> bool:
@@ -357,13 +351,37 @@ def settings_document(
     two_arm = TwoArmSpec(effect=effect, arm=arm)
     if two_arm.two_arm:
         document["data"] = two_arm.to_document()
-        key = str(RUN_CONFIG_KEYS["min_records"])
-        if two_arm.name in TWO_ARM_EFFECTS and extra.get("privacy_unit") == "record":
-            # every node checks a record-unit session's min_records; a two-arm release is
-            # calibrated to the public arm sizes, so its default is the effect's least count
-            run_config.setdefault(key, 2 * two_arm.least_arm_size)
     read_settings(document)  # the client's check, run here first: refuse before anything is sent
     return document
+
+
+MIN_RECORDS_REQUIRED: Final = (
+    "min_records is required with privacy_unit='record' for the paper's statistics "
+    "(analysis='heterogeneity'): a public lower bound (an integer >= 2) on every client's "
+    "record count, which their record-level noise is calibrated to (one record moves a "
+    "client's mean by at most 1/min_records per coordinate) and which every node checks its "
+    "own count against; a meta-analysis (analysis='meta') publishes each client's count "
+    "and needs none"
+)
+"""The refusal of the paper's statistics at the record unit without ``min_records``."""
+
+
+def record_bound_problem(run: RunSettings) -> Problem | None:
+    """Why ``run`` cannot release under the record unit for want of ``min_records``, or None.
+
+    The paper's statistics under ``privacy_unit = "record"`` calibrate their noise to the
+    public lower bound ``min_records`` (:func:`fa_hetdp.protocol.plan.plan_protocol` refuses
+    without it, and every node refuses to release without it): refused before any message,
+    keyed as the run config's ``min-records``. A meta-analysis needs none: each client's count
+    is public (its first reply) and its plan is calibrated on the counts themselves (two-arm
+    effects: on the public arm sizes); a stated one is still a bound every node checks.
+    """
+    p = run.protocol
+    if p.setting("privacy_unit") != "record" or p.setting("analysis") == "meta":
+        return None
+    if p.setting("min_records") is not None:
+        return None
+    return run_config_key("min_records"), MIN_RECORDS_REQUIRED
 
 
 def read_settings(document: object) -> SentSettings:
@@ -423,6 +441,8 @@ def read_settings(document: object) -> SentSettings:
         raise
     if two_arm.name != "mean":
         problems += two_arm_run_problems(two_arm.name, run)
+    if (problem := record_bound_problem(run)) is not None:
+        problems.append(problem)
     raise_problems("measurement settings", problems)
     if two_arm.two_arm:
         data = replace(run.scenario.data, effect=two_arm.name, arm=str(two_arm.arm))
