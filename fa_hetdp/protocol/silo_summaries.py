@@ -598,15 +598,16 @@ def plausible_variances(
     intervals of ``Q`` holding the exact value in 32-62 % of runs). ``seed`` seeds ``G``.
     """
     pooled, between, lam = variance_prior(counts, ss, released)
-    shape = pooled**2 / between
-    scale = between / pooled
+    typical = np.maximum(pooled, VARIANCE_RESOLUTION)  # a column all noise: pooled 0
+    shape = typical**2 / between
+    scale = between / typical
     rng = np.random.default_rng([seed, 1])
 
     def world(candidate: FloatArray) -> FloatArray:
-        typical = rng.gamma(
+        draw = rng.gamma(
             np.broadcast_to(shape, candidate.shape), np.broadcast_to(scale, candidate.shape)
         )
-        return np.asarray(lam * candidate + (1.0 - lam) * typical)
+        return np.asarray(lam * candidate + (1.0 - lam) * draw)
 
     return world
 
