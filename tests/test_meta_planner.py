@@ -84,8 +84,10 @@ def test_the_inverse_finds_the_smallest_m_and_n() -> None:
 
     assert err(m) <= 0.01 < err(m - 1)
     assert min_records(1e-9, "i2", 10, 4, max_records=1000, **kwargs) is None
-    n = min_clients_meta(0.05, "pooled_mean", 500, 4, max_clients=60, **kwargs)
+    n = min_clients_meta(0.012, "pooled_mean", 500, 4, max_clients=60, **kwargs)
     assert n is not None and n > 3
+    planned = plan_meta_accuracy(n, 4, records_per_client=500, **kwargs).error("pooled_mean")
+    assert planned.error <= 0.012
     with pytest.raises(InputDataError, match="statistic must be one of"):
         min_records(0.1, "dispersion", 10, 4, **kwargs)
 

@@ -681,43 +681,24 @@ def plan_meta_accuracy(
     return choose_plan(meta_settings, one)
 
 
-VARIANCE_NOISE_LIMIT: Final = 0.25
-"""The silo summaries are chosen only where every silo's variance noise std is at most this
-share of its model within-variance: beyond it a small-variance silo's weight is noise, the
-estimates lean on the shrinkage and the intervals of Q and I^2 under-cover (measured: 0.62 at
-8 silos of 100-1000 records, d = 2, epsilon = 1; tests/test_silo_summaries.py)."""
-
-
 def choose_plan(
     settings: MetaSettings, plan_of: Callable[[str], MetaAccuracyPlan]
 ) -> MetaAccuracyPlan:
     """Plan both designs and return the one ``design = "auto"`` runs, the other beside it.
 
-    The silo summaries run where they are allowed (:func:`silo_summaries_problem`), where
-    every silo's variance noise is small against its model within-variance
-    (:data:`VARIANCE_NOISE_LIMIT`) and where their planned error of the random-effects mean is
-    the smaller (ties: of ``I^2``; the random-effects mean decides where the two disagree).
+    The silo summaries run where they are allowed (:func:`silo_summaries_problem`) and where
+    their planned error of the random-effects mean is the smaller (ties: of ``I^2``; the
+    random-effects mean decides where the two disagree). A silo whose variance release is
+    mostly noise no longer rules them out: its variance is shrunk to a typical one and the
+    sample intervals' bootstrap draws its true variance from the silos' spread
+    (:func:`fa_hetdp.protocol.silo_summaries.plausible_variances`; measured on four real
+    federations, 95-99 % of the intervals hold the exact value).
     """
     secure = plan_of("secure-sums")
     problem = silo_summaries_problem(settings)
     if problem is not None:
         return replace(secure, reason=f"secure sums only: {problem}")
     silo = plan_of("silo-summaries")
-    if not isinstance(silo.plan, SiloPlan):
-        raise TypeError(f"the silo-summaries plan is a {type(silo.plan).__name__}")
-    _, ss = silo.plan.sigmas
-    model_var = np.min(silo.model.silo_variances(), axis=1)
-    ratio = float(np.max(ss / model_var))
-    if ratio > VARIANCE_NOISE_LIMIT:
-        return replace(
-            secure,
-            alternatives=(silo,),
-            reason=(
-                f"auto: a silo's variance release would carry noise {ratio:.2g} times its "
-                f"model within-variance (above {VARIANCE_NOISE_LIMIT:g}): its weight, Q and "
-                "I^2 would hinge on noise and the silo summaries' intervals under-cover there"
-            ),
-        )
 
     def key(p: MetaAccuracyPlan) -> tuple[float, float]:
         return (p.error("random_effects_mean").error, p.error("i2").error)
