@@ -145,7 +145,7 @@ RUNS = 200
 LEVEL = 0.95
 #: At the nominal 0.95 and R = 200 runs the hit rate's binomial sd is sqrt(0.95 * 0.05/200) =
 #: 1.5 points: 0.93 is 1.3 sd below the level (a one-sided miss probability of about 10 % for a
-#: correct interval at this fixed seed; measured at this seed: MD 96.5 %, RD 95.5 %).
+#: correct interval at this fixed seed; measured at this seed: MD 96 %, RD 95.5 %).
 MIN_COVERAGE = 0.93
 
 

@@ -91,6 +91,7 @@ from fa_hetdp.protocol.meta_plan import SILO_RELEASES, SILO_WEIGHTS, MetaSetting
 from fa_hetdp.protocol.silo_summaries import (
     SILO_ADVERSARY,
     noise_bootstrap_errors,
+    plausible_variances,
     shrink_variances,
     silo_bounds,
     silo_summaries_problem,
@@ -976,9 +977,11 @@ def two_arm_noise_errors(
 
     :func:`~fa_hetdp.protocol.silo_summaries.noise_bootstrap_errors` with every arm as a
     group: the bootstrap world's true arm summaries are the released ones (proportions clipped
-    into ``[0, 1]``; variances the released ones less a noise draw, clipped into what a sample
-    variance can be: :func:`~fa_hetdp.protocol.silo_summaries.true_variances`, as the one-arm
-    silo summaries), their exact analysis (``escalc`` then DerSimonian-Laird) the truth; every
+    into ``[0, 1]``; variances the released ones less a noise draw, a noise-swamped arm's a
+    typical one instead, clipped into what a sample variance can be:
+    :func:`~fa_hetdp.protocol.silo_summaries.plausible_variances` and
+    :func:`~fa_hetdp.protocol.silo_summaries.true_variances`, as the one-arm silo summaries),
+    their exact analysis (``escalc`` then DerSimonian-Laird) the truth; every
     arm's means (and variances) are redrawn with their known noise and the private estimator
     (:func:`noisy_effects`, then DerSimonian-Laird with the noise in the variances) applied.
     """
@@ -996,10 +999,13 @@ def two_arm_noise_errors(
         released["s2"] = np.asarray(result.releases["s2"])
         noise_sd["s2"] = np.asarray(ss[:, :, None])
         counts = arm_plan.arm_counts.reshape(2 * n)
+        plausible = plausible_variances(
+            counts, ss.reshape(2 * n), released["s2"].reshape(2 * n, d), seed
+        )
 
         def true_s2(s2: FloatArray) -> FloatArray:
             lead = s2.shape[:-3]
-            out = true_variances(counts, s2.reshape(*lead, 2 * n, d))
+            out = true_variances(counts, plausible(s2.reshape(*lead, 2 * n, d)))
             return np.asarray(out.reshape(*lead, n, 2, d))
 
         truths["s2"] = true_s2
