@@ -108,9 +108,9 @@ from fa_hetdp.clients.session import (
     step_limits_of,
     unmask,
 )
-from fa_hetdp.clients.silo_summaries import arm_local_data, split_arm
+from fa_hetdp.clients.silo_summaries import arm_local_data, read_arm_file, split_arm
 from fa_hetdp.config.partition import client_records, client_summary, require_dataset
-from fa_hetdp.config.sites import site_records
+from fa_hetdp.config.sites import site_arm_records, site_records
 from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
 from fa_hetdp.errors import InputDataError
@@ -197,8 +197,9 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
     statistics average them into one vector; a meta-analysis uses every record). Else the
     node's partition (``partition-id`` of ``num-partitions``) of the run's scenario, with
     labels; in a simulation of the user's files (``[data] sites``), the file of the node's
-    partition (:func:`fa_hetdp.config.sites.site_records`), without labels. A scenario that
-    names no dataset (``[data] columns`` only) has no partitions: a node without
+    partition (:func:`fa_hetdp.config.sites.site_records`), without labels (a two-arm
+    scenario's: ``(outcomes, arms)``, :func:`fa_hetdp.config.sites.site_arm_records`). A
+    scenario that names no dataset (``[data] columns`` only) has no partitions: a node without
     ``data-path`` refuses with :data:`fa_hetdp.config.partition.NO_DATASET` (public: no path,
     no value).
     """
@@ -209,17 +210,18 @@ def scenario_records(context: Context) -> tuple[np.ndarray, np.ndarray | None]:
         if data.columns is None:  # .npy or a headerless numeric .csv, values in [0, 1]
             return load_checked_records(data_path), None  # a file has no labels
         if data.arm is not None:  # two-arm effects: the arm column read beside the outcomes
-            both = load_checked_records(
-                data_path, columns=(*data.columns, data.arm), bounds=data.column_bounds()
+            return read_arm_file(
+                data_path, columns=data.columns, arm=data.arm, bounds=data.column_bounds()
             )
-            return split_arm(both, data.arm)
         records = load_checked_records(data_path, columns=data.columns, bounds=data.column_bounds())
         return records, None
     require_dataset(scenario)  # no dataset: every node needs a data-path
-    if data.arm is not None:
+    if data.arm is not None and data.sites is None:
         split_arm(None, str(data.arm))  # refused: a two-arm run needs the node's data file
     pid, num = node_partition(context)
     if data.sites is not None:  # client i reads sites[i], as a data owner's file
+        if data.arm is not None:  # and its arm column, as read_arm_file reads a data-path
+            return site_arm_records(scenario, pid, num)
         return site_records(scenario, pid, num), None
     return client_records(scenario, pid, num)
 

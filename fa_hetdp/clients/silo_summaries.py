@@ -29,7 +29,8 @@ plan's ``(epsilon, delta)``: within-arm neighbours, the arms on disjoint records
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -49,6 +50,7 @@ from fa_hetdp.clients.session import (
     state_int,
     step_limits_of,
 )
+from fa_hetdp.data.check import load_checked_records
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.flowerkit.settings import (
     RunSettings,
@@ -69,6 +71,7 @@ __all__ = [
     "arm_local_data",
     "check_binary",
     "read_arm_counts",
+    "read_arm_file",
     "read_silo_counts",
     "silo_release",
     "silo_summaries",
@@ -191,6 +194,32 @@ def split_arm(records: FloatArray | None, arm: str) -> tuple[FloatArray, npt.NDA
             f"the arm column {arm!r} must hold 0 (control) or 1 (treated) in every row"
         )
     return np.asarray(records[:, :-1]), np.asarray(flags, dtype=np.int64)
+
+
+def read_arm_file(
+    path: str | Path,
+    *,
+    columns: Sequence[str],
+    arm: str,
+    bounds: Mapping[str, tuple[float, float]],
+) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """Read a two-arm node's file: ``(outcomes, arms)``.
+
+    The outcome ``columns`` and the ``arm`` column last, checked and scaled by the data owner's
+    reader (:func:`fa_hetdp.data.check.load_checked_records`: the arm column has no bounds, so
+    it must lie in ``[0, 1]``), then split (:func:`split_arm`: every arm 0 or 1). What a
+    deployment node reads from its ``data-path`` and a simulated client from its ``[data]
+    sites`` file.
+
+    Raises
+    ------
+    DataCheckError
+        The file fails the check of ``fa-hetdp check-data`` (the arm column missing, ...).
+    InputDataError
+        An arm value other than 0 and 1.
+    """
+    both = load_checked_records(path, columns=(*columns, arm), bounds=bounds)
+    return split_arm(both, arm)
 
 
 def arm_sizes(arms: npt.NDArray[np.int64]) -> list[int]:

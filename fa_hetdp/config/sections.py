@@ -167,13 +167,16 @@ def check_data(c: Checker, t: Mapping[str, Any], *, base: Path | None = None) ->
     if "sites" in t:  # the user's own files, one client each (fa_hetdp.config.sites)
         named, pairs = _columns(c, t)
         names = _units(c, t, named)
+        arm, effect = _two_arm(c, t, named, pairs)  # a two-arm trial: the files' arm column
         spec = check_sites(
             c.fail,
             {k: v for k, v in t.items() if k != "units"},  # words only: checked here
             base=base,
-            columns=None if named is MISSING else named,
+            columns=None if named is MISSING or arm is MISSING or effect is MISSING else named,
             bounds=() if pairs is MISSING else pairs,
             known=DATA_KEYS,
+            arm=arm if isinstance(arm, str) else None,
+            effect=effect if isinstance(effect, str) else "mean",
         )
         if spec is None or names is MISSING:
             return MISSING

@@ -25,6 +25,15 @@ another count than the files' is refused with the run config's other problems
 (:func:`sites_clients_problem`), before any client reads a file. Every process that loads the
 scenario checks the files again (each simulated client's too: a file is read once per check),
 so keep them small.
+
+**A two-arm trial** (``[data] arm = "<treatment column>"`` and ``effect = "MD"``, ``"SMD"``,
+``"OR"``, ``"RR"`` or ``"RD"``): every file also holds the 0/1 arm column (1 treated, 0
+control), read beside ``columns`` as a deployment node reads its ``data-path``
+(:func:`fa_hetdp.clients.silo_summaries.read_arm_file`, :func:`site_arm_records`). The
+pre-flight check then reads the arm column too (:func:`_check_arms`): a file without it, a value
+other than 0 and 1, or an arm with fewer records than the effect needs (2 for MD and SMD: a
+variance; 1 for OR, RR, RD) is refused at load, naming the file. The simulated nodes consent to
+their public arm sizes (:func:`fa_hetdp.clients.policy.simulated_node_config`).
 """
 
 from __future__ import annotations
@@ -36,19 +45,21 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.config.rules import check_value, type_name
 from fa_hetdp.config.schema import DataSpec, Scenario
 from fa_hetdp.data.check import inspect, load_checked_records
 from fa_hetdp.data.sampling import ClientPartition, PartitionMethod
-from fa_hetdp.errors import ScenarioError
+from fa_hetdp.errors import InputDataError, ScenarioError
 
 __all__ = [
     "SITES_DATASET",
     "SITE_KEYS",
     "check_sites",
     "clear_site_cache",
+    "site_arm_records",
     "site_label",
     "site_labels",
     "site_partition",
@@ -60,7 +71,7 @@ SITES_DATASET: Final[str] = "sites"
 """:attr:`DataSpec.dataset` of a scenario whose clients are its ``sites`` files."""
 
 SITE_KEYS: Final[frozenset[str]] = frozenset(
-    {"sites", "columns", "bounds", "num_clients", "summary"}
+    {"sites", "columns", "bounds", "arm", "effect", "num_clients", "summary"}
 )
 """The ``[data]`` keys allowed with ``sites`` (the files decide the rest)."""
 
@@ -88,6 +99,8 @@ def check_sites(
     columns: tuple[str, ...] | None,
     bounds: tuple[tuple[str, tuple[float, float]], ...],
     known: frozenset[str],
+    arm: str | None = None,
+    effect: str = "mean",
 ) -> DataSpec | None:
     """Check a ``[data]`` table with ``sites``; return its :class:`DataSpec`, or None.
 
@@ -104,6 +117,8 @@ def check_sites(
         ``columns`` and ``bounds`` as checked by the section (None: absent or wrong).
     known : frozenset of str
         Every ``[data]`` key (the others were reported as unknown already).
+    arm, effect
+        ``arm`` and ``effect`` as checked by the section (None and ``"mean"``: one arm).
     """
     ok = True
     for key in sorted((set(t) & known) - SITE_KEYS):
@@ -140,7 +155,7 @@ def check_sites(
             ok = False
     if not ok or columns is None:
         return None
-    counts = _preflight(fail, paths, columns, dict(bounds))
+    counts = _preflight(fail, paths, columns, dict(bounds), arm, effect)
     if counts is None:
         return None
     return DataSpec(
@@ -149,6 +164,8 @@ def check_sites(
         records_per_client=min(counts),
         columns=columns,
         bounds=bounds,
+        arm=arm,
+        effect=effect,
         sites=tuple(str(p) for p in paths),
     )
 
@@ -196,17 +213,57 @@ def _paths(fail: Fail, raw: Any, base: Path | None) -> list[Path] | None:
 
 
 def _preflight(
-    fail: Fail, paths: Sequence[Path], columns: Sequence[str], bounds: dict[str, Any]
+    fail: Fail,
+    paths: Sequence[Path],
+    columns: Sequence[str],
+    bounds: dict[str, Any],
+    arm: str | None = None,
+    effect: str = "mean",
 ) -> list[int] | None:
-    """Run ``fa-hetdp check-data``'s check on every file; return each site's record count."""
+    """Run ``fa-hetdp check-data``'s check on every file; return each site's record count.
+
+    With ``arm``, the arm column is read last, as a two-arm node reads its file
+    (:func:`fa_hetdp.clients.silo_summaries.read_arm_file`), and checked (:func:`_check_arms`).
+    """
     counts: list[int] = []
+    read = (*columns, arm) if arm is not None else tuple(columns)
     for i, path in enumerate(paths):
-        found = inspect(path, columns=columns, bounds=bounds)
+        found = inspect(path, columns=read, bounds=bounds)
         for problem in found.problems:
             fail(f"data.sites[{i}]", f"{problem.detail} (fa-hetdp check-data's check)")
-        if found.records is not None and not found.problems:
-            counts.append(int(found.records.shape[0]))
+        if found.records is None or found.problems:
+            continue
+        if arm is not None:
+            why = _check_arms(path, found.records, arm, effect)
+            if why is not None:
+                fail(f"data.sites[{i}]", why)
+                continue
+        counts.append(int(found.records.shape[0]))
     return counts if len(counts) == len(paths) else None
+
+
+def _check_arms(path: Path, records: FloatArray, arm: str, effect: str) -> str | None:
+    """Why a site's file cannot be a two-arm silo (None: it can); its arm column read last.
+
+    The arm values are checked by the node's own check (:func:`~fa_hetdp.clients.
+    silo_summaries.split_arm`), then each arm's size against the effect's least
+    (:func:`fa_hetdp.protocol.two_arm.min_arm_size`).
+    """
+    from fa_hetdp.clients.silo_summaries import arm_sizes, split_arm
+    from fa_hetdp.protocol.two_arm import min_arm_size
+
+    try:
+        _, arms = split_arm(records, arm)
+    except InputDataError as exc:
+        return f"{path}: {exc}"
+    treated, control = arm_sizes(arms)
+    least = min_arm_size(effect)
+    if min(treated, control) < least:
+        return (
+            f"{path}: the arm column {arm!r} gives {treated} treated (1) and {control} control "
+            f"(0) records; effect = {effect!r} needs at least {least} in each arm"
+        )
+    return None
 
 
 def sites_clients_problem(data: DataSpec, num_clients: int) -> str | None:
@@ -256,8 +313,40 @@ def site_records(scenario: Scenario, partition_id: int, num_partitions: int) -> 
     if not 0 <= partition_id < len(sites):
         raise ScenarioError(f"partition_id must be in 0..{len(sites) - 1}, got {partition_id}")
     data = scenario.data
+    if data.arm is not None:  # the outcomes of the two-arm file
+        return site_arm_records(scenario, partition_id, num_partitions)[0]
     return load_checked_records(
         sites[partition_id], columns=data.columns, bounds=data.column_bounds()
+    )
+
+
+def site_arm_records(
+    scenario: Scenario, partition_id: int, num_partitions: int
+) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """Return a two-arm client's ``(outcomes, arms)``: ``sites[partition_id]`` read as a node.
+
+    The file read as a deployment node reads its ``data-path`` in a two-arm run
+    (:func:`fa_hetdp.clients.silo_summaries.read_arm_file`): ``columns`` scaled into ``[0, 1]``
+    by the ``bounds``, and the ``arm`` column's 0/1 flags (1 treated).
+
+    Raises
+    ------
+    ScenarioError
+        ``num_partitions`` is not the number of sites, ``partition_id`` is out of range, or
+        the scenario has no ``[data] arm``.
+    DataCheckError, InputDataError
+        The file changed since the scenario was loaded and fails the check now.
+    """
+    from fa_hetdp.clients.silo_summaries import read_arm_file
+
+    sites = _check_clients(scenario.data, num_partitions)
+    if not 0 <= partition_id < len(sites):
+        raise ScenarioError(f"partition_id must be in 0..{len(sites) - 1}, got {partition_id}")
+    data = scenario.data
+    if data.arm is None or data.columns is None:
+        raise ScenarioError("data.arm: this scenario of site files has one arm")
+    return read_arm_file(
+        sites[partition_id], columns=data.columns, arm=data.arm, bounds=data.column_bounds()
     )
 
 

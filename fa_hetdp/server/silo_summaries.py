@@ -167,6 +167,16 @@ def _labelled(
     return section
 
 
+def _labelled_two_arm(
+    section: dict[str, Any], sites: Sequence[str] | None, partitions: Sequence[int]
+) -> dict[str, Any]:
+    """Label a two-arm section's silos (its own scale's and its units') by their sites."""
+    units = section.get("units")
+    if isinstance(units, dict):
+        section["units"] = _labelled(units, sites, partitions)
+    return _labelled(section, sites, partitions)
+
+
 def _floats(values: Any) -> list[float]:
     return [float(v) for v in np.asarray(values, dtype=np.float64).ravel()]
 
@@ -546,8 +556,10 @@ def _two_arm_document(
         "arm_counts": [[int(a) for a in row] for row in plan.arm_counts],
         "clients_in_sum": {"silo_summaries": plan.n},
         "partitions_in_sum": {"silo_summaries": list(partitions)},
-        "meta_analysis": two_arm_section(
-            cma, silo_names=partitions, unit_names=s.scenario.data.column_units()
+        "meta_analysis": _labelled_two_arm(
+            two_arm_section(cma, silo_names=partitions, unit_names=s.scenario.data.column_units()),
+            s.scenario.data.sites,
+            partitions,
         ),
         "noise_std": {  # per silo and arm (treated, control), every coordinate
             "theta": [[float(v) for v in row] for row in st],
