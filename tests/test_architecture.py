@@ -592,3 +592,11 @@ def test_argparse_rule_catches_a_planted_parser(tmp_path: Path) -> None:
         "fa_hetdp/data/download.py",
         "fa_hetdp/experiments/reproduce.py",
     ]
+
+
+def test_the_variance_effects_are_the_continuous_measures() -> None:
+    # data.arms (the data layer) names them for the arm sizes; stats names them for escalc
+    from fa_hetdp.data.arms import VARIANCE_EFFECTS
+    from fa_hetdp.stats.effect_sizes import CONTINUOUS_MEASURES
+
+    assert VARIANCE_EFFECTS == CONTINUOUS_MEASURES

@@ -29,7 +29,7 @@ so keep them small.
 **A two-arm trial** (``[data] arm = "<treatment column>"`` and ``effect = "MD"``, ``"SMD"``,
 ``"OR"``, ``"RR"`` or ``"RD"``): every file also holds the 0/1 arm column (1 treated, 0
 control), read beside ``columns`` as a deployment node reads its ``data-path``
-(:func:`fa_hetdp.clients.silo_summaries.read_arm_file`, :func:`site_arm_records`). The
+(:func:`fa_hetdp.data.arms.read_arm_file`, :func:`site_arm_records`). The
 pre-flight check then reads the arm column too (:func:`_check_arms`): a file without it, a value
 other than 0 and 1, or an arm with fewer records than the effect needs (2 for MD and SMD: a
 variance; 1 for OR, RR, RD) is refused at load, naming the file. The simulated nodes consent to
@@ -223,7 +223,7 @@ def _preflight(
     """Run ``fa-hetdp check-data``'s check on every file; return each site's record count.
 
     With ``arm``, the arm column is read last, as a two-arm node reads its file
-    (:func:`fa_hetdp.clients.silo_summaries.read_arm_file`), and checked (:func:`_check_arms`).
+    (:func:`fa_hetdp.data.arms.read_arm_file`), and checked (:func:`_check_arms`).
     """
     counts: list[int] = []
     read = (*columns, arm) if arm is not None else tuple(columns)
@@ -245,12 +245,11 @@ def _preflight(
 def _check_arms(path: Path, records: FloatArray, arm: str, effect: str) -> str | None:
     """Why a site's file cannot be a two-arm silo (None: it can); its arm column read last.
 
-    The arm values are checked by the node's own check (:func:`~fa_hetdp.clients.
-    silo_summaries.split_arm`), then each arm's size against the effect's least
-    (:func:`fa_hetdp.protocol.two_arm.min_arm_size`).
+    The arm values are checked by the node's own check (:func:`fa_hetdp.data.arms.split_arm`),
+    then each arm's size against the effect's least
+    (:func:`fa_hetdp.data.arms.min_arm_size`).
     """
-    from fa_hetdp.clients.silo_summaries import arm_sizes, split_arm
-    from fa_hetdp.protocol.two_arm import min_arm_size
+    from fa_hetdp.data.arms import arm_sizes, min_arm_size, split_arm
 
     try:
         _, arms = split_arm(records, arm)
@@ -326,7 +325,7 @@ def site_arm_records(
     """Return a two-arm client's ``(outcomes, arms)``: ``sites[partition_id]`` read as a node.
 
     The file read as a deployment node reads its ``data-path`` in a two-arm run
-    (:func:`fa_hetdp.clients.silo_summaries.read_arm_file`): ``columns`` scaled into ``[0, 1]``
+    (:func:`fa_hetdp.data.arms.read_arm_file`): ``columns`` scaled into ``[0, 1]``
     by the ``bounds``, and the ``arm`` column's 0/1 flags (1 treated).
 
     Raises
@@ -337,7 +336,7 @@ def site_arm_records(
     DataCheckError, InputDataError
         The file changed since the scenario was loaded and fails the check now.
     """
-    from fa_hetdp.clients.silo_summaries import read_arm_file
+    from fa_hetdp.data.arms import read_arm_file
 
     sites = _check_clients(scenario.data, num_partitions)
     if not 0 <= partition_id < len(sites):

@@ -78,6 +78,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
+from fa_hetdp.data.arms import min_arm_size
 from fa_hetdp.dp.accounting import (
     BudgetPlan,
     PrivacySpent,
@@ -211,11 +212,6 @@ def check_effect(effect: Any, arm_given: bool) -> str:
             "arm= (a DataFrame's column, or for the array form an array of 0/1, 1 = treated)."
         )
     return str(name)
-
-
-def min_arm_size(effect: str) -> int:
-    """Return the fewest records an arm may hold: 2 for MD and SMD (a variance), 1 otherwise."""
-    return 1 if effect in BINARY_MEASURES else 2
 
 
 @dataclass(frozen=True)
