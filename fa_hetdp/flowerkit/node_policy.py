@@ -357,7 +357,7 @@ def silo_view(
     sensitivity and ``sigma = 1/mu_k``, the ratio every silo's own bounds keep. A two-arm plan
     publishes the node's arm sizes (:attr:`PlanView.public_arm_sizes`).
     """
-    from fa_hetdp.protocol.silo_summaries import SiloPlan
+    from fa_hetdp.protocol.two_arm import TwoArmPlan
 
     budget = plan.budget
     return PlanView(
@@ -378,7 +378,7 @@ def silo_view(
         session=session,
         secure_sum=False,
         name=name,
-        public_arm_sizes=not isinstance(plan, SiloPlan),
+        public_arm_sizes=isinstance(plan, TwoArmPlan),
     )
 
 
