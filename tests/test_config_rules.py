@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import forbid_flower
 
 import fa_hetdp.cli.run as run_module
 from fa_hetdp.cli.main import main
@@ -231,10 +232,7 @@ def test_flags_refused_before_flower_starts(
     if flags is None:
         pytest.skip("no flag for this setting")
 
-    def must_not_start(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("Flower was started")
-
-    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
+    forbid_flower(monkeypatch)
     assert main(["run", *flags]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

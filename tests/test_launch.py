@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import forbid_flower
 from test_flower_helpers import scenario_file
 
 from fa_hetdp.cli.cluster import (
@@ -160,12 +161,7 @@ def test_print_result_lists_every_released_statistic_from_the_registry(
 
 
 def _no_flower(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fa_hetdp.cli.run as run_module
-
-    def must_not_start(*args: object, **kwargs: object) -> object:
-        raise AssertionError("Flower was started")
-
-    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
+    forbid_flower(monkeypatch)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
+from support import forbid_flower
 from test_flower_helpers import run_config
 from test_meta_flower import meta_tables, our_grid, run_meta
 
@@ -162,13 +163,9 @@ def test_a_node_without_a_data_path_refuses_with_the_public_line(tmp_path: Path)
 def test_fa_hetdp_run_refuses_before_any_flower_process_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fa_hetdp.cli.run as run_module
     from fa_hetdp.cli.main import main
 
-    def must_not_start(*args: object, **kwargs: object) -> object:
-        raise AssertionError("Flower was started")
-
-    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
+    forbid_flower(monkeypatch)
     monkeypatch.chdir(tmp_path)
     assert main(["run", "--scenario", str(scenario_file(tmp_path))]) == 2
     assert capsys.readouterr().err == f"fa-hetdp run: error: {NO_DATASET}\n"

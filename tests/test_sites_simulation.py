@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
+from support import forbid_flower
 from test_flower_helpers import run_config
 
 from fa_hetdp.clients.app import scenario_records
@@ -192,13 +193,9 @@ def test_the_dataset_is_required_without_sites(tmp_path: Path) -> None:
 def test_fa_hetdp_run_refuses_before_flower_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fa_hetdp.cli.run as run_module
     from fa_hetdp.cli.main import main
 
-    def must_not_start(*args: object, **kwargs: object) -> object:
-        raise AssertionError("Flower was started")
-
-    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
+    forbid_flower(monkeypatch)
     monkeypatch.chdir(tmp_path)
     path = _scenario(
         tmp_path,

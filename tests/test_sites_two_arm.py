@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import forbid_flower
 from test_flower_helpers import run_config
 from test_meta_flower import meta_tables, our_grid, run_meta
 from test_two_arm_flower import (
@@ -150,13 +151,9 @@ def test_arm_and_effect_are_checked_with_sites(tmp_path: Path) -> None:
 def test_fa_hetdp_run_refuses_a_bad_arm_before_flower_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import fa_hetdp.cli.run as run_module
     from fa_hetdp.cli.main import main
 
-    def must_not_start(*args: object, **kwargs: object) -> object:
-        raise AssertionError("Flower was started")
-
-    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
+    forbid_flower(monkeypatch)
     monkeypatch.chdir(tmp_path)
     path, paths = trial(tmp_path)
     _rewrite(paths[2], "value-2")

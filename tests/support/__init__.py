@@ -2,6 +2,8 @@
 
 - :mod:`support.replay` -- the in-process twin of a seeded Flower run
   (:func:`~support.replay.reference_statistics`), which the Flower tests compare against.
+- :func:`forbid_flower` -- makes ``fa-hetdp run`` fail if it starts a Flower simulation (the
+  tests of "checked before Flower starts").
 - :func:`benchmark_module` -- imports a module of ``benchmarks/`` that the benchmarks and
   these tests share (``planned_split``, ``discrete_reference``): benchmark code is kept in
   ``benchmarks/``, and its tests reach it from here.
@@ -16,6 +18,7 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 """The repository's ``benchmarks/`` folder."""
@@ -28,3 +31,13 @@ def benchmark_module(name: str) -> ModuleType:
     if str(BENCHMARKS) not in sys.path:
         sys.path.append(str(BENCHMARKS))
     return importlib.import_module(name)
+
+
+def forbid_flower(monkeypatch: Any) -> None:
+    """Make ``fa-hetdp run`` raise if it reaches ``run_simulation`` (``monkeypatch``: pytest's)."""
+    import fa_hetdp.cli.run as run_module
+
+    def must_not_start(*args: object, **kwargs: object) -> object:
+        raise AssertionError("Flower was started")
+
+    monkeypatch.setattr(run_module, "run_simulation", must_not_start)
