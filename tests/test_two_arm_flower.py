@@ -424,6 +424,17 @@ def test_the_run_config_refuses_the_secure_sums_with_the_in_process_line(tmp_pat
 
 
 # ---------------------------------------------------------------------------- Flower's runtime
+def assert_equals_twin(document: dict[str, Any], paths: list[Path]) -> None:
+    """A Flower run's MD figures (in units) equal :func:`twin` of the same files to 1e-9."""
+    partitions = document["partitions_in_sum"]["silo_summaries"]
+    want = twin(paths, partitions, "MD")
+    stats = document["meta_analysis"]["units"]["statistics"]
+    for name in FIGURES:
+        np.testing.assert_allclose(
+            _floats(stats[name]["value"]), getattr(want, name), rtol=1e-9, err_msg=name
+        )
+
+
 @pytest.mark.slow
 def test_supernodes_reading_their_files_equal_private_meta_analysis(tmp_path: Path) -> None:
     """A SuperLink with 3 SuperNodes (seeded: the twin is exact), each reading its CSV.
@@ -454,10 +465,4 @@ def test_supernodes_reading_their_files_equal_private_meta_analysis(tmp_path: Pa
     assert document is not None, outcome.output
     assert document["status"] == "success", document.get("reason")
     assert document["two_arm"]["effect"] == "MD" and document["n"] == len(paths)
-    partitions = document["partitions_in_sum"]["silo_summaries"]
-    want = twin(paths, partitions, "MD")
-    stats = document["meta_analysis"]["units"]["statistics"]
-    for name in FIGURES:
-        np.testing.assert_allclose(
-            _floats(stats[name]["value"]), getattr(want, name), rtol=1e-9, err_msg=name
-        )
+    assert_equals_twin(document, paths)
