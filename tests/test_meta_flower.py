@@ -49,6 +49,16 @@ RECORDS = 300
 SEED = 11
 
 
+SYNTHETIC_TABLE = """[data.synthetic]
+size = 6000
+dim = 6
+num_labels = 3
+heterogeneity = 0.1
+noise_std = 0.15
+"""
+"""The scenarios' synthetic records (d = 6), a ``[data.synthetic]`` table."""
+
+
 def meta_tables(*, design: str, unit: str = "record", seed: int, threshold: float = 0.67) -> str:
     """A meta-analysis scenario's ``[privacy]``, ``[secagg]`` and ``[experiment]`` tables."""
     return f"""[privacy]
@@ -87,13 +97,7 @@ num_clients = {SILOS}
 records_per_client = {RECORDS}
 dirichlet_alpha = 0.5
 num_labels = 3
-[data.synthetic]
-size = 6000
-dim = 6
-num_labels = 3
-heterogeneity = 0.1
-noise_std = 0.15
-{meta_tables(design=design, unit=unit, seed=SEED, threshold=threshold)}
+{SYNTHETIC_TABLE}{meta_tables(design=design, unit=unit, seed=SEED, threshold=threshold)}
 {extra}
 """
     )

@@ -23,7 +23,7 @@ import pytest
 from test_dropin import InMemoryGrid
 from test_flower_helpers import run_config
 from test_meta_design_flower import silo_twin
-from test_meta_flower import meta_tables, our_grid, run_meta
+from test_meta_flower import SYNTHETIC_TABLE, meta_tables, our_grid, run_meta
 
 import fa_hetdp.server.app as server_app
 from fa_hetdp.accuracy.columns import (
@@ -50,14 +50,8 @@ COUNTS = (300, 320, 340, 360)
 SEED = 11
 
 
-SYNTHETIC = """dataset = "synthetic"
-[data.synthetic]
-size = 6000
-dim = 6
-num_labels = 3
-heterogeneity = 0.1
-noise_std = 0.15
-"""
+SYNTHETIC = f"""dataset = "synthetic"
+{SYNTHETIC_TABLE}"""
 """The scenario's own d = 6 records, for the tests with a node that reads no file."""
 
 
