@@ -31,8 +31,9 @@ from fa_hetdp.flowerkit.steps import (
     Key,
     NodeConfig,
     State,
+    public_inputs,
 )
-from fa_hetdp.flowerkit.wire import Limits, decode, encode
+from fa_hetdp.flowerkit.wire import Limits, decode, digest, encode
 from fa_hetdp.secagg.client import SecAggClient
 from fa_hetdp.secagg.messages import UnmaskRequest
 
@@ -257,9 +258,16 @@ def masked_input(
     record: ConfigRecord,
     rng: np.random.Generator,
 ) -> Message:
-    """Mask ``values`` (the step's contribution); keep the secagg and noise generator state."""
+    """Mask ``values`` (the step's contribution); keep the secagg and noise generator state.
+
+    The masks are bound to the digest of the request's public inputs (everything but the
+    secure-aggregation message: the round's broadcast), as the server's session binds them
+    (:func:`fa_hetdp.flowerkit.steps.public_inputs`): a sum over nodes shown different inputs
+    cannot be decoded.
+    """
     secagg = secagg_client(record)
-    reply = secagg.masked_input(request[Key.SECAGG], values, rng=rng)
+    context = digest(public_inputs(request))
+    reply = secagg.masked_input(request[Key.SECAGG], values, rng=rng, context=context)
     record[State.SECAGG] = secagg.to_bytes()
     save_generator(settings, record, rng)
     return reply_to(msg, {Key.SECAGG: reply})

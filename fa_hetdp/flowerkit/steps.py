@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Any, Final, final
 
 __all__ = [
     "ADVERTISE_KEYS",
@@ -64,6 +64,7 @@ __all__ = [
     "State",
     "SumSteps",
     "message_type",
+    "public_inputs",
     "unknown_step",
 ]
 
@@ -355,6 +356,17 @@ class NodeConfig:
     """Whether this node releases its own noisy summaries in a meta-analysis (the
     silo-summaries design; default ``true``). ``false``: it says so in its first reply, the
     server runs the secure sums instead, and the node refuses a ``silo_summaries`` request."""
+
+
+def public_inputs(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a masked-input request's public inputs: everything but its secagg message.
+
+    The same for every node of an honest session (the round's broadcast, a meta-analysis'
+    counts); both sessions bind the summation's masks to its digest
+    (:func:`fa_hetdp.flowerkit.wire.digest`), so a server that shows nodes different inputs gets
+    no decodable sum.
+    """
+    return {key: value for key, value in request.items() if key != Key.SECAGG}
 
 
 # ---------------------------------------------------------------------------- progress

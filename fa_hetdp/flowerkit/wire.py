@@ -32,6 +32,7 @@ times therefore cannot amplify a message.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import reprlib
@@ -53,6 +54,7 @@ __all__ = [
     "Limits",
     "WireFormatError",
     "decode",
+    "digest",
     "encode",
 ]
 
@@ -135,6 +137,21 @@ def encode(payload: Mapping[str, Any]) -> RecordDict:
     content = RecordDict()
     content[_DOC] = ConfigRecord({"json": doc, "blob": bytes(blob)})
     return content
+
+
+def digest(payload: Mapping[str, Any]) -> bytes:
+    """Return the SHA-256 digest of ``payload``'s encoding, its top-level keys sorted.
+
+    The sender's values and the receiver's decoded copy encode alike (arrays keep their
+    dtype, numpy scalars become Python numbers, packed lists stay packed), so both ends of a
+    message get the same digest: what a secure summation binds its masks to
+    (:func:`fa_hetdp.secagg.crypto.bind_mask_key`).
+    """
+    record = encode(dict(sorted(payload.items())))[_DOC]
+    doc = str(record["json"]).encode()
+    blob = bytes(record["blob"])  # type: ignore[arg-type]
+    head = b"fa-hetdp/wire-digest/" + len(doc).to_bytes(8, "little")
+    return hashlib.sha256(head + doc + blob).digest()
 
 
 def _short(value: Any) -> str:

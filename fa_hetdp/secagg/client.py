@@ -430,7 +430,12 @@ class SecAggClient:
 
     # ------------------------------------------------------------------ round 2
     def masked_input(
-        self, request: Mapping[str, Any], values: FloatArray, *, rng: np.random.Generator
+        self,
+        request: Mapping[str, Any],
+        values: FloatArray,
+        *,
+        rng: np.random.Generator,
+        context: bytes = b"",
     ) -> dict[str, MessageValue]:
         """Round 2: encode ``values`` and return them masked (once per summation).
 
@@ -447,6 +452,11 @@ class SecAggClient:
             This client's float64 input, within the request's per-client bounds.
         rng : numpy.random.Generator
             Source of the stochastic rounding (not of any mask).
+        context : bytes
+            The digest of the summation's public inputs as this client received them (the
+            server's broadcast): every pairwise mask is bound to it
+            (:func:`~fa_hetdp.secagg.crypto.bind_mask_key`), so the sum decodes only if every
+            survivor was shown the same inputs. Empty: no binding.
 
         Raises
         ------
@@ -491,8 +501,12 @@ class SecAggClient:
         pair_keys = self.pair_keys or self._derive_pair_keys(alive)
         s = msg.summation
         me = self.client_id  # + PRG(b_s) + PRG(m_ijs) for j > i, - PRG(m_ijs) for j < i
-        add = [self.seeds[s], *(pair_keys[j][s] for j in alive if j > me)]
-        total = crypto.mask_sum(encoded, add, [pair_keys[j][s] for j in alive if j < me])
+
+        def bound(j: int) -> bytes:
+            return crypto.bind_mask_key(pair_keys[j][s], context)
+
+        add = [self.seeds[s], *(bound(j) for j in alive if j > me)]
+        total = crypto.mask_sum(encoded, add, [bound(j) for j in alive if j < me])
         vector = total if encoding.modulus_bits == 64 else total.astype(np.uint32)  # mod 2^32
         self.held_shares, self.alive, self.pair_keys = held, alive, pair_keys
         self.next_summation = s + 1

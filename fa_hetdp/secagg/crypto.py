@@ -41,6 +41,7 @@ __all__ = [
     "U64Array",
     "agree",
     "agree_many",
+    "bind_mask_key",
     "commit_seed",
     "derive_channel_keys",
     "derive_channel_keys_many",
@@ -261,6 +262,21 @@ def derive_mask_keys(
         pair = _PAIR.pack(own_id, peer_id) if own_id < peer_id else _PAIR.pack(peer_id, own_id)
         out.append(sha(b"\x00\x00\x00\x01" + shared + head + pair + tail).digest())
     return out
+
+
+def bind_mask_key(key: bytes, context: bytes) -> bytes:
+    """Bind a pairwise-mask key of one summation to the public inputs it masks.
+
+    ``context`` is the caller's digest of the public inputs of the summation (what the server
+    broadcast with it, the same for every client of an honest run; empty: no binding, the key
+    as it is). Both ends of a pair mask with ``KDF(key, "public-inputs" || context)``: two
+    clients shown different broadcasts derive different keys, their masks do not cancel and the
+    sum cannot be decoded, so a server cannot have some clients calibrate their noise shares to
+    inputs the others did not see.
+    """
+    if not context:
+        return key
+    return kdf_sha256(key, DOMAIN + b"/public-inputs" + context, KEY_BYTES)
 
 
 def derive_mask_key(

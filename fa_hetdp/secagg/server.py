@@ -163,6 +163,7 @@ class SecAggServer:
         self.eligible: tuple[int, ...] = ()
         self._eligible_set: frozenset[int] = frozenset()
         self.encoding: FixedPointEncoding | None = None
+        self.context = b""  # the open summation's public-inputs digest (start_summation)
         self.inputs: dict[int, U64Array | U32Array] = {}
         self.survivors: tuple[int, ...] = ()
         self.dropped: tuple[int, ...] = ()
@@ -344,8 +345,14 @@ class SecAggServer:
             self.digests[(msg.sender, recipient)] = digest
 
     # ------------------------------------------------------------------ round 2
-    def start_summation(self, encoding: FixedPointEncoding) -> dict[int, dict[str, MessageValue]]:
+    def start_summation(
+        self, encoding: FixedPointEncoding, context: bytes = b""
+    ) -> dict[int, dict[str, MessageValue]]:
         """Open the next summation; return the masked-input request of each eligible client.
+
+        ``context``: the digest of the public inputs sent with this summation, as the clients
+        bind their pairwise masks to it (:func:`~fa_hetdp.secagg.crypto.bind_mask_key`); the
+        server removes a dropped client's masks with it.
 
         The first call closes the share-keys round. Eligible are the clients that shared
         keys (first summation) or whose inputs entered the previous sum: a client dropped
@@ -383,6 +390,7 @@ class SecAggServer:
             )
         self.summation += 1
         self.encoding = encoding
+        self.context = context
         self.inputs = {}
         self.phase = "masked"
         first = self.summation == 0
@@ -673,7 +681,9 @@ class SecAggServer:
             publics = [self.keys[i].mask_keys[size * s : size * (s + 1)] for i in peers]
             agreed = crypto.agree_many(private, publics)
             keys_ij = [
-                crypto.derive_mask_key(shared, self.session_id, i, j, s)
+                crypto.bind_mask_key(
+                    crypto.derive_mask_key(shared, self.session_id, i, j, s), self.context
+                )
                 for i, shared in zip(peers, agreed, strict=True)
             ]  # client i added +PRG(m_ij) for j > i: remove it
             pairs = list(zip(peers, keys_ij, strict=True))

@@ -39,7 +39,8 @@ import numpy as np
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import AggregationError
 from fa_hetdp.flowerkit.settings import RunSettings
-from fa_hetdp.flowerkit.steps import SHARE_KEYS, Key, SumSteps, unknown_step
+from fa_hetdp.flowerkit.steps import SHARE_KEYS, Key, SumSteps, public_inputs, unknown_step
+from fa_hetdp.flowerkit.wire import digest
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
 from fa_hetdp.secagg.server import SecAggServer
@@ -312,7 +313,9 @@ class AnalysisSession:
             directories = self._secagg(server.key_directory)  # each: its neighbours' keys
             self._round(SHARE_KEYS, directories, server.receive_share_keys)
             self._keys_shared = True
-        requests = self._secagg(lambda: server.start_summation(encoding))
+        # the masks are bound to the round's public inputs as each node was shown them
+        context = digest(public_inputs(request or {}))
+        requests = self._secagg(lambda: server.start_summation(encoding, context))
         self._round(steps.input, requests, server.receive_masked_input, request)
         if server.consistency:  # malicious server: every survivor signs the list it is shown
             check = self._secagg(server.consistency_request)  # fixes the survivor list
