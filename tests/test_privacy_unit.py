@@ -296,7 +296,7 @@ def test_every_surface_states_the_record_unit() -> None:
         rng=1,
         records_per_client=np.full(30, 100),
     )
-    sentence = unit_of_privacy("record", 100)
+    sentence = unit_of_privacy("record", min_records=100)
     assert sentence.startswith("one record of one client") and "min_records = 100" in sentence
     assert result.guarantee.unit_of_privacy == sentence  # Python
     assert sentence in repr(result.guarantee)

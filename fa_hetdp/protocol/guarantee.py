@@ -10,8 +10,10 @@ guarantees") explains each part.
 
 - ``unit_of_privacy``: :func:`unit_of_privacy` of the plan's ``privacy_unit`` --
   :data:`UNIT_OF_PRIVACY` (``"client"``: one client with all its records, neighbouring
-  datasets differ by replacing one client, ``n`` is public) or the record sentence
-  (``"record"``: one record of one client, every client holding at least ``min_records``).
+  datasets differ by replacing one client, ``n`` is public) or a record sentence
+  (``"record"``: one record of one client; :data:`RECORD_UNIT_OF_PRIVACY` where every client
+  holds at least a stated ``min_records``, :data:`PUBLIC_COUNTS_UNIT_OF_PRIVACY` where every
+  client's record count is public and none is stated: the meta-analysis' designs).
 - ``adversary``: who is trusted. Distributed placement: the server is honest-but-curious or
   malicious (the secure-aggregation sentence of
   :meth:`fa_hetdp.secagg.params.SecAggParameters.guarantee` when the run has one), and at most
@@ -36,6 +38,7 @@ from fa_hetdp.protocol.plan import ProtocolPlan
 from fa_hetdp.secagg.params import SecAggParameters
 
 __all__ = [
+    "PUBLIC_COUNTS_UNIT_OF_PRIVACY",
     "RECORD_UNIT_OF_PRIVACY",
     "UNIT_OF_PRIVACY",
     "Guarantee",
@@ -50,30 +53,53 @@ UNIT_OF_PRIVACY: Final = (
 """What the differential privacy protects under ``privacy_unit = "client"`` (the default;
 ``docs/privacy.md``, "Unit of privacy")."""
 
-RECORD_UNIT_OF_PRIVACY: Final = (
+_RECORD_NEIGHBOURS: Final = (
     "one record of one client; replace-one neighbouring datasets (one record of one client "
-    "replaced by any other record in [0, 1]^d); every client holds at least min_records = {m} "
-    "records; n and the clients' record counts public; k records of one client together are "
-    "protected only as a group (k times the GDP mu)"
+    "replaced by any other record in [0, 1]^d); "
 )
-"""The sentence of ``privacy_unit = "record"`` (``{m}``: ``min_records``)."""
+_RECORD_GROUPS: Final = (
+    "; k records of one client together are protected only as a group (k times the GDP mu)"
+)
+
+RECORD_UNIT_OF_PRIVACY: Final = (
+    _RECORD_NEIGHBOURS + "every client holds at least min_records = {m} records; n and the "
+    "clients' record counts public" + _RECORD_GROUPS
+)
+"""The sentence of ``privacy_unit = "record"`` with a stated ``min_records`` (``{m}``): the
+paper's protocol, or a meta-analysis' secure sums planned at a stated bound."""
+
+PUBLIC_COUNTS_UNIT_OF_PRIVACY: Final = (
+    _RECORD_NEIGHBOURS + "n and every client's record count public (the smallest: {m} "
+    "records)" + _RECORD_GROUPS
+)
+"""The sentence of ``privacy_unit = "record"`` when every client's record count is public and
+no ``min_records`` is stated (``{m}``: the smallest count): the meta-analysis' silo summaries,
+and its secure sums without ``min_records``."""
 
 
-def unit_of_privacy(unit: str, min_records: int | None = None) -> str:
-    """Return the sentence of ``unit`` (``"client"`` or ``"record"``, with ``min_records``).
+def unit_of_privacy(
+    unit: str, smallest_count: int | None = None, *, min_records: int | None = None
+) -> str:
+    """Return the sentence of ``unit`` (``"client"`` or ``"record"``).
+
+    Under ``"record"``: with ``min_records`` (a stated public lower bound on every count)
+    :data:`RECORD_UNIT_OF_PRIVACY`; else, with ``smallest_count`` (every count public, the
+    smallest of them), :data:`PUBLIC_COUNTS_UNIT_OF_PRIVACY`.
 
     Raises
     ------
     ValueError
-        An unknown unit, or ``"record"`` without ``min_records``.
+        An unknown unit, or ``"record"`` with neither ``min_records`` nor ``smallest_count``.
     """
     if unit == "client":
         return UNIT_OF_PRIVACY
     if unit == "record" and min_records is not None:
         return RECORD_UNIT_OF_PRIVACY.format(m=int(min_records))
+    if unit == "record" and smallest_count is not None:
+        return PUBLIC_COUNTS_UNIT_OF_PRIVACY.format(m=int(smallest_count))
     raise ValueError(
         f"unit of privacy {unit!r} with min_records={min_records!r}: allowed are 'client', "
-        "or 'record' with min_records >= 2"
+        "or 'record' with min_records >= 2 (or every record count public)"
     )
 
 
@@ -224,7 +250,8 @@ def guarantee_of(
         epsilon=float(epsilon) if dp and epsilon is not None else None,
         delta=float(spent.delta) if dp and spent.delta is not None else None,
         unit_of_privacy=unit_of_privacy(
-            plan.privacy_unit, plan.min_records if plan.privacy_unit == "record" else None
+            plan.privacy_unit,
+            min_records=plan.min_records if plan.privacy_unit == "record" else None,
         ),
         adversary=_adversary(plan, secagg),
         honest_shares=None if plan.config.placement == "central" else plan.t,

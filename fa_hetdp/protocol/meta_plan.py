@@ -557,6 +557,10 @@ class MetaPlan:
     budget : BudgetPlan or None
         Unit-sensitivity releases (``sigma = 1/mu_k``); None without noise.
     labels : tuple[str, ...]
+    u_bound : float
+        The record bound of round A's ``U`` (1: the sum of squares of values in ``[0, 1]``;
+        :mod:`fa_hetdp.protocol.two_arm_sums` enters each silo's two-arm effect as one
+        summary whose ``U`` one record moves by less than 5/2).
     """
 
     settings: MetaSettings
@@ -568,6 +572,7 @@ class MetaPlan:
     epsilon: float
     delta: float
     labels: tuple[str, ...] = field(default=())
+    u_bound: float = 1.0
 
     @property
     def privacy_unit(self) -> str:
@@ -639,7 +644,7 @@ class MetaPlan:
         if self.settings.privacy_unit == "record":
             table: dict[str, Any] = {
                 "T": record_bound_t(),
-                "U": record_bound_u2(),
+                "U": record_bound_u2() * self.u_bound,
                 "W": record_bound_w(),
                 "A": lambda: record_bound_a(m, f, k),
                 "B": lambda: record_bound_b(m, f, k),
@@ -774,11 +779,16 @@ class MetaPlan:
 
     @property
     def unit_of_privacy(self) -> str:
-        """The sentence of what the guarantee protects."""
+        """The sentence of what the guarantee protects.
+
+        Record unit: every count is public; a stated ``min_records`` (the bound the record
+        bounds are taken at) is named, else the smallest count.
+        """
         from fa_hetdp.protocol.guarantee import unit_of_privacy
 
         if self.settings.privacy_unit == "record":
-            return unit_of_privacy("record", self.m_min)
+            smallest = int(self.records_per_client.min())
+            return unit_of_privacy("record", smallest, min_records=self.settings.min_records)
         return unit_of_privacy("client")
 
 
