@@ -68,9 +68,18 @@ def _interval(res: Any) -> tuple[float, float]:
 
 
 def case(
-    loaded: real_trials.LoadedTrial, column: str, effect: str, draws: int, out: Path | None
+    loaded: real_trials.LoadedTrial,
+    column: str,
+    effect: str,
+    draws: int,
+    out: Path | None,
+    design: str = "auto",
 ) -> dict[str, Any]:
-    """One row: the exact analysis, ``draws`` private ones, the forest plot of the first."""
+    """One row: the exact analysis, ``draws`` private ones, the forest plot of the first.
+
+    ``design``: the private analyses' design (``"secure-sums"``: an MD or RD entered as one
+    summary per site; no per-site noise to report, so that column is empty).
+    """
     t = loaded.trial
     kwargs = {
         "site": t.site,
@@ -92,6 +101,7 @@ def case(
             epsilon=EPSILON,
             delta=DELTA,
             privacy_unit="record",
+            design=design,
             rng=seed,
         )
         p_lo, p_hi = _interval(res)
@@ -103,9 +113,13 @@ def case(
     seconds = time.perf_counter() - start
     assert first is not None
     two, ex = first.result, exact.result
-    # both on the [0, 1] scale the analyses ran on (an MD's scale cancels in the ratio)
-    noise_sd = np.sqrt(np.maximum(two.variances - two.sampling_variances, 0.0))[:, 0]
     sampling_se = np.sqrt(ex.sampling_variances)[:, 0]
+    if hasattr(two, "sampling_variances"):
+        # both on the [0, 1] scale the analyses ran on (an MD's scale cancels in the ratio)
+        noise_sd = np.sqrt(np.maximum(two.variances - two.sampling_variances, 0.0))[:, 0]
+        noise_over_se = float(np.median(noise_sd / sampling_se))
+    else:  # the secure sums: no site's effect is released
+        noise_over_se = float("nan")
     sizes = ex.arm_counts
     png = None
     if out is not None:
@@ -128,7 +142,7 @@ def case(
         "ratio": ratio,
         "ratio_q": (float(np.quantile(ratios, 0.1)), float(np.quantile(ratios, 0.9))),
         "private_median": float(np.median(estimates)),
-        "noise_over_se": float(np.median(noise_sd / sampling_se)),
+        "noise_over_se": noise_over_se,
         "design": ", ".join(sorted(designs)),
         "meets": hold >= GOAL_HOLD and ratio <= GOAL_RATIO,
         "seconds": seconds,
@@ -235,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument(
         "--synthetic", type=int, default=250, help="synthetic trials for coverage (0: none)"
     )
+    parser.add_argument(
+        "--design",
+        default="auto",
+        choices=("auto", "silo-summaries", "secure-sums"),
+        help="the private analyses' design (secure-sums: MD and RD only)",
+    )
     args = parser.parse_args(argv)
     wanted = CASES
     if args.cases:
@@ -246,11 +266,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         key = (name, column)
         if key not in loaded:
             loaded[key] = real_trials.load(name, [column])
-        rows.append(case(loaded[key], column, effect, args.draws, out))
+        rows.append(case(loaded[key], column, effect, args.draws, out, args.design))
         print(f"  {name} {column} {effect}: {rows[-1]['seconds']:.1f} s", file=sys.stderr)
     print(
         f"{datetime.date.today().isoformat()}: python benchmarks/trial_bench.py "
-        f"--draws {args.draws} (epsilon {EPSILON:g}, delta {DELTA:g}, record unit)"
+        f"--draws {args.draws} --design {args.design} (epsilon {EPSILON:g}, delta {DELTA:g}, "
+        "record unit)"
     )
     print("\n".join(table(rows, args.draws)))
     for r in rows:

@@ -194,11 +194,17 @@ def test_arm_is_given_iff_the_effect_compares_two_arms() -> None:
 
 def test_every_setting_a_two_arm_effect_cannot_run_with_is_listed() -> None:
     # the secure sums (the in-process refusal, word for word) and the client unit, together
-    found = _problems(analysis="meta", design="secure-sums", effect="MD", arm="treated")
+    found = _problems(analysis="meta", design="secure-sums", effect="SMD", arm="treated")
     assert set(found) == {"run-config.design", "run-config.privacy-unit"}
-    assert found["run-config.design"] == SECURE_SUMS_REFUSAL.format(effect="MD")
+    assert found["run-config.design"] == SECURE_SUMS_REFUSAL.format(effect="SMD")
     assert "runs in the silo-summaries design only" in found["run-config.privacy-unit"]
     assert "privacy_unit='client'" in found["run-config.privacy-unit"]
+    # an MD in the secure sums runs at the record unit (tests/test_two_arm_sums_flower.py):
+    # at the client unit, the secure sums' own line
+    found = _problems(analysis="meta", design="secure-sums", effect="MD", arm="treated")
+    assert set(found) == {"run-config.privacy-unit"}
+    line = found["run-config.privacy-unit"]
+    assert "under the secure sums protects one record replaced within its arm" in line
     # not a meta-analysis at all
     found = _problems(privacy_unit="record", min_records=2, effect="OR", arm="treated")
     assert set(found) == {"run-config.analysis"}
@@ -223,10 +229,12 @@ def test_a_node_refuses_a_document_whose_two_arm_settings_are_bad() -> None:
         with pytest.raises(ConfigError) as info:
             read_settings({**document, "data": data})
         assert key in dict(info.value.problems), (data, info.value.problems)
-    secure = {**document, "data": {"effect": "MD", "arm": "t"}}
+    secure = {**document, "data": {"effect": "SMD", "arm": "t"}}
     secure["run-config"] = {**document["run-config"], "design": "secure-sums"}
     with pytest.raises(ConfigError, match="per-arm sums are not built"):
         read_settings(secure)
+    secure["data"] = {"effect": "MD", "arm": "t"}  # an MD: one summary per silo, it runs
+    assert read_settings(secure).run.protocol.setting("design") == "secure-sums"
 
 
 # ---------------------------------------------------------------------------- the docs

@@ -181,7 +181,7 @@ def test_the_private_analysis_runs_per_arm_silo_summaries_with_the_within_arm_gu
     assert res.spent is not None and res.spent.epsilon == pytest.approx(1.0)
     assert "same arm" in res.unit_of_privacy and "arm sizes" in res.unit_of_privacy
     assert "per-arm" in res.server_saw
-    assert any("needs per-arm releases" in label for label in res.labels)  # auto's reason
+    assert any("on per-arm releases" in label for label in res.labels)  # auto's reason
     two = res.result
     assert isinstance(two, TwoArmMetaAnalysis)
     assert two.releases["theta"].shape == (5, 2, 1) and two.releases["s2"].shape == (5, 2, 1)
@@ -237,13 +237,23 @@ def _refusal(table: Any, **kwargs: Any) -> None:
     ("kwargs", "error", "match"),
     [
         (
-            {"privacy_unit": "record", "design": "secure-sums"},
+            {"privacy_unit": "record", "design": "secure-sums", "effect": "SMD"},
             PrivacyParameterError,
-            r"per-arm sums are not built",
+            r"not an SMD, OR or RR.*per-arm sums are not built",
         ),
-        ({"privacy_unit": "client"}, PrivacyParameterError, r"silo-summaries design only.*client"),
         (
-            {"privacy_unit": "record", "min_records": 20},
+            {"privacy_unit": "client", "design": "secure-sums"},
+            PrivacyParameterError,
+            r"privacy_unit='record'",
+        ),
+        (
+            {"privacy_unit": "client"},
+            PrivacyParameterError,
+            r"silo-summaries design, or in the secure sums if design='secure-sums' is named "
+            r"\(at privacy_unit='record', without min_records\), and .*client",
+        ),
+        (
+            {"privacy_unit": "record", "min_records": 20, "effect": "SMD"},
             PrivacyParameterError,
             r"silo-summaries design only.*min_records",
         ),

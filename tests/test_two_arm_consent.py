@@ -1,12 +1,13 @@
 """A node's own consent to two-arm releases (node config ``allow-public-arm-sizes``).
 
-A two-arm release (the scenario's ``[data] arm`` and ``effect``) publishes the node's arm sizes
-in its first reply and protects one record replaced *within its arm*. The run's scenario is
-the server's word; the node's config says whether it accepts that (default: no). A node that
-does not is refused at its first step, before anything leaves it, with one line naming the
-key: the server counts it as a dropout with that reason, and aborts as it does for any
-dropout when too few silos remain. A Flower simulation's nodes (one person runs every party)
-consent when the scenario has ``[data] arm``.
+A two-arm release (the scenario's ``[data] arm`` and ``effect``: the silo summaries' per-arm
+release, or an MD or RD entered in the secure sums as one summary per silo) publishes the
+node's arm sizes in its first reply and protects one record replaced *within its arm*. The
+run's scenario is the server's word; the node's config says whether it accepts that (default:
+no). A node that does not is refused at its first step, before anything leaves it, with one
+line naming the key: the server counts it as a dropout with that reason, and aborts as it does
+for any dropout when too few silos remain. A Flower simulation's nodes (one person runs every
+party) consent when the scenario has ``[data] arm``.
 
 Over the in-memory Grid of ``test_two_arm_flower`` (the real handlers, codec and strategy).
 """
@@ -73,6 +74,26 @@ def test_a_node_that_does_not_consent_is_dropped_with_its_reason(tmp_path: Path)
     assert first.pop(refusing) is None
     assert len(first) == len(COUNTS) - 1
     assert all(reply is not None and not reply.has_error() for reply in first.values())
+
+
+def test_the_secure_sums_ask_for_the_same_consent(tmp_path: Path) -> None:
+    # an MD in the secure sums publishes the arm sizes too: a node without the key is dropped
+    # at its first step, before the key directory is fixed (four nodes, t = 2 shares: the
+    # others' sums survive its absence), and the others run the rounds
+    paths = silo_tables(tmp_path)
+    extra = tmp_path / "site-3.csv"
+    extra.write_text(paths[0].read_text())
+    scenario = scenario_file(tmp_path, "MD", silos=4, design="secure-sums")
+    config = run_config(tmp_path, scenario, **{"secagg-threshold": 2})
+    grid = file_grid(config, [*paths, extra])
+    refusing = sorted(grid.contexts)[1]
+    del grid.contexts[refusing].node_config[KEY]
+    _, document = run_meta(config, grid)
+    assert document["status"] == "success" and document["design"] == "secure-sums"
+    assert document["n"] == 3 and "meta_round_c" in [s["step"] for s in document["steps"]]
+    (reason,) = document["steps"][0]["dropouts"].values()
+    assert f"{KEY} = false" in reason and "arm sizes" in reason
+    assert document["arm_counts"] == [list(COUNTS[0]), list(COUNTS[2]), list(COUNTS[0])]
 
 
 def test_no_consent_anywhere_aborts_the_run_with_the_reason(tmp_path: Path) -> None:

@@ -407,20 +407,26 @@ def test_the_scenario_checks_arm_and_effect(tmp_path: Path) -> None:
 
 
 def test_the_run_config_refuses_the_secure_sums_with_the_in_process_line(tmp_path: Path) -> None:
-    config = run_config(tmp_path, scenario_file(tmp_path, "MD"), design="secure-sums")
+    # the secure sums build an MD or RD (tests/test_two_arm_sums_flower.py), not an SMD
+    config = run_config(tmp_path, scenario_file(tmp_path, "SMD"), design="secure-sums")
     with pytest.raises(ConfigError) as info:
         RunSettings.from_run_config(config)
-    assert SECURE_SUMS_REFUSAL.format(effect="MD") in str(info.value)
+    assert SECURE_SUMS_REFUSAL.format(effect="SMD") in str(info.value)
     frame = frame_of(silo_tables(tmp_path), [0, 1, 2])
     with pytest.raises(fa_hetdp.PrivacyParameterError) as same:
         fa_hetdp.private_meta_analysis(
             frame, site="site", columns=["score"], bounds={"score": SCORE}, arm="treated",
-            effect="MD", epsilon=1.0, delta=1e-5, privacy_unit="record", design="secure-sums",
+            effect="SMD", epsilon=1.0, delta=1e-5, privacy_unit="record", design="secure-sums",
         )  # fmt: skip
-    assert str(same.value) == SECURE_SUMS_REFUSAL.format(effect="MD") + "."
+    assert str(same.value) == SECURE_SUMS_REFUSAL.format(effect="SMD") + "."
+    ok = run_config(tmp_path, scenario_file(tmp_path, "MD"), design="secure-sums")
+    assert RunSettings.from_run_config(ok).protocol.setting("design") == "secure-sums"
     client = run_config(tmp_path, scenario_file(tmp_path, "MD", unit="client", design="auto"))
-    with pytest.raises(ConfigError, match="runs in the silo-summaries design only"):
+    with pytest.raises(ConfigError, match="or in the secure sums if design='secure-sums' is"):
         RunSettings.from_run_config(client)
+    smd = run_config(tmp_path, scenario_file(tmp_path, "SMD", unit="client", design="auto"))
+    with pytest.raises(ConfigError, match="runs in the silo-summaries design only"):
+        RunSettings.from_run_config(smd)
 
 
 # ---------------------------------------------------------------------------- Flower's runtime

@@ -736,6 +736,11 @@ class ColumnMetaAnalysis:
         The treatment-indicator column (two-arm effects of a DataFrame).
     arm_levels : tuple
         ``(treated, control)`` levels of the arm column.
+    reduction : tuple of two floats or None
+        ``(a, b)`` when ``result`` is the one-summary-per-silo analysis of a two-arm effect (the
+        secure sums, :data:`fa_hetdp.protocol.two_arm_sums.REDUCTION`): its location figure
+        ``x`` is the effect ``a x + b`` on the ``[0, 1]`` scale, its variance ``a^2 x``, its
+        standard error ``a x``; then read in units as above.
     """
 
     result: MetaAnalysis | PrivateMetaAnalysis | TwoArmMetaAnalysis | SummariesMetaAnalysis
@@ -750,6 +755,7 @@ class ColumnMetaAnalysis:
     effect: str = "mean"
     arm: str | None = None
     arm_levels: tuple[Any, ...] = ()
+    reduction: tuple[float, float] | None = None
 
     @classmethod
     def of(
@@ -788,13 +794,18 @@ class ColumnMetaAnalysis:
 
         The unit-free effects: SMD, log OR, log RR, RD.
         """
-        if self.effect in ("mean", "MD"):
-            return self.span
-        return np.ones(self.span.shape)
+        base = self.span if self.effect in ("mean", "MD") else np.ones(self.span.shape)
+        if self.reduction is not None:  # the reduced analysis' unit is 1/a of the effect's
+            return np.asarray(self.reduction[0] * base)
+        return np.asarray(base)
 
     def _mean(self, x: Any) -> FloatArray:
         if self.effect != "mean":  # a difference or a unit-free effect: no offset
-            return in_column_units(x, "spread", self.low, self.scale)
+            out = in_column_units(x, "spread", self.low, self.scale)
+            if self.reduction is not None:  # a x + b: the offset b in the effect's units
+                a, b = self.reduction
+                out = np.asarray(out + b * self.scale / a)
+            return out
         return in_column_units(x, "location", self.low, self.span)
 
     def _variance(self, x: Any) -> FloatArray:

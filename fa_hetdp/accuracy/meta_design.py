@@ -37,6 +37,13 @@ from fa_hetdp.protocol.two_arm import (
     plan_two_arm,
     run_two_arm,
 )
+from fa_hetdp.protocol.two_arm_sums import (
+    REDUCED_EFFECTS,
+    REDUCTION,
+    auto_reason,
+    run_two_arm_sums,
+    silo_summaries_only,
+)
 from fa_hetdp.stats.silo_analyses import SummariesMetaAnalysis, check_methods
 
 __all__ = [
@@ -252,6 +259,43 @@ def private_meta_analysis(
     return ColumnMetaAnalysis.of(with_methods(result, *methods), prepared)
 
 
+def _two_arm_sums(
+    records: Any,
+    client_ids: Any,
+    site: str | None,
+    columns: Sequence[str] | None,
+    bounds: Any,
+    arm: Any,
+    effect: str,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None,
+    assumptions: Mapping[str, Any] | None,
+    s: MetaSettings,
+) -> ColumnMetaAnalysis:
+    """Run an MD or RD under the secure sums (:mod:`fa_hetdp.protocol.two_arm_sums`)."""
+    if assumptions is not None:
+        raise InputDataError(
+            f"assumptions are for design='auto' (the planner's choice); design='secure-sums' "
+            f"is named for effect={effect!r}."
+        )
+    prepared = prepare_records(
+        records, client_ids, site=site, columns=columns, bounds=bounds, private=True, arm=arm
+    )
+    if prepared is None:  # pragma: no cover - arm= always prepares
+        raise InputDataError("arm= needs the records prepared")
+    summaries = two_arm_summaries(prepared, effect)
+    result = run_two_arm_sums(epsilon, delta, summaries, effect, s, as_generator(rng))
+    wrapped = ColumnMetaAnalysis.of(result, prepared)
+    return replace(
+        wrapped,
+        effect=effect,
+        arm=prepared.arm,
+        arm_levels=prepared.arm_levels,
+        reduction=REDUCTION,
+    )
+
+
 def _silo_summaries_for(methods: tuple[str, str], settings: Mapping[str, Any]) -> dict[str, Any]:
     """Return the settings running another estimator than DL/z (silo summaries), or refuse.
 
@@ -296,15 +340,27 @@ def _private_two_arm(
     assumptions: Mapping[str, Any] | None,
     settings: Mapping[str, Any],
 ) -> ColumnMetaAnalysis:
-    """Run a two-arm effect in the silo-summaries design (the only one that builds it)."""
+    """Run a two-arm effect: the silo summaries, or the secure sums for an MD or RD."""
     s = settings_from(**settings)
+    if s.design == "secure-sums" and effect in REDUCED_EFFECTS:
+        return _two_arm_sums(
+            records,
+            client_ids,
+            site,
+            columns,
+            bounds,
+            arm,
+            effect,
+            epsilon,
+            delta,
+            rng,
+            assumptions,
+            s,
+        )
     _silo_summaries_only(
         s,
         SECURE_SUMS_REFUSAL.format(effect=effect) + ".",
-        lambda problem: (
-            f"effect={effect!r} runs in the silo-summaries design only (the secure sums would "
-            f"need each arm's own sums: not built), and {problem}."
-        ),
+        lambda problem: silo_summaries_only(effect, problem) + ".",
     )
     if assumptions is not None:
         raise InputDataError(
@@ -322,10 +378,7 @@ def _private_two_arm(
     )
     result = run_two_arm(plan, summaries, as_generator(rng))
     if s.design == "auto":
-        why = (
-            f"design silo-summaries: effect={effect!r} needs per-arm releases, which only the "
-            "silo summaries build (the secure sums would need each arm's own sums)"
-        )
+        why = f"design silo-summaries: {auto_reason(effect)}"
         result = replace(result, labels=(*result.labels, why))
     return ColumnMetaAnalysis.of(result, prepared)
 

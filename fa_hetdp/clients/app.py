@@ -39,6 +39,12 @@ session size), does its step with the :mod:`fa_hetdp.protocol` client functions 
                     says so)
 ==================  =========================================================================
 
+A two-arm meta-analysis (the scenario's ``[data] arm`` and ``effect``) keeps every record's
+arm beside the records and states the two arm sizes in the first reply; the silo summaries
+release each arm's summaries, the secure sums (an MD or RD with ``design = "secure-sums"``)
+enter the silo's effect as one summary in rounds A, B, C (:mod:`fa_hetdp.clients.meta`; a
+node with an arm below 2 records refuses at its first step: :func:`check_two_arm_sums_arms`).
+
 What every step's handler shares (the settings, the session state, the noise generator, the
 secure aggregation's rounds) is :mod:`fa_hetdp.clients.session`.
 
@@ -49,7 +55,9 @@ session's nonce in the node's ledger (a replay is refused); every release-bearin
 (``stageK_input``, ``meta_round_*``, ``silo_summaries``) checks its plan again and charges the
 whole plan to the ledger before its reply is built. A two-arm scenario (``[data] arm``), whose
 first reply states the node's arm sizes, is refused there unless the node config says
-``allow-public-arm-sizes = true`` (a Flower simulation's nodes say it for a two-arm scenario).
+``allow-public-arm-sizes = true`` (a Flower simulation's nodes say it for a two-arm scenario),
+in either design: the secure sums' rounds check and charge the node's own plan of its reduced
+summary, which publishes its arm sizes too.
 A refusal is one line in the node's log and the error reply's reason.
 
 The session size n that sets the noise share is the length of the setup's id list, which is
@@ -115,7 +123,12 @@ from fa_hetdp.data.check import load_checked, load_checked_records
 from fa_hetdp.data.summaries import ClientSummary, summarise, summarise_mean
 from fa_hetdp.errors import InputDataError
 from fa_hetdp.flowerkit.measurement import SETTINGS_KEY, check_node_safety
-from fa_hetdp.flowerkit.settings import RunSettings, node_secagg, releases_silo_summaries
+from fa_hetdp.flowerkit.settings import (
+    RunSettings,
+    node_secagg,
+    releases_silo_summaries,
+    two_arm_sums,
+)
 from fa_hetdp.flowerkit.steps import (
     ADVERTISE_KEYS,
     INPUT_STEP,
@@ -150,6 +163,7 @@ __all__ = [
     "RecordsLoader",
     "SimulatedDropoutError",
     "app",
+    "check_two_arm_sums_arms",
     "register_steps",
     "scenario_records",
 ]
@@ -288,6 +302,28 @@ def no_arms(effect: str) -> str:
         f"effect={effect!r} needs records(context) to return (outcomes, arms), arms one 0/1 "
         "per record (1 = treated); this node's loader returned no arms"
     )
+
+
+def check_two_arm_sums_arms(settings: RunSettings, arms: Sequence[int]) -> None:
+    """Refuse to join a two-arm secure-sums session with an arm of fewer than 2 records.
+
+    The secure sums enter the silo's MD or RD as one summary
+    (:func:`fa_hetdp.protocol.two_arm_sums.reduced_summaries`: each arm's sample variance), and
+    every silo of the key directory takes part in every round: a silo that could not is
+    refused at its first step (the server drops it before the key directory is fixed), not at
+    round A (which would end the run).
+
+    Raises
+    ------
+    InputDataError
+        An arm below 2 records (one line, the node's arm sizes: public on its consent).
+    """
+    if min(arms) < 2:
+        raise InputDataError(
+            f"effect={settings.scenario.data.effect!r} under the secure sums needs at least 2 "
+            f"records in each arm of every silo; this node holds {arms[0]} treated and "
+            f"{arms[1]} control"
+        )
 
 
 def _check_record_count(settings: RunSettings, count: int) -> None:
@@ -461,6 +497,8 @@ def advertise_keys(
         meta=analysis_of(settings) == "meta",
         dropin=sent is not None,
     )
+    if Key.ARM_COUNTS in shown and two_arm_sums(settings):  # its consent given: said here
+        check_two_arm_sums_arms(settings, shown[Key.ARM_COUNTS])
     secagg = SecAggClient(
         client_id,
         threat_model=own.threat_model,

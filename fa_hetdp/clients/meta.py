@@ -19,6 +19,21 @@ share:
 
 The silo-summaries design's client part is :mod:`fa_hetdp.clients.silo_summaries`.
 
+**Two-arm effects** (the scenario's ``[data] arm``, an MD or RD with ``design =
+"secure-sums"``): a node whose session keeps its records' arms (its first reply stated its arm
+sizes, on its own consent ``allow-public-arm-sizes``) enters the rounds with one summary, its
+silo's effect reduced by :func:`fa_hetdp.protocol.two_arm_sums.reduced_summaries` of its own
+:func:`~fa_hetdp.protocol.two_arm.arm_summaries` (:func:`reduced_summary`), never with its
+records' own sums. Round A's request then lists every silo's ``[client id, treated,
+control]`` (and ``d``); the node checks its own entry and the list's length and calibrates on
+the counts ``4 m' - 3`` of every silo's smaller arm
+(:func:`~fa_hetdp.protocol.two_arm_sums.reduced_counts`), with the reduced plan's bound of
+``U`` (:func:`fa_hetdp.flowerkit.settings.reduced_meta_plan`: every count public, so no
+``min_records`` enters it; its own colluders counted as :func:`fa_hetdp.clients.policy.
+node_meta_plan` counts them). The node decides this from its own
+data, not from the request: a request without the arm sizes is refused, and the plan it
+checks and charges publishes its arm sizes (:func:`fa_hetdp.flowerkit.node_policy.meta_view`).
+
 Each client computes the noise of its share from the plan and the broadcast itself
 (:func:`fa_hetdp.protocol.meta_server.round_sigmas`, the server's own formula), never from a
 number the server states: a broadcast floor or clip
@@ -36,10 +51,17 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.clients.policy import charge, node_meta_plan, realise
+from fa_hetdp.clients.policy import (
+    charge,
+    node_gamma_roster,
+    node_meta_plan,
+    node_meta_settings,
+    realise,
+)
 from fa_hetdp.clients.session import (
     Handler,
     UnmaskCheck,
@@ -53,7 +75,8 @@ from fa_hetdp.clients.session import (
     step_limits_of,
     unmask,
 )
-from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
+from fa_hetdp.data.arms import arm_sizes
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan, reduced_meta_plan
 from fa_hetdp.flowerkit.steps import META_ROUNDS, Key, State
 from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.meta_client import (
@@ -73,7 +96,9 @@ __all__ = [
     "broadcast_of",
     "local_records",
     "meta_round",
+    "read_arm_rows",
     "read_counts",
+    "reduced_summary",
 ]
 
 ROUND_OF_STAGE: Final[Mapping[int, str]] = {0: "A", 1: "B", 2: "C"}
@@ -110,6 +135,64 @@ def read_counts(request: Mapping[str, Any], *, client_id: int, m: int, n: int) -
     if own != m:
         raise ValueError(f"round A: the counts give this client {own!r} records, it holds {m}")
     return sorted(pairs)
+
+
+def read_arm_rows(
+    request: Mapping[str, Any], *, client_id: int, arms: list[int], n: int, d: int
+) -> list[list[int]]:
+    """Check a two-arm round A's arm sizes; return the counts as ``[[client id, 4 m' - 3]]``.
+
+    The request lists every silo's ``[client id, treated, control]`` and ``d``
+    (:func:`fa_hetdp.clients.silo_summaries.read_arm_counts`: distinct ids, this node's own
+    sizes ``arms``, its own ``d``), ``n`` of them (the session size from the key directory);
+    every silo's count is :func:`~fa_hetdp.protocol.two_arm_sums.reduced_counts` of its
+    smaller arm, computed here, never a count the server states.
+
+    Raises
+    ------
+    ValueError
+        One line: what is wrong (the run aborts: every silo takes part in every round).
+    """
+    from fa_hetdp.clients.silo_summaries import read_arm_counts
+    from fa_hetdp.protocol.two_arm_sums import reduced_counts
+
+    try:
+        rows = read_arm_counts(request, client_id=client_id, arms=arms, d=d)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("silo summaries:", "round A:")) from None
+    if len(rows) != n:
+        raise ValueError(f"round A: {len(rows)} silos' arm sizes for a session of n={n} clients")
+    if any(min(row[1:]) < 2 for row in rows):
+        raise ValueError("round A: the two-arm secure sums need at least 2 records in each arm")
+    counts = reduced_counts([min(row[1:]) for row in rows])
+    return sorted([row[0], int(m)] for row, m in zip(rows, counts, strict=True))
+
+
+def reduced_summary(
+    settings: RunSettings, records: FloatArray, arms: npt.ArrayLike
+) -> ClientSummary:
+    """Return this silo's one summary of its two-arm effect (the run's ``[data] effect``).
+
+    :func:`fa_hetdp.protocol.two_arm_sums.reduced_summaries` of the silo's own
+    :func:`~fa_hetdp.protocol.two_arm.arm_summaries` (one silo): the function the in-process
+    :func:`~fa_hetdp.protocol.two_arm_sums.run_two_arm_sums` runs for every silo.
+
+    Raises
+    ------
+    PrivacyParameterError
+        An effect the secure sums do not build (SMD, OR, RR).
+    InputDataError
+        An arm below 2 records, or (RD) a column that is not 0/1.
+    """
+    from fa_hetdp.clients.silo_summaries import check_binary
+    from fa_hetdp.protocol.two_arm import arm_summaries
+    from fa_hetdp.protocol.two_arm_sums import reduced_summaries
+
+    check_binary(settings, records)
+    flags = np.asarray(arms, dtype=np.int64)
+    silo = arm_summaries(records, np.zeros(flags.shape[0], dtype=np.int64), flags, minimum=2)
+    (summary,) = reduced_summaries(silo, settings.scenario.data.effect)
+    return summary
 
 
 def _vector(request: Mapping[str, Any], key: str, d: int) -> FloatArray:
@@ -155,17 +238,23 @@ def meta_round(
     request: Mapping[str, Any],
     rng: np.random.Generator,
     plan: MetaPlan | None = None,
+    arms: npt.ArrayLike | None = None,
 ) -> FloatArray:
     """Return this client's round vector of ``stage`` (its values plus its noise share).
 
-    ``counts`` is the session's list of round A (:func:`read_counts`); the plan is the run's
-    (:func:`fa_hetdp.flowerkit.settings.meta_plan`) for those counts, or ``plan`` (the node's
-    own, :func:`fa_hetdp.clients.policy.node_meta_plan`: its colluders counted against its
-    roster).
+    ``counts`` is the session's list of round A (:func:`read_counts`; two-arm:
+    :func:`read_arm_rows`); the plan is the run's (:func:`fa_hetdp.flowerkit.settings.
+    meta_plan` for those counts; two-arm: :func:`~fa_hetdp.flowerkit.settings.
+    reduced_meta_plan`), or ``plan`` (the node's own, :func:`fa_hetdp.clients.policy.
+    node_meta_plan`: its colluders counted against its roster). ``arms`` (a two-arm session:
+    every record's arm, 1 treated): the silo enters as its :func:`reduced_summary`.
     """
-    summary: ClientSummary = summarise(records)
+    summary: ClientSummary = (
+        summarise(records) if arms is None else reduced_summary(settings, records, arms)
+    )
     if plan is None:
-        plan = meta_plan(settings, [count for _, count in counts], summary.theta.shape[0])
+        build = meta_plan if arms is None else reduced_meta_plan
+        plan = build(settings, [count for _, count in counts], summary.theta.shape[0])
     rnd = ROUND_OF_STAGE[stage]
     broadcast = broadcast_of(request, rnd, plan.d)
     return client_round(plan, summary, rnd, broadcast, round_sigmas(plan, rnd, broadcast), rng)
@@ -193,6 +282,35 @@ def local_records(context: Context) -> FloatArray:
     return np.asarray(arrays[State.RECORDS].numpy(), dtype=np.float64)
 
 
+def local_arms(context: Context) -> npt.NDArray[np.int64] | None:
+    """Return the arm of every record the session keeps (None: a one-arm session).
+
+    A two-arm session's first step keeps them beside the records
+    (:func:`fa_hetdp.clients.silo_summaries.arm_local_data`): the node's own data says
+    whether it compares two arms, not the server's request.
+    """
+    arrays = context.state.get(State.LOCAL)
+    if not isinstance(arrays, ArrayRecord) or State.ARMS not in arrays:
+        return None
+    return np.asarray(arrays[State.ARMS].numpy(), dtype=np.int64)
+
+
+def _node_plan(
+    settings: RunSettings, counts: list[list[int]], d: int, record: ConfigRecord, two_arm: bool
+) -> MetaPlan:
+    """Return the node's own plan for the session's counts (two-arm: the reduced plan).
+
+    Its colluders counted against its roster (:func:`fa_hetdp.clients.policy.node_meta_plan`;
+    two-arm: the same settings, :func:`fa_hetdp.clients.policy.node_meta_settings`, planned by
+    :func:`fa_hetdp.flowerkit.settings.reduced_meta_plan`).
+    """
+    if not two_arm:
+        return node_meta_plan(settings, [count for _, count in counts], d, record)
+    gamma, roster = node_gamma_roster(record)
+    own = node_meta_settings(settings, len(counts), gamma, roster)
+    return reduced_meta_plan(own, [count for _, count in counts], d)
+
+
 def _round_input(stage: int) -> Handler:
     """Return the handler of round ``ROUND_OF_STAGE[stage]``'s masked input."""
     step = META_ROUNDS[ROUND_OF_STAGE[stage]].input
@@ -204,17 +322,20 @@ def _round_input(stage: int) -> Handler:
         request = decode(msg.content, limits=step_limits_of(context, step))
         rng = noise_generator(settings, record, pid)
         records = local_records(context)
+        arms = local_arms(context)  # a two-arm session: the silo's reduced summary
         if stage == 0:  # round A: the public counts the plan is calibrated on
-            counts = read_counts(
-                request,
-                client_id=state_int(record, State.CLIENT_ID),
-                m=records.shape[0],
-                n=state_int(record, State.SESSION_SIZE),
-            )
+            client_id = state_int(record, State.CLIENT_ID)
+            n = state_int(record, State.SESSION_SIZE)
+            if arms is None:
+                counts = read_counts(request, client_id=client_id, m=records.shape[0], n=n)
+            else:
+                counts = read_arm_rows(
+                    request, client_id=client_id, arms=arm_sizes(arms), n=n, d=records.shape[1]
+                )
             record[State.META_COUNTS] = counts_to_json(counts)
         counts = counts_from_json(record.get(State.META_COUNTS))
-        plan = node_meta_plan(settings, [count for _, count in counts], records.shape[1], record)
-        values = meta_round(settings, records, counts, stage, request, rng, plan)
+        plan = _node_plan(settings, counts, records.shape[1], record, arms is not None)
+        values = meta_round(settings, records, counts, stage, request, rng, plan, arms)
         # the whole plan charged to the node's ledger (round A) before the reply is built
         charge(context, settings, record, secagg_client(record), plan)
         return masked_input(msg, request, values, settings, record, rng)
@@ -232,7 +353,7 @@ def _realised(rnd: str) -> UnmaskCheck:
     ) -> None:
         counts = counts_from_json(record.get(State.META_COUNTS))
         d = local_records(context).shape[1]
-        plan = node_meta_plan(settings, [count for _, count in counts], d, record)
+        plan = _node_plan(settings, counts, d, record, local_arms(context) is not None)
         releases = [r for r in ROUNDS[rnd] if r in plan.releases]
         realise(context, settings, record, secagg, plan, releases, k)
 

@@ -48,7 +48,10 @@ a boolean, ``True`` = treated, as ``table["treated"] == 1`` gives)::
         return table[["score"]].to_numpy() / 100.0, table["treated"].to_numpy()
 
 The node keeps both, states its two arm sizes in its first reply (public) and releases each
-arm's noisy summaries (:mod:`fa_hetdp.clients.silo_summaries`). A loader that returns no arms,
+arm's noisy summaries (:mod:`fa_hetdp.clients.silo_summaries`), or, for an MD or RD the server
+runs in the secure sums (``design="secure-sums"``), enters its effect as one summary in their
+rounds (:mod:`fa_hetdp.clients.meta`): its consent (``allow-public-arm-sizes``) is asked
+either way. A loader that returns no arms,
 arms of another length or arms other than 0/1 fails the first step with one line, before the
 arm sizes leave the node (the server drops it; the others go on).
 """

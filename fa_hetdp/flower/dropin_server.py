@@ -28,7 +28,9 @@ A two-arm effect across the nodes (a trial's centres)::
 
 with every node's ``records(context)`` returning ``(outcomes, arms)`` (:func:`fa_hetdp.flower.
 register`), returns the :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis` that
-:func:`fa_hetdp.private_meta_analysis` returns for ``arm=`` and ``effect=``.
+:func:`fa_hetdp.private_meta_analysis` returns for ``arm=`` and ``effect=`` (in the silo
+summaries; with ``design="secure-sums"`` an MD or RD runs in the secure sums' rounds, each
+node's effect entered as one summary, as in process).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import fa_hetdp
 from fa_hetdp.errors import PrivacyParameterError
 from fa_hetdp.flowerkit.measurement import SummarySpec, read_settings, settings_document
-from fa_hetdp.flowerkit.settings import meta_plan
+from fa_hetdp.flowerkit.settings import meta_plan, two_arm_sums, two_arm_sums_plan
 from fa_hetdp.protocol.meta_plan import MetaPlan
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.plan import ProtocolPlan, plan_protocol
@@ -124,9 +126,12 @@ def measure(
         one 0/1 integer or boolean each (1 or ``True`` = treated); its two arm sizes are
         public, as in process. A node whose loader returns no arms, or arms other than 0/1,
         refuses at its first step and is dropped; the others go on.
-        Only the silo-summaries design builds per-arm releases: a two-arm effect needs
-        ``analysis="meta"`` and ``privacy_unit="record"``, and refuses
-        ``design="secure-sums"`` (``"auto"`` runs the silo summaries and says why).
+        A two-arm effect needs ``analysis="meta"`` and ``privacy_unit="record"``; it runs in
+        the silo-summaries design (per-arm releases; ``"auto"`` runs them and says why), or,
+        for an MD or RD with ``design="secure-sums"`` named, in the secure sums' rounds with
+        every node's effect entered as one summary (no ``min_records``; SMD, OR and RR are
+        refused there, as in process). Either way every node's arm sizes are public and a node
+        takes part only on its own consent (node config ``allow-public-arm-sizes = true``).
     arm : str, optional
         The arm indicator's name (``"treated"``): given exactly when ``effect`` compares two
         arms; the result's ``arm``.
@@ -152,16 +157,19 @@ def measure(
         ``analysis="meta"`` the private meta-analysis of every client's records
         (:func:`fa_hetdp.private_meta_analysis` over Flower, in the design chosen); with a
         two-arm ``effect`` the :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis` whose
-        ``result`` is a :class:`~fa_hetdp.protocol.two_arm.TwoArmMetaAnalysis` (columns
-        ``x0``, ``x1``, ...: the records' own ``[0, 1]`` scale), as in process.
+        ``result`` is a :class:`~fa_hetdp.protocol.two_arm.TwoArmMetaAnalysis` (the secure
+        sums: the :class:`~fa_hetdp.protocol.meta_server.PrivateMetaAnalysis` of the reduced
+        summaries, read through its ``reduction``; columns ``x0``, ``x1``, ...: the records'
+        own ``[0, 1]`` scale), as in process.
 
     Raises
     ------
     ConfigError
         Bad settings (every problem, one error), before anything is sent: among them an
         unknown ``effect`` (with the allowed ones), ``arm`` without a two-arm effect or a
-        two-arm effect without ``arm``, and a two-arm effect with ``design="secure-sums"``,
-        the client unit or another analysis; ``privacy_unit="record"`` without
+        two-arm effect without ``arm``, and a two-arm effect with ``design="secure-sums"``
+        (SMD, OR, RR; an MD or RD with ``min_records``), the client unit or another analysis;
+        ``privacy_unit="record"`` without
         ``min_records`` for the paper's statistics.
     PrivacyParameterError
         ``budget`` cannot afford the measurement (nothing sent).
@@ -187,7 +195,7 @@ def measure(
     )
     run = read_settings(document).run
     meta = run.protocol.setting("analysis") == "meta"
-    two_arm = run.scenario.data.effect != "mean"  # checked: a meta-analysis, silo summaries
+    two_arm = run.scenario.data.effect != "mean"  # checked: a meta-analysis of its design
     if meta and spec.kind != "mean":
         raise PrivacyParameterError(
             f"analysis='meta' analyses every record of a client; summary={summary!r} does not "
@@ -204,8 +212,11 @@ def measure(
         # either: planned here at min_records (or 2) records each. Nor on its design: both
         # spend the whole (epsilon, delta) under Gaussian composition (the silo summaries by
         # parallel composition over disjoint records), so the charge is the same. A two-arm
-        # effect's is its own plan (the silo summaries per arm), at its least arm sizes.
-        if two_arm:
+        # effect's is its own plan, at its least arm sizes: the silo summaries per arm, or
+        # the secure sums on every silo's reduced summary (an MD or RD, design="secure-sums").
+        if two_arm and two_arm_sums(run):
+            budget.charge(two_arm_sums_plan(run, [[2, 2]] * count, 1))
+        elif two_arm:
             from fa_hetdp.flowerkit.settings import two_arm_plan
             from fa_hetdp.protocol.two_arm import min_arm_size
 

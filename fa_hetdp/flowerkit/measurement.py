@@ -235,19 +235,28 @@ class TwoArmSpec:
 def two_arm_run_problems(effect: str, run: RunSettings) -> list[Problem]:
     """Return every setting of ``run`` a two-arm ``effect`` cannot run with (none: ``[]``).
 
-    A two-arm effect is a meta-analysis (``analysis = "meta"``) in the silo-summaries design,
-    as in process (:func:`fa_hetdp.private_meta_analysis`): each problem is the run config's
-    own line (:func:`fa_hetdp.flowerkit.settings.two_arm_problem`: ``design = "secure-sums"``
-    is refused with :data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL`; the client unit and
-    central placement rule the silo summaries out), checked one setting at a time so that every
-    one is listed, keyed as the run config's key.
+    A two-arm effect is a meta-analysis (``analysis = "meta"``), as in process
+    (:func:`fa_hetdp.private_meta_analysis`): in the silo-summaries design (``"auto"``,
+    ``"silo-summaries"``), or for an MD or RD in the secure sums when ``design =
+    "secure-sums"`` is named. Each problem is the run config's own line
+    (:func:`fa_hetdp.flowerkit.settings.two_arm_problem`: the secure sums refuse SMD, OR and RR
+    with :data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL` and need the record unit without
+    ``min_records``; the client unit and central placement rule the silo summaries out),
+    checked one setting at a time so that every one is listed, keyed as the run config's key.
     """
+    from fa_hetdp.protocol.two_arm_sums import REDUCED_EFFECTS
+
     p = run.protocol
+    design = p.setting("design")
+    # the design the other settings are checked against: the secure sums where they build the
+    # effect, else the silo summaries (the secure sums' refusal is listed under design)
+    runs = design if design != "secure-sums" or effect in REDUCED_EFFECTS else "silo-summaries"
     ok: dict[str, Any] = {
         "analysis": "meta",
-        "design": "silo-summaries",
+        "design": runs,
         "privacy_unit": "record",
         "placement": "distributed",
+        "min_records": None,
     }
     out: list[Problem] = []
     analysis = p.setting("analysis")
@@ -259,9 +268,9 @@ def two_arm_run_problems(effect: str, run: RunSettings) -> list[Problem]:
                 f"(analysis='meta'), got analysis={analysis!r}",
             )
         )
-    for name in ("design", "privacy_unit", "placement"):
+    for name in ("design", "privacy_unit", "placement", "min_records"):
         problem = two_arm_problem({**ok, name: p.setting(name)}, effect)
-        if problem is not None:
+        if problem is not None and problem[0] == name:
             out.append((run_config_key(problem[0]), problem[1]))
     return out
 

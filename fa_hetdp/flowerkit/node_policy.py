@@ -21,9 +21,10 @@ and validates every key this module knows (one line listing every bad key), and
   composition); a plan whose noise is below what the stated epsilon needs is refused;
 - ``measurement-max-epsilon`` (default 10, at the ledger's ``delta``, default ``1e-5``): a cap
   per measurement, on the epsilon the node recomputed;
-- ``allow-public-arm-sizes`` (default false): a two-arm release (the scenario's ``[data] arm``)
-  publishes the node's arm sizes and protects one record replaced within its arm; refused
-  unless the node's own config consents (the scenario is the server's word);
+- ``allow-public-arm-sizes`` (default false): a two-arm release (the scenario's ``[data] arm``:
+  the silo summaries' per-arm release, or an MD or RD entered in the secure sums as one
+  summary per silo) publishes the node's arm sizes and protects one record replaced within
+  its arm; refused unless the node's own config consents (the scenario is the server's word);
 - a session nonce seen before (kept in the node's ledger, :mod:`fa_hetdp.flowerkit.ledger`,
   so a restart does not forget it), and a measurement the ledger cannot afford.
 
@@ -211,9 +212,10 @@ class PlanView:
         unmask request (``survivors - c``: the survivors' shares less the colluders it guards
         against); a release not listed keeps :attr:`honest_shares` (the plan's ``n - c``).
     public_arm_sizes : bool
-        A two-arm measurement (the scenario's ``[data] arm``): the node's arm sizes are
-        published and the unit is one record replaced within its arm (refused unless the node
-        says ``allow-public-arm-sizes = true``).
+        A two-arm measurement (the scenario's ``[data] arm``; a plan of per-arm releases, or
+        of the secure sums on reduced two-arm summaries): the node's arm sizes are published
+        and the unit is one record replaced within its arm (refused unless the node says
+        ``allow-public-arm-sizes = true``).
     """
 
     n: int
@@ -322,7 +324,15 @@ def meta_view(
     name: str = "meta-analysis",
     records: int | None = None,
 ) -> PlanView:
-    """Return the node's view of a meta-analysis' secure sums (:func:`protocol_view`'s sibling)."""
+    """Return the node's view of a meta-analysis' secure sums (:func:`protocol_view`'s sibling).
+
+    A plan of reduced summaries (a two-arm MD or RD entered as one summary per silo,
+    :mod:`fa_hetdp.protocol.two_arm_sums`: its record bound of ``U`` is not the records' 1)
+    publishes the node's arm sizes (:attr:`PlanView.public_arm_sizes`). The node builds that
+    plan itself, from its own data: it reduces its records when the session keeps their arms
+    (:mod:`fa_hetdp.clients.meta`), whatever the server's request says, so a server cannot
+    avoid the check by not saying that the run compares two arms.
+    """
     s = plan.settings
     budget = plan.budget
     return PlanView(
@@ -345,6 +355,7 @@ def meta_view(
         session=session,
         name=name,
         records=records,
+        public_arm_sizes=plan.two_arm,
     )
 
 

@@ -55,11 +55,14 @@ __all__ = [
     "meta_settings",
     "node_secagg",
     "public_count_settings",
+    "reduced_meta_plan",
     "releases_silo_summaries",
     "silo_plan",
     "simulation_identities",
     "two_arm_plan",
     "two_arm_problem",
+    "two_arm_sums",
+    "two_arm_sums_plan",
 ]
 
 #: spawn key of the server's generator in simulation (client streams use their partition id).
@@ -399,7 +402,9 @@ class RunSettings:
         known = records if scenario_records and scenario.data.partitioner is None else None
         if (meta_problem := meta_records_problem(values, known)) is not None:
             problems.append((run_config_key("analysis"), meta_problem))
-        if not problems and (two_arm := two_arm_problem(values, scenario.data.effect)):
+        if not problems and (
+            two_arm := two_arm_problem(_stated_bound(values, raw), scenario.data.effect)
+        ):
             problems.append((run_config_key(two_arm[0]), two_arm[1]))
         n_key = run_config_key("num_clients")
         simulated_sites = scenario_records and values.get("mode") == "simulation"
@@ -466,6 +471,21 @@ class RunSettings:
             modulus_bits=resolve_modulus_bits(values["modulus_bits"], values["mechanism"]),
             settings={name: v for name, v in declared.items() if not SETTINGS[name].protocol},
         )
+
+
+def _stated_bound(values: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``values`` with ``min_records`` where the run config states it, else None.
+
+    A scenario's ``min_records`` under the record unit is filled from its public
+    ``records_per_client`` (:func:`~fa_hetdp.config.scenario.min_records_problem`), a bound
+    every node checks at its first step; a meta-analysis' plan of public counts does not take
+    it (:func:`public_count_settings`). Only an override the run config (or a drop-in's
+    settings document) states is the server asking for it (:func:`two_arm_problem`).
+    """
+    key = RUN_CONFIG_KEYS["min_records"]
+    if raw.get(key, UNSET[key]) != UNSET[key]:
+        return dict(values)
+    return {**values, "min_records": None}
 
 
 def dropout_partitions(settings: RunSettings) -> frozenset[int]:
@@ -671,17 +691,24 @@ def silo_plan(settings: RunSettings, records_per_client: Sequence[int], d: int) 
 def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] | None:
     """Why a run cannot make the scenario's two-arm ``effect`` (``[data] effect``), or None.
 
-    Checked with the run config, before Flower starts: a two-arm effect is a meta-analysis
-    (``analysis = "meta"``) in the silo-summaries design, as in process
-    (:func:`fa_hetdp.private_meta_analysis`): ``design = "secure-sums"`` is refused with the
-    in-process line (:data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL`), and so are the
-    settings that rule the silo summaries out (the client unit, central placement). Returns
-    ``(setting, why)``.
+    Checked with the run config, before Flower starts, as in process
+    (:func:`fa_hetdp.private_meta_analysis`): a two-arm effect is a meta-analysis (``analysis =
+    "meta"``); ``design = "secure-sums"`` builds an MD or RD as one summary per silo
+    (:mod:`fa_hetdp.protocol.two_arm_sums`: the record unit, no ``min_records``) and refuses
+    SMD, OR and RR with the in-process line (:data:`fa_hetdp.protocol.two_arm.
+    SECURE_SUMS_REFUSAL`); ``"auto"`` and ``"silo-summaries"`` run the silo summaries, so the
+    settings that rule them out (the client unit, central placement) are refused with the
+    in-process line. Returns ``(setting, why)``.
     """
     if effect == "mean":
         return None
     from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
     from fa_hetdp.protocol.two_arm import SECURE_SUMS_REFUSAL
+    from fa_hetdp.protocol.two_arm_sums import (
+        REDUCED_EFFECTS,
+        silo_summaries_only,
+        two_arm_sums_problem,
+    )
 
     if values.get("analysis") != "meta":
         return (
@@ -689,19 +716,68 @@ def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] |
             f"[data] effect = {effect!r} compares two arms across silos: a meta-analysis "
             f"(analysis = 'meta'), got analysis = {values.get('analysis')!r}",
         )
-    if values.get("design") == "secure-sums":
-        return "design", SECURE_SUMS_REFUSAL.format(effect=effect)
     unit, placement = values.get("privacy_unit"), values.get("placement")
+    if values.get("design") == "secure-sums":
+        if effect not in REDUCED_EFFECTS:
+            return "design", SECURE_SUMS_REFUSAL.format(effect=effect)
+        floor = values.get("min_records")
+        sums_problem = two_arm_sums_problem(effect, unit, floor)
+        if sums_problem is not None:
+            return "privacy_unit" if unit != "record" else "min_records", sums_problem
+        return None
     problem = silo_summaries_problem(
         MetaSettings(privacy_unit=str(unit), design="silo-summaries", placement=str(placement))
     )
     if problem is not None:
         return (
             "privacy_unit" if unit != "record" else "placement",
-            f"effect={effect!r} runs in the silo-summaries design only (the secure sums would "
-            f"need each arm's own sums: not built), and {problem}",
+            silo_summaries_only(effect, problem),
         )
     return None
+
+
+def two_arm_sums(settings: RunSettings) -> bool:
+    """Whether the run makes a two-arm MD or RD in the secure sums (``design = "secure-sums"``).
+
+    The run config is checked before Flower starts (:func:`two_arm_problem`), so a two-arm run
+    that names the secure sums makes an MD or RD at the record unit, without a ``min_records``
+    the run states (a scenario's own is a bound every node checks, not part of the plan).
+    """
+    effect = settings.scenario.data.effect
+    return effect != "mean" and settings.protocol.setting("design") == "secure-sums"
+
+
+def two_arm_sums_plan(
+    settings: RunSettings, arm_counts: Sequence[Sequence[int]], d: int
+) -> MetaPlan:
+    """Return the secure sums' plan of a two-arm MD or RD for the silos' public arm sizes.
+
+    Every silo enters as one summary (:func:`fa_hetdp.protocol.two_arm_sums.
+    reduced_summaries`) at the count ``4 m' - 3`` of its smaller arm ``m'``
+    (:func:`~fa_hetdp.protocol.two_arm_sums.reduced_counts`): :func:`reduced_meta_plan` of
+    those counts, the plan the in-process :func:`~fa_hetdp.protocol.two_arm_sums.
+    run_two_arm_sums` makes. The server builds it; every node builds the same for round A's
+    arm sizes, with its own colluders (:mod:`fa_hetdp.clients.meta`).
+    """
+    from fa_hetdp.protocol.two_arm_sums import two_arm_sums_plan as plan_of
+
+    p = settings.protocol
+    smaller = [min(int(a) for a in arms) for arms in arm_counts]
+    return plan_of(p.epsilon, p.delta, smaller, d, public_count_settings(settings, "secure-sums"))
+
+
+def reduced_meta_plan(settings: RunSettings, counts: Sequence[int], d: int) -> MetaPlan:
+    """Return the secure sums' plan on reduced two-arm summaries at their public ``counts``.
+
+    :func:`meta_plan`'s sibling, as :func:`~fa_hetdp.protocol.two_arm_sums.run_two_arm_sums`
+    plans: the run's settings with every count public (:func:`public_count_settings`: no
+    ``min_records``, whose bound on a node's records says nothing of its smaller arm; a stated
+    one stays a bound every node checks at its first step) and the reduced summaries' record
+    bound of ``U`` (``MetaPlan.two_arm``).
+    """
+    p = settings.protocol
+    meta = public_count_settings(settings, "secure-sums")
+    return dataclasses.replace(plan_meta(p.epsilon, p.delta, counts, d, meta), two_arm=True)
 
 
 def two_arm_plan(settings: RunSettings, arm_counts: Sequence[Sequence[int]], d: int) -> TwoArmPlan:

@@ -53,6 +53,7 @@ __all__ = [
     "ROUNDS",
     "SILO_RELEASES",
     "SILO_WEIGHTS",
+    "TWO_ARM_U_BOUND",
     "UNIT_REQUIRED",
     "MetaPlan",
     "MetaSettings",
@@ -118,6 +119,10 @@ DESIGNS: Final = ("auto", "silo-summaries", "secure-sums")
 
 SILO_RELEASES: Final = ("theta", "s2")
 """The silo-summaries design's releases per silo: its means and its sample variances."""
+
+TWO_ARM_U_BOUND: Final = 2.5
+"""The record bound of ``U`` on two-arm reduced summaries (docs/privacy.md, "Two-arm effects
+under the secure sums": one record moves ``U' = SS' + m'' theta'^2`` by less than 5/2)."""
 
 SILO_WEIGHTS: Final[dict[str, float]] = {"theta": 0.6, "s2": 0.4}
 """Default budget weights (shares of ``mu^2``) of the silo-summaries design."""
@@ -557,10 +562,11 @@ class MetaPlan:
     budget : BudgetPlan or None
         Unit-sensitivity releases (``sigma = 1/mu_k``); None without noise.
     labels : tuple[str, ...]
-    u_bound : float
-        The record bound of round A's ``U`` (1: the sum of squares of values in ``[0, 1]``;
-        :mod:`fa_hetdp.protocol.two_arm_sums` enters each silo's two-arm effect as one
-        summary whose ``U`` one record moves by less than 5/2).
+    two_arm : bool
+        The clients' summaries are two-arm effects reduced to one summary each
+        (:mod:`fa_hetdp.protocol.two_arm_sums`): the counts are ``4 m' - 3`` of each silo's
+        smaller arm, every arm size is public, and one record moves ``U`` by less than
+        :data:`TWO_ARM_U_BOUND` (:attr:`u_bound`).
     """
 
     settings: MetaSettings
@@ -572,7 +578,12 @@ class MetaPlan:
     epsilon: float
     delta: float
     labels: tuple[str, ...] = field(default=())
-    u_bound: float = 1.0
+    two_arm: bool = False
+
+    @property
+    def u_bound(self) -> float:
+        """The record bound of round A's ``U`` in units of the one-arm bound 1."""
+        return TWO_ARM_U_BOUND if self.two_arm else 1.0
 
     @property
     def privacy_unit(self) -> str:

@@ -63,7 +63,8 @@ silo-summaries design applied to every arm of every silo as its own group of rec
   parametric bootstrap of the known noise
   (:func:`~fa_hetdp.protocol.silo_summaries.noise_bootstrap_errors`) with every arm as a group.
 
-The secure sums release sums over all silos of one summary vector; a two-arm effect needs each
+The secure sums release sums over all silos of one summary vector: an MD or RD enters them as
+one summary per silo (:mod:`fa_hetdp.protocol.two_arm_sums`); SMD, OR and RR would need each
 arm's own sums, not built: refused there (:data:`SECURE_SUMS_REFUSAL`).
 """
 
@@ -152,10 +153,11 @@ ARMS: Final[tuple[str, str]] = ("treated", "control")
 
 SECURE_SUMS_REFUSAL: Final = (
     "effect={effect!r} needs each arm's own summaries; the secure sums release sums over all "
-    "silos of one summary per silo, and per-arm sums are not built: use "
-    "design='silo-summaries' (or 'auto')"
+    "silos of one summary per silo, which holds a difference of the arms' means (MD, RD) but "
+    "not an SMD, OR or RR, and per-arm sums are not built: use design='silo-summaries' (or "
+    "'auto')"
 )
-"""The one-line refusal of a two-arm effect under ``design="secure-sums"``."""
+"""The one-line refusal of a two-arm effect the secure sums do not build (SMD, OR, RR)."""
 
 TWO_ARM_UNIT_OF_PRIVACY: Final = (
     "one record of one client, replaced by another record of the same arm (within-arm "
@@ -685,8 +687,9 @@ def plan_two_arm(
     Raises
     ------
     PrivacyParameterError
-        ``design="secure-sums"`` (:data:`SECURE_SUMS_REFUSAL`), or the settings do not allow the
-        silo summaries (:func:`~fa_hetdp.protocol.silo_summaries.silo_summaries_problem`), or a
+        ``design="secure-sums"`` (this is the silo summaries' plan; the secure sums plan in
+        :func:`~fa_hetdp.protocol.two_arm_sums.run_two_arm_sums`), or the settings do not allow
+        the silo summaries (:func:`~fa_hetdp.protocol.silo_summaries.silo_summaries_problem`), or a
         bad budget.
     InputDataError
         An unknown effect, fewer than 2 silos, an arm below :func:`min_arm_size`, ``d < 1``.

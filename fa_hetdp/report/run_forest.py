@@ -303,10 +303,16 @@ def _effect_notes(
 ) -> list[str]:
     """Return the notes of a two-arm figure: its silo rows, its pooled rows, its scale."""
     short, long = EFFECT_NAMES[effect]
-    notes = [
+    silo_rows = (
         f"silo rows: each silo's {short} from its noisy per-arm release with its {pct} interval "
         "± z·√v (v: the variance it carries, its sampling error and its privacy noise); area: "
-        "its share of the random-effects weight",
+        "its share of the random-effects weight"
+        if section.get("silos")
+        else f"no silo rows: the server saw sums over the silos only (each silo's {short} "
+        "entered the secure sums as one summary), so no silo's own estimate exists"
+    )
+    notes = [
+        silo_rows,
         f"fixed effect, random effects: {pct} confidence intervals of the pooled {short} "
         f"(sampling error and privacy noise); prediction interval: a new silo's {short}",
     ]

@@ -24,6 +24,16 @@ the three secure sums of :mod:`fa_hetdp.protocol.meta_plan` on the session
 Against a malicious server each round has its ``meta_round_x_consistency`` step before its
 unmask step.
 
+A two-arm MD or RD (the scenario's ``[data] arm`` and ``effect`` with ``design =
+"secure-sums"``) runs the same rounds on every silo's effect reduced to one summary
+(:mod:`fa_hetdp.protocol.two_arm_sums`, reduced by each node itself:
+:mod:`fa_hetdp.clients.meta`): the plan is :func:`fa_hetdp.flowerkit.settings.
+two_arm_sums_plan` of the arm sizes the nodes stated in their first replies, round A's request
+lists those arm sizes, and the result is the in-process :class:`~fa_hetdp.accuracy.columns.
+ColumnMetaAnalysis` with its ``reduction``; the document's ``meta_analysis`` holds the effect's
+figures (:func:`two_arm_sums_section`), its ``two_arm`` part the effect, the arm and the
+within-arm unit of privacy.
+
 Every client of the key directory must take part in every round: their counts calibrate the
 plan and each counts as one study, so a dropout after the key advertisement aborts the run
 with the round in the reason (what was released before it stays on record, with its cost
@@ -58,11 +68,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fa_hetdp._types import FloatArray
-from fa_hetdp.accuracy.columns import figure_units, in_column_units
+from fa_hetdp.accuracy.columns import ColumnMetaAnalysis, figure_units, in_column_units
 from fa_hetdp.config.protocol import ProtocolConfig
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.dp.calibration import weak_privacy_label
-from fa_hetdp.flowerkit.settings import RunSettings, meta_plan
+from fa_hetdp.flowerkit.settings import RunSettings, meta_plan, two_arm_sums_plan
 from fa_hetdp.flowerkit.steps import META_ROUNDS, Event, Key
 from fa_hetdp.protocol.guarantee import Guarantee
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
@@ -89,6 +99,7 @@ from fa_hetdp.protocol.meta_server import (
 )
 from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY
 from fa_hetdp.protocol.silo_summaries import SILO_ADVERSARY, SiloPlan
+from fa_hetdp.protocol.two_arm_sums import REDUCTION, TWO_ARM_SUMS_UNIT, two_arm_sums_labels
 from fa_hetdp.report.meta import meta_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
 from fa_hetdp.secagg.params import SecAggParameters
@@ -108,7 +119,9 @@ __all__ = [
     "meta_encoding",
     "meta_privacy_section",
     "meta_rounds",
+    "session_arm_counts",
     "session_counts",
+    "two_arm_sums_section",
     "with_column_units",
 ]
 
@@ -341,6 +354,7 @@ def meta_privacy_section(
     released: Sequence[str],
     secagg: SecAggParameters | None = None,
     caveats: Sequence[str] = (),
+    unit: str | None = None,
 ) -> dict[str, Any]:
     """Return the document's ``privacy`` part for a meta-analysis run.
 
@@ -348,7 +362,9 @@ def meta_privacy_section(
     so it spent at most the plan's ``(epsilon, delta)`` (stated as ``epsilon_at_most``).
     Either design: ``design``, ``adversary`` and, once released, ``epsilon`` and ``delta``
     (a silo-summaries plan: every silo's release at the whole budget, parallel composition
-    over disjoint records, so one silo's spend is the run's).
+    over disjoint records, so one silo's spend is the run's). ``unit``: the unit of privacy
+    where it is not the plan's sentence (a two-arm MD or RD in the secure sums:
+    :data:`~fa_hetdp.protocol.two_arm_sums.TWO_ARM_SUMS_UNIT`, within-arm neighbours).
     """
     full = plan.spent
     dp = plan.budget is not None and full is not None and full.epsilon is not None
@@ -357,11 +373,12 @@ def meta_privacy_section(
     if dp and weak is not None:
         notes.append(weak)
     reasons = () if dp else ("noise off: a reference run",)
+    unit = plan.unit_of_privacy if unit is None else unit
     guarantee = Guarantee(
         dp=dp,
         epsilon=None if spent is None or spent.epsilon is None else float(spent.epsilon),
         delta=None if spent is None or spent.delta is None else float(spent.delta),
-        unit_of_privacy=plan.unit_of_privacy,
+        unit_of_privacy=unit,
         adversary=_adversary(plan, secagg),
         honest_shares=None
         if not isinstance(plan, MetaPlan) or plan.settings.placement == "central"
@@ -375,7 +392,7 @@ def meta_privacy_section(
         "design": plan.design,
         "released": list(released),
         "guarantee": guarantee,
-        "unit_of_privacy": plan.unit_of_privacy,
+        "unit_of_privacy": unit,
         "adversary": guarantee["adversary"],
     }
     if not dp or full is None:
@@ -461,6 +478,137 @@ def session_counts(session: AnalysisSession) -> list[list[int]]:
     return counts
 
 
+def session_arm_counts(session: AnalysisSession) -> list[list[int]]:
+    """Return ``[[client id, treated, control], ...]`` of every client of the key directory.
+
+    A two-arm run's nodes state their arm sizes in their first reply (public, on their own
+    consent). The two-arm secure sums need every silo in every round with at least 2 records
+    in each arm (:func:`fa_hetdp.protocol.two_arm_sums.reduced_summaries`); a node checks its
+    own arms at its first step (:mod:`fa_hetdp.clients.app`), so a silo below that here ends the
+    run before anything is released.
+
+    Raises
+    ------
+    ProtocolAbortError
+        A client without usable arm sizes, or with an arm below 2 records (nothing released).
+    """
+    effect = session.settings.scenario.data.effect
+    rows: list[list[int]] = []
+    for client, reply in sorted(session.first_replies.items()):
+        arms = reply.get(Key.ARM_COUNTS)
+        if not (
+            isinstance(arms, list)
+            and len(arms) == 2
+            and all(isinstance(a, int) and not isinstance(a, bool) for a in arms)
+        ):
+            raise session.abort(
+                f"effect={effect!r}: silo {client} stated no usable arm sizes in its first reply; "
+                "nothing was released"
+            )
+        if min(arms) < 2:
+            raise session.abort(
+                f"effect={effect!r} under the secure sums: silo {client} holds {arms[0]} treated "
+                f"and {arms[1]} control; every silo takes part in every round and needs at least "
+                "2 records in each arm; nothing was released"
+            )
+        rows.append([client, int(arms[0]), int(arms[1])])
+    if len(rows) != session.n:
+        raise session.abort(f"{len(rows)} arm sizes for the {session.n} clients of the session")
+    return rows
+
+
+#: The figures of a two-arm section, each with its standard error and intervals where it has.
+_TWO_ARM_FIGURES = ("pooled_mean", "random_effects_mean", "tau2", "q", "i2", "h2")
+
+
+def two_arm_sums_section(
+    cma: ColumnMetaAnalysis,
+    arm_counts: Sequence[Sequence[int]],
+    *,
+    level: float = 0.95,
+    unit_names: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Return the ``meta_analysis`` section of a two-arm MD or RD in the secure sums.
+
+    ``cma`` holds the analysis of the reduced summaries with its ``reduction``
+    (:data:`~fa_hetdp.protocol.two_arm_sums.REDUCTION`): every figure is the effect's, on the
+    records' ``[0, 1]`` scale at the section's top level and in the columns' units in
+    ``units`` (an MD times the column's range, an RD unit-free), with its standard error and its
+    population and sample intervals, as :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`
+    reads them in process; the layout of the silo summaries' two-arm section
+    (:func:`fa_hetdp.server.silo_summaries.two_arm_section`) without per-silo rows (the
+    secure sums release none). ``arm_counts``: every silo's ``(treated, control)``.
+    """
+    from fa_hetdp.server.silo_summaries import EFFECT_SCALES
+
+    result = cma.result
+    if not isinstance(result, PrivateMetaAnalysis) or cma.reduction is None:
+        raise TypeError("a two-arm secure-sums section needs the reduced analysis")
+    raw = dataclasses.replace(cma, low=np.zeros(cma.d), high=np.ones(cma.d))
+
+    def figures(view: ColumnMetaAnalysis) -> dict[str, Any]:
+        kinds = {
+            target: view.confidence_intervals(level, target) for target in ("population", "sample")
+        }
+        errors = view.standard_errors
+        statistics: dict[str, Any] = {}
+        for name in _TWO_ARM_FIGURES:
+            entry: dict[str, Any] = {"value": _json_floats(getattr(view, name))}
+            if name in errors:
+                entry["standard_error"] = _json_floats(errors[name])
+            for target, ci in kinds.items():
+                if name in ci.lower and name in ci.upper:
+                    entry[target] = {
+                        "lower": _json_floats(ci.lower[name]),
+                        "upper": _json_floats(ci.upper[name]),
+                    }
+            statistics[name] = entry
+        statistics["q_pvalue"] = {"value": _json_floats(view.q_pvalue)}
+        pi = view.prediction_interval(level)
+        return {
+            "statistics": statistics,
+            "prediction_interval": {
+                "lower": _json_floats(pi.lower),
+                "upper": _json_floats(pi.upper),
+                "method": pi.method,
+            },
+        }
+
+    spent = result.spent
+    a, b = cma.reduction
+    return {
+        "n": int(result.n),
+        "d": int(result.d),
+        "effect": cma.effect,
+        "arm": cma.arm,
+        "columns": list(cma.columns),
+        "records_per_client": [int(sum(arms)) for arms in arm_counts],
+        "arm_counts": [[int(v) for v in arms] for arms in arm_counts],
+        "reduced_counts": [int(m) for m in result.records_per_client],
+        "reduction": {"a": float(a), "b": float(b)},
+        "level": float(level),
+        **figures(raw),
+        "units": {
+            "scale": EFFECT_SCALES[cma.effect],
+            "columns": list(cma.columns),
+            "bounds": {
+                c: [float(lo), float(hi)]
+                for c, lo, hi in zip(cma.columns, cma.low, cma.high, strict=True)
+            },
+            "factor": _json_floats(cma.scale / a),
+            **({"unit_names": dict(unit_names)} if unit_names else {}),
+            **figures(cma),
+        },
+        "unit_of_privacy": result.unit_of_privacy,
+        "design": result.design,
+        "server_saw": result.server_saw,
+        "adversary": result.adversary,
+        "epsilon": None if spent is None or spent.epsilon is None else _number(spent.epsilon),
+        "delta": None if spent is None or spent.delta is None else _number(spent.delta),
+        "labels": [str(label) for label in result.labels],
+    }
+
+
 class SecureSums(Analysis):
     """The meta-analysis' secure sums: rounds A, B and C (``design = "secure-sums"``).
 
@@ -490,16 +638,35 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
 
     ``reason``: why the secure sums run (the design's choice,
     :func:`fa_hetdp.server.meta_design.resolve_design`), stated in the result.
+
+    A two-arm run (the scenario's ``[data] effect``: an MD or RD, checked before the run) runs
+    the same rounds on the silos' reduced summaries (:mod:`fa_hetdp.protocol.two_arm_sums`):
+    the plan is :func:`fa_hetdp.flowerkit.settings.two_arm_sums_plan` of the arm sizes every
+    node stated in its first reply (:func:`session_arm_counts`), round A's request lists them
+    (each node derives every silo's count ``4 m' - 3`` itself) and the result is the in-process
+    :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis` with its ``reduction``
+    (:func:`~fa_hetdp.protocol.two_arm_sums.two_arm_sums_labels`, :func:`two_arm_sums_section`).
     """
     s = session.settings
     n, d = session.n, session.d
-    counts = session_counts(session)
-    plan = meta_plan(s, [m for _, m in counts], d)
+    effect = s.scenario.data.effect
+    two_arm = effect != "mean"
+    rows: list[list[int]] = []
+    unit: str | None = None
+    if two_arm:
+        rows = session_arm_counts(session)
+        plan = two_arm_sums_plan(s, [row[1:] for row in rows], d)
+        unit = TWO_ARM_SUMS_UNIT.format(m=min(min(row[1:]) for row in rows))
+        request_a: dict[str, Any] = {Key.ARM_COUNTS: rows, Key.D: d}
+    else:
+        counts = session_counts(session)
+        plan = meta_plan(s, [m for _, m in counts], d)
+        request_a = {Key.META_COUNTS: counts}
     caveats = simulation_caveats(s)
     secagg = s.secagg_parameters()
     session.record(  # on record from here on: nothing released yet
         lambda released: meta_privacy_section(
-            plan, None, released=released, secagg=secagg, caveats=caveats
+            plan, None, released=released, secagg=secagg, caveats=caveats, unit=unit
         )
     )
     bits = s.modulus_bits
@@ -532,7 +699,7 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
         errors[rnd] = _floats(result.max_error)
 
     # round A: the public counts out, centre / floor / clip back ---------------------------
-    total_a, sum_a = secure_sum("A", None, {Key.META_COUNTS: counts})
+    total_a, sum_a = secure_sum("A", None, request_a)
     note("A", sum_a)
     sums_a = split_round(plan, "A", total_a)
     broadcast_b = assemble_round_a(plan, total_a)
@@ -568,13 +735,75 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
     result = assemble_result(
         plan, broadcast_b, sums_a, sums_b, broadcast_c if sums_c is not None else None, sums_c
     )
+    if two_arm:
+        result = two_arm_sums_labels(result, effect, min(min(row[1:]) for row in rows))
     if reason:
         labels = (*result.labels, f"design secure-sums: {reason}")
         result = dataclasses.replace(result, labels=labels)
     released = [*session.released, "the meta-analysis (every figure of the result)"]
-    document = _document(session, plan, result, released, partitions, errors, noise)
-    document["design_reason"] = reason
-    return session.finish(document, result)
+    if not two_arm:
+        document = _document(session, plan, result, released, partitions, errors, noise)
+        document["design_reason"] = reason
+        return session.finish(document, result)
+    cma = _two_arm_result(session, result, rows)
+    arm_counts = [row[1:] for row in rows]
+    section = two_arm_sums_section(cma, arm_counts, unit_names=s.scenario.data.column_units())
+    document = _document(
+        session, plan, result, released, partitions, errors, noise, unit=unit, section=section
+    )
+    document.update(
+        {
+            "two_arm": {
+                "effect": effect,
+                "arm": cma.arm,
+                "arm_levels": {"treated": 1, "control": 0},
+                "scale": section["units"]["scale"],
+                "neighbours": result.unit_of_privacy,
+                "entered_as": (
+                    f"one summary per silo: theta' = 1/2 + {effect}/4 at the count 4 m' - 3 of "
+                    "its smaller arm m' (fa_hetdp.protocol.two_arm_sums); no per-silo estimates"
+                ),
+            },
+            "records_per_client": section["records_per_client"],
+            "arm_counts": section["arm_counts"],
+            "reduced_counts": section["reduced_counts"],
+            "design_reason": reason,
+        }
+    )
+    return session.finish(document, cma)
+
+
+def _two_arm_result(
+    session: AnalysisSession, result: PrivateMetaAnalysis, rows: Sequence[Sequence[int]]
+) -> ColumnMetaAnalysis:
+    """Return the two-arm secure sums' result as in process: the reduced analysis, in units.
+
+    Silo ``i`` is labelled by its partition (as the silo summaries' two-arm result is).
+
+    Raises
+    ------
+    ProtocolAbortError
+        The scenario's ``[data] columns`` do not name ``d`` columns.
+    """
+    s = session.settings
+    d = session.d
+    columns = column_ranges(s) or {f"x{j}": (0.0, 1.0) for j in range(d)}
+    if len(columns) != d:
+        raise session.abort(
+            f"the meta-analysis has d={d} coordinates but the scenario's [data] columns name "
+            f"{len(columns)}"
+        )
+    return ColumnMetaAnalysis(
+        result=result,
+        columns=tuple(columns),
+        low=np.array([low for low, _ in columns.values()], dtype=np.float64),
+        high=np.array([high for _, high in columns.values()], dtype=np.float64),
+        site_labels=tuple(session.partitions.get(row[0], -1) for row in rows),
+        effect=s.scenario.data.effect,
+        arm=s.scenario.data.arm,
+        arm_levels=(1, 0),
+        reduction=REDUCTION,
+    )
 
 
 def _document(
@@ -585,7 +814,15 @@ def _document(
     partitions: Mapping[str, list[int]],
     errors: Mapping[str, list[float]],
     noise: Mapping[str, FloatArray],
+    *,
+    unit: str | None = None,
+    section: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """Return the secure sums' result document.
+
+    ``section``: its ``meta_analysis`` part, if not the one-arm
+    :func:`~fa_hetdp.report.meta.meta_section` in the columns' units.
+    """
     s = session.settings
     privacy = meta_privacy_section(
         plan,
@@ -593,8 +830,10 @@ def _document(
         released=released,
         secagg=s.secagg_parameters(),
         caveats=simulation_caveats(s),
+        unit=unit,
     )
-    section = with_column_units(meta_section(result), s)
+    if section is None:
+        section = with_column_units(meta_section(result), s)
     return {
         "status": "success",
         "differentially_private": privacy["differentially_private"],

@@ -18,12 +18,16 @@ it: the secure sums' rounds A, B, C (:class:`fa_hetdp.server.meta.SecureSums`) o
 step of every silo's own release (:class:`fa_hetdp.server.silo_summaries.SiloSummaries`). The
 result states the design and why.
 
-A two-arm effect (the scenario's ``[data] arm`` and ``effect``) runs in the silo-summaries
-design only, as in process (:func:`fa_hetdp.private_meta_analysis`): ``"auto"`` resolves to it
-with the in-process reason, ``"secure-sums"`` is refused before Flower starts
-(:func:`fa_hetdp.flowerkit.settings.two_arm_problem`), and a node that does not release its own
-summaries aborts the run before anything is released (the secure sums build no per-arm sums);
-:class:`fa_hetdp.server.silo_summaries.TwoArmSummaries` runs it.
+A two-arm effect (the scenario's ``[data] arm`` and ``effect``) runs as in process
+(:func:`fa_hetdp.private_meta_analysis`): ``"auto"`` and ``"silo-summaries"`` run the silo
+summaries (``"auto"`` with the in-process reason; :class:`fa_hetdp.server.silo_summaries.
+TwoArmSummaries`), and a node that does not release its own summaries then aborts the run
+before anything is released; ``"secure-sums"``, named, runs an MD or RD as one summary per silo
+in the secure sums' rounds (:func:`fa_hetdp.server.meta.meta_rounds`,
+:mod:`fa_hetdp.protocol.two_arm_sums`), whatever the nodes' ``release-silo-summaries``. SMD,
+OR and RR under the secure sums, and the secure sums at the client unit or with
+``min_records``, are refused before Flower starts
+(:func:`fa_hetdp.flowerkit.settings.two_arm_problem`).
 """
 
 from __future__ import annotations
@@ -81,21 +85,22 @@ def resolve_design(
 
 
 def two_arm_design(settings: RunSettings, effect: str, refusing: int) -> DesignChoice | None:
-    """Return the design of a two-arm run (the silo summaries), or None where a node refuses.
+    """Return the design of a two-arm run, or None where the silo summaries cannot run.
 
-    ``"auto"`` states the in-process reason (:func:`fa_hetdp.private_meta_analysis`); the
-    secure sums were refused before the run (:func:`fa_hetdp.flowerkit.settings.
-    two_arm_problem`).
+    ``"secure-sums"`` (named: an MD or RD, checked before the run by :func:`fa_hetdp.flowerkit.
+    settings.two_arm_problem`) runs whatever the nodes' ``release-silo-summaries``; otherwise
+    the silo summaries, which need every silo's own release (None: ``refusing`` nodes do not
+    make it). ``"auto"`` states the in-process reason (:func:`fa_hetdp.private_meta_analysis`).
     """
+    from fa_hetdp.protocol.two_arm_sums import auto_reason
+
+    asked = str(settings.protocol.setting("design"))
+    if asked == "secure-sums":
+        return DesignChoice(asked, f"design {asked!r} set by the run")
     if refusing:
         return None
-    asked = str(settings.protocol.setting("design"))
     if asked == "auto":
-        return DesignChoice(
-            "silo-summaries",
-            f"effect={effect!r} needs per-arm releases, which only the silo summaries build "
-            "(the secure sums would need each arm's own sums)",
-        )
+        return DesignChoice("silo-summaries", auto_reason(effect))
     return DesignChoice(asked, f"design {asked!r} set by the run")
 
 
@@ -124,16 +129,19 @@ class MetaAnalysis(Analysis):
             1 for r in session.first_replies.values() if r.get(Key.RELEASES_SILO_SUMMARIES) is False
         )
         effect = session.settings.scenario.data.effect
-        if effect != "mean":  # two-arm effects: the silo summaries only (module docstring)
+        if effect != "mean":  # two-arm effects (module docstring)
             choice = two_arm_design(session.settings, effect, refusing)
             if choice is None:
                 raise session.abort(
                     f"effect={effect!r} needs every silo's own per-arm release: {refusing} of "
                     f"{len(counts)} silos do not release their own summaries (node config "
                     f"{NodeConfig.RELEASE_SILO_SUMMARIES} = false), and the secure sums build no "
-                    "per-arm sums; nothing was released"
+                    "per-arm sums (an MD or RD runs in them when design='secure-sums' is named); "
+                    "nothing was released"
                 )
             session.progress(Event.DESIGN, design=choice.design, reason=choice.reason)
+            if choice.design == "secure-sums":  # an MD or RD, one summary per silo
+                return SecureSums(choice.reason).run(session)
             return TwoArmSummaries(choice.reason).run(session)
         choice = resolve_design(
             session.settings, [m for _, m in counts], session.d, refusing=refusing
