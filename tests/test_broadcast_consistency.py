@@ -8,8 +8,10 @@ which that node under-noised (found in review: the run succeeded, the result sai
 malicious"). Every masked input now binds its pairwise masks to the digest of what its node was
 shown (:func:`fa_hetdp.flowerkit.steps.public_inputs`, :func:`fa_hetdp.flowerkit.wire.digest`,
 :func:`fa_hetdp.secagg.crypto.bind_mask_key`): the masks of a node shown other inputs do not
-cancel against its peers' and the sum is refused before anything is released. Each attack below
-completed before that binding (checked by running these tests without it).
+cancel against its peers' and the sum is refused before anything is released. A drop-in's settings
+document (the budget: a node told a larger epsilon adds a smaller share) is bound the same way
+(:func:`fa_hetdp.flowerkit.steps.summation_inputs`). Each attack below completed before that
+binding (checked by running these tests without it).
 """
 
 from __future__ import annotations
@@ -104,3 +106,33 @@ def test_a_node_shown_other_inputs_leaves_the_round_undecodable(
     with pytest.raises(ProtocolAbortError, match="a mask that does not cancel") as info:
         run_meta(config, _grid(config, _tampering(step, change)))
     assert "is refused" in str(info.value)  # before anything is released
+
+
+def test_a_node_sent_another_settings_document_leaves_the_sum_undecodable() -> None:
+    """A drop-in's settings travel in each node's first message: one node told epsilon = 4
+    (it accepts: within its cap) adds a noise share a quarter of its peers'."""
+    from test_dropin import SEED, _with_settings, make_grid, server_context
+
+    import fa_hetdp
+    from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS
+
+    def tamper(message: Message) -> Message:
+        if message.metadata.message_type != f"query.{ADVERTISE_KEYS}":
+            return message
+        if message.metadata.dst_node_id != 7003:
+            return message
+        return _with_settings(message, lambda d: d["run-config"].update({"epsilon": 4.0}))
+
+    honest = fa_hetdp.flower.measure(
+        make_grid(), server_context(), epsilon=1.0, delta=1e-5, seed=SEED, threshold=4
+    )
+    assert honest is not None  # the same measurement, untampered
+    with pytest.raises(ProtocolAbortError, match="a mask that does not cancel"):
+        fa_hetdp.flower.measure(
+            make_grid(tamper=tamper),
+            server_context(),
+            epsilon=1.0,
+            delta=1e-5,
+            seed=SEED,
+            threshold=4,
+        )

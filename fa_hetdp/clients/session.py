@@ -31,7 +31,7 @@ from fa_hetdp.flowerkit.steps import (
     Key,
     NodeConfig,
     State,
-    public_inputs,
+    summation_inputs,
 )
 from fa_hetdp.flowerkit.wire import Limits, decode, digest, encode
 from fa_hetdp.secagg.client import SecAggClient
@@ -261,12 +261,14 @@ def masked_input(
     """Mask ``values`` (the step's contribution); keep the secagg and noise generator state.
 
     The masks are bound to the digest of the request's public inputs (everything but the
-    secure-aggregation message: the round's broadcast), as the server's session binds them
-    (:func:`fa_hetdp.flowerkit.steps.public_inputs`): a sum over nodes shown different inputs
-    cannot be decoded.
+    secure-aggregation message: the round's broadcast) and of a drop-in's settings document as
+    this node resolved it, as the server's session binds them
+    (:func:`fa_hetdp.flowerkit.steps.summation_inputs`): a sum over nodes shown different
+    inputs cannot be decoded.
     """
     secagg = secagg_client(record)
-    context = digest(public_inputs(request))
+    sent = record.get(SENT_SETTINGS, "")
+    context = digest(summation_inputs(request, sent if isinstance(sent, str) else ""))
     reply = secagg.masked_input(request[Key.SECAGG], values, rng=rng, context=context)
     record[State.SECAGG] = secagg.to_bytes()
     save_generator(settings, record, rng)

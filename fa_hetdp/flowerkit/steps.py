@@ -43,6 +43,7 @@ __all__ = [
     "META_ROUND_C",
     "META_ROUND_C_CONSISTENCY",
     "META_ROUND_C_UNMASK",
+    "SETTINGS_DOCUMENT",
     "SHARE_KEYS",
     "SILO_SUMMARIES",
     "STAGE0_CONSISTENCY",
@@ -65,6 +66,7 @@ __all__ = [
     "SumSteps",
     "message_type",
     "public_inputs",
+    "summation_inputs",
     "unknown_step",
 ]
 
@@ -367,6 +369,25 @@ def public_inputs(request: Mapping[str, Any]) -> dict[str, Any]:
     no decodable sum.
     """
     return {key: value for key, value in request.items() if key != Key.SECAGG}
+
+
+SETTINGS_DOCUMENT: Final = "settings-document"
+"""The key under which :func:`summation_inputs` holds a drop-in's settings document."""
+
+
+def summation_inputs(request: Mapping[str, Any], settings_document: str) -> dict[str, Any]:
+    """Return what a summation's masks are bound to: the request's public inputs and the settings.
+
+    ``settings_document``: a drop-in measurement's settings document as the node resolved it
+    (:meth:`fa_hetdp.flowerkit.measurement.SentSettings.to_json`, the budget and the settings
+    every node was sent at the key advertisement; empty: the run config's session, the same on
+    every node). A server that sent nodes different documents (a larger epsilon to one, which
+    then adds a smaller noise share) gets no decodable sum.
+    """
+    inputs = public_inputs(request)
+    if settings_document:
+        inputs[SETTINGS_DOCUMENT] = settings_document
+    return inputs
 
 
 # ---------------------------------------------------------------------------- progress

@@ -22,7 +22,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 import fa_hetdp
-from fa_hetdp.flowerkit.measurement import SETTINGS_KEY
+from fa_hetdp.flowerkit.measurement import SETTINGS_KEY, read_settings
 from fa_hetdp.flowerkit.settings import RunSettings
 from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, message_type
 from fa_hetdp.flowerkit.wire import Limits, WireFormatError, decode, encode
@@ -127,6 +127,9 @@ class GridTransport:
         # a drop-in measurement's settings document, sent with every advertise_keys request
         # (fa_hetdp.flowerkit.measurement); None: the clients read the run config
         self.settings = None if settings is None else dict(settings)
+        # that document as every node resolves it: what each summation's masks are bound to
+        # (fa_hetdp.flowerkit.steps.summation_inputs); empty without one
+        self.settings_document = "" if settings is None else read_settings(settings).to_json()
 
     def node_ids(self) -> list[int]:
         """Ids of the nodes connected now."""

@@ -39,7 +39,7 @@ import numpy as np
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import AggregationError
 from fa_hetdp.flowerkit.settings import RunSettings
-from fa_hetdp.flowerkit.steps import SHARE_KEYS, Key, SumSteps, public_inputs, unknown_step
+from fa_hetdp.flowerkit.steps import SHARE_KEYS, Key, SumSteps, summation_inputs, unknown_step
 from fa_hetdp.flowerkit.wire import digest
 from fa_hetdp.secagg.encoding import FixedPointEncoding
 from fa_hetdp.secagg.errors import SecAggError
@@ -313,8 +313,10 @@ class AnalysisSession:
             directories = self._secagg(server.key_directory)  # each: its neighbours' keys
             self._round(SHARE_KEYS, directories, server.receive_share_keys)
             self._keys_shared = True
-        # the masks are bound to the round's public inputs as each node was shown them
-        context = digest(public_inputs(request or {}))
+        # the masks are bound to the round's public inputs as each node was shown them, and
+        # to a drop-in's settings document (the transport's, resolved as each node resolves it)
+        document = str(getattr(self._transport, "settings_document", ""))
+        context = digest(summation_inputs(request or {}, document))
         requests = self._secagg(lambda: server.start_summation(encoding, context))
         self._round(steps.input, requests, server.receive_masked_input, request)
         if server.consistency:  # malicious server: every survivor signs the list it is shown
