@@ -259,43 +259,6 @@ def private_meta_analysis(
     return ColumnMetaAnalysis.of(with_methods(result, *methods), prepared)
 
 
-def _two_arm_sums(
-    records: Any,
-    client_ids: Any,
-    site: str | None,
-    columns: Sequence[str] | None,
-    bounds: Any,
-    arm: Any,
-    effect: str,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator | int | None,
-    assumptions: Mapping[str, Any] | None,
-    s: MetaSettings,
-) -> ColumnMetaAnalysis:
-    """Run an MD or RD under the secure sums (:mod:`fa_hetdp.protocol.two_arm_sums`)."""
-    if assumptions is not None:
-        raise InputDataError(
-            f"assumptions are for design='auto' (the planner's choice); design='secure-sums' "
-            f"is named for effect={effect!r}."
-        )
-    prepared = prepare_records(
-        records, client_ids, site=site, columns=columns, bounds=bounds, private=True, arm=arm
-    )
-    if prepared is None:  # pragma: no cover - arm= always prepares
-        raise InputDataError("arm= needs the records prepared")
-    summaries = two_arm_summaries(prepared, effect)
-    result = run_two_arm_sums(epsilon, delta, summaries, effect, s, as_generator(rng))
-    wrapped = ColumnMetaAnalysis.of(result, prepared)
-    return replace(
-        wrapped,
-        effect=effect,
-        arm=prepared.arm,
-        arm_levels=prepared.arm_levels,
-        reduction=REDUCTION,
-    )
-
-
 def _silo_summaries_for(methods: tuple[str, str], settings: Mapping[str, Any]) -> dict[str, Any]:
     """Return the settings running another estimator than DL/z (silo summaries), or refuse.
 
@@ -342,30 +305,18 @@ def _private_two_arm(
 ) -> ColumnMetaAnalysis:
     """Run a two-arm effect: the silo summaries, or the secure sums for an MD or RD."""
     s = settings_from(**settings)
-    if s.design == "secure-sums" and effect in REDUCED_EFFECTS:
-        return _two_arm_sums(
-            records,
-            client_ids,
-            site,
-            columns,
-            bounds,
-            arm,
-            effect,
-            epsilon,
-            delta,
-            rng,
-            assumptions,
+    sums = s.design == "secure-sums" and effect in REDUCED_EFFECTS
+    if not sums:
+        _silo_summaries_only(
             s,
+            SECURE_SUMS_REFUSAL.format(effect=effect) + ".",
+            lambda problem: silo_summaries_only(effect, problem) + ".",
         )
-    _silo_summaries_only(
-        s,
-        SECURE_SUMS_REFUSAL.format(effect=effect) + ".",
-        lambda problem: silo_summaries_only(effect, problem) + ".",
-    )
     if assumptions is not None:
+        ran = "design='secure-sums' is named" if sums else "it runs the silo summaries only"
         raise InputDataError(
-            f"assumptions are for the planner's choice between the designs; effect={effect!r} "
-            "runs the silo summaries only (no choice is made)."
+            f"assumptions are for the planner's choice between the designs; for "
+            f"effect={effect!r} {ran} (no choice is made)."
         )
     prepared = prepare_records(
         records, client_ids, site=site, columns=columns, bounds=bounds, private=True, arm=arm
@@ -373,6 +324,16 @@ def _private_two_arm(
     if prepared is None:  # pragma: no cover - arm= always prepares
         raise InputDataError("arm= needs the records prepared")
     summaries = two_arm_summaries(prepared, effect)
+    if sums:  # each silo's effect as one summary (fa_hetdp.protocol.two_arm_sums)
+        reduced = run_two_arm_sums(epsilon, delta, summaries, effect, s, as_generator(rng))
+        wrapped = ColumnMetaAnalysis.of(reduced, prepared)
+        return replace(
+            wrapped,
+            effect=effect,
+            arm=prepared.arm,
+            arm_levels=prepared.arm_levels,
+            reduction=REDUCTION,
+        )
     plan = plan_two_arm(
         epsilon, delta, summaries.m, summaries.d, effect, replace(s, design="silo-summaries")
     )
