@@ -136,3 +136,32 @@ def test_a_node_sent_another_settings_document_leaves_the_sum_undecodable() -> N
             seed=SEED,
             threshold=4,
         )
+
+
+def test_a_node_of_another_wire_revision_is_dropped_by_name_at_its_first_reply(
+    tmp_path: Path,
+) -> None:
+    """A node that masks without the binding (an older fa-hetdp: no revision stated) would make
+    every sum undecodable; the server drops it at its first reply and names why."""
+    from test_flower_helpers import scenario_file
+    from test_server_strategy import run
+
+    from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, WIRE_REVISION
+
+    def tamper(step: str, partition: int, reply: dict[str, Any]) -> dict[str, Any] | None:
+        if step == ADVERTISE_KEYS and partition == 2:
+            del reply[Key.WIRE]  # what an older node's first reply holds
+            return reply
+        if step == ADVERTISE_KEYS and partition == 4:
+            reply[Key.WIRE] = WIRE_REVISION + 1
+            return reply
+        return None
+
+    config = run_config(tmp_path, scenario_file(tmp_path, 8), **{"on-degraded": "release"})
+    document = run(config, 8, tamper=tamper)
+    assert document["status"] == "success"
+    assert sorted(document["partitions_in_sum"]["stage1"]) == [0, 1, 3, 5, 6, 7]
+    reasons = sorted(document["steps"][0]["dropouts"].values())
+    assert len(reasons) == 2
+    assert any("no wire revision" in r and "upgrade that node" in r for r in reasons)
+    assert any(f"wire revision {WIRE_REVISION + 1}" in r for r in reasons)

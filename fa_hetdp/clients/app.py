@@ -142,6 +142,7 @@ from fa_hetdp.flowerkit.steps import (
     STAGE2_CONSISTENCY,
     STAGE2_INPUT,
     STAGE2_UNMASK,
+    WIRE_REVISION,
     Key,
     NodeConfig,
     State,
@@ -531,6 +532,7 @@ def advertise_keys(
             Key.PARTITION_ID: pid,
             Key.NUM_PARTITIONS: num,
             Key.VERSION: fa_hetdp.__version__,
+            Key.WIRE: WIRE_REVISION,
             Key.SECAGG: reply,
         },
     )

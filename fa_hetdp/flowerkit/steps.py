@@ -59,6 +59,7 @@ __all__ = [
     "STEPS",
     "STEP_LABELS",
     "UNMASK_STEP",
+    "WIRE_REVISION",
     "Event",
     "Key",
     "NodeConfig",
@@ -247,6 +248,8 @@ class Key:
     """``advertise_keys`` reply: the node's ``num-partitions`` (0 for a data owner's own file)."""
     VERSION: Final = "fa-hetdp-version"
     """``advertise_keys`` reply: the fa-hetdp version of the code the ClientApp runs."""
+    WIRE: Final = "fa-hetdp-wire"
+    """``advertise_keys`` reply: the node's :data:`WIRE_REVISION` (an older node sends none)."""
     MU_PRIME: Final = "mu-prime"
     """``stage2_input`` request: the broadcast ``clip(mu')``."""
     WEIGHTED_MU_PRIME: Final = "weighted-mu-prime"
@@ -370,6 +373,13 @@ def public_inputs(request: Mapping[str, Any]) -> dict[str, Any]:
     """
     return {key: value for key, value in request.items() if key != Key.SECAGG}
 
+
+WIRE_REVISION: Final = 2
+"""What a node's sums are made of; nodes of different revisions cannot share a sum. 2: every
+summation's pairwise masks are bound to the digest of its public inputs
+(:func:`summation_inputs`); a node of revision 1 (none stated) masks without it, so its masks
+would not cancel with a revision-2 peer's and the sum would be refused. The server drops a node
+of another revision at its first reply, by name (:mod:`fa_hetdp.server.strategy`)."""
 
 SETTINGS_DOCUMENT: Final = "settings-document"
 """The key under which :func:`summation_inputs` holds a drop-in's settings document."""

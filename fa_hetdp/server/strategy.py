@@ -51,7 +51,7 @@ from fa_hetdp.dp.rng import csprng_generator
 from fa_hetdp.errors import FaHetdpError
 from fa_hetdp.flowerkit.limits import advertisement_limits, step_limits
 from fa_hetdp.flowerkit.settings import SERVER_STREAM, RunSettings
-from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, Event, Key
+from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, WIRE_REVISION, Event, Key
 from fa_hetdp.flowerkit.wire import Limits
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.server import PrivateStatistics
@@ -409,8 +409,20 @@ class HeterogeneityStrategy:
     def _check_partitions(
         self, session: AnalysisSession, replies: dict[int, dict[str, Any]]
     ) -> None:
-        """Drop nodes with another version, a shared partition id or another num-partitions."""
+        """Drop nodes of another wire revision or version, a shared partition id or count."""
         for client, reply in list(replies.items()):
+            wire = reply.get(Key.WIRE)
+            if wire != WIRE_REVISION:
+                why = (
+                    f"wire revision {wire!r} != the server's {WIRE_REVISION}: its masks would not "
+                    "cancel with the others' (revision 2 binds them to each round's public "
+                    "inputs); run the same fa-hetdp on every node"
+                    if wire is not None
+                    else f"no wire revision (an fa-hetdp older than revision {WIRE_REVISION}, "
+                    "which binds every sum's masks to its public inputs): upgrade that node"
+                )
+                self._reject(session, replies, client, why)
+                continue
             version = reply.get(Key.VERSION)
             if self.version is not None and version != self.version:
                 why = f"fa-hetdp {version} != the server's {self.version}"
