@@ -18,7 +18,6 @@ the shift of the round's exact sum in units of its noise. The claim is the round
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -35,10 +34,10 @@ from fa_hetdp.protocol.meta_client import (
     round_b_values,
     round_c_values,
 )
-from fa_hetdp.protocol.meta_plan import ROUNDS, MetaSettings, plan_meta
+from fa_hetdp.protocol.meta_plan import ROUNDS, MetaSettings
 from fa_hetdp.protocol.meta_server import round_sigmas
 from fa_hetdp.protocol.two_arm import arm_summaries
-from fa_hetdp.protocol.two_arm_sums import reduced_counts, reduced_summaries
+from fa_hetdp.protocol.two_arm_sums import reduced_counts, reduced_summaries, two_arm_sums_plan
 
 EPSILON, DELTA = 8.0, 1e-5  # as the one-arm round audits: each round gets a part
 COUNTS = ((12, 5), (30, 25), (40, 60))
@@ -53,9 +52,8 @@ weight range (the client bound) is the largest)."""
 
 
 def _plan() -> Any:
-    counts = reduced_counts([min(c) for c in COUNTS]).tolist()
-    plan = plan_meta(EPSILON, DELTA, counts, D, MetaSettings(privacy_unit="record"))
-    return replace(plan, two_arm=True)
+    counts = reduced_counts([min(c) for c in COUNTS])  # the plan the two-arm run makes
+    return two_arm_sums_plan(EPSILON, DELTA, counts, D, MetaSettings(privacy_unit="record"))
 
 
 def _broadcast(rnd: str) -> BroadcastB | BroadcastC | None:

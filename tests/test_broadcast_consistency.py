@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Message
-from test_dropin import InMemoryGrid
+from test_dropin import InMemoryGrid, rewritten
 from test_flower_helpers import run_config
 from test_meta_flower import our_grid, run_meta, silos_file
 
@@ -33,26 +33,13 @@ from fa_hetdp.server.strategy import ProtocolAbortError
 VICTIM = 7001  # the node shown other inputs
 
 
-def _rewrite(message: Message, change: Any) -> Message:
-    payload = decode(message.content)
-    change(payload)
-    replaced = Message(
-        encode(payload),
-        dst_node_id=message.metadata.dst_node_id,
-        message_type=message.metadata.message_type,
-        group_id=message.metadata.group_id,
-    )
-    replaced.metadata._message_id = message.metadata.message_id
-    return replaced
-
-
 def _tampering(step: str, change: Any) -> Any:
     def tamper(message: Message) -> Message:
         if message.metadata.message_type != f"query.{step}":
             return message
         if message.metadata.dst_node_id != VICTIM:
             return message
-        return _rewrite(message, change)
+        return rewritten(message, change)
 
     return tamper
 

@@ -337,11 +337,10 @@ def _settings_of(message: Message) -> dict[str, Any]:
     return dict(payload[SETTINGS_KEY])
 
 
-def _with_settings(message: Message, change: Callable[[dict[str, Any]], None]) -> Message:
+def rewritten(message: Message, change: Callable[[dict[str, Any]], None]) -> Message:
+    """``message`` with its decoded payload changed in place by ``change`` (a tampering grid's)."""
     payload = decode(message.content)
-    document = json.loads(json.dumps(payload[SETTINGS_KEY]))
-    change(document)
-    payload[SETTINGS_KEY] = document
+    change(payload)
     replaced = Message(
         encode(payload),
         dst_node_id=message.metadata.dst_node_id,
@@ -350,6 +349,15 @@ def _with_settings(message: Message, change: Callable[[dict[str, Any]], None]) -
     )
     replaced.metadata._message_id = message.metadata.message_id
     return replaced
+
+
+def _with_settings(message: Message, change: Callable[[dict[str, Any]], None]) -> Message:
+    def settings(payload: dict[str, Any]) -> None:
+        document = json.loads(json.dumps(payload[SETTINGS_KEY]))
+        change(document)
+        payload[SETTINGS_KEY] = document
+
+    return rewritten(message, settings)
 
 
 def test_a_client_refuses_a_bad_settings_document_and_only_it_is_dropped() -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Context, Message
-from test_dropin import make_grid, partition_configs, server_context
+from test_dropin import make_grid, partition_configs, rewritten, server_context
 from test_dropin_two_arm import COUNTS as DROPIN_COUNTS
 from test_dropin_two_arm import LOADERS, NODE_CONFIG, SITES
 from test_flower_helpers import run_config
@@ -58,7 +58,7 @@ from fa_hetdp.flowerkit.settings import (
     two_arm_sums_plan,
 )
 from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, META_ROUNDS, SILO_SUMMARIES, Key
-from fa_hetdp.flowerkit.wire import decode, encode
+from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.two_arm import SECURE_SUMS_REFUSAL, arm_summaries
 from fa_hetdp.protocol.two_arm_sums import (
@@ -306,17 +306,12 @@ def test_a_node_refuses_a_round_a_without_the_arm_sizes(tmp_path: Path) -> None:
     def one_arm(message: Message) -> Message:
         if not message.metadata.message_type.endswith(META_ROUNDS["A"].input):
             return message
-        payload = decode(message.content)
-        rows = payload.pop(Key.ARM_COUNTS)
-        payload[Key.META_COUNTS] = [[row[0], row[1] + row[2]] for row in rows]
-        changed = Message(
-            encode(payload),
-            dst_node_id=message.metadata.dst_node_id,
-            message_type=message.metadata.message_type,
-            group_id=message.metadata.group_id,
-        )
-        changed.metadata._message_id = message.metadata.message_id
-        return changed
+
+        def counts(payload: dict[str, Any]) -> None:
+            rows = payload.pop(Key.ARM_COUNTS)
+            payload[Key.META_COUNTS] = [[row[0], row[1] + row[2]] for row in rows]
+
+        return rewritten(message, counts)
 
     grid.tamper = one_arm
     with pytest.raises(ProtocolAbortError):

@@ -759,11 +759,10 @@ def two_arm_sums_plan(
     run_two_arm_sums` makes. The server builds it; every node builds the same for round A's
     arm sizes, with its own colluders (:mod:`fa_hetdp.clients.meta`).
     """
-    from fa_hetdp.protocol.two_arm_sums import two_arm_sums_plan as plan_of
+    from fa_hetdp.protocol.two_arm_sums import reduced_counts
 
-    p = settings.protocol
-    smaller = [min(int(a) for a in arms) for arms in arm_counts]
-    return plan_of(p.epsilon, p.delta, smaller, d, public_count_settings(settings, "secure-sums"))
+    counts = reduced_counts([min(int(a) for a in arms) for arms in arm_counts])
+    return reduced_meta_plan(settings, counts.tolist(), d)
 
 
 def reduced_meta_plan(settings: RunSettings, counts: Sequence[int], d: int) -> MetaPlan:
@@ -775,9 +774,10 @@ def reduced_meta_plan(settings: RunSettings, counts: Sequence[int], d: int) -> M
     one stays a bound every node checks at its first step) and the reduced summaries' record
     bound of ``U`` (``MetaPlan.two_arm``).
     """
+    from fa_hetdp.protocol.two_arm_sums import two_arm_sums_plan as plan_of
+
     p = settings.protocol
-    meta = public_count_settings(settings, "secure-sums")
-    return dataclasses.replace(plan_meta(p.epsilon, p.delta, counts, d, meta), two_arm=True)
+    return plan_of(p.epsilon, p.delta, counts, d, public_count_settings(settings, "secure-sums"))
 
 
 def two_arm_plan(settings: RunSettings, arm_counts: Sequence[Sequence[int]], d: int) -> TwoArmPlan:

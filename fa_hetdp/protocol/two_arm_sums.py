@@ -194,17 +194,17 @@ def auto_reason(effect: str) -> str:
 def two_arm_sums_plan(
     epsilon: float,
     delta: float,
-    smaller_arms: Sequence[int] | npt.NDArray[np.integer[Any]],
+    counts: Sequence[int] | npt.NDArray[np.integer[Any]],
     d: int,
     settings: MetaSettings,
 ) -> MetaPlan:
-    """Return the secure sums' plan on reduced summaries: every silo's smaller arm ``m'`` public.
+    """Return the secure sums' plan on reduced summaries at their public ``counts``.
 
-    The counts are :func:`reduced_counts` ``4 m' - 3`` and the plan is ``two_arm`` (the bound
-    of ``U`` 5/2: :data:`U_BOUND`); the settings' design is the secure sums'. Raises what
-    :func:`~fa_hetdp.protocol.meta_plan.plan_meta` raises.
+    ``counts``: every silo's :func:`reduced_counts` ``4 m' - 3`` (what its reduced summary
+    carries); the plan is ``two_arm`` (the bound of ``U`` 5/2: :data:`U_BOUND`) and the
+    settings' design the secure sums'. Raises what :func:`~fa_hetdp.protocol.meta_plan.
+    plan_meta` raises.
     """
-    counts = reduced_counts(smaller_arms).tolist()
     plan = plan_meta(epsilon, delta, counts, d, replace(settings, design="secure-sums"))
     return replace(plan, two_arm=True)
 
@@ -252,6 +252,5 @@ def run_two_arm_sums(
     if problem is not None:
         raise PrivacyParameterError(problem + ".")
     clients = reduced_summaries(arms, effect)
-    smaller = np.asarray(arms.m, dtype=np.int64).min(axis=1)
-    plan = two_arm_sums_plan(epsilon, delta, smaller, arms.d, settings)
+    plan = two_arm_sums_plan(epsilon, delta, [c.m for c in clients], arms.d, settings)
     return two_arm_sums_labels(run_rounds(plan, clients, rng), effect, int(np.min(arms.m)))

@@ -31,7 +31,7 @@ A two-arm MD or RD (the scenario's ``[data] arm`` and ``effect`` with ``design =
 two_arm_sums_plan` of the arm sizes the nodes stated in their first replies, round A's request
 lists those arm sizes, and the result is the in-process :class:`~fa_hetdp.accuracy.columns.
 ColumnMetaAnalysis` with its ``reduction``; the document's ``meta_analysis`` holds the effect's
-figures (:func:`two_arm_sums_section`), its ``two_arm`` part the effect, the arm and the
+figures (:func:`effect_section`), its ``two_arm`` part the effect, the arm and the
 within-arm unit of privacy.
 
 Every client of the key directory must take part in every round: their counts calibrate the
@@ -62,8 +62,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -99,6 +99,7 @@ from fa_hetdp.protocol.meta_server import (
 )
 from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY
 from fa_hetdp.protocol.silo_summaries import SILO_ADVERSARY, SiloPlan
+from fa_hetdp.protocol.two_arm import TwoArmMetaAnalysis
 from fa_hetdp.protocol.two_arm_sums import REDUCTION, TWO_ARM_SUMS_UNIT, two_arm_sums_labels
 from fa_hetdp.report.meta import meta_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
@@ -112,16 +113,18 @@ if TYPE_CHECKING:  # a two-arm run's plan (fa_hetdp.server.silo_summaries)
 
 __all__ = [
     "COLUMN_UNITS",
+    "EFFECT_SCALES",
     "MIN_SCALE",
     "SecureSums",
     "check_count",
     "column_ranges",
+    "effect_section",
+    "json_floats",
     "meta_encoding",
     "meta_privacy_section",
     "meta_rounds",
     "session_arm_counts",
     "session_counts",
-    "two_arm_sums_section",
     "with_column_units",
 ]
 
@@ -169,7 +172,8 @@ def column_ranges(settings: RunSettings) -> dict[str, tuple[float, float]] | Non
     return ranges
 
 
-def _json_floats(values: Any) -> list[float | None]:
+def json_floats(values: Any) -> list[float | None]:
+    """Return ``values`` as a flat JSON list of floats, ``None`` where not finite."""
     array = np.asarray(values, dtype=np.float64).ravel()
     return [float(v) if math.isfinite(float(v)) else None for v in array]
 
@@ -190,7 +194,7 @@ def _in_units(raw: Any, kind: str, low: FloatArray, span: FloatArray) -> Any:
     values = _as_array(raw)
     if values.ndim == 0:  # one number for every column (a silo's noise sd): one per column
         values = np.full(low.shape, float(values))
-    return _json_floats(in_column_units(values, kind, low, span))
+    return json_floats(in_column_units(values, kind, low, span))
 
 
 def _statistic_in_units(
@@ -517,65 +521,87 @@ def session_arm_counts(session: AnalysisSession) -> list[list[int]]:
     return rows
 
 
+EFFECT_SCALES: Final[Mapping[str, str]] = {
+    "MD": "mean difference treated - control, in the column's units (no offset: a difference)",
+    "SMD": "standardised mean difference (Hedges' g), unit-free",
+    "OR": "log odds ratio treated vs control, unit-free (exp() for the odds ratio)",
+    "RR": "log risk ratio treated vs control, unit-free (exp() for the risk ratio)",
+    "RD": "risk difference treated - control (proportions), unit-free",
+}
+"""What a two-arm section's ``units`` figures are, per effect."""
+
 #: The figures of a two-arm section, each with its standard error and intervals where it has.
 _TWO_ARM_FIGURES = ("pooled_mean", "random_effects_mean", "tau2", "q", "i2", "h2")
 
 
-def two_arm_sums_section(
+def _effect_figures(
+    view: ColumnMetaAnalysis, level: float, targets: Sequence[str]
+) -> dict[str, Any]:
+    """Every figure of ``view`` with its standard error and its ``targets``' intervals."""
+    kinds = {target: view.confidence_intervals(level, target) for target in targets}
+    errors = view.standard_errors
+    statistics: dict[str, Any] = {}
+    for name in _TWO_ARM_FIGURES:
+        entry: dict[str, Any] = {"value": json_floats(getattr(view, name))}
+        if name in errors:
+            entry["standard_error"] = json_floats(errors[name])
+        for target, ci in kinds.items():
+            if name in ci.lower and name in ci.upper:
+                entry[target] = {
+                    "lower": json_floats(ci.lower[name]),
+                    "upper": json_floats(ci.upper[name]),
+                }
+        statistics[name] = entry
+    statistics["q_pvalue"] = {"value": json_floats(view.q_pvalue)}
+    pi = view.prediction_interval(level)
+    return {
+        "statistics": statistics,
+        "prediction_interval": {
+            "lower": json_floats(pi.lower),
+            "upper": json_floats(pi.upper),
+            "method": pi.method,
+        },
+    }
+
+
+def effect_section(
     cma: ColumnMetaAnalysis,
     arm_counts: Sequence[Sequence[int]],
     *,
     level: float = 0.95,
     unit_names: Mapping[str, str] | None = None,
+    targets: Sequence[str] = ("population",),
+    silos: Callable[[ColumnMetaAnalysis], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """Return the ``meta_analysis`` section of a two-arm MD or RD in the secure sums.
+    """Return the ``meta_analysis`` section of a two-arm run, either design.
 
-    ``cma`` holds the analysis of the reduced summaries with its ``reduction``
-    (:data:`~fa_hetdp.protocol.two_arm_sums.REDUCTION`): every figure is the effect's, on the
-    records' ``[0, 1]`` scale at the section's top level and in the columns' units in
-    ``units`` (an MD times the column's range, an RD unit-free), with its standard error and its
-    population and sample intervals, as :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`
-    reads them in process; the layout of the silo summaries' two-arm section
-    (:func:`fa_hetdp.server.silo_summaries.two_arm_section`) without per-silo rows (the
-    secure sums release none). ``arm_counts``: every silo's ``(treated, control)``.
+    Every figure is the effect's, on the records' ``[0, 1]`` scale at the section's top level and
+    in the columns' units in ``units`` (an MD times the column's range, the other effects
+    unit-free: the in-process :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis`), with its
+    standard error and the intervals of ``targets``; ``silos(view)``: every silo's row (the silo
+    summaries; the secure sums release none). A reduced analysis (the secure sums,
+    ``cma.reduction``) also states the reduction and the counts ``4 m' - 3`` it ran at.
+    ``arm_counts``: every silo's ``(treated, control)``.
     """
-    from fa_hetdp.server.silo_summaries import EFFECT_SCALES
-
     result = cma.result
-    if not isinstance(result, PrivateMetaAnalysis) or cma.reduction is None:
-        raise TypeError("a two-arm secure-sums section needs the reduced analysis")
+    if not isinstance(result, (PrivateMetaAnalysis, TwoArmMetaAnalysis)):  # pragma: no cover
+        raise TypeError("a two-arm section needs a private two-arm result")
     raw = dataclasses.replace(cma, low=np.zeros(cma.d), high=np.ones(cma.d))
 
     def figures(view: ColumnMetaAnalysis) -> dict[str, Any]:
-        kinds = {
-            target: view.confidence_intervals(level, target) for target in ("population", "sample")
-        }
-        errors = view.standard_errors
-        statistics: dict[str, Any] = {}
-        for name in _TWO_ARM_FIGURES:
-            entry: dict[str, Any] = {"value": _json_floats(getattr(view, name))}
-            if name in errors:
-                entry["standard_error"] = _json_floats(errors[name])
-            for target, ci in kinds.items():
-                if name in ci.lower and name in ci.upper:
-                    entry[target] = {
-                        "lower": _json_floats(ci.lower[name]),
-                        "upper": _json_floats(ci.upper[name]),
-                    }
-            statistics[name] = entry
-        statistics["q_pvalue"] = {"value": _json_floats(view.q_pvalue)}
-        pi = view.prediction_interval(level)
-        return {
-            "statistics": statistics,
-            "prediction_interval": {
-                "lower": _json_floats(pi.lower),
-                "upper": _json_floats(pi.upper),
-                "method": pi.method,
-            },
-        }
+        out = _effect_figures(view, level, targets)
+        return out if silos is None else {**out, "silos": silos(view)}
 
+    a, b = (1.0, 0.0) if cma.reduction is None else cma.reduction
+    reduced = (
+        {}
+        if cma.reduction is None
+        else {
+            "reduced_counts": [int(m) for m in result.records_per_client],
+            "reduction": {"a": float(a), "b": float(b)},
+        }
+    )
     spent = result.spent
-    a, b = cma.reduction
     return {
         "n": int(result.n),
         "d": int(result.d),
@@ -584,8 +610,7 @@ def two_arm_sums_section(
         "columns": list(cma.columns),
         "records_per_client": [int(sum(arms)) for arms in arm_counts],
         "arm_counts": [[int(v) for v in arms] for arms in arm_counts],
-        "reduced_counts": [int(m) for m in result.records_per_client],
-        "reduction": {"a": float(a), "b": float(b)},
+        **reduced,
         "level": float(level),
         **figures(raw),
         "units": {
@@ -595,7 +620,7 @@ def two_arm_sums_section(
                 c: [float(lo), float(hi)]
                 for c, lo, hi in zip(cma.columns, cma.low, cma.high, strict=True)
             },
-            "factor": _json_floats(cma.scale / a),
+            "factor": json_floats(cma.scale / a),
             **({"unit_names": dict(unit_names)} if unit_names else {}),
             **figures(cma),
         },
@@ -645,7 +670,7 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
     node stated in its first reply (:func:`session_arm_counts`), round A's request lists them
     (each node derives every silo's count ``4 m' - 3`` itself) and the result is the in-process
     :class:`~fa_hetdp.accuracy.columns.ColumnMetaAnalysis` with its ``reduction``
-    (:func:`~fa_hetdp.protocol.two_arm_sums.two_arm_sums_labels`, :func:`two_arm_sums_section`).
+    (:func:`~fa_hetdp.protocol.two_arm_sums.two_arm_sums_labels`, :func:`effect_section`).
     """
     s = session.settings
     n, d = session.n, session.d
@@ -747,7 +772,12 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
         return session.finish(document, result)
     cma = _two_arm_result(session, result, rows)
     arm_counts = [row[1:] for row in rows]
-    section = two_arm_sums_section(cma, arm_counts, unit_names=s.scenario.data.column_units())
+    section = effect_section(
+        cma,
+        arm_counts,
+        unit_names=s.scenario.data.column_units(),
+        targets=("population", "sample"),
+    )
     document = _document(
         session, plan, result, released, partitions, errors, noise, unit=unit, section=section
     )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +52,11 @@ from fa_hetdp.protocol.two_arm import (
 from fa_hetdp.report.meta import meta_section
 from fa_hetdp.server.analysis import Analysis
 from fa_hetdp.server.meta import (
+    EFFECT_SCALES,
     check_count,
     column_ranges,
+    effect_section,
+    json_floats,
     meta_privacy_section,
     session_counts,
     with_column_units,
@@ -399,36 +402,6 @@ def two_arm_round(session: AnalysisSession, *, reason: str = "") -> dict[str, An
 
 
 #: How each two-arm effect is read (the result's ``two_arm.scale``).
-EFFECT_SCALES: Final[Mapping[str, str]] = {
-    "MD": "mean difference treated - control, in the column's units (no offset: a difference)",
-    "SMD": "standardised mean difference (Hedges' g), unit-free",
-    "OR": "log odds ratio treated vs control, unit-free (exp() for the odds ratio)",
-    "RR": "log risk ratio treated vs control, unit-free (exp() for the risk ratio)",
-    "RD": "risk difference treated - control (proportions), unit-free",
-}
-
-
-def _figures(cma: ColumnMetaAnalysis, level: float) -> dict[str, Any]:
-    """Every figure with its standard error and population interval (the in-process ones)."""
-    ci = cma.confidence_intervals(level, "population")
-    errors = cma.standard_errors
-    out: dict[str, Any] = {}
-    for name in ("pooled_mean", "random_effects_mean", "tau2", "q", "i2", "h2"):
-        entry: dict[str, Any] = {"value": _json(getattr(cma, name))}
-        if name in errors:
-            entry["standard_error"] = _json(errors[name])
-        if name in ci.lower and name in ci.upper:
-            entry["population"] = {"lower": _json(ci.lower[name]), "upper": _json(ci.upper[name])}
-        out[name] = entry
-    out["q_pvalue"] = {"value": _json(cma.result.q_pvalue)}
-    return out
-
-
-def _json(values: Any) -> list[float | None]:
-    array = np.asarray(values, dtype=np.float64).ravel()
-    return [float(v) if np.isfinite(v) else None for v in array]
-
-
 def two_arm_section(
     cma: ColumnMetaAnalysis,
     *,
@@ -448,16 +421,6 @@ def two_arm_section(
     result = cma.result
     if not isinstance(result, TwoArmMetaAnalysis):  # pragma: no cover - built by two_arm_round
         raise TypeError("a two-arm section needs a two-arm result")
-    raw = ColumnMetaAnalysis(  # the analysis' own scale: ranges (0, 1), no mapping
-        result=result,
-        columns=cma.columns,
-        low=np.zeros(cma.d),
-        high=np.ones(cma.d),
-        site_labels=cma.site_labels,
-        effect=cma.effect,
-        arm=cma.arm,
-        arm_levels=cma.arm_levels,
-    )
     names = list(silo_names) or list(range(result.n))
 
     def silos(view: ColumnMetaAnalysis) -> list[dict[str, Any]]:
@@ -473,56 +436,16 @@ def two_arm_section(
                     "treated": int(result.arm_counts[i, 0]),
                     "control": int(result.arm_counts[i, 1]),
                 },
-                "effect": _json(own.effects[i]),
-                "variance": _json(own.variances[i]),
-                "sampling_variance": _json(sampling[i]),
+                "effect": json_floats(own.effects[i]),
+                "variance": json_floats(own.variances[i]),
+                "sampling_variance": json_floats(sampling[i]),
             }
             for i in range(result.n)
         ]
 
-    def figures(view: ColumnMetaAnalysis) -> dict[str, Any]:
-        pi = view.prediction_interval(level)
-        return {
-            "statistics": _figures(view, level),
-            "prediction_interval": {
-                "lower": _json(pi.lower),
-                "upper": _json(pi.upper),
-                "method": pi.method,
-            },
-            "silos": silos(view),
-        }
-
-    spent = result.spent
-    span = cma.scale
-    return {
-        "n": int(result.n),
-        "d": int(result.d),
-        "effect": result.effect,
-        "arm": cma.arm,
-        "columns": list(cma.columns),
-        "records_per_client": [int(m) for m in result.records_per_client],
-        "arm_counts": [[int(a) for a in row] for row in result.arm_counts],
-        "level": float(level),
-        **figures(raw),
-        "units": {
-            "scale": EFFECT_SCALES[result.effect],
-            "columns": list(cma.columns),
-            "bounds": {
-                c: [float(lo), float(hi)]
-                for c, lo, hi in zip(cma.columns, cma.low, cma.high, strict=True)
-            },
-            "factor": _json(span),
-            **({"unit_names": dict(unit_names)} if unit_names else {}),
-            **figures(cma),
-        },
-        "unit_of_privacy": result.unit_of_privacy,
-        "design": result.design,
-        "server_saw": result.server_saw,
-        "adversary": result.adversary,
-        "epsilon": None if spent is None or spent.epsilon is None else float(spent.epsilon),
-        "delta": None if spent is None or spent.delta is None else float(spent.delta),
-        "labels": [str(label) for label in result.labels],
-    }
+    return effect_section(
+        cma, result.arm_counts.tolist(), level=level, unit_names=unit_names, silos=silos
+    )
 
 
 def _two_arm_document(
