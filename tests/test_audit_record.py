@@ -118,21 +118,31 @@ META_N, META_D = 6, 3
 META_EPSILON = 8.0  # the whole analysis; each round gets a part (about 2.5-6.4 at this delta)
 
 
-def _meta_plan(m: int) -> Any:
+def _meta_plan(m: int, public: bool = True) -> Any:
+    """The plan for META_N silos of ``m`` records; ``public=False``: the counts private
+    (``min_records=m``), so that every silo weighs by its own variance (``variance_used``)."""
     from fa_hetdp.protocol.meta_plan import MetaSettings, plan_meta
 
-    return plan_meta(META_EPSILON, DELTA, [m] * META_N, META_D, MetaSettings(privacy_unit="record"))
+    settings = MetaSettings(privacy_unit="record", min_records=None if public else m)
+    return plan_meta(META_EPSILON, DELTA, [m] * META_N, META_D, settings)
 
 
 def _meta_broadcast(rnd: str, floor: float, tau2: float, centre: float) -> Any:
     from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
 
     half, d = np.full(META_D, centre), META_D
+    spread = np.full(d, floor)  # the pooled weight m/spread at its largest (floor_fraction 1)
     if rnd == "B":
-        return BroadcastB(centre=half, floor=np.full(d, floor), kappa=np.full(d, 3.0))
+        return BroadcastB(
+            centre=half, floor=np.full(d, floor), kappa=np.full(d, 3.0), spread=spread
+        )
     if rnd == "C":
         return BroadcastC(
-            centre=half, floor=np.full(d, floor), tau2=np.full(d, tau2), kappa_star=np.full(d, 3.0)
+            centre=half,
+            floor=np.full(d, floor),
+            tau2=np.full(d, tau2),
+            kappa_star=np.full(d, 3.0),
+            spread=spread,
         )
     return None
 
@@ -187,7 +197,14 @@ def _meta_neighbours(
 
 
 def _meta_audit(  # type: ignore[no-untyped-def]
-    rnd: str, m: int, floor: float, tau2: float, centre: float, seed: int, factor: float = 1.0
+    rnd: str,
+    m: int,
+    floor: float,
+    tau2: float,
+    centre: float,
+    public: bool,
+    seed: int,
+    factor: float = 1.0,
 ):
     """Return (epsilon_lb, the round's claimed epsilon) for round ``rnd``."""
     from test_audit_levers import DRAWS, Audit, _llr
@@ -196,7 +213,7 @@ def _meta_audit(  # type: ignore[no-untyped-def]
     from fa_hetdp.protocol.meta_plan import ROUNDS
     from fa_hetdp.protocol.meta_server import round_sigmas
 
-    plan = _meta_plan(m)
+    plan = _meta_plan(m, public)
     broadcast = _meta_broadcast(rnd, floor, tau2, centre)
     std = plan.noise_std(round_sigmas(plan, rnd, broadcast)) / factor
     mus = [plan.mu(r) for r in ROUNDS[rnd] if r in plan.releases]
@@ -212,11 +229,16 @@ def _meta_audit(  # type: ignore[no-untyped-def]
 
 
 META_CASES = {
-    # round: (records per client, public floor, tau2, centre) where the bounds are nearest
-    "A": (4, 0.01, 0.0, 0.5),
-    "B": (4, 0.01, 0.0, 0.5),
-    "C": (5000, 0.01, 0.0, 0.1),
-    "C_tau2": (5000, 0.01, 1e-3, 0.1),  # the weights capped by a public tau2 (tighter bounds)
+    # round: (records per client, public floor, tau2, centre, public counts) where the bounds
+    # are nearest. Under public counts a silo of 4 or 5 records at the floor 0.01 weighs by the
+    # pooled variance (own_variance: 1/(m - 1) > f/4; its weight public), one of 5000 by its
+    # own; with the counts private (min_records) every silo weighs by its own.
+    "A": (4, 0.01, 0.0, 0.5, True),
+    "B": (4, 0.01, 0.0, 0.5, False),
+    "B_pooled": (4, 0.01, 0.0, 0.5, True),
+    "C": (5000, 0.01, 0.0, 0.1, True),
+    "C_pooled": (5, 0.01, 0.0, 0.5, True),
+    "C_tau2": (5000, 0.01, 1e-3, 0.1, True),  # the weights capped by a public tau2
 }
 
 

@@ -59,9 +59,11 @@ def _plan() -> Any:
 def _broadcast(rnd: str) -> BroadcastB | BroadcastC | None:
     centre, floor = np.full(D, 0.5), np.full(D, 0.002)
     if rnd == "B":
-        return BroadcastB(centre=centre, floor=floor, kappa=np.full(D, 3.0))
+        return BroadcastB(centre=centre, floor=floor, kappa=np.full(D, 3.0), spread=floor)
     if rnd == "C":
-        return BroadcastC(centre=centre, floor=floor, tau2=np.zeros(D), kappa_star=np.full(D, 3.0))
+        return BroadcastC(
+            centre=centre, floor=floor, tau2=np.zeros(D), kappa_star=np.full(D, 3.0), spread=floor
+        )
     return None
 
 

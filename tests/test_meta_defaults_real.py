@@ -62,6 +62,7 @@ def test_public_counts_take_each_silos_smaller_of_its_record_and_client_bound() 
     # move C by at most its whole range 3/f, far below the record bound m/((m - 1) f^2)
     from fa_hetdp.protocol.meta_plan import (
         client_bound_c,
+        own_variance,
         record_bound_b,
         record_bound_c,
         record_bound_d,
@@ -73,7 +74,11 @@ def test_public_counts_take_each_silos_smaller_of_its_record_and_client_bound() 
     got_c = plan.bounds("C", floor, kappa)
     old_c = record_bound_c(3, floor)
     assert np.all(got_c < old_c)
-    each = [np.minimum(record_bound_c(m, floor), client_bound_c(m, floor)) for m in counts]
+    # a silo too small for its own variance (own_variance) weighs by the pooled one: C's 0
+    each = [
+        np.minimum(record_bound_c(m, floor, own_variance(m, floor)), client_bound_c(m, floor))
+        for m in counts
+    ]
     want = np.max(each, axis=0)
     np.testing.assert_allclose(got_c, want)
     assert np.all(plan.bounds("B", floor, kappa) <= record_bound_b(3, floor, kappa))
@@ -111,8 +116,9 @@ def test_no_record_replacement_beats_the_public_count_bounds() -> None:
         tau2 = rng.choice([0.0, 1e-3, 0.05], d)
         rho = rng.choice([0.0, 1e-3, 0.1, 10.0], d)  # per-silo clips kappa sqrt(1 + m rho)
         centre = rng.random(d)
-        bb = BroadcastB(centre=centre, floor=floor, kappa=kappa, rho=rho)
-        bc = BroadcastC(centre=centre, floor=floor, tau2=tau2, kappa_star=kappa)
+        pooled = floor * rng.uniform(1.0, 2.0, d)  # round A's pooled variance, >= the floor
+        bb = BroadcastB(centre=centre, floor=floor, kappa=kappa, rho=rho, spread=pooled)
+        bc = BroadcastC(centre=centre, floor=floor, tau2=tau2, kappa_star=kappa, spread=pooled)
         bounds_b = {r: plan.bounds(r, floor, kappa, rho=rho) for r in "ABCD"}
         bounds_c = {r: plan.bounds(r, floor, None, kappa, tau2) for r in "EF"}
         for m in counts:
@@ -128,7 +134,10 @@ def test_no_record_replacement_beats_the_public_count_bounds() -> None:
                 change = np.abs(after - before).reshape(6, d)
                 for k, name in enumerate("ABCDEF"):
                     bound = (bounds_b | bounds_c)[name]
-                    ratio = float(np.max(change[k] / bound))
+                    # a bound of 0: every silo weighs by the pooled variance (a public summand)
+                    assert np.all(change[k][bound == 0.0] == 0.0), (name, m)
+                    moves = bound > 0.0
+                    ratio = float(np.max(change[k][moves] / bound[moves], initial=0.0))
                     assert ratio <= 1.0 + 1e-9, (name, m, ratio)
                     worst[name] = max(worst.get(name, 0.0), ratio)
     assert all(v > 0.05 for v in worst.values()), worst  # not vacuous

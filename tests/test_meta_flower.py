@@ -312,6 +312,14 @@ def test_a_client_refuses_a_broadcast_floor_outside_its_range() -> None:
         client_meta.broadcast_of(request, "B", 3)
     with pytest.raises(ValueError, match="must be 3 finite numbers"):
         client_meta.broadcast_of({**request, Key.META_CENTRE: np.full(2, 0.5)}, "B", 3)
+    # the pooled variance small silos weigh by: present, and in (0, 1/4] like the floor
+    ok = {**request, Key.META_FLOOR: np.full(3, 0.01), Key.META_RHO: np.zeros(3)}
+    with pytest.raises(ValueError, match="meta-spread"):
+        client_meta.broadcast_of(ok, "B", 3)
+    with pytest.raises(ValueError, match=r"spread\) must lie in \(0, 1/4\]"):
+        client_meta.broadcast_of({**ok, Key.META_SPREAD: np.array([0.02, 0.0, 0.02])}, "B", 3)
+    read = client_meta.broadcast_of({**ok, Key.META_SPREAD: np.full(3, 0.02)}, "B", 3)
+    assert read is not None and np.array_equal(read.spread, np.full(3, 0.02))
 
 
 # ---------------------------------------------------------------------------- the table and figure

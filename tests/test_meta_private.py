@@ -64,6 +64,7 @@ def test_without_noise_and_without_a_binding_clip_it_is_the_exact_analysis() -> 
         floor_fraction=0.0,
         min_floor=1e-6,
         privacy_unit="record",
+        pool_small_silo_variances=False,  # at a floor of 1e-6 every silo would pool
     )
     assert isinstance(res, PrivateMetaAnalysis)
     for key in ("pooled_mean", "q", "i2", "tau2", "tau2_raw", "random_effects_mean"):
@@ -139,8 +140,11 @@ def _replacement_changes(seed: int, unit_m: int, floor: float, kappa: float) -> 
     rng = np.random.default_rng(seed)
     worst: dict[str, float] = {}
     plan = plan_meta(EPS, DELTA, [unit_m, unit_m], 1, MetaSettings(privacy_unit="record"))
-    bb = BroadcastB(np.array([0.5]), np.array([floor]), np.array([kappa]))
-    bc = BroadcastC(np.array([0.5]), np.array([floor]), np.array([0.001]), np.array([kappa]))
+    spread = np.array([floor / 0.75])  # round A's pooled variance at the default floor_fraction
+    bb = BroadcastB(np.array([0.5]), np.array([floor]), np.array([kappa]), spread=spread)
+    bc = BroadcastC(
+        np.array([0.5]), np.array([floor]), np.array([0.001]), np.array([kappa]), spread=spread
+    )
     bounds = {k: float(plan.bounds(k, bb.floor, bb.kappa, bc.kappa_star)[0]) for k in "ABCDEF"}
     for _ in range(3000):
         kind = rng.integers(3)
@@ -159,7 +163,11 @@ def _replacement_changes(seed: int, unit_m: int, floor: float, kappa: float) -> 
             [round_b_values(plan, summarise(new), bb), round_c_values(plan, summarise(new), bc)]
         )
         for i, k in enumerate("ABCDEF"):
-            worst[k] = max(worst.get(k, 0.0), abs(after[i] - before[i]) / bounds[k])
+            change = abs(after[i] - before[i])
+            if bounds[k] == 0.0:  # a public summand (the silo weighs by the pooled variance)
+                assert change == 0.0, (k, change)
+                continue
+            worst[k] = max(worst.get(k, 0.0), change / bounds[k])
     return worst
 
 
@@ -175,7 +183,13 @@ def test_no_record_replacement_beats_the_plans_bounds(m: int, floor: float, kapp
 def test_the_client_unit_costs_about_m_times_the_noise() -> None:
     m = np.full(10, 400)
     # the same releases in both units (the record unit's per-silo clips also release U)
-    rec = plan_meta(EPS, DELTA, m, 4, MetaSettings(privacy_unit="record", kappa_per_silo=False))
+    rec = plan_meta(
+        EPS,
+        DELTA,
+        m,
+        4,
+        MetaSettings(privacy_unit="record", kappa_per_silo=False, pool_small_silo_variances=False),
+    )
     cli = plan_meta(EPS, DELTA, m, 4, MetaSettings(privacy_unit="client"))
     for name in ("T", "W"):
         ratio = cli.sigma_vector(name) / rec.sigma_vector(name)
@@ -201,6 +215,37 @@ def test_the_client_unit_costs_about_m_times_the_noise() -> None:
         res = private_meta_analysis(x, ids, epsilon=EPS, delta=DELTA, rng=2, privacy_unit=unit)
         errs[unit] = float(np.mean(np.abs(res.pooled_mean - exact.pooled_mean)))
     assert errs["client"] > 10 * errs["record"], errs
+
+
+def test_a_silo_too_small_for_its_own_variance_weighs_by_the_pooled_one() -> None:
+    """Under public counts a silo whose variance one record moves by more than f/4 weighs by
+    round A's pooled variance: its weights C, D, F are public (bound 0, no noise), and its z
+    loses the variance's term (docs/privacy.md); the silo of 5000 keeps its own variance."""
+    from fa_hetdp.protocol.meta_plan import OWN_VARIANCE_SHARE, own_variance, record_bound_z
+
+    floor = np.full(2, 0.01)
+    assert own_variance(1 + 1 / (OWN_VARIANCE_SHARE * 0.01), floor).all()
+    assert not own_variance(400, floor).any()  # 1/399 > 0.01/4
+    small = plan_meta(EPS, DELTA, [50, 400], 2, MetaSettings(privacy_unit="record"))
+    for name in ("C", "D", "F"):
+        assert np.all(small.sigma_vector(name, floor, np.full(2, 3.0)) == 0.0), name
+    kappa = np.full(2, 3.0)
+    b = small.bounds("A", floor, kappa)
+    assert np.allclose(b, np.minimum(2 * 3.0 * record_bound_z(50, floor, kappa, False), 9.0))
+    mixed = plan_meta(EPS, DELTA, [50, 5000], 2, MetaSettings(privacy_unit="record"))
+    assert np.all(mixed.sigma_vector("C", floor, kappa) > 0.0)  # the silo of 5000: its own
+    private = plan_meta(
+        EPS, DELTA, [50, 400], 2, MetaSettings(privacy_unit="record", min_records=50)
+    )
+    assert np.all(private.sigma_vector("C", floor, kappa) > 0.0)  # counts private: its own
+    # the client side: the pooled variance, not the silo's own (0.2 here), sets the weight
+    rng = np.random.default_rng(3)
+    summary = summarise(rng.integers(0, 2, (50, 2)).astype(float))
+    bb = BroadcastB(np.full(2, 0.5), floor, kappa, spread=np.full(2, 0.02))
+    weights = round_b_values(small, summary, bb).reshape(4, 2)[2]  # [A | B | C | D]: C = w
+    assert np.allclose(weights, 50 / 0.02)
+    with pytest.raises(InputDataError, match="pooled within-variance"):
+        round_b_values(small, summary, BroadcastB(np.full(2, 0.5), floor, kappa))
 
 
 def test_the_clip_correction_removes_the_clip_bias_of_q() -> None:

@@ -217,17 +217,20 @@ def broadcast_of(request: Mapping[str, Any], rnd: str, d: int) -> BroadcastB | B
     floor = _vector(request, Key.META_FLOOR, d)
     if np.any(floor <= 0.0) or np.any(floor > 0.25):
         raise ValueError("the broadcast floor must lie in (0, 1/4]")
+    spread = _vector(request, Key.META_SPREAD, d)
+    if np.any(spread <= 0.0) or np.any(spread > 0.25):
+        raise ValueError("the broadcast pooled within-variance (spread) must lie in (0, 1/4]")
     if rnd == "B":
         kappa = _vector(request, Key.META_KAPPA, d)
         rho = _vector(request, Key.META_RHO, d)
         if np.any(kappa <= 0.0) or np.any(rho < 0.0):
             raise ValueError("the broadcast clip kappa must be > 0 and rho >= 0")
-        return BroadcastB(centre=centre, floor=floor, kappa=kappa, rho=rho)
+        return BroadcastB(centre=centre, floor=floor, kappa=kappa, rho=rho, spread=spread)
     tau2 = _vector(request, Key.META_TAU2, d)
     kappa_star = _vector(request, Key.META_KAPPA_STAR, d)
     if np.any(tau2 < 0.0) or np.any(kappa_star <= 0.0):
         raise ValueError("the broadcast tau2 must be >= 0 and kappa* > 0")
-    return BroadcastC(centre=centre, floor=floor, tau2=tau2, kappa_star=kappa_star)
+    return BroadcastC(centre=centre, floor=floor, tau2=tau2, kappa_star=kappa_star, spread=spread)
 
 
 def meta_round(

@@ -420,6 +420,18 @@ SETTINGS: Final[dict[str, Setting]] = {
             **_run("kappa_per_silo", ""),
         ),
         _d(
+            "pool_small_silo_variances",
+            Field((Boolean(),)),
+            True,
+            "meta-analysis (secure sums): a silo whose variance one record can move by more than "
+            "a quarter of the floor (1/(m_i − 1) > f/4) weighs by round A's pooled variance, a "
+            "public weight, so that its variance adds no noise (record unit with public counts; "
+            "otherwise every silo weighs by its own)",
+            protocol=False,
+            meta=True,
+            **_run("pool_small_silo_variances", ""),
+        ),
+        _d(
             "floor_fraction",
             Field((Real(low=0.0, high=1.0),)),
             0.75,

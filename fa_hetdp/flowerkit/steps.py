@@ -269,6 +269,9 @@ class Key:
     """``meta_round_b``/``meta_round_c`` requests (rounds B, C): the centre ``c``."""
     META_FLOOR: Final = "meta-floor"
     """Rounds B, C: the variance floor ``f`` of every coordinate."""
+    META_SPREAD: Final = "meta-spread"
+    """Rounds B, C: round A's pooled within-variance, which a silo too small to weigh by its own
+    variance weighs by (:func:`fa_hetdp.protocol.meta_client.variance_used`)."""
     META_KAPPA: Final = "meta-kappa"
     """Round B: the clip ``kappa`` of the standardised deviations."""
     META_RHO: Final = "meta-rho"
@@ -374,11 +377,14 @@ def public_inputs(request: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in request.items() if key != Key.SECAGG}
 
 
-WIRE_REVISION: Final = 2
+WIRE_REVISION: Final = 3
 """What a node's sums are made of; nodes of different revisions cannot share a sum. 2: every
 summation's pairwise masks are bound to the digest of its public inputs
 (:func:`summation_inputs`); a node of revision 1 (none stated) masks without it, so its masks
-would not cancel with a revision-2 peer's and the sum would be refused. The server drops a node
+would not cancel with a revision-2 peer's and the sum would be refused. 3: the meta-analysis'
+rounds B and C carry round A's pooled within-variance (:attr:`Key.META_SPREAD`), by which a
+silo too small to weigh by its own variance weighs; a revision-2 node would weigh by its own
+variance where its peers and the server expect a public weight. The server drops a node
 of another revision at its first reply, by name (:mod:`fa_hetdp.server.strategy`)."""
 
 SETTINGS_DOCUMENT: Final = "settings-document"

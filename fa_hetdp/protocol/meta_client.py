@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import InputDataError
-from fa_hetdp.protocol.meta_plan import ROUNDS, MetaPlan, silo_kappa
+from fa_hetdp.protocol.meta_plan import ROUNDS, MetaPlan, own_variance, silo_kappa
 
 __all__ = [
     "BroadcastB",
@@ -72,6 +72,7 @@ class BroadcastC:
     floor: FloatArray
     tau2: FloatArray
     kappa_star: FloatArray
+    spread: FloatArray | None = None
 
 
 def summarise(records: npt.ArrayLike) -> ClientSummary:
@@ -97,6 +98,36 @@ def _blocks(plan: MetaPlan, rnd: str, values: dict[str, FloatArray]) -> FloatArr
     ).astype(np.float64)
 
 
+def variance_used(
+    plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastB | BroadcastC
+) -> FloatArray:
+    """Return the within-variance a silo weighs by in rounds B and C, per coordinate.
+
+    Its own, floored (``max(s^2, f)``), where :func:`~fa_hetdp.protocol.meta_plan.own_variance`
+    allows (always without public counts or without ``pool_small_silo_variances``); elsewhere
+    round A's pooled within-variance ``max(sigma^2, f)`` (the broadcast ``spread``), a public
+    weight.
+
+    Raises
+    ------
+    InputDataError
+        A silo weighs by the pooled variance and the broadcast carries none.
+    """
+    floor = broadcast.floor
+    own = np.maximum(summary.s2, floor)
+    if not plan.settings.pooled_small_silos:
+        return np.asarray(own)
+    mine = own_variance(summary.m, floor)
+    if np.all(mine):
+        return np.asarray(own)
+    if broadcast.spread is None:
+        raise InputDataError(
+            "the broadcast carries no pooled within-variance (spread), which a silo of "
+            f"{summary.m} records weighs by"
+        )
+    return np.asarray(np.where(mine, own, np.maximum(broadcast.spread, floor)))
+
+
 def round_a_values(plan: MetaPlan, summary: ClientSummary) -> FloatArray:
     """Round A: ``[T | U | W]`` summands: ``sum_k x``, ``sum_k x^2``, ``SS``."""
     t = summary.theta * summary.m
@@ -108,7 +139,7 @@ def round_b_values(plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastB
 
     ``z`` is clipped at the client's own ``kappa_i`` (:func:`silo_kappa` of the broadcast).
     """
-    s2 = np.maximum(summary.s2, broadcast.floor)
+    s2 = variance_used(plan, summary, broadcast)
     w = summary.m / s2
     root = np.sqrt(w)
     kappa = silo_kappa(broadcast.kappa, broadcast.rho, summary.m, broadcast.floor)
@@ -118,7 +149,7 @@ def round_b_values(plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastB
 
 def round_c_values(plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastC) -> FloatArray:
     """Round C: ``[E | F]`` summands ``sqrt(w*) u`` and ``w*`` (clipped ``u``)."""
-    s2 = np.maximum(summary.s2, broadcast.floor)
+    s2 = variance_used(plan, summary, broadcast)
     w = 1.0 / (s2 / summary.m + broadcast.tau2)
     root = np.sqrt(w)
     u = np.clip(

@@ -110,6 +110,11 @@ DEFAULT_WEIGHTS: Final[dict[str, float]] = {
 
 MAX_WITHIN_VARIANCE: Final = 0.25
 
+OWN_VARIANCE_SHARE: Final = 0.25
+"""Under public counts a silo weighs by its own variance only where one record can move that
+variance by at most this share of the floor, ``1/(m - 1) <= share f`` (:func:`own_variance`);
+elsewhere by round A's pooled within-variance, a public weight."""
+
 _SILO_BOUNDED: Final = ("A", "B", "C", "D", "E", "F")
 """Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts, each
 silo at its own ``m_i`` and clip ``kappa_i`` (``T``, ``U``, ``W``'s are 1)."""
@@ -149,16 +154,44 @@ def record_bound_w() -> float:
     return 1.0
 
 
-def record_bound_z(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
-    """``|dz^| <= 1/sqrt(f m) + kappa/(2 f (m - 1))`` (docs/privacy.md, round B)."""
+def own_variance(m: npt.ArrayLike, floor: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Whether a silo of ``m`` records weighs by its own variance (per coordinate of ``floor``).
+
+    Under public counts a silo whose variance one record can move by more than
+    :data:`OWN_VARIANCE_SHARE` of the floor (``1/(m - 1) > share f``) weighs by the pooled
+    within-variance of round A instead (:func:`variance_used`): its weight is then public, and
+    the terms its own variance adds to the record bounds vanish (docs/privacy.md, "Record-level
+    sensitivity of the meta-analysis", the common-variance silos). A public function of ``m``
+    and the broadcast floor.
+    """
+    m_ = np.asarray(m, dtype=np.float64)
     f = np.asarray(floor, dtype=np.float64)
-    return np.asarray(1.0 / np.sqrt(f * m) + np.asarray(kappa) / (2.0 * f * (m - 1)))
+    return np.asarray(1.0 <= OWN_VARIANCE_SHARE * f * (m_ - 1.0))
 
 
-def record_bound_a(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
+def _own(own: npt.ArrayLike | None) -> FloatArray:
+    """1.0 where a silo weighs by its own variance (None: every silo), 0.0 where not."""
+    return np.asarray(1.0 if own is None else np.asarray(own, dtype=np.float64))
+
+
+def record_bound_z(
+    m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike, own: npt.ArrayLike | None = None
+) -> FloatArray:
+    """``|dz^| <= 1/sqrt(f m) + kappa/(2 f (m - 1))`` (docs/privacy.md, round B).
+
+    ``own``: whether the silo weighs by its own variance (:func:`own_variance`; None: yes);
+    where not, its weight is public and the second term (the variance's) is 0.
+    """
+    f = np.asarray(floor, dtype=np.float64)
+    return np.asarray(1.0 / np.sqrt(f * m) + _own(own) * np.asarray(kappa) / (2.0 * f * (m - 1)))
+
+
+def record_bound_a(
+    m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike, own: npt.ArrayLike | None = None
+) -> FloatArray:
     """Bound ``A = sum z^2``: ``min(2 kappa b_z, kappa^2)`` (docs/privacy.md, round B)."""
     k = np.asarray(kappa, dtype=np.float64)
-    return np.asarray(np.minimum(2.0 * k * record_bound_z(m, floor, kappa), k * k))
+    return np.asarray(np.minimum(2.0 * k * record_bound_z(m, floor, kappa, own), k * k))
 
 
 def silo_kappa(
@@ -179,22 +212,35 @@ def silo_kappa(
     return np.asarray(np.minimum(k * np.sqrt(1.0 + m_ * r), np.sqrt(m_ / f)))
 
 
-def record_bound_b(m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike) -> FloatArray:
-    """``B = sum sqrt(w) z^``: ``1/f + kappa sqrt(m)/((m - 1) f^1.5)`` (docs/privacy.md)."""
+def record_bound_b(
+    m: int, floor: npt.ArrayLike, kappa: npt.ArrayLike, own: npt.ArrayLike | None = None
+) -> FloatArray:
+    """``B = sum sqrt(w) z^``: ``1/f + kappa sqrt(m)/((m - 1) f^1.5)`` (docs/privacy.md).
+
+    ``own`` as :func:`record_bound_z` (where not: ``1/f``).
+    """
     f = np.asarray(floor, dtype=np.float64)
-    return np.asarray(1.0 / f + np.asarray(kappa) * math.sqrt(m) / ((m - 1) * f**1.5))
+    return np.asarray(1.0 / f + _own(own) * np.asarray(kappa) * math.sqrt(m) / ((m - 1) * f**1.5))
 
 
-def record_bound_c(m: int, floor: npt.ArrayLike) -> FloatArray:
-    """``C = sum w``: ``m/((m - 1) f^2)`` (docs/privacy.md, round B; at the smallest ``m``)."""
+def record_bound_c(m: int, floor: npt.ArrayLike, own: npt.ArrayLike | None = None) -> FloatArray:
+    """``C = sum w``: ``m/((m - 1) f^2)`` (docs/privacy.md, round B; at the smallest ``m``).
+
+    ``own`` as :func:`record_bound_z` (where not: 0, the weight is public).
+    """
     f = np.asarray(floor, dtype=np.float64)
-    return np.asarray(m / ((m - 1) * f * f))
+    return np.asarray(_own(own) * m / ((m - 1) * f * f))
 
 
-def record_bound_d(m_max: int, floor: npt.ArrayLike) -> FloatArray:
-    """``D = sum w^2``: ``2 (m/f) m/((m - 1) f^2)`` at the LARGEST ``m`` (docs/privacy.md)."""
+def record_bound_d(
+    m_max: int, floor: npt.ArrayLike, own: npt.ArrayLike | None = None
+) -> FloatArray:
+    """``D = sum w^2``: ``2 (m/f) m/((m - 1) f^2)`` at the LARGEST ``m`` (docs/privacy.md).
+
+    ``own`` as :func:`record_bound_z` (where not: 0, the weight is public).
+    """
     f = np.asarray(floor, dtype=np.float64)
-    return np.asarray(2.0 * (m_max / f) * m_max / ((m_max - 1) * f * f))
+    return np.asarray(_own(own) * 2.0 * (m_max / f) * m_max / ((m_max - 1) * f * f))
 
 
 def _w_star_max(m: int, floor: npt.ArrayLike, tau2: npt.ArrayLike) -> FloatArray:
@@ -204,7 +250,11 @@ def _w_star_max(m: int, floor: npt.ArrayLike, tau2: npt.ArrayLike) -> FloatArray
 
 
 def record_bound_u(
-    m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike, tau2: npt.ArrayLike = 0.0
+    m: int,
+    floor: npt.ArrayLike,
+    kappa_star: npt.ArrayLike,
+    tau2: npt.ArrayLike = 0.0,
+    own: npt.ArrayLike | None = None,
 ) -> FloatArray:
     """``|du^| <= sqrt(W)/m + kappa* W/(2 m (m - 1))``, ``W = 1/(f/m + tau2)`` (round C).
 
@@ -212,11 +262,15 @@ def record_bound_u(
     ``1/sqrt(f m) + kappa*/(2 f (m - 1))`` (docs/privacy.md).
     """
     w = _w_star_max(m, floor, tau2)
-    return np.asarray(np.sqrt(w) / m + np.asarray(kappa_star) * w / (2.0 * m * (m - 1)))
+    return np.asarray(np.sqrt(w) / m + _own(own) * np.asarray(kappa_star) * w / (2.0 * m * (m - 1)))
 
 
 def record_bound_e(
-    m: int, floor: npt.ArrayLike, kappa_star: npt.ArrayLike, tau2: npt.ArrayLike = 0.0
+    m: int,
+    floor: npt.ArrayLike,
+    kappa_star: npt.ArrayLike,
+    tau2: npt.ArrayLike = 0.0,
+    own: npt.ArrayLike | None = None,
 ) -> FloatArray:
     """``E = sum sqrt(w*) u^``: ``W/m + kappa* W^1.5/(m (m - 1))``, ``W = 1/(f/m + tau2)``.
 
@@ -225,16 +279,18 @@ def record_bound_e(
     (docs/privacy.md, round C).
     """
     w = _w_star_max(m, floor, tau2)
-    return np.asarray(w / m + np.asarray(kappa_star) * w**1.5 / (m * (m - 1)))
+    return np.asarray(w / m + _own(own) * np.asarray(kappa_star) * w**1.5 / (m * (m - 1)))
 
 
-def record_bound_f(m: int, floor: npt.ArrayLike, tau2: npt.ArrayLike = 0.0) -> FloatArray:
+def record_bound_f(
+    m: int, floor: npt.ArrayLike, tau2: npt.ArrayLike = 0.0, own: npt.ArrayLike | None = None
+) -> FloatArray:
     """``F = sum w*``: ``W^2/(m (m - 1))``, ``W = 1/(f/m + tau2)``; ``m/((m - 1) f^2)`` at 0.
 
     ``|dw*/ds~2| = w*^2/m`` (docs/privacy.md, round C); decreasing in ``m``.
     """
     w = _w_star_max(m, floor, tau2)
-    return np.asarray(w * w / (m * (m - 1)))
+    return np.asarray(_own(own) * w * w / (m * (m - 1)))
 
 
 # Client unit: the range of one client's whole summand (replace every record of one client;
@@ -347,6 +403,11 @@ class MetaSettings:
         ``z`` under the random-effects model: small silos keep small clips (and bounds), large
         ones are not clipped at ``I^2`` near 1. Needs the record unit and public counts
         (``min_records`` None); otherwise every silo clips at ``kappa_j``.
+    pool_small_silo_variances : bool
+        Under public counts silo ``i`` weighs by round A's pooled within-variance where one
+        record can move its own variance by more than :data:`OWN_VARIANCE_SHARE` of the floor
+        (:func:`own_variance`): its weight is public, and its variance adds nothing to the
+        bounds. Otherwise (or False) every silo weighs by its own floored variance.
     floor_fraction, min_floor : float
         ``phi`` and ``f_min`` of the floor ``f_j = max(phi sigma^2_j, f_min)``.
     placement : {"distributed", "central"}
@@ -387,6 +448,7 @@ class MetaSettings:
     adaptive_kappa: bool = _declared("adaptive_kappa")
     kappa_scale: float = _declared("kappa_scale")
     kappa_per_silo: bool = _declared("kappa_per_silo")
+    pool_small_silo_variances: bool = _declared("pool_small_silo_variances")
     floor_fraction: float = _declared("floor_fraction")
     min_floor: float = _declared("min_floor")
     placement: str = _declared("placement")
@@ -502,6 +564,18 @@ class MetaSettings:
         bound is the widest clip squared, so wider clips for large silos only add noise).
         """
         return self.kappa_per_silo and self.min_records is None and self.privacy_unit == "record"
+
+    @property
+    def pooled_small_silos(self) -> bool:
+        """Whether small silos weigh by the pooled variance (:func:`own_variance`).
+
+        ``pool_small_silo_variances``, the record unit and public counts.
+        """
+        return (
+            self.pool_small_silo_variances
+            and self.privacy_unit == "record"
+            and self.min_records is None
+        )
 
     @property
     def wanted(self) -> tuple[str, ...]:
@@ -708,24 +782,30 @@ class MetaPlan:
         for mi in np.unique(self.records_per_client):
             m = int(mi)
             ki = silo_kappa(k, r, m, f)
+            own = own_variance(m, f) if self.settings.pooled_small_silos else None
             if name == "A":
-                rec, cli = record_bound_a(m, f, ki), client_bound_a(ki)
+                rec, cli = record_bound_a(m, f, ki, own), client_bound_a(ki)
             elif name == "B":
-                rec, cli = record_bound_b(m, f, ki), client_bound_b(m, f, ki)
+                rec, cli = record_bound_b(m, f, ki, own), client_bound_b(m, f, ki)
             elif name == "C":
-                rec, cli = record_bound_c(m, f), client_bound_c(m, f)
+                rec, cli = record_bound_c(m, f, own), client_bound_c(m, f)
             elif name == "D":
-                rec, cli = record_bound_d(m, f), client_bound_d(m, f)
+                rec, cli = record_bound_d(m, f, own), client_bound_d(m, f)
             elif name == "E":
-                rec, cli = record_bound_e(m, f, ks, t2), client_bound_e(m, f, ks, t2)
+                rec, cli = record_bound_e(m, f, ks, t2, own), client_bound_e(m, f, ks, t2)
             else:
-                rec, cli = record_bound_f(m, f, t2), client_bound_f(m, f, t2)
+                rec, cli = record_bound_f(m, f, t2, own), client_bound_f(m, f, t2)
             out = np.maximum(out, np.minimum(rec, cli))
         return np.asarray(out, dtype=np.float64)
 
     def sensitivity(self, bounds: FloatArray, shape: FloatArray) -> float:
-        """L2 sensitivity of the block scaled by ``1/shape``: ``||b/a||`` (one-hot: top two)."""
-        r = np.sort(bounds / shape)[::-1]
+        """L2 sensitivity of the block scaled by ``1/shape``: ``||b/a||`` (one-hot: top two).
+
+        A coordinate whose bound is 0 (a public summand: every silo weighs by the pooled
+        variance) adds nothing and takes no noise, whatever its shape.
+        """
+        moves = bounds > 0.0
+        r = np.sort(bounds[moves] / shape[moves])[::-1]
         if self.settings.one_hot and self.settings.privacy_unit == "record":
             r = r[:2]
         return float(np.sqrt(np.sum(r * r)))

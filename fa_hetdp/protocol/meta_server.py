@@ -27,6 +27,7 @@ from fa_hetdp.protocol.meta_plan import (
     MAX_WITHIN_VARIANCE,
     ROUNDS,
     MetaPlan,
+    own_variance,
     silo_kappa,
     with_settings,
 )
@@ -341,6 +342,7 @@ def assemble_round_b(
         floor=broadcast_b.floor,
         tau2=np.asarray(tau2),
         kappa_star=np.maximum(np.full(plan.d, plan.settings.kappa_c), broadcast_b.kappa),
+        spread=broadcast_b.spread,
     )
     return made, bc
 
@@ -623,6 +625,17 @@ def assemble_result(
         "clip pulls Q and I^2 down, one below the floor gets less weight; the intervals cover "
         "the noise, not that bias"
     )
+    if s.pooled_small_silos:
+        m = plan.records_per_client
+        pooled = int(np.sum([not np.all(own_variance(mi, broadcast_b.floor)) for mi in m]))
+        if pooled:
+            labels.append(
+                f"{pooled} of {plan.n} silos (one record can move their variance by more than a "
+                "quarter of the floor) weigh by round A's pooled within-variance, not their own: "
+                "a public weight, so their variances add no noise; where their variances differ, "
+                "Q, I^2 and tau2 differ from the exact analysis', and the intervals cover the "
+                "noise, not that difference"
+            )
     total = float(fig["i2_total"]) if "i2_total" in wanted and "i2_total" in fig else float("nan")
     return PrivateMetaAnalysis(
         pooled_mean=get("pooled_mean", "pooled_mean"),

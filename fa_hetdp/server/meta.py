@@ -273,6 +273,11 @@ def with_column_units(section: Mapping[str, Any], settings: RunSettings) -> dict
     return {**section, "columns": names, "units": units}
 
 
+def spread_of(broadcast: BroadcastB | BroadcastC) -> FloatArray:
+    """Round A's pooled within-variance as broadcast (the floor where none was kept)."""
+    return np.asarray(broadcast.floor if broadcast.spread is None else broadcast.spread)
+
+
 def check_count(reply: Mapping[str, Any]) -> str | None:
     """Return why an ``advertise_keys`` reply has no usable record count, or None."""
     m = reply.get(Key.RECORDS)
@@ -737,6 +742,7 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
     extra_b = {
         Key.META_CENTRE: broadcast_b.centre,
         Key.META_FLOOR: broadcast_b.floor,
+        Key.META_SPREAD: spread_of(broadcast_b),
         Key.META_KAPPA: broadcast_b.kappa,
         Key.META_RHO: np.zeros(plan.d) if broadcast_b.rho is None else broadcast_b.rho,
     }
@@ -751,6 +757,7 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
         extra_c = {
             Key.META_CENTRE: broadcast_c.centre,
             Key.META_FLOOR: broadcast_c.floor,
+            Key.META_SPREAD: spread_of(broadcast_c),
             Key.META_TAU2: broadcast_c.tau2,
             Key.META_KAPPA_STAR: broadcast_c.kappa_star,
         }
