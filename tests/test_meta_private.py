@@ -64,7 +64,7 @@ def test_without_noise_and_without_a_binding_clip_it_is_the_exact_analysis() -> 
         floor_fraction=0.0,
         min_floor=1e-6,
         privacy_unit="record",
-        pool_small_silo_variances=False,  # at a floor of 1e-6 every silo would pool
+        public_small_silo_weights=False,  # at a floor of 1e-6 every silo would pool
     )
     assert isinstance(res, PrivateMetaAnalysis)
     for key in ("pooled_mean", "q", "i2", "tau2", "tau2_raw", "random_effects_mean"):
@@ -188,7 +188,7 @@ def test_the_client_unit_costs_about_m_times_the_noise() -> None:
         DELTA,
         m,
         4,
-        MetaSettings(privacy_unit="record", kappa_per_silo=False, pool_small_silo_variances=False),
+        MetaSettings(privacy_unit="record", kappa_per_silo=False, public_small_silo_weights=False),
     )
     cli = plan_meta(EPS, DELTA, m, 4, MetaSettings(privacy_unit="client"))
     for name in ("T", "W"):

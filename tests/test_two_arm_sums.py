@@ -120,7 +120,7 @@ def test_without_noise_clip_or_floor_the_reduction_is_the_exact_analysis(
         noise=False,
         kappa=1e6,
         kappa_per_silo=False,
-        pool_small_silo_variances=False,
+        public_small_silo_weights=False,
         floor_fraction=1e-9,
         min_floor=1e-12,
     )

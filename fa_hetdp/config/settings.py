@@ -420,16 +420,16 @@ SETTINGS: Final[dict[str, Setting]] = {
             **_run("kappa_per_silo", ""),
         ),
         _d(
-            "pool_small_silo_variances",
+            "public_small_silo_weights",
             Field((Boolean(),)),
             True,
-            "meta-analysis (secure sums): a silo whose variance one record can move by more than "
-            "a quarter of the floor (1/(m_i − 1) > f/4) weighs by round A's pooled variance, a "
-            "public weight, so that its variance adds no noise (record unit with public counts; "
-            "otherwise every silo weighs by its own)",
+            "meta-analysis (secure sums): a silo whose variance one record can move by more "
+            "than a quarter of the floor (1/(m_i − 1) > f/4) weighs by round A's pooled "
+            "variance, a public weight, so that its variance adds no noise (record unit with "
+            "public counts; otherwise every silo weighs by its own)",
             protocol=False,
             meta=True,
-            **_run("pool_small_silo_variances", ""),
+            **_run("public_small_silo_weights", ""),
         ),
         _d(
             "floor_fraction",

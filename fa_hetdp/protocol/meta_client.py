@@ -104,7 +104,7 @@ def variance_used(
     """Return the within-variance a silo weighs by in rounds B and C, per coordinate.
 
     Its own, floored (``max(s^2, f)``), where :func:`~fa_hetdp.protocol.meta_plan.own_variance`
-    allows (always without public counts or without ``pool_small_silo_variances``); elsewhere
+    allows (always without public counts or without ``public_small_silo_weights``); elsewhere
     round A's pooled within-variance ``max(sigma^2, f)`` (the broadcast ``spread``), a public
     weight.
 

@@ -403,7 +403,7 @@ class MetaSettings:
         ``z`` under the random-effects model: small silos keep small clips (and bounds), large
         ones are not clipped at ``I^2`` near 1. Needs the record unit and public counts
         (``min_records`` None); otherwise every silo clips at ``kappa_j``.
-    pool_small_silo_variances : bool
+    public_small_silo_weights : bool
         Under public counts silo ``i`` weighs by round A's pooled within-variance where one
         record can move its own variance by more than :data:`OWN_VARIANCE_SHARE` of the floor
         (:func:`own_variance`): its weight is public, and its variance adds nothing to the
@@ -448,7 +448,7 @@ class MetaSettings:
     adaptive_kappa: bool = _declared("adaptive_kappa")
     kappa_scale: float = _declared("kappa_scale")
     kappa_per_silo: bool = _declared("kappa_per_silo")
-    pool_small_silo_variances: bool = _declared("pool_small_silo_variances")
+    public_small_silo_weights: bool = _declared("public_small_silo_weights")
     floor_fraction: float = _declared("floor_fraction")
     min_floor: float = _declared("min_floor")
     placement: str = _declared("placement")
@@ -569,10 +569,10 @@ class MetaSettings:
     def pooled_small_silos(self) -> bool:
         """Whether small silos weigh by the pooled variance (:func:`own_variance`).
 
-        ``pool_small_silo_variances``, the record unit and public counts.
+        ``public_small_silo_weights``, the record unit and public counts.
         """
         return (
-            self.pool_small_silo_variances
+            self.public_small_silo_weights
             and self.privacy_unit == "record"
             and self.min_records is None
         )
