@@ -231,7 +231,7 @@ def _meta_audit(  # type: ignore[no-untyped-def]
 META_CASES = {
     # round: (records per client, public floor, tau2, centre, public counts) where the bounds
     # are nearest. Under public counts a silo of 4 or 5 records at the floor 0.01 weighs by the
-    # pooled variance (own_variance: 1/(m - 1) > f/4; its weight public), one of 5000 by its
+    # pooled variance (own_variance: 1/(m - 1) > f/16; its weight public), one of 5000 by its
     # own; with the counts private (min_records) every silo weighs by its own.
     "A": (4, 0.01, 0.0, 0.5, True),
     "B": (4, 0.01, 0.0, 0.5, False),

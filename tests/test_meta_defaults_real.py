@@ -106,7 +106,7 @@ def test_no_record_replacement_beats_the_public_count_bounds() -> None:
     )
 
     rng = np.random.default_rng(2525)
-    counts = [2, 3, 6, 30, 300]
+    counts = [2, 3, 6, 30, 300, 2000]  # 2000: its own variance at floors 0.01 and 0.05
     d = 4
     plan = _plan(counts, d)
     worst: dict[str, float] = {}
@@ -150,7 +150,7 @@ def test_a_per_silo_clip_keeps_a_small_silo_from_setting_the_bound_of_a() -> Non
     # kappa_i = kappa sqrt(1 + m_i rho): the 29-record silo keeps a clip near kappa, the large
     # ones are not clipped at I^2 near 1; A's bound is the largest silo's min(2 kappa_i b_z,
     # kappa_i^2), far below the kappa_max^2 a common clip wide enough for the large silos costs
-    from fa_hetdp.protocol.meta_plan import record_bound_a, silo_kappa
+    from fa_hetdp.protocol.meta_plan import own_variance, record_bound_a, silo_kappa
 
     counts = [29, 700, 20000, 57000]
     plan = _plan(counts, 1)
@@ -159,7 +159,11 @@ def test_a_per_silo_clip_keeps_a_small_silo_from_setting_the_bound_of_a() -> Non
     assert clips[0] < 7.0 < 200.0 < clips[-1]
     got = float(plan.bounds("A", floor, kappa, rho=rho)[0])
     pairs = zip(counts, clips, strict=True)
-    each = [float(record_bound_a(m, floor, np.array([k]))[0]) for m, k in pairs]
+    # the silos of 29 and 700 weigh by the pooled variance (own_variance), the others by theirs
+    assert [bool(own_variance(m, floor)[0]) for m in counts] == [False, False, True, True]
+    each = [
+        float(record_bound_a(m, floor, np.array([k]), own_variance(m, floor))[0]) for m, k in pairs
+    ]
     assert got == pytest.approx(max(each))
     common = float(record_bound_a(29, floor, np.array([clips[-1]]))[0])  # one clip for all
     assert got < common / 100.0

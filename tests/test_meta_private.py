@@ -218,14 +218,14 @@ def test_the_client_unit_costs_about_m_times_the_noise() -> None:
 
 
 def test_a_silo_too_small_for_its_own_variance_weighs_by_the_pooled_one() -> None:
-    """Under public counts a silo whose variance one record moves by more than f/4 weighs by
+    """Under public counts a silo whose variance one record moves by more than f/16 weighs by
     round A's pooled variance: its weights C, D, F are public (bound 0, no noise), and its z
     loses the variance's term (docs/privacy.md); the silo of 5000 keeps its own variance."""
     from fa_hetdp.protocol.meta_plan import OWN_VARIANCE_SHARE, own_variance, record_bound_z
 
     floor = np.full(2, 0.01)
     assert own_variance(1 + 1 / (OWN_VARIANCE_SHARE * 0.01), floor).all()
-    assert not own_variance(400, floor).any()  # 1/399 > 0.01/4
+    assert not own_variance(400, floor).any()  # 1/399 > 0.01/16
     small = plan_meta(EPS, DELTA, [50, 400], 2, MetaSettings(privacy_unit="record"))
     for name in ("C", "D", "F"):
         assert np.all(small.sigma_vector(name, floor, np.full(2, 3.0)) == 0.0), name

@@ -424,7 +424,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             Field((Boolean(),)),
             True,
             "meta-analysis (secure sums): a silo whose variance one record can move by more "
-            "than a quarter of the floor (1/(m_i − 1) > f/4) weighs by round A's pooled "
+            "than a sixteenth of the floor (1/(m_i − 1) > f/16) weighs by round A's pooled "
             "variance, a public weight, so that its variance adds no noise (record unit with "
             "public counts; otherwise every silo weighs by its own)",
             protocol=False,

@@ -110,10 +110,12 @@ DEFAULT_WEIGHTS: Final[dict[str, float]] = {
 
 MAX_WITHIN_VARIANCE: Final = 0.25
 
-OWN_VARIANCE_SHARE: Final = 0.25
+OWN_VARIANCE_SHARE: Final = 0.0625
 """Under public counts a silo weighs by its own variance only where one record can move that
 variance by at most this share of the floor, ``1/(m - 1) <= share f`` (:func:`own_variance`);
-elsewhere by round A's pooled within-variance, a public weight."""
+elsewhere by round A's pooled within-variance, a public weight. ``1/16 = 1/kappa^2`` at the
+default clip ``kappa = 4``: then the variance's term in ``z``'s record bound, ``kappa/(2 f (m -
+1))``, is at most half the mean's, ``1/sqrt(f m)`` (docs/privacy.md)."""
 
 _SILO_BOUNDED: Final = ("A", "B", "C", "D", "E", "F")
 """Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts, each

@@ -631,7 +631,7 @@ def assemble_result(
         if pooled:
             labels.append(
                 f"{pooled} of {plan.n} silos (one record can move their variance by more than a "
-                "quarter of the floor) weigh by round A's pooled within-variance, not their own: "
+                "sixteenth of the floor) weigh by round A's pooled within-variance, not their own: "
                 "a public weight, so their variances add no noise; where their variances differ, "
                 "Q, I^2 and tau2 differ from the exact analysis', and the intervals cover the "
                 "noise, not that difference"
