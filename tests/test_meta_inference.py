@@ -331,3 +331,50 @@ def test_plot_labels_the_interval(private: fa_hetdp.PrivateMetaAnalysis, tmp_pat
     section = meta_section(private)
     out = plot_meta_i2(section, Path(str(tmp_path)) / "i2.png")
     assert out.exists()
+
+
+def _unequal_small_silos(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """40 silos of 5-59 records whose within-SDs differ 5-fold (25-fold variances)."""
+    rng = np.random.default_rng(seed)
+    m = rng.integers(5, 60, 40)
+    ids = np.repeat(np.arange(40), m)
+    means, sds = rng.normal(0.5, 0.05, 40), rng.uniform(0.03, 0.15, 40)
+    x = np.clip(means[ids, None] + sds[ids, None] * rng.standard_normal((ids.size, 2)), 0, 1)
+    return x, ids
+
+
+def test_the_sample_intervals_cover_the_pooled_variances_difference() -> None:
+    """Small silos weigh by the pooled variance in the secure sums: with the noise off the
+    figures still differ from the exact analysis (here Q 332 against 547), and the sample
+    intervals hold the exact figures because they draw that difference
+    (``meta_inference.pooled_weight_errors``), which a noise-only interval (a point, with
+    the noise off) cannot."""
+    from fa_hetdp.protocol.meta_inference import pooled_weight_errors, secure_sums_noise_errors
+
+    x, ids = _unequal_small_silos(5)
+    exact = fa_hetdp.meta_analysis(x, ids)
+    res = fa_hetdp.private_meta_analysis(
+        x, ids, epsilon=1.0, delta=1e-5, noise=False, design="secure-sums", privacy_unit="record"
+    )
+    assert any("40 of 40 silos" in label for label in res.labels)
+    q, q_exact = np.asarray(res.q), np.asarray(exact.q)
+    assert np.all(np.abs(q - q_exact) > 0.2 * q_exact)  # the pooled weights' difference
+    ci = res.confidence_intervals(0.95, target="sample")
+    for key in ("pooled_mean", "q", "i2", "tau2", "random_effects_mean"):
+        truth = np.asarray(getattr(exact, key))
+        lower, upper = np.asarray(ci.lower[key]), np.asarray(ci.upper[key])
+        assert np.all((lower <= truth) & (truth <= upper)), key
+    point, _ = secure_sums_noise_errors(res, 200, 0)
+    gap = pooled_weight_errors(res, point, 200, np.random.default_rng(0))
+    assert set(gap) == {"pooled_mean", "q_raw", "tau2_raw", "random_effects_mean", "q_total"}
+    assert np.all(np.std(gap["q_raw"], axis=0) > 0)
+    # silos large enough for their own variance: no pooled silo, no extra error
+    big = np.repeat(np.arange(6), 3000)
+    rng = np.random.default_rng(1)
+    y = np.clip(rng.normal(0.5, 0.2, (big.size, 2)) + 0.01 * big[:, None], 0, 1)
+    large = fa_hetdp.private_meta_analysis(
+        y, big, epsilon=1.0, delta=1e-5, rng=0, design="secure-sums", privacy_unit="record"
+    )
+    assert not any("weigh by round A's pooled" in label for label in large.labels)
+    point, _ = secure_sums_noise_errors(large, 50, 0)
+    assert pooled_weight_errors(large, point, 50, np.random.default_rng(0)) == {}

@@ -38,6 +38,7 @@ from scipy.stats import norm
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import AggregationError, PrivacyParameterError
+from fa_hetdp.protocol.meta_plan import own_variance
 from fa_hetdp.protocol.meta_server import (
     _denoised,
     _weight_range,
@@ -46,7 +47,7 @@ from fa_hetdp.protocol.meta_server import (
     figures_from_sums,
     plug_in_weights,
 )
-from fa_hetdp.protocol.silo_summaries import SiloPlan, silo_noise_errors
+from fa_hetdp.protocol.silo_summaries import UNKNOWN_VARIANCE_CV, SiloPlan, silo_noise_errors
 from fa_hetdp.stats.meta import (
     NO_POPULATION_INTERVAL,
     MetaIntervals,
@@ -117,7 +118,74 @@ def secure_sums_noise_errors(
     tau2_used = None if result.broadcast_c is None else result.broadcast_c.tau2
     boot = figures_from_sums(result.plan, result.broadcast_b, redrawn, tau2_used)
     point = figures_from_sums(result.plan, result.broadcast_b, result.sums, tau2_used)
-    return point, {k: np.asarray(boot[k] - point[k]) for k in point if k in boot}
+    err = {k: np.asarray(boot[k] - point[k]) for k in point if k in boot}
+    for k, gap in pooled_weight_errors(result, point, draws, rng).items():
+        if k in err:
+            err[k] = np.asarray(err[k] + gap)
+    return point, err
+
+
+_WORLD_KEYS: Final = ("pooled_mean", "q_raw", "tau2_raw", "random_effects_mean", "q_total")
+
+
+def _world_figures(
+    theta: FloatArray, var: FloatArray, m: FloatArray, n: int
+) -> dict[str, FloatArray]:
+    """DerSimonian-Laird of silo means ``theta`` with variances ``var`` ((draws, n, d))."""
+    w = m / var
+    big_c = np.sum(w, axis=1)
+    mean = np.sum(w * theta, axis=1) / big_c
+    q = np.sum(w * (theta - mean[:, None, :]) ** 2, axis=1)
+    tau2_raw = (q - (n - 1)) / (big_c - np.sum(w * w, axis=1) / big_c)
+    w_star = 1.0 / (var / m + np.maximum(tau2_raw, 0.0)[:, None, :])
+    re = np.sum(w_star * theta, axis=1) / np.sum(w_star, axis=1)
+    return {
+        "pooled_mean": mean,
+        "q_raw": q,
+        "tau2_raw": tau2_raw,
+        "random_effects_mean": re,
+        "q_total": np.sum(q, axis=-1),
+    }
+
+
+def pooled_weight_errors(
+    result: PrivateMetaAnalysis, point: dict[str, FloatArray], draws: int, rng: np.random.Generator
+) -> dict[str, FloatArray]:
+    """``draws`` errors of weighing the small silos by the pooled variance (secure sums).
+
+    Where small silos weigh by round A's pooled variance ``sigma^2`` (``public_small_silo
+    _weights``), the figures are not the exact analysis' even without noise. In a world drawn
+    from the point figures -- each silo's true variance ``sigma^2 G_i`` (a gamma of mean 1 and
+    coefficient of variation :data:`~fa_hetdp.protocol.silo_summaries.UNKNOWN_VARIANCE_CV`),
+    its mean from the random-effects model ``N(mu, tau2 + sigma_i^2/m_i)`` and its sample
+    variance ``sigma_i^2 chi2_{m_i - 1}/(m_i - 1)``, which the exact analysis weighs by -- each
+    draw is the analysis with the pooled silos at ``sigma^2`` less the exact analysis (the
+    silos that keep their own variance weigh by it in both). Added to the noise errors, the
+    sample intervals cover that difference too. Empty where no silo is pooled. Post-processing
+    of released figures and public counts.
+    """
+    plan, bb = result.plan, result.broadcast_b
+    if bb is None or not plan.settings.pooled_small_silos:
+        return {}
+    m = plan.records_per_client.astype(np.float64)
+    own = np.stack([own_variance(mi, bb.floor) for mi in m])  # (n, d)
+    if np.all(own):
+        return {}
+    n, d = plan.n, plan.d
+    spread = bb.floor if bb.spread is None else bb.spread
+    sigma2 = np.maximum(spread, bb.floor)
+    tau2 = np.maximum(np.nan_to_num(np.asarray(point.get("tau2", np.zeros(d)))), 0.0)
+    mu = np.nan_to_num(np.asarray(point.get("pooled_mean", np.full(d, 0.5))), nan=0.5)
+    shape = 1.0 / UNKNOWN_VARIANCE_CV**2
+    true_var = sigma2 * rng.gamma(shape, 1.0 / shape, (draws, n, d))
+    mm = m[None, :, None]
+    theta = mu + np.sqrt(tau2 + true_var / mm) * rng.standard_normal((draws, n, d))
+    sample_var = true_var * rng.chisquare(mm - 1.0, (draws, n, d)) / (mm - 1.0)
+    sample_var = np.maximum(sample_var, 1e-12)  # a school of 2 with equal scores
+    used = np.where(own[None, :, :], sample_var, sigma2)
+    exact = _world_figures(theta, sample_var, mm, n)
+    pooled = _world_figures(theta, used, mm, n)
+    return {k: np.asarray(pooled[k] - exact[k]) for k in _WORLD_KEYS}
 
 
 def noise_errors(

@@ -633,8 +633,9 @@ def assemble_result(
                 f"{pooled} of {plan.n} silos (one record can move their variance by more than a "
                 "sixteenth of the floor) weigh by round A's pooled within-variance, not their own: "
                 "a public weight, so their variances add no noise; where their variances differ, "
-                "Q, I^2 and tau2 differ from the exact analysis', and the intervals cover the "
-                "noise, not that difference"
+                "Q, I^2 and tau2 differ from the exact analysis', and the sample intervals cover "
+                "that difference as drawn in a world of unequal variances (coefficient of "
+                "variation 0.5), not a larger one"
             )
     total = float(fig["i2_total"]) if "i2_total" in wanted and "i2_total" in fig else float("nan")
     return PrivateMetaAnalysis(
