@@ -161,10 +161,10 @@ def own_variance(m: npt.ArrayLike, floor: npt.ArrayLike) -> npt.NDArray[np.bool_
 
     Under public counts a silo whose variance one record can move by more than
     :data:`OWN_VARIANCE_SHARE` of the floor (``1/(m - 1) > share f``) weighs by the pooled
-    within-variance of round A instead (:func:`variance_used`): its weight is then public, and
-    the terms its own variance adds to the record bounds vanish (docs/privacy.md, "Record-level
-    sensitivity of the meta-analysis", the common-variance silos). A public function of ``m``
-    and the broadcast floor.
+    within-variance of round A instead (:func:`fa_hetdp.protocol.meta_client.variance_used`):
+    its weight is then public, and the terms its own variance adds to the record bounds vanish
+    (docs/privacy.md, "Silos weighed by the pooled variance"). A public function of ``m`` and
+    the broadcast floor.
     """
     m_ = np.asarray(m, dtype=np.float64)
     f = np.asarray(floor, dtype=np.float64)
