@@ -118,3 +118,46 @@ def test_auto_is_refused_below_the_planner() -> None:
 
     with pytest.raises(PrivacyParameterError, match="chosen by the planner"):
         plan_design(1.0, DELTA, [300, 400], 2, MetaSettings(privacy_unit="record"))
+
+
+def test_the_reason_says_where_the_two_figures_disagree() -> None:
+    """The random-effects mean decides; where the other design plans the smaller I^2 error the
+    reason says so, with both errors (and says nothing of I^2 where they agree)."""
+    from dataclasses import replace
+
+    from fa_hetdp.accuracy.meta_planner import choose_plan
+
+    counts = [100, 150, 200, 300, 400, 600, 800, 1000]
+    base = {
+        design: fa_hetdp.plan_accuracy(
+            8,
+            2,
+            epsilon=1.0,
+            delta=DELTA,
+            records_per_client=counts,
+            privacy_unit="record",
+            design=design,
+            draws=10,
+        )
+        for design in ("secure-sums", "silo-summaries")
+    }
+
+    def with_errors(design: str, re: float, i2: float) -> object:
+        plan = base[design]
+        rows = tuple(
+            replace(row, error=re if row.key == "random_effects_mean" else i2)
+            if row.key in ("random_effects_mean", "i2")
+            else row
+            for row in plan.errors
+        )
+        return replace(plan, errors=rows)
+
+    settings = MetaSettings(privacy_unit="record")
+    planned = {"silo-summaries": (0.02, 0.69), "secure-sums": (0.06, 0.08)}
+    chosen = choose_plan(settings, lambda d: with_errors(d, *planned[d]))  # type: ignore[arg-type, return-value]
+    assert chosen.design == "silo-summaries"
+    assert "the secure-sums plan the smaller |I^2| error (0.08 against 0.69)" in chosen.reason
+    assert "design='secure-sums' where I^2 matters more" in chosen.reason
+    planned = {"silo-summaries": (0.02, 0.05), "secure-sums": (0.06, 0.08)}
+    chosen = choose_plan(settings, lambda d: with_errors(d, *planned[d]))  # type: ignore[arg-type, return-value]
+    assert chosen.design == "silo-summaries" and "I^2" not in chosen.reason

@@ -704,11 +704,16 @@ def choose_plan(
         return (p.error("random_effects_mean").error, p.error("i2").error)
 
     winner, other = (silo, secure) if key(silo) <= key(secure) else (secure, silo)
-    re_w, re_o = key(winner)[0], key(other)[0]
+    (re_w, i2_w), (re_o, i2_o) = key(winner), key(other)
     reason = (
         f"auto: planned random-effects mean error {100 * re_w:.3g} % against "
         f"{100 * re_o:.3g} % for the {other.design}"
     )
+    if i2_o < i2_w:  # the two disagree: say so, and what the other design would give
+        reason += (
+            f"; the {other.design} plan the smaller |I^2| error ({i2_o:.3g} against "
+            f"{i2_w:.3g}): design={other.design!r} where I^2 matters more"
+        )
     return replace(winner, alternatives=(other,), reason=reason)
 
 
