@@ -270,8 +270,9 @@ class Key:
     META_FLOOR: Final = "meta-floor"
     """Rounds B, C: the variance floor ``f`` of every coordinate."""
     META_SPREAD: Final = "meta-spread"
-    """Rounds B, C: round A's pooled within-variance, which a silo too small to weigh by its own
-    variance weighs by (:func:`fa_hetdp.protocol.meta_client.variance_used`)."""
+    """Rounds B, C: round A's pooled within-variance, at least the floor, which a silo too small
+    to weigh by its own variance weighs by (:func:`fa_hetdp.protocol.meta_client.
+    pooled_variance`)."""
     META_KAPPA: Final = "meta-kappa"
     """Round B: the clip ``kappa`` of the standardised deviations."""
     META_RHO: Final = "meta-rho"

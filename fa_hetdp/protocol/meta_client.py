@@ -98,6 +98,17 @@ def _blocks(plan: MetaPlan, rnd: str, values: dict[str, FloatArray]) -> FloatArr
     ).astype(np.float64)
 
 
+def pooled_variance(broadcast: BroadcastB | BroadcastC) -> FloatArray:
+    """Return the variance a pooled weight ``m_i/v`` divides by: ``v = max(sigma^2, f)``.
+
+    ``sigma^2`` round A's pooled within-variance as broadcast (``spread``; the floor where none
+    was kept), ``f`` the floor: the weight of a silo that weighs by the pooled variance
+    (:func:`variance_used`), and the server's plug-in weights.
+    """
+    spread = broadcast.floor if broadcast.spread is None else broadcast.spread
+    return np.asarray(np.maximum(spread, broadcast.floor))
+
+
 def variance_used(
     plan: MetaPlan, summary: ClientSummary, broadcast: BroadcastB | BroadcastC
 ) -> FloatArray:
@@ -118,14 +129,14 @@ def variance_used(
     if not plan.settings.pooled_small_silos:
         return np.asarray(own)
     mine = own_variance(summary.m, floor)
-    if np.all(mine):
+    if np.all(mine):  # a large silo: its own variance, whatever the broadcast
         return np.asarray(own)
     if broadcast.spread is None:
         raise InputDataError(
             "the broadcast carries no pooled within-variance (spread), which a silo of "
             f"{summary.m} records weighs by"
         )
-    return np.asarray(np.where(mine, own, np.maximum(broadcast.spread, floor)))
+    return np.asarray(np.where(mine, own, pooled_variance(broadcast)))
 
 
 def round_a_values(plan: MetaPlan, summary: ClientSummary) -> FloatArray:

@@ -38,7 +38,7 @@ from scipy.stats import norm
 
 from fa_hetdp._types import FloatArray
 from fa_hetdp.errors import AggregationError, PrivacyParameterError
-from fa_hetdp.protocol.meta_plan import own_variance
+from fa_hetdp.protocol.meta_client import pooled_variance
 from fa_hetdp.protocol.meta_server import (
     _denoised,
     _weight_range,
@@ -165,15 +165,14 @@ def pooled_weight_errors(
     of released figures and public counts.
     """
     plan, bb = result.plan, result.broadcast_b
-    if bb is None or not plan.settings.pooled_small_silos:
+    if bb is None:
         return {}
-    m = plan.records_per_client.astype(np.float64)
-    own = np.stack([own_variance(mi, bb.floor) for mi in m])  # (n, d)
+    own = plan.own_variances(bb.floor)  # (n, d)
     if np.all(own):
         return {}
     n, d = plan.n, plan.d
-    spread = bb.floor if bb.spread is None else bb.spread
-    sigma2 = np.maximum(spread, bb.floor)
+    m = plan.records_per_client.astype(np.float64)
+    sigma2 = pooled_variance(bb)
     tau2 = np.maximum(np.nan_to_num(np.asarray(point.get("tau2", np.zeros(d)))), 0.0)
     mu = np.nan_to_num(np.asarray(point.get("pooled_mean", np.full(d, 0.5))), nan=0.5)
     shape = 1.0 / UNKNOWN_VARIANCE_CV**2
@@ -286,8 +285,7 @@ def sampling_parts(result: PrivateMetaAnalysis, point: dict[str, FloatArray]) ->
     c = np.maximum(weights["C"], least)
     out: dict[str, Any] = {"s1": c, "se_pooled": 1.0 / np.sqrt(c)}
     plug = plug_in_weights(plan, bb)
-    spread = bb.floor if bb.spread is None else bb.spread
-    w_plug = plan.records_per_client.astype(np.float64)[:, None] / np.maximum(spread, bb.floor)
+    w_plug = plan.records_per_client.astype(np.float64)[:, None] / pooled_variance(bb)
     s3_plug = np.sum(w_plug**3, axis=0)
     if "D" in weights:
         dd = np.clip(weights["D"], c**2 / n, c * np.minimum(c, most))

@@ -800,6 +800,18 @@ class MetaPlan:
             out = np.maximum(out, np.minimum(rec, cli))
         return np.asarray(out, dtype=np.float64)
 
+    def own_variances(self, floor: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """``(n, d)``: whether each silo weighs by its own variance on each coordinate.
+
+        :func:`own_variance` of every silo's public count at the broadcast floor where
+        ``public_small_silo_weights`` holds (:attr:`MetaSettings.pooled_small_silos`);
+        otherwise every silo weighs by its own.
+        """
+        f = np.broadcast_to(np.asarray(floor, dtype=np.float64), (self.d,))
+        if not self.settings.pooled_small_silos:
+            return np.ones((self.n, self.d), dtype=bool)
+        return own_variance(self.records_per_client[:, None], f[None, :])
+
     def sensitivity(self, bounds: FloatArray, shape: FloatArray) -> float:
         """L2 sensitivity of the block scaled by ``1/shape``: ``||b/a||`` (one-hot: top two).
 

@@ -22,12 +22,11 @@ from scipy.special import ndtr
 from fa_hetdp._types import FloatArray
 from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.errors import AggregationError
-from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
+from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC, pooled_variance
 from fa_hetdp.protocol.meta_plan import (
     MAX_WITHIN_VARIANCE,
     ROUNDS,
     MetaPlan,
-    own_variance,
     silo_kappa,
     with_settings,
 )
@@ -218,8 +217,7 @@ def clip_scatter_b(plan: MetaPlan, broadcast_b: BroadcastB, big_a: FloatArray) -
     """
     m = plan.records_per_client.astype(np.float64)
     k = silo_clips(plan, broadcast_b)  # (d, n)
-    spread = broadcast_b.floor if broadcast_b.spread is None else broadcast_b.spread
-    w = m[None, :, None] / np.maximum(spread, broadcast_b.floor)[:, None, None]  # (d, n, 1)
+    w = m[None, :, None] / pooled_variance(broadcast_b)[:, None, None]  # (d, n, 1)
     target = np.asarray(big_a, dtype=np.float64)
     rho = np.concatenate([[0.0], np.logspace(-9, np.log10(1e4 * float(np.max(k)) ** 2), 400)])
     var = 1.0 + m[None, :, None] * rho[None, None, :]
@@ -255,8 +253,7 @@ def plug_in_weights(
 
     ``w_i = m_i / max(sigma^2, f)``: public values only (post-processing of round A).
     """
-    spread = broadcast_b.floor if broadcast_b.spread is None else broadcast_b.spread
-    s2 = np.maximum(spread, broadcast_b.floor)
+    s2 = pooled_variance(broadcast_b)
     m = plan.records_per_client.astype(np.float64)[:, None]
     w = m / s2[None, :]
     out = {"C": np.sum(w, axis=0), "D": np.sum(w * w, axis=0)}
@@ -625,18 +622,16 @@ def assemble_result(
         "clip pulls Q and I^2 down, one below the floor gets less weight; the intervals cover "
         "the noise, not that bias"
     )
-    if s.pooled_small_silos:
-        m = plan.records_per_client
-        pooled = int(np.sum([not np.all(own_variance(mi, broadcast_b.floor)) for mi in m]))
-        if pooled:
-            labels.append(
-                f"{pooled} of {plan.n} silos (one record can move their variance by more than a "
-                "sixteenth of the floor) weigh by round A's pooled within-variance, not their own: "
-                "a public weight, so their variances add no noise; where their variances differ, "
-                "Q, I^2 and tau2 differ from the exact analysis', and the sample intervals cover "
-                "that difference as drawn in a world of unequal variances (coefficient of "
-                "variation 0.5), not a larger one"
-            )
+    pooled = int(np.sum(~np.all(plan.own_variances(broadcast_b.floor), axis=1)))
+    if pooled:
+        labels.append(
+            f"{pooled} of {plan.n} silos (one record can move their variance by more than a "
+            "sixteenth of the floor) weigh by round A's pooled within-variance, not their own: "
+            "a public weight, so their variances add no noise; where their variances differ, "
+            "Q, I^2 and tau2 differ from the exact analysis', and the sample intervals cover "
+            "that difference as drawn in a world of unequal variances (coefficient of "
+            "variation 0.5), not a larger one"
+        )
     total = float(fig["i2_total"]) if "i2_total" in wanted and "i2_total" in fig else float("nan")
     return PrivateMetaAnalysis(
         pooled_mean=get("pooled_mean", "pooled_mean"),

@@ -31,6 +31,7 @@ import numpy as np
 
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.report.files import write_figure_atomic
+from fa_hetdp.stats.meta import MetaIntervals
 from fa_hetdp.stats.meta_figures import META_FIGURES
 
 __all__ = [
@@ -140,7 +141,8 @@ def unit_names(section: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in names.items() if isinstance(v, str) and v}
 
 
-def _floats(values: Any) -> list[float | None]:
+def json_floats(values: Any) -> list[float | None]:
+    """Return ``values`` as a flat JSON list of floats, ``None`` where not finite."""
     array = np.asarray(values, dtype=np.float64).ravel()
     return [float(v) if math.isfinite(float(v)) else None for v in array]
 
@@ -148,6 +150,30 @@ def _floats(values: Any) -> list[float | None]:
 def _number(value: Any) -> float | None:
     x = float(value)
     return x if math.isfinite(x) else None
+
+
+def figure_entry(
+    name: str,
+    value: Any,
+    errors: Mapping[str, Any],
+    kinds: Mapping[str, MetaIntervals],
+    convert: Callable[[Any], Any] = json_floats,
+) -> dict[str, Any]:
+    """Return one figure's JSON entry.
+
+    Its value, its standard error where ``errors`` has one, and for each interval kind of
+    ``kinds`` that holds it, ``{"lower", "upper"}``.
+    """
+    entry: dict[str, Any] = {"value": convert(value)}
+    if name in errors:
+        entry["standard_error"] = convert(errors[name])
+    for target, intervals in kinds.items():
+        if name in intervals.lower and name in intervals.upper:
+            entry[target] = {
+                "lower": convert(intervals.lower[name]),
+                "upper": convert(intervals.upper[name]),
+            }
+    return entry
 
 
 def meta_section(
@@ -177,17 +203,9 @@ def meta_section(
     silos = silo_estimates(result, silo_names)
     statistics: dict[str, Any] = {}
     for name in (*META_STATISTICS, *_SCALARS):
-        convert: Callable[[Any], Any] = _number if name in _SCALARS else _floats
-        entry: dict[str, Any] = {"value": convert(getattr(result, name))}
-        if name in _WITH_SE:
-            entry["standard_error"] = convert(errors[name])
-        for target, intervals in kinds.items():
-            if name in intervals.lower and name in intervals.upper:
-                entry[target] = {
-                    "lower": convert(intervals.lower[name]),
-                    "upper": convert(intervals.upper[name]),
-                }
-        statistics[name] = entry
+        convert: Callable[[Any], Any] = _number if name in _SCALARS else json_floats
+        with_se = errors if name in _WITH_SE else {}
+        statistics[name] = figure_entry(name, getattr(result, name), with_se, kinds, convert)
     return {
         "n": int(result.n),
         "d": int(result.d),
@@ -199,8 +217,8 @@ def meta_section(
             for target, iv in kinds.items()
         },
         "prediction_interval": {
-            "lower": _floats(predicted.lower),
-            "upper": _floats(predicted.upper),
+            "lower": json_floats(predicted.lower),
+            "upper": json_floats(predicted.upper),
             "method": predicted.method,
         },
         "unit_of_privacy": str(result.unit_of_privacy),
@@ -241,11 +259,11 @@ def silo_estimates(
         {
             "silo": labels[i],
             "records": counts[i],
-            "mean": _floats(means[i]),
+            "mean": json_floats(means[i]),
             "mean_noise_sd": _number(np.ravel(sd_mean[i])[0]),
-            "variance": _floats(raw[i]),
+            "variance": json_floats(raw[i]),
             "variance_noise_sd": _number(np.ravel(sd_var[i])[0]),
-            "variance_used": _floats(used[i]),
+            "variance_used": json_floats(used[i]),
         }
         for i in range(len(counts))
     ]

@@ -75,7 +75,7 @@ from fa_hetdp.dp.calibration import weak_privacy_label
 from fa_hetdp.flowerkit.settings import RunSettings, meta_plan, two_arm_sums_plan
 from fa_hetdp.flowerkit.steps import META_ROUNDS, Event, Key
 from fa_hetdp.protocol.guarantee import Guarantee
-from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC
+from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC, pooled_variance
 from fa_hetdp.protocol.meta_plan import (
     ROUNDS,
     MetaPlan,
@@ -101,7 +101,7 @@ from fa_hetdp.protocol.plan import ENCODING_FAILURE_PROBABILITY
 from fa_hetdp.protocol.silo_summaries import SILO_ADVERSARY, SiloPlan
 from fa_hetdp.protocol.two_arm import TwoArmMetaAnalysis
 from fa_hetdp.protocol.two_arm_sums import REDUCTION, TWO_ARM_SUMS_UNIT, two_arm_sums_labels
-from fa_hetdp.report.meta import meta_section
+from fa_hetdp.report.meta import figure_entry, json_floats, meta_section
 from fa_hetdp.secagg.encoding import FixedPointEncoding, choose_encoding
 from fa_hetdp.secagg.params import SecAggParameters
 from fa_hetdp.server.analysis import Analysis
@@ -119,7 +119,6 @@ __all__ = [
     "check_count",
     "column_ranges",
     "effect_section",
-    "json_floats",
     "meta_encoding",
     "meta_privacy_section",
     "meta_rounds",
@@ -170,12 +169,6 @@ def column_ranges(settings: RunSettings) -> dict[str, tuple[float, float]] | Non
         low, high = stated.get(name, (0.0, 1.0))
         ranges[name] = (float(low), float(high))
     return ranges
-
-
-def json_floats(values: Any) -> list[float | None]:
-    """Return ``values`` as a flat JSON list of floats, ``None`` where not finite."""
-    array = np.asarray(values, dtype=np.float64).ravel()
-    return [float(v) if math.isfinite(float(v)) else None for v in array]
 
 
 def _as_array(raw: Any) -> FloatArray:
@@ -271,11 +264,6 @@ def with_column_units(section: Mapping[str, Any], settings: RunSettings) -> dict
             for silo in silos
         ]
     return {**section, "columns": names, "units": units}
-
-
-def spread_of(broadcast: BroadcastB | BroadcastC) -> FloatArray:
-    """Round A's pooled within-variance as broadcast (the floor where none was kept)."""
-    return np.asarray(broadcast.floor if broadcast.spread is None else broadcast.spread)
 
 
 def check_count(reply: Mapping[str, Any]) -> str | None:
@@ -545,18 +533,9 @@ def _effect_figures(
     """Every figure of ``view`` with its standard error and its ``targets``' intervals."""
     kinds = {target: view.confidence_intervals(level, target) for target in targets}
     errors = view.standard_errors
-    statistics: dict[str, Any] = {}
-    for name in _TWO_ARM_FIGURES:
-        entry: dict[str, Any] = {"value": json_floats(getattr(view, name))}
-        if name in errors:
-            entry["standard_error"] = json_floats(errors[name])
-        for target, ci in kinds.items():
-            if name in ci.lower and name in ci.upper:
-                entry[target] = {
-                    "lower": json_floats(ci.lower[name]),
-                    "upper": json_floats(ci.upper[name]),
-                }
-        statistics[name] = entry
+    statistics = {
+        name: figure_entry(name, getattr(view, name), errors, kinds) for name in _TWO_ARM_FIGURES
+    }
     statistics["q_pvalue"] = {"value": json_floats(view.q_pvalue)}
     pi = view.prediction_interval(level)
     return {
@@ -742,7 +721,7 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
     extra_b = {
         Key.META_CENTRE: broadcast_b.centre,
         Key.META_FLOOR: broadcast_b.floor,
-        Key.META_SPREAD: spread_of(broadcast_b),
+        Key.META_SPREAD: pooled_variance(broadcast_b),
         Key.META_KAPPA: broadcast_b.kappa,
         Key.META_RHO: np.zeros(plan.d) if broadcast_b.rho is None else broadcast_b.rho,
     }
@@ -757,7 +736,7 @@ def meta_rounds(session: AnalysisSession, *, reason: str = "") -> dict[str, Any]
         extra_c = {
             Key.META_CENTRE: broadcast_c.centre,
             Key.META_FLOOR: broadcast_c.floor,
-            Key.META_SPREAD: spread_of(broadcast_c),
+            Key.META_SPREAD: pooled_variance(broadcast_c),
             Key.META_TAU2: broadcast_c.tau2,
             Key.META_KAPPA_STAR: broadcast_c.kappa_star,
         }

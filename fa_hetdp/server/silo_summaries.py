@@ -49,14 +49,13 @@ from fa_hetdp.protocol.two_arm import (
     assemble_two_arm,
     min_arm_size,
 )
-from fa_hetdp.report.meta import meta_section
+from fa_hetdp.report.meta import json_floats, meta_section
 from fa_hetdp.server.analysis import Analysis
 from fa_hetdp.server.meta import (
     EFFECT_SCALES,
     check_count,
     column_ranges,
     effect_section,
-    json_floats,
     meta_privacy_section,
     session_counts,
     with_column_units,
