@@ -246,6 +246,24 @@ def test_a_downgrade_to_honest_but_curious_is_refused(tmp_path: Path) -> None:
     assert any(r.startswith("secagg-roster:") and "honest-but-curious" in r for r in reasons)
 
 
+def test_a_node_counting_fewer_colluders_charges_what_the_run_states(tmp_path: Path) -> None:
+    # An honest-but-curious run states gamma = 0.3: its shares are sized for 7 honest shares
+    # of 10. A node without secagg-min-gamma counts 0 colluders; its ledger used to charge the
+    # epsilon of 10 honest shares (0.82 here), less than the run states. It now charges the
+    # run's epsilon: never more honest shares than the plan sizes its shares for.
+    plan = _plan(10, corrupt_fraction=0.3)
+    view = protocol_view(
+        plan, t=10, threat_model="honest-but-curious", gamma=0.0, roster_size=None, session=NONCE
+    )
+    a = assess(view, 1e-5)
+    assert a.colluders == 0 and a.honest_shares == 10
+    assert a.epsilon == pytest.approx(1.0, rel=1e-6)  # the run's stated epsilon
+    assert _policy(tmp_path).check(view) == []
+    # a node counting more colluders than the run still charges more (and refuses the plan)
+    more = assess(_view(plan, gamma=0.5, t=10), 1e-5)
+    assert more.honest_shares == 5 and more.epsilon > 1.0
+
+
 @pytest.mark.parametrize("epsilon", [1e6, 20.0])
 def test_a_measurement_above_the_nodes_cap_is_refused(tmp_path: Path, epsilon: float) -> None:
     view = _view(_plan(3, corrupt_fraction=0.0, epsilon=epsilon), gamma=0.0, t=2)

@@ -430,7 +430,10 @@ def assess(view: PlanView, node_delta: float) -> Assessment:
 
     Each counted release gets ``share_std sqrt(n - c)`` (``c`` against the roster: the
     colluders know and subtract their shares) -- ``share_std sqrt(survivors - c)`` once its
-    summation's survivors are known (:attr:`PlanView.realised`) -- or the plan's ``sigma``
+    summation's survivors are known (:attr:`PlanView.realised`), and never more than the
+    ``(sigma/share_std)^2`` honest shares the plan sizes its shares for (a node whose own
+    ``gamma`` counts fewer colluders than the run's charges the epsilon the run states, not
+    less) -- or the plan's ``sigma``
     under central placement (trusted; the policy refuses it unless the node allows it). The
     releases then compose as every plan of the project does
     (:func:`~fa_hetdp.dp.accounting.privacy_spent`: Gaussian DP, zCDP for the discrete
@@ -443,7 +446,10 @@ def assess(view: PlanView, node_delta: float) -> Assessment:
         if view.placement == "central" and view.secure_sum:
             sigma = r.sigma
         else:
-            sigma = r.share_std * math.sqrt(max(min(realised.get(r.name, h), h), 0))
+            # never more honest shares than the plan sizes its shares for (sigma^2/share^2):
+            # a node counting fewer colluders than the run charges what the run states
+            planned = (r.sigma / r.share_std) ** 2 if r.share_std > 0 else math.inf
+            sigma = r.share_std * math.sqrt(max(min(realised.get(r.name, h), h, planned), 0))
         releases.append(
             CalibratedRelease(r.name, r.sensitivity, sigma, None, None, r.counts_for_privacy)
         )
