@@ -545,6 +545,31 @@ class GatewayProcess:
             fields[name] = value
         return (int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024)
 
+    def holds(self, client_port: int) -> bool:
+        """Whether the gateway process still has a socket of the client at ``client_port``.
+
+        Linux /proc: the process's socket inodes against ``/proc/<pid>/net/tcp``'s (a closed
+        or aborted connection leaves the process's descriptors, whatever the kernel still
+        sends of it).
+        """
+        fd_dir = Path(f"/proc/{self.proc.pid}/fd")
+        inodes = set()
+        for fd in fd_dir.iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        for table in ("tcp", "tcp6"):
+            path = Path(f"/proc/{self.proc.pid}/net/{table}")
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines()[1:]:
+                fields = line.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if remote_port == client_port and fields[9] in inodes:
+                    return True
+        return False
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)

@@ -150,10 +150,23 @@ def test_slow_bodies_from_one_address_do_not_lock_out_another(
     assert status(exchange(gateway.port, SUPERNODE, source="127.0.0.1")) == 200
 
 
+def _pending(sock: socket.socket) -> bool:
+    """Whether bytes wait in ``sock``'s receive queue (peeked, not read: no window opens)."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
+
+
 def test_a_reply_left_unread_closes_the_connection_after_the_send_timeout(
     gateway: GatewayProcess,
 ) -> None:
-    """A client that asks for 32 MiB and reads nothing: its write buffer stays full 1 s."""
+    """A client that asks for 32 MiB and reads nothing: its write buffer stays full 1 s.
+
+    The client reads nothing until the gateway has let go of the connection (its process
+    holds no socket of it): on a loaded machine the reply may start late, so a fixed pause
+    could end before the gateway's timer and the reading would let the whole reply through.
+    """
     size = 32 * 2**20
     data = request_bytes("POST", "/v1/fleet/pull-object", headers=[("X-Reply-Bytes", str(size))])
     raw = socket.socket()
@@ -162,7 +175,12 @@ def test_a_reply_left_unread_closes_the_connection_after_the_send_timeout(
         raw.settimeout(60)
         raw.connect(("127.0.0.1", gateway.port))
         raw.sendall(data)
-        time.sleep(3)  # read nothing for three send time-outs
+        port = raw.getsockname()[1]
+        guard = time.monotonic() + 120  # against a hang only: each wait ends at its event
+        while not _pending(raw) and time.monotonic() < guard:
+            time.sleep(0.05)  # the reply has started
+        while gateway.holds(port) and time.monotonic() < guard:
+            time.sleep(0.05)  # the gateway's send time-out closes it
         got = len(read_all(raw))
     assert got < size, f"{got} bytes: the whole reply waited for a client that did not read"
     # the gateway still serves
