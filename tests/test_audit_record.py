@@ -216,7 +216,11 @@ def _meta_audit(  # type: ignore[no-untyped-def]
     plan = _meta_plan(m, public)
     broadcast = _meta_broadcast(rnd, floor, tau2, centre)
     std = plan.noise_std(round_sigmas(plan, rnd, broadcast)) / factor
-    mus = [plan.mu(r) for r in ROUNDS[rnd] if r in plan.releases]
+    # the round's mu_k as the run spends them (where round A's floor makes releases public,
+    # their share is the others': MetaPlan.released_mu)
+    seen = None if broadcast is None else broadcast.floor
+    public = plan.public_releases(seen)
+    mus = [plan.released_mu(r, seen) for r in ROUNDS[rnd] if r in plan.releases and r not in public]
     claimed = achieved_epsilon(1.0 / math.sqrt(math.fsum(u * u for u in mus)), DELTA)
     data, data_prime = _meta_neighbours(plan, rnd, broadcast, m, floor, std * factor, seed)
     mean, mean_prime = (_meta_sum(plan, rnd, broadcast, x) for x in (data, data_prime))

@@ -101,7 +101,9 @@ def test_the_budget_is_spent_exactly_and_the_noise_follows_the_bounds() -> None:
     floor, kappa = res.broadcast_b.floor, res.broadcast_b.kappa
     # per-coordinate shaping: sigma_j = b_j sqrt(d)/mu (the L2 norm of b/a with a = b)
     b = plan.bounds("A", floor, kappa)
-    assert np.allclose(plan.sigma_vector("A", floor, kappa), b * math.sqrt(5) / plan.mu("A"))
+    # (mu as spent: where every silo is pooled, C, D and F's share is A's, B's and E's)
+    mu_a = plan.released_mu("A", floor)
+    assert np.allclose(plan.sigma_vector("A", floor, kappa), b * math.sqrt(5) / mu_a)
     assert (
         "record" in res.unit_of_privacy and str(int(np.bincount(ids).min())) in res.unit_of_privacy
     )
@@ -112,7 +114,9 @@ def test_the_budget_is_spent_exactly_and_the_noise_follows_the_bounds() -> None:
         5,
         MetaSettings(noise_shape="isotropic", privacy_unit="record"),
     )
-    assert np.allclose(iso.sigma_vector("A", floor, kappa), np.linalg.norm(b) / iso.mu("A"))
+    assert np.allclose(
+        iso.sigma_vector("A", floor, kappa), np.linalg.norm(b) / iso.released_mu("A", floor)
+    )
     # one-hot records: two coordinates move, sqrt(2) in place of sqrt(d)
     hot = plan_meta(
         EPS, DELTA, np.bincount(ids), 5, MetaSettings(one_hot=True, privacy_unit="record")
@@ -246,6 +250,43 @@ def test_a_silo_too_small_for_its_own_variance_weighs_by_the_pooled_one() -> Non
     assert np.allclose(weights, 50 / 0.02)
     with pytest.raises(InputDataError, match="pooled within-variance"):
         round_b_values(small, summary, BroadcastB(np.full(2, 0.5), floor, kappa))
+
+
+def test_the_budget_of_releases_that_turn_public_goes_to_the_others() -> None:
+    """Where round A's floor pools every silo, C, D and F are public (bound 0): their share of
+    mu^2 goes to A, B and E, in proportion, so the run's sum of mu_k^2 is the planned one
+    (a GDP privacy filter; docs/privacy.md, "Budget of releases that turn public"). With one
+    silo keeping its own variance, or before round A, nothing moves."""
+    floor, kappa = np.full(2, 0.01), np.full(2, 3.0)
+    small = plan_meta(EPS, DELTA, [50, 400, 60], 2, MetaSettings(privacy_unit="record"))
+    assert small.public_releases(floor) == ("C", "D", "F")
+    later = [r for r in small.releases if r in "ABCDEF"]
+    spent = {r: small.released_mu(r, floor) for r in small.releases}
+    used = [r for r in small.releases if r not in small.public_releases(floor)]
+    # the run's total is the planned total (each release made counts once)
+    assert math.fsum(spent[r] ** 2 for r in used) == pytest.approx(
+        math.fsum(small.mu(r) ** 2 for r in small.releases), rel=1e-12
+    )
+    scale = math.sqrt(
+        math.fsum(small.mu(r) ** 2 for r in later)
+        / math.fsum(small.mu(r) ** 2 for r in later if r not in ("C", "D", "F"))
+    )
+    for name in ("A", "B", "E"):
+        assert spent[name] == pytest.approx(small.mu(name) * scale, rel=1e-12), name
+        before = small.bounds(name, floor, kappa) * math.sqrt(2) / small.mu(name)
+        assert np.allclose(small.sigma_vector(name, floor, kappa) * scale, before), name
+    for name in ("T", "U", "W"):  # round A's, calibrated before anything is public
+        assert spent[name] == small.mu(name)
+    assert small.released_mu("A", None) == small.mu("A")
+    mixed = plan_meta(EPS, DELTA, [50, 5000], 2, MetaSettings(privacy_unit="record"))
+    assert mixed.public_releases(floor) == ()
+    assert mixed.released_mu("A", floor) == mixed.mu("A")
+    # the result says where the budget went
+    x, ids = _federation(5, n=6, lo=20, hi=40)
+    res = private_meta_analysis(x, ids, epsilon=EPS, delta=DELTA, rng=2, privacy_unit="record")
+    assert res.broadcast_b is not None and res.plan.public_releases(res.broadcast_b.floor)
+    assert any("turned public after round A" in label for label in res.labels)
+    assert res.spent is not None and res.spent.epsilon == pytest.approx(EPS, rel=1e-6)
 
 
 def test_the_clip_correction_removes_the_clip_bias_of_q() -> None:

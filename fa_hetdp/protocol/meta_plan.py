@@ -17,14 +17,17 @@ squared deviations and sample variance; every ``m_i`` is public):
   ``E = sum sqrt(w*) u^``, ``F = sum w*``; the random-effects mean is ``c + E/F``.
 
 Each letter is one Gaussian release (a :class:`~fa_hetdp.dp.accounting.ReleaseSpec` of unit
-sensitivity whose planned GDP ``mu_k`` is fixed before the run); its noise is
+sensitivity whose planned GDP ``mu_k`` is fixed before the run; where round A's floor makes
+``C``, ``D`` and ``F`` public, their share goes to rounds B and C's other releases,
+:meth:`MetaPlan.released_mu`); its noise is
 ``sigma_kj = a_j ||b/a|| / mu_k`` where ``b_j`` is the per-coordinate bound of the functions
 below (``record_bound_*``, ``client_bound_*``) and ``a`` the noise shape (``a = b``:
 per-coordinate, ``a = 1``: isotropic); the norm is over the coordinates, or over the two
 largest for one-hot records. Rounds B and C are calibrated from the public outputs of the
-rounds before them with ``mu_k`` fixed in advance: adaptive composition of GDP mechanisms, so
-the whole run is ``sqrt(sum mu_k^2)``-GDP (docs/privacy.md, "Record-level sensitivity of the
-meta-analysis", where each ``record_bound_*`` is proved).
+rounds before them, and their ``mu_k`` from round A's public output with ``sum mu_k^2`` fixed
+in advance: fully adaptive composition of GDP mechanisms (a privacy filter), so the whole run is
+``sqrt(sum mu_k^2)``-GDP (docs/privacy.md, "Record-level sensitivity of the meta-analysis",
+where each ``record_bound_*`` is proved, and "Budget of releases that turn public").
 """
 
 from __future__ import annotations
@@ -48,8 +51,10 @@ from fa_hetdp.stats.meta_figures import releases_needed
 
 __all__ = [
     "DESIGNS",
+    "LATER_RELEASES",
     "META_RELEASES",
     "META_STATISTICS",
+    "PUBLIC_WHEN_POOLED",
     "ROUNDS",
     "SILO_RELEASES",
     "SILO_WEIGHTS",
@@ -116,6 +121,13 @@ variance by at most this share of the floor, ``1/(m - 1) <= share f`` (:func:`ow
 elsewhere by round A's pooled within-variance, a public weight. ``1/16 = 1/kappa^2`` at the
 default clip ``kappa = 4``: then the variance's term in ``z``'s record bound, ``kappa/(2 f (m -
 1))``, is at most half the mean's, ``1/sqrt(f m)`` (docs/privacy.md)."""
+
+LATER_RELEASES: Final = ("A", "B", "C", "D", "E", "F")
+"""Rounds B and C's releases: calibrated after round A, whose output can make some public."""
+
+PUBLIC_WHEN_POOLED: Final = ("C", "D", "F")
+"""The releases whose every summand is public when every silo weighs by the pooled variance
+(their record bounds are 0: :meth:`MetaPlan.public_releases`)."""
 
 _SILO_BOUNDED: Final = ("A", "B", "C", "D", "E", "F")
 """Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts, each
@@ -824,6 +836,39 @@ class MetaPlan:
             r = r[:2]
         return float(np.sqrt(np.sum(r * r)))
 
+    def public_releases(self, floor: npt.ArrayLike | None) -> tuple[str, ...]:
+        """Round B and C's releases that round A's floor makes public: their bound is 0.
+
+        ``C``, ``D`` and ``F`` where every silo weighs by the pooled variance on every
+        coordinate (:meth:`own_variances`): each summand is then a function of public values
+        only. None before round A (``floor`` None): none.
+        """
+        if floor is None or not self.settings.pooled_small_silos:
+            return ()
+        if np.any(self.own_variances(floor)):
+            return ()
+        return tuple(r for r in PUBLIC_WHEN_POOLED if r in self.releases)
+
+    def released_mu(self, name: str, floor: npt.ArrayLike | None = None) -> float:
+        """GDP ``mu_k`` of release ``name`` once round A's ``floor`` is public.
+
+        The budget of rounds B and C's releases that turn out public
+        (:meth:`public_releases`) goes to the others of those rounds, each ``mu_k`` scaled by
+        ``sqrt(S/S')`` (``S`` the planned ``sum mu_k^2`` of rounds B and C, ``S'`` that of
+        the releases left), so the run's ``sum mu_k^2`` is the planned one. The choice
+        depends on round A's output only: a Gaussian DP privacy filter (fully adaptive
+        composition, docs/privacy.md, "Budget of releases that turn public"). A public
+        release keeps its planned ``mu_k`` (its bound is 0: it takes no noise).
+        """
+        mu = self.mu(name)
+        public = self.public_releases(floor)
+        if self.budget is None or not public or name in public or name not in LATER_RELEASES:
+            return mu
+        later = [r for r in self.releases if r in LATER_RELEASES]
+        total = math.fsum(self.mu(r) ** 2 for r in later)
+        kept = math.fsum(self.mu(r) ** 2 for r in later if r not in public)
+        return mu * math.sqrt(total / kept) if kept > 0.0 else mu
+
     def sigma_vector(
         self,
         name: str,
@@ -838,7 +883,7 @@ class MetaPlan:
             return np.zeros(self.d)
         b = self.bounds(name, floor, kappa, kappa_star, tau2, rho)
         a = b if self.settings.noise_shape == "per_coordinate" else np.ones(self.d)
-        return np.asarray(a * self.sensitivity(b, a) / self.mu(name))
+        return np.asarray(a * self.sensitivity(b, a) / self.released_mu(name, floor))
 
     def noise_std(self, sigma: FloatArray) -> FloatArray:
         """Std of the total noise on a sum when every share arrives (distributed: ``sqrt(n/t)``)."""

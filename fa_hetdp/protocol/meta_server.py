@@ -24,6 +24,7 @@ from fa_hetdp.dp.accounting import PrivacySpent
 from fa_hetdp.errors import AggregationError
 from fa_hetdp.protocol.meta_client import BroadcastB, BroadcastC, pooled_variance
 from fa_hetdp.protocol.meta_plan import (
+    LATER_RELEASES,
     MAX_WITHIN_VARIANCE,
     ROUNDS,
     MetaPlan,
@@ -631,6 +632,17 @@ def assemble_result(
             "Q, I^2 and tau2 differ from the exact analysis', and the sample intervals cover "
             "that difference as drawn in a world of unequal variances (coefficient of "
             "variation 0.5), not a larger one"
+        )
+    public = plan.public_releases(broadcast_b.floor)
+    if public and plan.budget is not None:
+        kept = [r for r in plan.releases if r in LATER_RELEASES and r not in public]
+        moved = ", ".join(
+            f"{r} {plan.mu(r):.3g} -> {plan.released_mu(r, broadcast_b.floor):.3g}" for r in kept
+        )
+        labels.append(
+            f"{', '.join(public)} turned public after round A (every silo weighs by the pooled "
+            f"variance): their share of the budget went to {', '.join(kept)} (mu {moved}; the "
+            "same total, a Gaussian DP privacy filter)"
         )
     total = float(fig["i2_total"]) if "i2_total" in wanted and "i2_total" in fig else float("nan")
     return PrivateMetaAnalysis(
