@@ -129,7 +129,7 @@ PUBLIC_WHEN_POOLED: Final = ("C", "D", "F")
 """The releases whose every summand is public when every silo weighs by the pooled variance
 (their record bounds are 0: :meth:`MetaPlan.public_releases`)."""
 
-_SILO_BOUNDED: Final = ("A", "B", "C", "D", "E", "F")
+_SILO_BOUNDED: Final = LATER_RELEASES
 """Releases whose record bound takes ``max_i min(record_i, client_i)`` under public counts, each
 silo at its own ``m_i`` and clip ``kappa_i`` (``T``, ``U``, ``W``'s are 1)."""
 
