@@ -257,10 +257,12 @@ def test_the_budget_of_releases_that_turn_public_goes_to_the_others() -> None:
     mu^2 goes to A, B and E, in proportion, so the run's sum of mu_k^2 is the planned one
     (a GDP privacy filter; docs/privacy.md, "Budget of releases that turn public"). With one
     silo keeping its own variance, or before round A, nothing moves."""
+    from fa_hetdp.protocol.meta_plan import LATER_RELEASES
+
     floor, kappa = np.full(2, 0.01), np.full(2, 3.0)
     small = plan_meta(EPS, DELTA, [50, 400, 60], 2, MetaSettings(privacy_unit="record"))
     assert small.public_releases(floor) == ("C", "D", "F")
-    later = [r for r in small.releases if r in "ABCDEF"]
+    later = [r for r in small.releases if r in LATER_RELEASES]
     spent = {r: small.released_mu(r, floor) for r in small.releases}
     used = [r for r in small.releases if r not in small.public_releases(floor)]
     # the run's total is the planned total (each release made counts once)

