@@ -209,6 +209,7 @@ def synthetic(trials: int, seed: int = 2029) -> dict[str, float]:
             epsilon=EPSILON,
             delta=DELTA,
             privacy_unit="record",
+            design="silo-summaries",  # the per-site effects and the variances they carry
             rng=t,
         )
         two = res.result

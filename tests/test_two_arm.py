@@ -181,7 +181,7 @@ def test_the_private_analysis_runs_per_arm_silo_summaries_with_the_within_arm_gu
     assert res.spent is not None and res.spent.epsilon == pytest.approx(1.0)
     assert "same arm" in res.unit_of_privacy and "arm sizes" in res.unit_of_privacy
     assert "per-arm" in res.server_saw
-    assert any("on per-arm releases" in label for label in res.labels)  # auto's reason
+    assert any("auto: planned error of the random-effects MD" in label for label in res.labels)
     two = res.result
     assert isinstance(two, TwoArmMetaAnalysis)
     assert two.releases["theta"].shape == (5, 2, 1) and two.releases["s2"].shape == (5, 2, 1)
@@ -276,9 +276,24 @@ def _refusal(table: Any, **kwargs: Any) -> None:
             r"cannot also be an outcome column",
         ),
         (
-            {"privacy_unit": "record", "assumptions": {"i2": 0.5}},
+            {"privacy_unit": "record", "effect": "SMD", "assumptions": {"i2": 0.5}},
             InputDataError,
             r"no choice is made",
+        ),
+        (
+            {"privacy_unit": "record", "design": "silo-summaries", "assumptions": {"i2": 0.5}},
+            InputDataError,
+            r"'silo-summaries' is named \(no choice is made\)",
+        ),
+        (
+            {"privacy_unit": "record", "assumptions": {"variance_ratio": 3.0}},
+            InputDataError,
+            r"unknown assumptions \['variance_ratio'\] for a two-arm effect; allowed: \('i2'",
+        ),
+        (
+            {"privacy_unit": "record", "assumptions": {"i2": 1.5}},
+            InputDataError,
+            r"i2 must be a number or 1 numbers",
         ),
         ({"privacy_unit": "record", "arm": "wing"}, InputDataError, r"treatment-indicator"),
     ],

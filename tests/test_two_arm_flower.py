@@ -270,7 +270,7 @@ def test_a_two_arm_run_equals_private_meta_analysis(tmp_path: Path, effect: str)
     )
 
 
-def test_auto_runs_the_silo_summaries_with_the_in_process_reason(tmp_path: Path) -> None:
+def test_auto_weighs_both_designs_with_the_in_process_reason(tmp_path: Path) -> None:
     paths = silo_tables(tmp_path)
     config = run_config(tmp_path, scenario_file(tmp_path, "MD", design="auto"))
     strategy, document = run_meta(config, file_grid(config, paths))
@@ -279,12 +279,12 @@ def test_auto_runs_the_silo_summaries_with_the_in_process_reason(tmp_path: Path)
     assert isinstance(got, ColumnMetaAnalysis)
     want = twin(paths, list(range(len(COUNTS))), "MD")
     np.testing.assert_allclose(got.random_effects_mean, want.random_effects_mean, rtol=1e-9)
-    # the in-process "auto" states the same reason
+    # the in-process "auto" states the same reason (its plans at the run's colluding fraction)
     frame = frame_of(paths, [0, 1, 2])
     auto = fa_hetdp.private_meta_analysis(
         frame, site="site", columns=["score", "age"],
         bounds={"score": SCORE, "age": (18.0, 90.0)}, arm="treated", effect="MD",
-        epsilon=1.0, delta=1e-5, rng=1, privacy_unit="record",
+        epsilon=1.0, delta=1e-5, rng=1, privacy_unit="record", corrupt_fraction=0.25,
     )  # fmt: skip
     reason = [label for label in auto.labels if label.startswith("design silo-summaries:")]
     assert reason and reason[0] in document["labels"]

@@ -388,6 +388,28 @@ def test_a_node_that_does_not_release_its_own_summaries_takes_part(tmp_path: Pat
     assert document["status"] == "success" and document["n"] == len(COUNTS)
 
 
+def test_auto_runs_the_secure_sums_where_a_node_does_not_release_its_own_summaries(
+    tmp_path: Path,
+) -> None:
+    # an MD runs in either design: a node that keeps its own summaries makes "auto" run the
+    # secure sums (before: the run aborted, as it still does for an SMD, below)
+    paths = silo_tables(tmp_path)
+    config = run_config(tmp_path, scenario_file(tmp_path, "MD", design="auto"))
+    grid = file_grid(config, paths)
+    grid.contexts[sorted(grid.contexts)[0]].node_config["release-silo-summaries"] = False
+    _, document = run_meta(config, grid)
+    assert document["status"] == "success" and document["design"] == "secure-sums"
+    assert [s["step"] for s in document["steps"]] == ROUNDS
+    assert any(
+        "1 of 3 silos do not release their own summaries" in label for label in document["labels"]
+    )
+    smd = run_config(tmp_path / "smd", scenario_file(tmp_path, "SMD", design="auto"))
+    grid = file_grid(smd, paths)
+    grid.contexts[sorted(grid.contexts)[0]].node_config["release-silo-summaries"] = False
+    with pytest.raises(ProtocolAbortError, match="1 of 3 silos do not release their own"):
+        run_meta(smd, grid)
+
+
 # ---------------------------------------------------------------------------- the drop-in
 def test_the_drop_in_measures_an_md_in_the_secure_sums() -> None:
     grid = make_grid(LOADERS["MD"], partition_configs(len(DROPIN_COUNTS), **NODE_CONFIG))

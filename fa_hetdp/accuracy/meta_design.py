@@ -25,6 +25,7 @@ from fa_hetdp.accuracy.columns import (
     with_methods,
 )
 from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
+from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_plan import UNIT_REQUIRED, MetaSettings, settings_from
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
@@ -41,6 +42,7 @@ from fa_hetdp.protocol.two_arm_sums import (
     REDUCED_EFFECTS,
     REDUCTION,
     auto_reason,
+    both_designs_problem,
     run_two_arm_sums,
     silo_summaries_only,
 )
@@ -303,17 +305,22 @@ def _private_two_arm(
     assumptions: Mapping[str, Any] | None,
     settings: Mapping[str, Any],
 ) -> ColumnMetaAnalysis:
-    """Run a two-arm effect: the silo summaries, or the secure sums for an MD or RD."""
+    """Run a two-arm effect: the silo summaries, or the secure sums for an MD or RD.
+
+    ``"auto"`` weighs both designs for an MD or RD from the public arm sizes and the stated
+    ``assumptions`` (:func:`~fa_hetdp.accuracy.two_arm_planner.choose_two_arm_design`) where
+    both can run (:func:`~fa_hetdp.protocol.two_arm_sums.both_designs_problem`), else runs the
+    silo summaries and says why.
+    """
     s = settings_from(**settings)
-    sums = s.design == "secure-sums" and effect in REDUCED_EFFECTS
-    if not sums:
+    if not (s.design == "secure-sums" and effect in REDUCED_EFFECTS):
         _silo_summaries_only(
             s,
             SECURE_SUMS_REFUSAL.format(effect=effect) + ".",
             lambda problem: silo_summaries_only(effect, problem) + ".",
         )
-    if assumptions is not None:
-        ran = "design='secure-sums' is named" if sums else "it runs the silo summaries only"
+    if assumptions is not None and not (s.design == "auto" and effect in REDUCED_EFFECTS):
+        ran = "it runs the silo summaries only" if s.design == "auto" else f"{s.design!r} is named"
         raise InputDataError(
             f"assumptions are for the planner's choice between the designs; for "
             f"effect={effect!r} {ran} (no choice is made)."
@@ -324,8 +331,33 @@ def _private_two_arm(
     if prepared is None:  # pragma: no cover - arm= always prepares
         raise InputDataError("arm= needs the records prepared")
     summaries = two_arm_summaries(prepared, effect)
-    if sums:  # each silo's effect as one summary (fa_hetdp.protocol.two_arm_sums)
-        reduced = run_two_arm_sums(epsilon, delta, summaries, effect, s, as_generator(rng))
+    design, why = s.design, ""
+    if s.design == "auto":
+        problem = both_designs_problem(effect, s.privacy_unit, s.min_records, summaries.m)
+        if problem is None:
+            choice = choose_two_arm_design(
+                summaries.m,
+                summaries.d,
+                effect,
+                epsilon=epsilon,
+                delta=delta,
+                settings=s,
+                assumptions=assumptions,
+            )
+            design, why = choice.design, f"design {choice.design}: {choice.reason}"
+        elif assumptions is not None:
+            raise InputDataError(
+                f"assumptions are for the planner's choice between the designs; for "
+                f"effect={effect!r} 'auto' runs the silo summaries only here: {problem}."
+            )
+        else:
+            design, why = "silo-summaries", f"design silo-summaries: {auto_reason(effect, problem)}"
+    if design == "secure-sums":  # each silo's effect as one summary (two_arm_sums)
+        reduced = run_two_arm_sums(
+            epsilon, delta, summaries, effect, replace(s, design=design), as_generator(rng)
+        )
+        if why:
+            reduced = replace(reduced, labels=(*reduced.labels, why))
         wrapped = ColumnMetaAnalysis.of(reduced, prepared)
         return replace(
             wrapped,
@@ -338,8 +370,7 @@ def _private_two_arm(
         epsilon, delta, summaries.m, summaries.d, effect, replace(s, design="silo-summaries")
     )
     result = run_two_arm(plan, summaries, as_generator(rng))
-    if s.design == "auto":
-        why = f"design silo-summaries: {auto_reason(effect)}"
+    if why:
         result = replace(result, labels=(*result.labels, why))
     return ColumnMetaAnalysis.of(result, prepared)
 

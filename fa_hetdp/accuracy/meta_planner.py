@@ -484,7 +484,14 @@ def expected_meta_errors(
 # --------------------------------------------------------------------------- the plan
 
 
-def _per_coordinate(name: str, value: object, d: int, low: float, high: float) -> FloatArray:
+def per_coordinate(name: str, value: object, d: int, low: float, high: float) -> FloatArray:
+    """Return an assumption as ``(d,)`` values in ``[low, high]`` (one value: every coordinate).
+
+    Raises
+    ------
+    InputDataError
+        Not one number or ``d`` finite numbers in range (the line names the assumption).
+    """
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
         arr = np.full(d, float(arr))
@@ -551,7 +558,7 @@ def meta_model(
         silos = _per_silo(silo_variance, n, d)
         dof = counts[:, None] - 1.0
         within_variance = np.sum(dof * silos, axis=0) / dof.sum()
-    ratio = _per_coordinate(
+    ratio = per_coordinate(
         "variance_ratio",
         (1.0 if one_hot else DEFAULT_VARIANCE_RATIO) if variance_ratio is None else variance_ratio,
         d,
@@ -560,15 +567,15 @@ def meta_model(
     )
     return MetaModel(
         records_per_client=counts,
-        i2=_per_coordinate("i2", profile, d, 0.0, MAX_I2),
-        within_variance=_per_coordinate(
+        i2=per_coordinate("i2", profile, d, 0.0, MAX_I2),
+        within_variance=per_coordinate(
             "within_variance",
             DEFAULT_WITHIN_VARIANCE if within_variance is None else within_variance,
             d,
             1e-8,
             0.25,
         ),
-        coordinate_mean=_per_coordinate(
+        coordinate_mean=per_coordinate(
             "coordinate_mean",
             DEFAULT_COORDINATE_MEAN if coordinate_mean is None else coordinate_mean,
             d,

@@ -58,6 +58,7 @@ __all__ = [
     "TWO_ARM_SUMS_UNIT",
     "U_BOUND",
     "auto_reason",
+    "both_designs_problem",
     "reduced_counts",
     "reduced_summaries",
     "run_two_arm_sums",
@@ -177,19 +178,41 @@ def silo_summaries_only(effect: str, problem: str) -> str:
     return f"effect={effect!r} runs {where}, and {problem}"
 
 
-def auto_reason(effect: str) -> str:
-    """Return why ``design="auto"`` runs a two-arm ``effect`` in the silo summaries (a label)."""
-    why = (
-        "design='secure-sums', named, enters an MD or RD as one summary per silo: no per-silo "
-        "estimates; on the benchmark's trials its intervals are wider with 4 sites, narrower "
-        "with 78"
-        if effect in REDUCED_EFFECTS
-        else "the secure sums would need each arm's own sums"
-    )
+def auto_reason(effect: str, why: str | None = None) -> str:
+    """Return why ``design="auto"`` runs a two-arm ``effect`` in the silo summaries (a label).
+
+    ``why``: why an MD or RD, which both designs build, is not planned in both here (one line
+    from :func:`both_designs_problem`); the other effects run on per-arm releases only.
+    """
+    if effect in REDUCED_EFFECTS:
+        return f"'auto' runs effect={effect!r} in the silo summaries: {why}"
     return (
         f"'auto' runs effect={effect!r} on per-arm releases, which only the silo summaries make "
-        f"({why})"
+        "(the secure sums would need each arm's own sums)"
     )
+
+
+def both_designs_problem(
+    effect: str, privacy_unit: object, min_records: object, arm_sizes: npt.ArrayLike
+) -> str | None:
+    """Why ``design="auto"`` cannot weigh both designs for a two-arm ``effect`` (None: it can).
+
+    Both build an MD or RD at the record unit without ``min_records``
+    (:func:`two_arm_sums_problem`) where every arm of every silo holds at least 2 records
+    (:func:`reduced_summaries`). One line without a full stop.
+    """
+    if effect not in REDUCED_EFFECTS:
+        return "the secure sums would need each arm's own sums"
+    problem = two_arm_sums_problem(effect, privacy_unit, min_records)
+    if problem is not None:
+        return problem
+    m = np.asarray(arm_sizes, dtype=np.int64)
+    if m.size and int(m.min()) < 2:
+        return (
+            f"a silo has an arm of {int(m.min())} record; the secure sums need at least 2 in each "
+            "arm of every silo"
+        )
+    return None
 
 
 def two_arm_sums_plan(

@@ -19,20 +19,23 @@ step of every silo's own release (:class:`fa_hetdp.server.silo_summaries.SiloSum
 result states the design and why.
 
 A two-arm effect (the scenario's ``[data] arm`` and ``effect``) runs as in process
-(:func:`fa_hetdp.private_meta_analysis`): ``"auto"`` and ``"silo-summaries"`` run the silo
-summaries (``"auto"`` with the in-process reason; :class:`fa_hetdp.server.silo_summaries.
+(:func:`fa_hetdp.private_meta_analysis`), once every node's first reply has stated its arm sizes:
+``"silo-summaries"`` runs the silo summaries (:class:`fa_hetdp.server.silo_summaries.
 TwoArmSummaries`), and a node that does not release its own summaries then aborts the run
 before anything is released; ``"secure-sums"``, named, runs an MD or RD as one summary per silo
 in the secure sums' rounds (:func:`fa_hetdp.server.meta.meta_rounds`,
-:mod:`fa_hetdp.protocol.two_arm_sums`), whatever the nodes' ``release-silo-summaries``. SMD,
-OR and RR under the secure sums, and the secure sums at the client unit or with
-``min_records``, are refused before Flower starts
+:mod:`fa_hetdp.protocol.two_arm_sums`), whatever the nodes' ``release-silo-summaries``;
+``"auto"`` weighs both for an MD or RD at the public arm sizes (the in-process planner,
+:func:`fa_hetdp.accuracy.two_arm_planner.choose_two_arm_design`), and runs the secure sums where
+a node does not release its own summaries; SMD, OR and RR, and an MD or RD with a silo's arm
+below 2 records, run the silo summaries. SMD, OR and RR under the secure sums, and the secure
+sums at the client unit or with ``min_records``, are refused before Flower starts
 (:func:`fa_hetdp.flowerkit.settings.two_arm_problem`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,24 +87,52 @@ def resolve_design(
     return DesignChoice(chosen.design, chosen.reason)
 
 
-def two_arm_design(settings: RunSettings, effect: str, refusing: int) -> DesignChoice | None:
+def two_arm_design(
+    settings: RunSettings,
+    effect: str,
+    refusing: int,
+    arm_sizes: Sequence[Sequence[int]],
+    d: int,
+) -> DesignChoice | None:
     """Return the design of a two-arm run, or None where the silo summaries cannot run.
 
     ``"secure-sums"`` (named: an MD or RD, checked before the run by :func:`fa_hetdp.flowerkit.
-    settings.two_arm_problem`) runs whatever the nodes' ``release-silo-summaries``; otherwise
-    the silo summaries, which need every silo's own release (None: ``refusing`` nodes do not
-    make it). ``"auto"`` states the in-process reason (:func:`fa_hetdp.private_meta_analysis`).
+    settings.two_arm_problem`) runs whatever the nodes' ``release-silo-summaries``. ``"auto"``
+    for an MD or RD that both designs can run (:func:`~fa_hetdp.protocol.two_arm_sums.
+    both_designs_problem` at the public ``arm_sizes``) runs the secure sums where ``refusing``
+    nodes do not release their own summaries, else the in-process planner's choice
+    (:func:`fa_hetdp.accuracy.two_arm_planner.choose_two_arm_design`, public inputs only).
+    Otherwise the silo summaries, which need every silo's own release (None: ``refusing``
+    nodes do not make it).
     """
-    from fa_hetdp.protocol.two_arm_sums import auto_reason
+    from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design
+    from fa_hetdp.protocol.two_arm_sums import auto_reason, both_designs_problem
 
     asked = str(settings.protocol.setting("design"))
     if asked == "secure-sums":
         return DesignChoice(asked, f"design {asked!r} set by the run")
+    if asked != "auto":
+        return None if refusing else DesignChoice(asked, f"design {asked!r} set by the run")
+    public = public_count_settings(settings, "auto")  # a session's counts are public
+    problem = both_designs_problem(effect, public.privacy_unit, public.min_records, arm_sizes)
+    if problem is not None:
+        return None if refusing else DesignChoice("silo-summaries", auto_reason(effect, problem))
     if refusing:
-        return None
-    if asked == "auto":
-        return DesignChoice("silo-summaries", auto_reason(effect))
-    return DesignChoice(asked, f"design {asked!r} set by the run")
+        return DesignChoice(
+            "secure-sums",
+            f"secure sums: {refusing} of {len(arm_sizes)} silos do not release their own "
+            f"summaries (node config {NodeConfig.RELEASE_SILO_SUMMARIES} = false)",
+        )
+    p = settings.protocol
+    chosen = choose_two_arm_design(
+        arm_sizes,
+        d,
+        effect,
+        epsilon=p.epsilon,
+        delta=p.delta,
+        settings=public,
+    )
+    return DesignChoice(chosen.design, chosen.reason)
 
 
 class MetaAnalysis(Analysis):
@@ -130,7 +161,16 @@ class MetaAnalysis(Analysis):
         )
         effect = session.settings.scenario.data.effect
         if effect != "mean":  # two-arm effects (module docstring)
-            choice = two_arm_design(session.settings, effect, refusing)
+            arms = []
+            for client, reply in sorted(session.first_replies.items()):
+                stated = reply.get(Key.ARM_COUNTS)
+                if not isinstance(stated, list) or check_arm_counts(reply) is not None:
+                    raise session.abort(
+                        f"effect={effect!r}: silo {client} stated no usable arm sizes in its "
+                        "first reply; nothing was released"
+                    )
+                arms.append(stated)
+            choice = two_arm_design(session.settings, effect, refusing, arms, session.d)
             if choice is None:
                 raise session.abort(
                     f"effect={effect!r} needs every silo's own per-arm release: {refusing} of "
