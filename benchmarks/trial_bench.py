@@ -1,6 +1,7 @@
 """Public multi-site trials analysed privately: the exact two-arm estimate vs the private interval.
 
-One command: ``python benchmarks/trial_bench.py`` (``--draws 200``, ``--out results/trials``).
+One command: ``python benchmarks/trial_bench.py`` (``--draws 200``, ``--out results/trials``;
+``--plan``: ``design="auto"``'s planned errors of both designs beside the measured ones).
 For every trial, outcome and effect of :mod:`benchmarks.real_trials` (a DataFrame, analysed in
 the lines of :data:`EXAMPLE`):
 
@@ -67,6 +68,18 @@ def _interval(res: Any) -> tuple[float, float]:
     return float(ci.lower["random_effects_mean"][0]), float(ci.upper["random_effects_mean"][0])
 
 
+def _analysis(loaded: real_trials.LoadedTrial, column: str, effect: str) -> dict[str, Any]:
+    """The keyword arguments of one (trial, outcome, effect) analysis, exact or private."""
+    t = loaded.trial
+    return {
+        "site": t.site,
+        "columns": [column],
+        "arm": (t.arm, t.treated),
+        "effect": effect,
+        "bounds": t.bounds(column),
+    }
+
+
 def case(
     loaded: real_trials.LoadedTrial,
     column: str,
@@ -80,14 +93,7 @@ def case(
     ``design``: the private analyses' design (``"secure-sums"``: an MD or RD entered as one
     summary per site; no per-site noise to report, so that column is empty).
     """
-    t = loaded.trial
-    kwargs = {
-        "site": t.site,
-        "columns": [column],
-        "arm": (t.arm, t.treated),
-        "effect": effect,
-        "bounds": t.bounds(column),
-    }
+    kwargs = _analysis(loaded, column, effect)
     exact = fa_hetdp.meta_analysis(loaded.frame, **kwargs)
     est = float(exact.random_effects_mean[0])
     lo, hi = _interval(exact)
@@ -170,6 +176,59 @@ def table(rows: Sequence[dict[str, Any]], draws: int) -> list[str]:
             f"{'met' if r['meets'] else 'not met'} |"
         )
     return lines
+
+
+def plan_row(loaded: real_trials.LoadedTrial, column: str, effect: str, draws: int) -> str:
+    """One row of ``--plan``: ``design="auto"``'s planned errors beside the measured ones.
+
+    An MD or RD only (the effects both designs build): the planner's error of the
+    random-effects effect for each design (``choose_two_arm_design`` at the trial's public arm
+    sizes, its default assumptions) and the median absolute error of ``draws`` private runs of
+    each design named (seeds ``0..draws-1``) against the exact estimate, on the column's
+    ``[0, 1]`` scale, and the design ``"auto"`` runs.
+    """
+    from fa_hetdp.accuracy.columns import prepare_records, two_arm_summaries
+    from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design
+    from fa_hetdp.protocol.meta_plan import settings_from
+
+    t = loaded.trial
+    kwargs = _analysis(loaded, column, effect)
+    prepared = prepare_records(
+        loaded.frame, None, site=t.site, columns=[column], bounds=t.bounds(column),
+        private=True, arm=(t.arm, t.treated),
+    )  # fmt: skip
+    arms = two_arm_summaries(prepared, effect)
+    choice = choose_two_arm_design(
+        arms.m, arms.d, effect, epsilon=EPSILON, delta=DELTA,
+        settings=settings_from(privacy_unit="record"),
+    )  # fmt: skip
+    low, high = (t.bounds(column) or {column: (0.0, 1.0)})[column]
+    scale = high - low  # an MD in the column's units to its [0, 1] scale (a proportion: 1)
+    exact = float(fa_hetdp.meta_analysis(loaded.frame, **kwargs).random_effects_mean[0])
+    cells = []
+    for plan in choice.planned:
+        errors = [
+            abs(
+                float(
+                    fa_hetdp.private_meta_analysis(
+                        loaded.frame, **kwargs, epsilon=EPSILON, delta=DELTA,
+                        privacy_unit="record", design=plan.design, rng=seed,
+                    ).random_effects_mean[0]
+                )
+                - exact
+            )
+            / scale
+            for seed in range(draws)
+        ]  # fmt: skip
+        measured = float(np.median(errors))
+        cells.append(
+            f"{plan.random_effects_mean:.4f} / {measured:.4f} "
+            f"({plan.random_effects_mean / measured:.2f})"
+        )
+    return (
+        f"| {loaded.name} | {column} | {effect} | {arms.n} | {int(arms.m.min())}-"
+        f"{int(arms.m.max())} | {cells[0]} | {cells[1]} | {choice.design} |"
+    )
 
 
 def synthetic(trials: int, seed: int = 2029) -> dict[str, float]:
@@ -256,12 +315,34 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         choices=("auto", "silo-summaries", "secure-sums"),
         help="the private analyses' design (secure-sums: MD and RD only)",
     )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="MD and RD cases only: design='auto''s planned error of each design beside the "
+        "measured one (--draws runs of each)",
+    )
     args = parser.parse_args(argv)
     wanted = CASES
     if args.cases:
         wanted = tuple(tuple(c.split(":")) for c in args.cases.split(","))  # type: ignore[misc]
     out = Path(args.out) if args.out else None
     loaded: dict[tuple[str, str], real_trials.LoadedTrial] = {}
+    if args.plan:
+        print(
+            f"{datetime.date.today().isoformat()}: python benchmarks/trial_bench.py --plan "
+            f"--draws {args.draws} (epsilon {EPSILON:g}, delta {DELTA:g}, record unit; the "
+            "random-effects effect's absolute error on the column's [0, 1] scale, planned / "
+            "measured median (ratio))"
+        )
+        print(
+            "| trial | outcome | effect | sites | arm sizes | silo summaries | secure sums | "
+            "auto runs |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for name, column, effect in wanted:
+            if effect in ("MD", "RD") and name != "indo_rct":  # indo_rct: an arm of 1 patient
+                print(plan_row(real_trials.load(name, [column]), column, effect, args.draws))
+        return []
     rows = []
     for name, column, effect in wanted:
         key = (name, column)

@@ -119,3 +119,24 @@ def test_over_100_draws_the_interval_holds_the_exact_rd_within_twice_the_width()
         ratios.append((p_hi - p_lo) / (hi - lo))
     assert held >= 95, held
     assert float(np.median(ratios)) <= 2.0, np.median(ratios)
+
+
+def test_the_plan_table_puts_each_design_s_planned_error_beside_its_measured_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import trial_bench
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    trial_bench.main(["--plan", "--draws", "3", "--cases", "opt:preterm:RD,opt:birthweight:SMD"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("| opt")]
+    assert len(rows) == 1  # an SMD runs in the silo summaries only: nothing to plan
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[:5] == ["opt", "preterm", "RD", "4", "83-124"]
+    for cell in cells[5:7]:  # "planned / measured (ratio)", each a number
+        planned, rest = cell.split(" / ")
+        measured, ratio = rest.split(" (")
+        assert float(ratio.rstrip(")")) == pytest.approx(float(planned) / float(measured), rel=0.02)
+    assert cells[7] == "silo-summaries"

@@ -5,8 +5,10 @@ Two designs compute the same figures (:mod:`fa_hetdp.protocol.meta_simulate`): t
 noisy summaries at the whole budget; record unit, public counts). ``design = "auto"`` (the
 default) plans both from public inputs only -- the record counts, ``d``, the budget and the
 stated assumptions about the data (the planner's model, :func:`plan_meta_accuracy`) -- and runs
-the one with the smaller planned error of the random-effects mean (:func:`choose_plan`). The
-choice costs no privacy: nothing of the records enters it.
+the one with the smaller planned error of the random-effects mean (:func:`choose_plan`); a
+two-arm MD or RD is planned at the public arm sizes
+(:func:`~fa_hetdp.accuracy.two_arm_planner.choose_two_arm_design`). The choice costs no
+privacy: nothing of the records enters it.
 """
 
 from __future__ import annotations
@@ -173,9 +175,13 @@ def private_meta_analysis(
         proportions) calibrated to that arm's public size, each at the whole budget -- the
         neighbours replace one record *within its arm*, so the arms' releases, like the silos',
         are on disjoint records and compose in parallel; the server forms each silo's effect
-        with the noise in its variance and pools them (DerSimonian-Laird). The secure sums
-        refuse it (each arm would need its own sums: not built); ``design="auto"`` runs the
-        silo summaries, or refuses where they cannot run (the client unit, ``min_records``).
+        with the noise in its variance and pools them (DerSimonian-Laird). An MD or RD also
+        runs in the secure sums (each silo's effect as one summary,
+        :mod:`fa_hetdp.protocol.two_arm_sums`); SMD, OR and RR there are refused (each arm
+        would need its own sums: not built). ``design="auto"`` plans both for an MD or RD at
+        the public arm sizes (:mod:`fa_hetdp.accuracy.two_arm_planner`) and runs the more
+        accurate, runs the others in the silo summaries, and refuses where the silo summaries
+        cannot run (the client unit, ``min_records``).
     epsilon, delta : float
         The budget of the whole analysis.
     rng : numpy.random.Generator, int or None
@@ -183,7 +189,9 @@ def private_meta_analysis(
     assumptions : mapping, optional
         What may be said publicly about the data, for the ``"auto"`` choice: ``i2``,
         ``within_variance``, ``coordinate_mean`` (one value or one per coordinate; the
-        planner's defaults otherwise).
+        planner's defaults otherwise), ``variance_ratio``, ``silo_variance`` (one arm); for a
+        two-arm MD or RD ``i2``, ``within_variance``, ``coordinate_mean`` (the control arm's)
+        and ``effect_size`` (:data:`~fa_hetdp.accuracy.two_arm_planner.TWO_ARM_ASSUMPTIONS`).
     tau2_method : {"dl", "pm", "reml"}
         The estimator of ``tau2``. ``"dl"`` (default) with ``ci_method="z"``: the result as
         before. Any other choice is post-processing of the silo summaries (no extra privacy

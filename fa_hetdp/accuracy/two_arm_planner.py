@@ -133,19 +133,23 @@ class TwoArmModel:
         if self.effect == "RD":
             theta_t = rng.binomial(self.arm_sizes[:, :1], p_t) / m_t
             theta_c = rng.binomial(self.arm_sizes[:, 1:], p_c) / m_c
-            with np.errstate(divide="ignore", invalid="ignore"):
-                s2_t = np.where(m_t > 1, theta_t * (1 - theta_t) * m_t / (m_t - 1), np.nan)
-                s2_c = np.where(m_c > 1, theta_c * (1 - theta_c) * m_c / (m_c - 1), np.nan)
+            s2_t = theta_t * (1.0 - theta_t) * m_t / (m_t - 1.0)  # every arm >= 2 records
+            s2_c = theta_c * (1.0 - theta_c) * m_c / (m_c - 1.0)
         else:
             var = self.within_variance
             theta_t = np.clip(p_t + np.sqrt(var / m_t) * rng.standard_normal((n, d)), 0, 1)
             theta_c = np.clip(p_c + np.sqrt(var / m_c) * rng.standard_normal((n, d)), 0, 1)
-            s2_t = var * rng.chisquare(m_t - 1.0, (n, d)) / (m_t - 1.0)
-            s2_c = var * rng.chisquare(m_c - 1.0, (n, d)) / (m_c - 1.0)
+            # a sample variance of values in [0, 1] is at most m/(4(m - 1))
+            s2_t = np.minimum(
+                var * rng.chisquare(m_t - 1.0, (n, d)) / (m_t - 1.0), m_t / (4 * (m_t - 1.0))
+            )
+            s2_c = np.minimum(
+                var * rng.chisquare(m_c - 1.0, (n, d)) / (m_c - 1.0), m_c / (4 * (m_c - 1.0))
+            )
         return ArmSummaries(
             m=self.arm_sizes,
             theta=np.stack([theta_t, theta_c], axis=1),
-            s2=np.stack([np.minimum(s2_t, 0.25), np.minimum(s2_c, 0.25)], axis=1),
+            s2=np.stack([s2_t, s2_c], axis=1),
         )
 
 

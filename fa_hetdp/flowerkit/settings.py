@@ -696,9 +696,11 @@ def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] |
     "meta"``); ``design = "secure-sums"`` builds an MD or RD as one summary per silo
     (:mod:`fa_hetdp.protocol.two_arm_sums`: the record unit, no ``min_records``) and refuses
     SMD, OR and RR with the in-process line (:data:`fa_hetdp.protocol.two_arm.
-    SECURE_SUMS_REFUSAL`); ``"auto"`` and ``"silo-summaries"`` run the silo summaries, so the
-    settings that rule them out (the client unit, central placement) are refused with the
-    in-process line. Returns ``(setting, why)``.
+    SECURE_SUMS_REFUSAL`); ``"silo-summaries"`` runs the silo summaries and ``"auto"`` may (it
+    weighs both for an MD or RD once the arm sizes are known,
+    :func:`fa_hetdp.server.meta_design.two_arm_design`), so the settings that rule the silo
+    summaries out (the client unit, central placement) are refused with the in-process line.
+    Returns ``(setting, why)``.
     """
     if effect == "mean":
         return None
