@@ -93,6 +93,7 @@ EXECUTED: dict[str, tuple[str, str, str]] = {
     "plan-recommended": (README, r"fa-hetdp plan -n 1797 -d 64 --within-variance", SIMULATION),
     "plan-main-job": (README, r"fa-hetdp plan -n 1797 -d 64 --variance-floor", SIMULATION),
     "plan-smallest-n": (README, r"fa-hetdp plan -d 64 --target 0\.05", SIMULATION),
+    "plan-two-arm": (README, r"fa-hetdp plan --arm-sizes ", SIMULATION),
     "flwr-run-local": (GUIDE, r"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 FLWR_DISABLE_", SIMULATION),
     "sim-superlink": (GUIDE, r"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 flower-superlink", SIMULATION),
     "sim-connection": (GUIDE, r"cat >> ~/\.flwr/config\.toml", SIMULATION),
@@ -348,6 +349,8 @@ def test_the_simulation_commands_run_as_written(shell: DocShell) -> None:
         assert "accuracy plan: n=1797 clients, d=64, epsilon=1" in printed, printed
     printed = run_doc(shell, docs["plan-smallest-n"])
     assert re.search(r"smallest n at epsilon=1 .* of q: \d+", printed), printed
+    printed = run_doc(shell, docs["plan-two-arm"])
+    assert "two-arm plan (RD): 4 sites" in printed and "design: silo-summaries (auto:" in printed
 
     # flwr run . with flwr's own local SuperLink, which it leaves running (stopped by PID)
     printed = run_doc(shell, docs["flwr-run-local"], name="flwr-run-local")

@@ -10,6 +10,7 @@ trials it did not draw, and what it refuses.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -180,3 +181,41 @@ def test_an_unknown_assumption_is_refused_with_the_allowed_ones() -> None:
             assumptions={"silo_variance": 0.1},
         )  # fmt: skip
     assert str(TWO_ARM_ASSUMPTIONS) in str(info.value)
+
+
+def test_fa_hetdp_plan_prints_both_designs_of_a_two_arm_trial(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fa_hetdp.cli.main import main
+
+    sizes = ",".join(f"{t}:{c}" for t, c in FEW_LARGE)
+    base = ["plan", "--arm-sizes", sizes, "--effect", "MD", "--privacy-unit", "record"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    low, high = int(FEW_LARGE.min()), int(FEW_LARGE.max())
+    assert out.startswith(f"two-arm plan (MD): 4 sites, arms of {low}-{high} records, d = 1")
+    assert "design: silo-summaries (auto: planned error of the random-effects MD" in out
+    assert "| silo-summaries |" in out and "| secure-sums |" in out
+    assert main([*base, "--json", "--i2", "0.5"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    chosen = choose_two_arm_design(
+        FEW_LARGE, 1, "MD", epsilon=1.0, delta=1e-5, settings=SETTINGS,
+        assumptions={"i2": 0.5},
+    )  # fmt: skip
+    assert doc["design"] == chosen.design and doc["design_reason"] == chosen.reason
+    assert doc["assumptions"]["i2"] == [0.5] and set(doc["planned"]) == {
+        "silo-summaries",
+        "secure-sums",
+    }
+    for argv, message in (
+        ([*base[:5], "--privacy-unit", "client"], "needs --privacy-unit record"),
+        (["plan", "--arm-sizes", "10:10", "--effect", "RD", "--privacy-unit", "record"],
+         "at least 2 sites, each arm >= 2 records, got '10:10'"),
+        (base[:3] + base[5:], "give --effect MD or RD"),
+        (["plan", "--effect", "MD"], "give --arm-sizes"),
+        ([*base, "--records-per-client", "5"], "--records-per-client: not options of the two-arm"),
+        ([*base, "--within-variance", "0.5"], "within_variance must be"),
+    ):  # fmt: skip
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err

@@ -4,7 +4,9 @@ Prints :func:`fa_hetdp.accuracy.planner.plan_accuracy` as a table (or JSON) -- w
 given, for the recommended settings (:mod:`fa_hetdp.protocol.recommended`), what
 :func:`fa_hetdp.private_statistics` runs -- and with
 ``--target`` the smallest number of clients (``--solve n``) or the smallest epsilon
-(``--solve epsilon``) that meets a target error for one statistic.
+(``--solve epsilon``) that meets a target error for one statistic. ``--records-per-client``
+plans the cross-silo meta-analysis, ``--arm-sizes`` with ``--effect`` a two-arm trial's MD or RD
+(:mod:`fa_hetdp.accuracy.two_arm_planner`): both designs, and the one ``design="auto"`` runs.
 """
 
 from __future__ import annotations
@@ -91,7 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--clients", "-n", type=int, default=1797, help="number of clients n (default: 1797)"
     )
     parser.add_argument(
-        "--dim", "-d", type=int, default=64, help="coordinates per client d (default: 64)"
+        "--dim",
+        "-d",
+        type=int,
+        default=None,
+        help="coordinates per client d (default: 64; with --arm-sizes, 1 outcome column)",
     )
     parser.add_argument("--epsilon", type=float, default=1.0, help="total epsilon (default: 1.0)")
     parser.add_argument("--delta", type=float, default=1e-5, help="total delta (default: 1e-05)")
@@ -157,6 +163,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "records each, or counts spread evenly over LO..HI; --privacy-unit record or "
         "client is required with it; --i2, --within-variance (of one record) and --variance-ratio "
         "describe the data; both designs are planned and the one design='auto' runs is named",
+    )
+    parser.add_argument(
+        "--arm-sizes",
+        default=None,
+        metavar="T:C,T:C,...",
+        help="plan a two-arm trial's effect (--effect MD or RD) over sites of these (treated, "
+        "control) sizes, one pair per site: both designs, and the one design='auto' runs; "
+        "--privacy-unit record is required with it; --i2, --within-variance (of one record in an "
+        "arm) and --coordinate-mean (the control arm's) describe the trial",
+    )
+    parser.add_argument(
+        "--effect",
+        choices=("MD", "RD"),
+        default=None,
+        help="with --arm-sizes: the effect, a mean difference or a risk difference",
     )
     group = parser.add_argument_group("public assumptions (defaults are conservative)")
     group.add_argument("--within-variance", type=float, default=None, help="typical s_i^2")
@@ -236,6 +257,118 @@ def _record_counts(text: str, n: int) -> list[int]:
     return [round(v) for v in np.linspace(parts[0], parts[-1], n)]
 
 
+def _arm_sizes(text: str) -> list[list[int]]:
+    """``T:C,T:C,...`` -> every site's ``[treated, control]`` (each >= 2, at least 2 sites)."""
+    try:
+        pairs = [[int(v) for v in pair.split(":")] for pair in text.split(",")]
+    except ValueError:
+        pairs = []
+    if len(pairs) < 2 or any(len(p) != 2 or min(p) < 2 for p in pairs):
+        raise InputDataError(
+            "--arm-sizes must list every site's treated and control sizes as T:C, comma-"
+            f"separated, at least 2 sites, each arm >= 2 records, got {text!r}."
+        )
+    return pairs
+
+
+def _run_two_arm(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    """``fa-hetdp plan --arm-sizes ... --effect MD``: both designs of a two-arm effect."""
+    from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design, two_arm_model
+    from fa_hetdp.protocol.meta_plan import settings_from
+
+    problems = [
+        flag
+        for flag, given in (
+            ("--records-per-client", args.records_per_client is not None),
+            ("--spread", args.spread is not None),
+            ("--variance-ratio", args.variance_ratio is not None),
+            ("--target", args.target is not None),
+            *((f"--{k.replace('_', '-')}", True) for k in settings if k != "corrupt_fraction"),
+        )
+        if given
+    ]
+    if problems:
+        raise InputDataError(
+            f"{', '.join(problems)}: not options of the two-arm plan (--arm-sizes); it takes "
+            "--effect, --privacy-unit record, --epsilon, --delta, --dim, --corrupt-fraction, "
+            "--i2, --within-variance and --coordinate-mean."
+        )
+    if args.effect is None:
+        raise InputDataError("--arm-sizes plans a two-arm effect: give --effect MD or RD.")
+    if args.privacy_unit != "record":
+        raise InputDataError(
+            "the two-arm plan needs --privacy-unit record: both designs protect one record "
+            "replaced within its arm, every site's arm sizes public; got "
+            f"{args.privacy_unit!r}."
+        )
+    arms = _arm_sizes(args.arm_sizes)
+    dim = 1 if args.dim is None else args.dim
+    stated = {
+        k: v
+        for k, v in (
+            ("i2", args.i2),
+            ("within_variance", args.within_variance),
+            ("coordinate_mean", args.coordinate_mean),
+        )
+        if v is not None
+    }
+    model = two_arm_model(arms, dim, args.effect, **stated)  # one-line errors, before the work
+    choice = choose_two_arm_design(
+        arms,
+        dim,
+        args.effect,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        settings=settings_from(privacy_unit="record", **settings),
+        assumptions=stated,
+    )
+    sizes = np.asarray(arms)
+    doc = {
+        "analysis": "meta",
+        "effect": args.effect,
+        "sites": len(arms),
+        "arm_sizes": arms,
+        "d": dim,
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "privacy_unit": "record",
+        "assumptions": {
+            "i2": model.i2.tolist(),
+            "within_variance": model.within_variance.tolist(),
+            "coordinate_mean": model.coordinate_mean.tolist(),
+        },
+        "design": choice.design,
+        "design_reason": choice.reason,
+        "planned": {
+            p.design: {"random_effects_mean": p.random_effects_mean, "i2": p.i2}
+            for p in choice.planned
+        },
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    lines = [
+        f"two-arm plan ({args.effect}): {len(arms)} sites, arms of {int(sizes.min())}-"
+        f"{int(sizes.max())} records, d = {dim}, epsilon = {args.epsilon:g}, delta = "
+        f"{args.delta:g}, privacy unit: record (one record replaced within its arm)",
+        f"model: I^2 {float(np.mean(model.i2)):.3g}, "
+        + (
+            f"control proportion {float(np.mean(model.coordinate_mean)):.3g}"
+            if args.effect == "RD"
+            else f"within-arm variance of a record {float(np.mean(model.within_variance)):.3g}, "
+            f"control mean {float(np.mean(model.coordinate_mean)):.3g}"
+        )
+        + " (the columns' [0, 1] scale)",
+        f"design: {choice.design} ({choice.reason})",
+        f"| design | expected error of the random-effects {args.effect} ([0, 1] scale) | "
+        "expected error of I² (abs.) |",
+        "|---|---|---|",
+        *(f"| {p.design} | {p.random_effects_mean:.3g} | {p.i2:.3g} |" for p in choice.planned),
+    ]
+    print("\n".join(lines))
+    return 0
+
+
 def _run_meta(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     """``fa-hetdp plan --records-per-client ...``: the meta-analysis plan and its inverse."""
     if args.privacy_unit is None:  # before any work: the two plans differ by far
@@ -292,6 +425,14 @@ def run_command(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.min_records is not None:
         settings["min_records"] = args.min_records
+    if args.arm_sizes is not None:
+        return _run_two_arm(args, settings)
+    if args.effect is not None:
+        raise InputDataError(
+            "--effect plans a two-arm trial: give --arm-sizes T:C,T:C,... with it."
+        )
+    if args.dim is None:
+        args.dim = 64
     if args.records_per_client is not None:
         return _run_meta(args, settings)
     if args.variance_ratio is not None:
