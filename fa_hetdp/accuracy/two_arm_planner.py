@@ -17,7 +17,7 @@ calibrated noise and compared with the exact two-arm analysis of the same summar
 with the smaller planned error of the random-effects effect runs (ties: of ``I^2``), as for one
 arm. Nothing of the records enters the choice: it costs no privacy.
 
-The model: every site's true effect is ``N(effect, tau^2)`` with ``tau^2`` set by the stated
+The model: every site's true effect is ``N(effect_size, tau^2)`` with ``tau^2`` set by the stated
 ``I^2`` at the typical sampling variance of the sites' effects (Higgins & Thompson 2002); the
 control arm's mean (a proportion for an RD) is ``coordinate_mean``; an MD's records have the
 within-arm variance ``within_variance`` in both arms, an RD's the binomial one. Each draw takes
