@@ -410,6 +410,37 @@ def test_auto_runs_the_secure_sums_where_a_node_does_not_release_its_own_summari
         run_meta(smd, grid)
 
 
+def test_the_server_plans_both_designs_at_the_nodes_arm_sizes(tmp_path: Path) -> None:
+    """The server's ``"auto"`` for an MD (``two_arm_design``) is the in-process planner's at the
+    arm sizes the nodes stated: the secure sums for 60 sites of 10-40 an arm, the silo
+    summaries for 4 of 80-125; an SMD stays on the silo summaries, an arm of 1 too."""
+    from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design
+    from fa_hetdp.flowerkit.settings import public_count_settings
+    from fa_hetdp.server.meta_design import two_arm_design
+
+    settings = RunSettings.from_run_config(
+        run_config(tmp_path, scenario_file(tmp_path, "MD", design="auto"))
+    )
+    rng = np.random.default_rng(3)
+    many = rng.integers(10, 41, size=(60, 2)).tolist()
+    few = rng.integers(80, 126, size=(4, 2)).tolist()
+    for arms, design in ((many, "secure-sums"), (few, "silo-summaries")):
+        choice = two_arm_design(settings, "MD", 0, arms, 1)
+        assert choice is not None and choice.design == design, choice
+        p = settings.protocol
+        twin = choose_two_arm_design(
+            arms, 1, "MD", epsilon=p.epsilon, delta=p.delta,
+            settings=public_count_settings(settings, "auto"),
+        )  # fmt: skip
+        assert choice.reason == twin.reason
+    smd = two_arm_design(settings, "SMD", 0, many, 1)
+    assert smd is not None and smd.design == "silo-summaries"
+    lonely = two_arm_design(settings, "MD", 0, [[1, 30], *many[1:]], 1)
+    assert lonely is not None and lonely.design == "silo-summaries"
+    assert "a silo has an arm of 1 record" in lonely.reason
+    assert two_arm_design(settings, "SMD", 1, many, 1) is None  # a node keeps its summaries
+
+
 # ---------------------------------------------------------------------------- the drop-in
 def test_the_drop_in_measures_an_md_in_the_secure_sums() -> None:
     grid = make_grid(LOADERS["MD"], partition_configs(len(DROPIN_COUNTS), **NODE_CONFIG))
