@@ -27,7 +27,7 @@ from fa_hetdp.accuracy.columns import (
     with_methods,
 )
 from fa_hetdp.accuracy.meta_planner import MetaAccuracyPlan, plan_meta_accuracy
-from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design
+from fa_hetdp.accuracy.two_arm_planner import auto_two_arm_design
 from fa_hetdp.errors import InputDataError, PrivacyParameterError
 from fa_hetdp.protocol.meta_plan import UNIT_REQUIRED, MetaSettings, settings_from
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
@@ -43,8 +43,6 @@ from fa_hetdp.protocol.two_arm import (
 from fa_hetdp.protocol.two_arm_sums import (
     REDUCED_EFFECTS,
     REDUCTION,
-    auto_reason,
-    both_designs_problem,
     run_two_arm_sums,
     silo_summaries_only,
 )
@@ -316,9 +314,8 @@ def _private_two_arm(
     """Run a two-arm effect: the silo summaries, or the secure sums for an MD or RD.
 
     ``"auto"`` weighs both designs for an MD or RD from the public arm sizes and the stated
-    ``assumptions`` (:func:`~fa_hetdp.accuracy.two_arm_planner.choose_two_arm_design`) where
-    both can run (:func:`~fa_hetdp.protocol.two_arm_sums.both_designs_problem`), else runs the
-    silo summaries and says why.
+    ``assumptions`` where both can run, else runs the silo summaries and says why
+    (:func:`~fa_hetdp.accuracy.two_arm_planner.auto_two_arm_design`).
     """
     s = settings_from(**settings)
     if not (s.design == "secure-sums" and effect in REDUCED_EFFECTS):
@@ -341,25 +338,11 @@ def _private_two_arm(
     summaries = two_arm_summaries(prepared, effect)
     design, why = s.design, ""
     if s.design == "auto":
-        problem = both_designs_problem(effect, s.privacy_unit, s.min_records, summaries.m)
-        if problem is None:
-            choice = choose_two_arm_design(
-                summaries.m,
-                summaries.d,
-                effect,
-                epsilon=epsilon,
-                delta=delta,
-                settings=s,
-                assumptions=assumptions,
-            )
-            design, why = choice.design, f"design {choice.design}: {choice.reason}"
-        elif assumptions is not None:
-            raise InputDataError(
-                f"assumptions are for the planner's choice between the designs; for "
-                f"effect={effect!r} 'auto' runs the silo summaries only here: {problem}."
-            )
-        else:
-            design, why = "silo-summaries", f"design silo-summaries: {auto_reason(effect, problem)}"
+        choice = auto_two_arm_design(
+            summaries.m, summaries.d, effect, epsilon=epsilon, delta=delta, settings=s,
+            assumptions=assumptions,
+        )  # fmt: skip
+        design, why = choice.design, f"design {choice.design}: {choice.reason}"
     if design == "secure-sums":  # each silo's effect as one summary (two_arm_sums)
         reduced = run_two_arm_sums(
             epsilon, delta, summaries, effect, replace(s, design=design), as_generator(rng)

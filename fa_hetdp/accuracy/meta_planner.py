@@ -54,7 +54,7 @@ from fa_hetdp.protocol.meta_plan import (
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.meta_simulate import plan_design, run_design
 from fa_hetdp.protocol.silo_summaries import SiloPlan, silo_summaries_problem
-from fa_hetdp.stats.meta import meta_from_effects
+from fa_hetdp.stats.meta import meta_from_effects, typical_variance
 from fa_hetdp.stats.meta_figures import META_FIGURES, planned_figures
 
 __all__ = [
@@ -188,12 +188,10 @@ class MetaModel:
     def typical_variance_of(self, variances: FloatArray) -> FloatArray:
         """Return Higgins & Thompson's typical within-study variance ``s^2_j`` (d,).
 
-        For silo variances ``sigma^2_ij`` (n, d): ``(n - 1) sum w/((sum w)^2 - sum w^2)``
-        for ``w_i = m_i/sigma^2_ij`` (Higgins & Thompson 2002, Stat. Med. 21:1539, eq. 9).
+        For silo variances ``sigma^2_ij`` (n, d): :func:`~fa_hetdp.stats.meta.typical_variance`
+        of the means' variances ``sigma^2_ij/m_i``.
         """
-        w = self.records_per_client[:, None] / variances
-        out: FloatArray = (self.n - 1) * w.sum(axis=0) / (w.sum(axis=0) ** 2 - (w * w).sum(axis=0))
-        return out
+        return typical_variance(variances / self.records_per_client[:, None])
 
     @property
     def typical_variance(self) -> FloatArray:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Final
 
 import numpy as np
@@ -46,10 +47,13 @@ from fa_hetdp.protocol.two_arm import ArmSummaries, exact_two_arm, plan_two_arm,
 from fa_hetdp.protocol.two_arm_sums import (
     REDUCED_EFFECTS,
     REDUCTION,
+    auto_reason,
+    both_designs_problem,
     reduced_counts,
     reduced_summaries,
     two_arm_sums_plan,
 )
+from fa_hetdp.stats.meta import typical_variance
 
 __all__ = [
     "DEFAULT_TWO_ARM_I2",
@@ -57,6 +61,8 @@ __all__ = [
     "TwoArmChoice",
     "TwoArmModel",
     "TwoArmPlannedError",
+    "auto_two_arm_design",
+    "choose_for_model",
     "choose_two_arm_design",
     "plan_two_arm_errors",
     "two_arm_model",
@@ -110,16 +116,13 @@ class TwoArmModel:
             return p_t * (1.0 - p_t), p_c * (1.0 - p_c)
         return self.within_variance, self.within_variance
 
-    @property
+    @cached_property
     def tau2(self) -> FloatArray:
         """``tau^2_j = I^2_j/(1 - I^2_j) s^2_j``, ``s^2_j`` the typical sampling variance."""
         m = self.arm_sizes.astype(np.float64)
         var_t, var_c = self.variances()
         v = var_t[None, :] / m[:, :1] + var_c[None, :] / m[:, 1:]
-        w = 1.0 / np.maximum(v, 1e-300)
-        n = m.shape[0]
-        typical = (n - 1) * w.sum(axis=0) / (w.sum(axis=0) ** 2 - (w * w).sum(axis=0))
-        out: FloatArray = self.i2 / (1.0 - self.i2) * typical
+        out: FloatArray = self.i2 / (1.0 - self.i2) * typical_variance(np.maximum(v, 1e-300))
         return out
 
     def draw(self, rng: np.random.Generator) -> ArmSummaries:
@@ -296,12 +299,13 @@ class TwoArmChoice:
     reason : str
         One sentence (the result's label).
     planned : tuple[TwoArmPlannedError, ...]
-        The silo summaries' and the secure sums' planned errors.
+        The silo summaries' and the secure sums' planned errors (empty: not planned, only the
+        silo summaries can run).
     """
 
     design: str
     reason: str
-    planned: tuple[TwoArmPlannedError, ...]
+    planned: tuple[TwoArmPlannedError, ...] = ()
 
 
 def choose_two_arm_design(
@@ -332,6 +336,19 @@ def choose_two_arm_design(
             f"unknown assumptions {bad} for a two-arm effect; allowed: {TWO_ARM_ASSUMPTIONS}."
         )
     model = two_arm_model(arm_sizes, d, effect, **stated)
+    return choose_for_model(model, epsilon, delta, settings, draws=draws)
+
+
+def choose_for_model(
+    model: TwoArmModel,
+    epsilon: float,
+    delta: float,
+    settings: MetaSettings,
+    *,
+    draws: int = CHOICE_DRAWS,
+) -> TwoArmChoice:
+    """:func:`choose_two_arm_design` for a model trial already built (:func:`two_arm_model`)."""
+    effect = model.effect
     silo, sums = plan_two_arm_errors(model, epsilon, delta, settings, draws=draws)
     winner, other = (silo, sums) if silo.key <= sums.key else (sums, silo)
     reason = (
@@ -346,3 +363,40 @@ def choose_two_arm_design(
             f"{winner.i2:.3g}): design={other.design!r} where I^2 matters more"
         )
     return TwoArmChoice(winner.design, reason, (silo, sums))
+
+
+def auto_two_arm_design(
+    arm_sizes: npt.ArrayLike,
+    d: int,
+    effect: str,
+    *,
+    epsilon: float,
+    delta: float,
+    settings: MetaSettings,
+    assumptions: Mapping[str, Any] | None = None,
+) -> TwoArmChoice:
+    """Return what ``design = "auto"`` runs for a two-arm ``effect`` at the public arm sizes.
+
+    Where both designs can run an MD or RD (:func:`~fa_hetdp.protocol.two_arm_sums.
+    both_designs_problem`), :func:`choose_two_arm_design`; otherwise the silo summaries, the
+    reason said (:func:`~fa_hetdp.protocol.two_arm_sums.auto_reason`). The one decision of the
+    in-process :func:`fa_hetdp.private_meta_analysis` and the server's
+    (:func:`fa_hetdp.server.meta_design.two_arm_design`).
+
+    Raises
+    ------
+    InputDataError
+        ``assumptions`` where no choice is made, or what :func:`choose_two_arm_design` raises.
+    """
+    problem = both_designs_problem(effect, settings.privacy_unit, settings.min_records, arm_sizes)
+    if problem is None:
+        return choose_two_arm_design(
+            arm_sizes, d, effect, epsilon=epsilon, delta=delta, settings=settings,
+            assumptions=assumptions,
+        )  # fmt: skip
+    if assumptions is not None:
+        raise InputDataError(
+            f"assumptions are for the planner's choice between the designs; for "
+            f"effect={effect!r} 'auto' runs the silo summaries only here: {problem}."
+        )
+    return TwoArmChoice("silo-summaries", auto_reason(effect, problem))

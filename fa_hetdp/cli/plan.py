@@ -273,7 +273,7 @@ def _arm_sizes(text: str) -> list[list[int]]:
 
 def _run_two_arm(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     """``fa-hetdp plan --arm-sizes ... --effect MD``: both designs of a two-arm effect."""
-    from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design, two_arm_model
+    from fa_hetdp.accuracy.two_arm_planner import choose_for_model, two_arm_model
     from fa_hetdp.protocol.meta_plan import settings_from
 
     problems = [
@@ -313,14 +313,8 @@ def _run_two_arm(args: argparse.Namespace, settings: dict[str, Any]) -> int:
         if v is not None
     }
     model = two_arm_model(arms, dim, args.effect, **stated)  # one-line errors, before the work
-    choice = choose_two_arm_design(
-        arms,
-        dim,
-        args.effect,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        settings=settings_from(privacy_unit="record", **settings),
-        assumptions=stated,
+    choice = choose_for_model(
+        model, args.epsilon, args.delta, settings_from(privacy_unit="record", **settings)
     )
     sizes = np.asarray(arms)
     doc = {

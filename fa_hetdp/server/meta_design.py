@@ -100,13 +100,13 @@ def two_arm_design(
     settings.two_arm_problem`) runs whatever the nodes' ``release-silo-summaries``. ``"auto"``
     for an MD or RD that both designs can run (:func:`~fa_hetdp.protocol.two_arm_sums.
     both_designs_problem` at the public ``arm_sizes``) runs the secure sums where ``refusing``
-    nodes do not release their own summaries, else the in-process planner's choice
-    (:func:`fa_hetdp.accuracy.two_arm_planner.choose_two_arm_design`, public inputs only).
+    nodes do not release their own summaries, else the in-process choice
+    (:func:`fa_hetdp.accuracy.two_arm_planner.auto_two_arm_design`, public inputs only).
     Otherwise the silo summaries, which need every silo's own release (None: ``refusing``
     nodes do not make it).
     """
-    from fa_hetdp.accuracy.two_arm_planner import choose_two_arm_design
-    from fa_hetdp.protocol.two_arm_sums import auto_reason, both_designs_problem
+    from fa_hetdp.accuracy.two_arm_planner import auto_two_arm_design
+    from fa_hetdp.protocol.two_arm_sums import both_designs_problem
 
     asked = str(settings.protocol.setting("design"))
     if asked == "secure-sums":
@@ -114,23 +114,17 @@ def two_arm_design(
     if asked != "auto":
         return None if refusing else DesignChoice(asked, f"design {asked!r} set by the run")
     public = public_count_settings(settings, "auto")  # a session's counts are public
-    problem = both_designs_problem(effect, public.privacy_unit, public.min_records, arm_sizes)
-    if problem is not None:
-        return None if refusing else DesignChoice("silo-summaries", auto_reason(effect, problem))
     if refusing:
+        if both_designs_problem(effect, public.privacy_unit, public.min_records, arm_sizes):
+            return None
         return DesignChoice(
             "secure-sums",
             f"secure sums: {refusing} of {len(arm_sizes)} silos do not release their own "
             f"summaries (node config {NodeConfig.RELEASE_SILO_SUMMARIES} = false)",
         )
     p = settings.protocol
-    chosen = choose_two_arm_design(
-        arm_sizes,
-        d,
-        effect,
-        epsilon=p.epsilon,
-        delta=p.delta,
-        settings=public,
+    chosen = auto_two_arm_design(
+        arm_sizes, d, effect, epsilon=p.epsilon, delta=p.delta, settings=public
     )
     return DesignChoice(chosen.design, chosen.reason)
 

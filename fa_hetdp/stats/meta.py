@@ -85,6 +85,7 @@ __all__ = [
     "q_profile",
     "q_profile_solve",
     "summary_frame",
+    "typical_variance",
     "weight_traces",
 ]
 
@@ -203,6 +204,17 @@ def p_traces(
     """
     a1, a2, a3 = (np.asarray(x, dtype=np.float64) for x in (s1, s2, s3))
     return np.asarray(a1 - a2 / a1), np.asarray(a2 - 2.0 * a3 / a1 + a2 * a2 / (a1 * a1))
+
+
+def typical_variance(v: npt.ArrayLike) -> FloatArray:
+    """Higgins & Thompson's typical within-study variance of studies' variances ``v`` (n, d).
+
+    ``s^2 = (n - 1) S1/(S1^2 - S2)`` with ``S_j = sum w^j``, ``w = 1/v`` (Higgins & Thompson
+    2002, Stat. Med. 21:1539, eq. 9): ``(n - 1)/tr P``, as :func:`i2_from_tau2` takes it.
+    """
+    w = 1.0 / np.asarray(v, dtype=np.float64)
+    s1 = np.sum(w, axis=0)
+    return np.asarray((w.shape[0] - 1) * s1 / (s1 * s1 - np.sum(w * w, axis=0)))
 
 
 def dl_tau2_variance(
