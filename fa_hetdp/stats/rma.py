@@ -37,6 +37,7 @@ import importlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Final
 
 import numpy as np
@@ -289,13 +290,15 @@ class MetaAnalysisFromSummaries:
         ``tau2`` by ``tau2_method`` and metafor's ``se.tau2`` for it (DL: ``sqrt(Var Q)/tr P``
         at ``tau2``; PM: ``sqrt(2 k^2/(k-1))/sum w*``; REML: ``sqrt(2/tr(PP))``).
     tau2_ci : tuple of float
-        Q-profile interval (Viechtbauer 2007; metafor's ``confint()``, ``type="QP"``).
+        Q-profile interval (Viechtbauer 2007; metafor's ``confint()``, ``type="QP"``): computed
+        on first read (a root search per end; a caller that reads only the point figures, as
+        ``design="auto"``'s planning trials do, does not pay for it).
     typical_variance : float
         ``s2 = (k - 1)/tr P`` (metafor's ``vt``).
     i2, h2 : float
         ``tau2/(tau2 + s2)`` and ``1 + tau2/s2``.
     i2_ci, h2_ci : tuple of float
-        The images of ``tau2_ci``.
+        The images of ``tau2_ci`` (on first read, as it).
     prediction_interval : tuple of float
         Where a new study's true effect lies: ``mu +- c sqrt(mu_se^2 + tau2)``, ``c`` as in
         ``mu_ci`` (metafor's ``predict()`` default).
@@ -329,12 +332,9 @@ class MetaAnalysisFromSummaries:
     q_pvalue: float
     tau2: float
     tau2_se: float
-    tau2_ci: tuple[float, float]
     typical_variance: float
     i2: float
-    i2_ci: tuple[float, float]
     h2: float
-    h2_ci: tuple[float, float]
     prediction_interval: tuple[float, float]
     notes: tuple[str, ...] = ()
     study_labels: tuple[Any, ...] = ()
@@ -343,6 +343,31 @@ class MetaAnalysisFromSummaries:
     def tau(self) -> float:
         """``sqrt(tau2)``."""
         return math.sqrt(self.tau2)
+
+    @cached_property
+    def tau2_ci(self) -> tuple[float, float]:
+        """The Q-profile interval of ``tau2`` at ``level`` (class docstring)."""
+        lo, hi = q_profile(_column(self.effects), _column(self.variances), self.level)
+        return (float(lo[0]), float(hi[0]))
+
+    @property
+    def _tr_p(self) -> float:
+        return (self.k - 1) / self.typical_variance
+
+    @cached_property
+    def i2_ci(self) -> tuple[float, float]:
+        """``tau2_ci``'s image ``tau2/(tau2 + s2)``."""
+        lo, hi = self.tau2_ci
+        return (
+            float(i2_from_tau2(lo, self._tr_p, self.k)),
+            float(i2_from_tau2(hi, self._tr_p, self.k)),
+        )
+
+    @cached_property
+    def h2_ci(self) -> tuple[float, float]:
+        """``tau2_ci``'s image ``1 + tau2/s2``."""
+        lo, hi = self.tau2_ci
+        return (1.0 + lo / self.typical_variance, 1.0 + hi / self.typical_variance)
 
     def rows(self) -> dict[str, dict[str, Any]]:
         """Return one row per figure, keyed by the figure's name.
@@ -562,11 +587,8 @@ def meta_analysis_from_summaries(
     fixed_se = 1.0 / math.sqrt(s1)
     fixed_stat = fixed_mu / fixed_se
 
-    lo, hi = q_profile(yc, vc, lvl)
-    tau2_ci = (float(lo[0]), float(hi[0]))
     typical = (k - 1) / tr_p
     i2 = float(i2_from_tau2(tau2, tr_p, k))
-    i2_ci = (float(i2_from_tau2(tau2_ci[0], tr_p, k)), float(i2_from_tau2(tau2_ci[1], tr_p, k)))
     pi_half = crit * math.sqrt(mu_se**2 + tau2)
 
     return MetaAnalysisFromSummaries(
@@ -593,12 +615,9 @@ def meta_analysis_from_summaries(
         q_pvalue=float(chi2.sf(q, k - 1)),
         tau2=tau2,
         tau2_se=tau2_se,
-        tau2_ci=tau2_ci,
         typical_variance=typical,
         i2=i2,
-        i2_ci=i2_ci,
         h2=1.0 + tau2 / typical,
-        h2_ci=(1.0 + tau2_ci[0] / typical, 1.0 + tau2_ci[1] / typical),
         prediction_interval=(mu - pi_half, mu + pi_half),
         notes=notes,
         study_labels=names,
