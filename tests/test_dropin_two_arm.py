@@ -36,7 +36,7 @@ from fa_hetdp.accuracy.columns import ColumnMetaAnalysis
 from fa_hetdp.config.rules import ConfigError
 from fa_hetdp.flowerkit.measurement import read_settings, settings_document
 from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, SILO_SUMMARIES
-from fa_hetdp.protocol.two_arm import SECURE_SUMS_REFUSAL, TwoArmMetaAnalysis
+from fa_hetdp.protocol.two_arm import TwoArmMetaAnalysis, secure_sums_refusal
 
 SEED = 13
 COUNTS = ((30, 34), (41, 25), (28, 30), (36, 40))  # (treated, control) per site
@@ -196,7 +196,7 @@ def test_every_setting_a_two_arm_effect_cannot_run_with_is_listed() -> None:
     # the secure sums (the in-process refusal, word for word) and the client unit, together
     found = _problems(analysis="meta", design="secure-sums", effect="SMD", arm="treated")
     assert set(found) == {"run-config.design", "run-config.privacy-unit"}
-    assert found["run-config.design"] == SECURE_SUMS_REFUSAL.format(effect="SMD")
+    assert found["run-config.design"] == secure_sums_refusal("SMD")
     assert "runs in the silo-summaries design only" in found["run-config.privacy-unit"]
     assert "privacy_unit='client'" in found["run-config.privacy-unit"]
     # an MD in the secure sums runs at the record unit (tests/test_two_arm_sums_flower.py):
@@ -231,7 +231,7 @@ def test_a_node_refuses_a_document_whose_two_arm_settings_are_bad() -> None:
         assert key in dict(info.value.problems), (data, info.value.problems)
     secure = {**document, "data": {"effect": "SMD", "arm": "t"}}
     secure["run-config"] = {**document["run-config"], "design": "secure-sums"}
-    with pytest.raises(ConfigError, match="per-arm sums are not built"):
+    with pytest.raises(ConfigError, match=r"Hedges' g without bound"):
         read_settings(secure)
     secure["data"] = {"effect": "MD", "arm": "t"}  # an MD: one summary per silo, it runs
     assert read_settings(secure).run.protocol.setting("design") == "secure-sums"

@@ -239,7 +239,7 @@ def _refusal(table: Any, **kwargs: Any) -> None:
         (
             {"privacy_unit": "record", "design": "secure-sums", "effect": "SMD"},
             PrivacyParameterError,
-            r"not an SMD, OR or RR.*per-arm sums are not built",
+            r"not run in the secure sums: one record can move Hedges' g without bound.*effect='MD'",
         ),
         (
             {"privacy_unit": "client", "design": "secure-sums"},

@@ -40,10 +40,10 @@ from fa_hetdp.flowerkit.steps import Key
 from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.two_arm import (
     EFFECTS,
-    SECURE_SUMS_REFUSAL,
     TwoArmMetaAnalysis,
     arm_summaries,
     release_silo_arms,
+    secure_sums_refusal,
 )
 from fa_hetdp.server.strategy import ProtocolAbortError
 
@@ -411,14 +411,14 @@ def test_the_run_config_refuses_the_secure_sums_with_the_in_process_line(tmp_pat
     config = run_config(tmp_path, scenario_file(tmp_path, "SMD"), design="secure-sums")
     with pytest.raises(ConfigError) as info:
         RunSettings.from_run_config(config)
-    assert SECURE_SUMS_REFUSAL.format(effect="SMD") in str(info.value)
+    assert secure_sums_refusal("SMD") in str(info.value)
     frame = frame_of(silo_tables(tmp_path), [0, 1, 2])
     with pytest.raises(fa_hetdp.PrivacyParameterError) as same:
         fa_hetdp.private_meta_analysis(
             frame, site="site", columns=["score"], bounds={"score": SCORE}, arm="treated",
             effect="SMD", epsilon=1.0, delta=1e-5, privacy_unit="record", design="secure-sums",
         )  # fmt: skip
-    assert str(same.value) == SECURE_SUMS_REFUSAL.format(effect="SMD") + "."
+    assert str(same.value) == secure_sums_refusal("SMD") + "."
     ok = run_config(tmp_path, scenario_file(tmp_path, "MD"), design="secure-sums")
     assert RunSettings.from_run_config(ok).protocol.setting("design") == "secure-sums"
     client = run_config(tmp_path, scenario_file(tmp_path, "MD", unit="client", design="auto"))

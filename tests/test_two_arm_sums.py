@@ -24,6 +24,7 @@ from fa_hetdp.protocol.two_arm_sums import (
     reduced_summaries,
     run_two_arm_sums,
 )
+from fa_hetdp.stats.effect_sizes import binary_effects
 
 
 def _one_silo(treated: np.ndarray, control: np.ndarray, effect: str) -> object:
@@ -185,6 +186,72 @@ def test_effects_that_are_not_a_difference_of_means_are_refused_by_name(effect: 
             design="secure-sums",
         )
     assert "silo-summaries" in str(info.value)
+    # the line says why and what runs there instead
+    assert "does not run in the secure sums" in str(info.value)
+    assert ("effect='RD'" if effect != "SMD" else "effect='MD'") in str(info.value)
+
+
+def _largest_moves(effect: str, m_t: int, m_c: int) -> tuple[float, float]:
+    """The largest change of ``escalc``'s effect and variance under one within-arm replacement.
+
+    Every event count of both arms (``a`` of ``m_t``, ``c`` of ``m_c``); a replacement within
+    an arm moves its count by one.
+    """
+    a, c = np.meshgrid(np.arange(m_t + 1.0), np.arange(m_c + 1.0), indexing="ij")
+    y, v = binary_effects(effect, a, float(m_t), c, float(m_c))
+    dy = max(np.max(np.abs(np.diff(y, axis=k))) for k in (0, 1))
+    dv = max(np.max(np.abs(np.diff(v, axis=k))) for k in (0, 1))
+    return float(dy), float(dv)
+
+
+SIZES = (2, 3, 5, 10, 50, 200, 1000)
+
+
+def test_one_record_moves_a_log_odds_or_risk_ratio_by_a_constant_and_an_rd_by_one_over_m() -> None:
+    """The bounds docs/privacy.md ("Why the secure sums stop at MD and RD") quotes, by brute force.
+
+    log OR at most 2.02 and log RR at most 1.51 (variance at most 4/3) at every pair of arm
+    sizes of 2-1 000, and at least 1.3 at each: the move does not shrink with the arm sizes,
+    so a reduced summary could count only ``~ log m`` records. The RD's (metafor's, with its
+    1/2 correction) falls with the smaller arm: at most 1.01/m' (here the secure sums'
+    reduction, without the correction, is bounded by 1/m' in its proof).
+    """
+    for effect, top in (("OR", 2.02), ("RR", 1.51)):
+        for m_t in SIZES:
+            moves = [_largest_moves(effect, m_t, m_c) for m_c in SIZES]
+            dy = max(d for d, _ in moves)
+            assert 1.3 <= dy <= top, (effect, m_t, dy)
+            assert max(v for _, v in moves) <= 4.0 / 3.0 + 1e-12
+    for m in SIZES[3:]:
+        dy, _ = _largest_moves("RD", m, m)
+        assert dy <= 1.01 / m, (m, dy)
+
+
+def test_one_record_moves_hedges_g_without_bound() -> None:
+    """The SMD's pair of neighbours in docs/privacy.md: treated at 3/4, control at 1/4 but one
+    record at 1/4 + delta, that record replaced by 1/4 + 2 delta (within its arm). ``g``
+    halves, a change of order 1/delta: no sensitivity bound holds for a sum of ``g``."""
+    m = 20
+    changes = []
+    for delta in (1e-2, 1e-4, 1e-6):
+        gs = []
+        for shift in (delta, 2.0 * delta):
+            control = np.full(m, 0.25)
+            control[0] += shift
+            treated = np.full(m, 0.75)
+            y, _ = fa_hetdp.effect_sizes(
+                "SMD",
+                mean_treated=[treated.mean()],
+                sd_treated=[max(treated.std(ddof=1), 1e-300)],
+                n_treated=[m],
+                mean_control=[control.mean()],
+                sd_control=[control.std(ddof=1)],
+                n_control=[m],
+            )
+            gs.append(float(y[0]))
+        changes.append(abs(gs[0] - gs[1]))
+    assert changes[0] > 100.0
+    assert changes[1] > 100.0 * changes[0] * 0.9 and changes[2] > 100.0 * changes[1] * 0.9
 
 
 def test_an_arm_of_one_record_is_refused_with_its_silo() -> None:

@@ -60,7 +60,7 @@ from fa_hetdp.flowerkit.settings import (
 from fa_hetdp.flowerkit.steps import ADVERTISE_KEYS, META_ROUNDS, SILO_SUMMARIES, Key
 from fa_hetdp.flowerkit.wire import decode
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
-from fa_hetdp.protocol.two_arm import SECURE_SUMS_REFUSAL, arm_summaries
+from fa_hetdp.protocol.two_arm import arm_summaries, secure_sums_refusal
 from fa_hetdp.protocol.two_arm_sums import (
     REDUCTION,
     TWO_ARM_SUMS_UNIT,
@@ -502,9 +502,9 @@ def test_the_run_config_refuses_what_the_secure_sums_do_not_build(tmp_path: Path
     # SMD (OR, RR): not a difference of the arms' means; the in-process line
     config = run_config(tmp_path, sums_scenario(tmp_path, "SMD"))
     found = _run_config_refusal(config)
-    assert found == {"run-config.design": SECURE_SUMS_REFUSAL.format(effect="SMD")}
+    assert found == {"run-config.design": secure_sums_refusal("SMD")}
     assert _in_process_refusal(tmp_path, effect="SMD", privacy_unit="record") == (
-        SECURE_SUMS_REFUSAL.format(effect="SMD") + "."
+        secure_sums_refusal("SMD") + "."
     )
     # the client unit, and a stated min_records: the in-process line
     for stated, key, settings in (
@@ -532,7 +532,7 @@ def test_the_run_config_refuses_what_the_secure_sums_do_not_build(tmp_path: Path
 
 def test_measure_lists_what_the_secure_sums_do_not_build_before_any_message() -> None:
     for kwargs, keys, fragment in (
-        ({"effect": "SMD"}, {"run-config.design"}, "not an SMD, OR or RR"),
+        ({"effect": "SMD"}, {"run-config.design"}, "Hedges' g without bound"),
         ({"effect": "MD", "privacy_unit": "client"}, {"run-config.privacy-unit"}, "'client'"),
         ({"effect": "MD", "min_records": 5}, {"run-config.min-records"}, "min_records=5"),
     ):

@@ -35,10 +35,10 @@ from fa_hetdp.protocol.meta_simulate import clients_of, plan_design, run_design
 from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
 from fa_hetdp.protocol.simulate import as_generator
 from fa_hetdp.protocol.two_arm import (
-    SECURE_SUMS_REFUSAL,
     check_effect,
     plan_two_arm,
     run_two_arm,
+    secure_sums_refusal,
 )
 from fa_hetdp.protocol.two_arm_sums import (
     REDUCED_EFFECTS,
@@ -175,8 +175,9 @@ def private_meta_analysis(
         are on disjoint records and compose in parallel; the server forms each silo's effect
         with the noise in its variance and pools them (DerSimonian-Laird). An MD or RD also
         runs in the secure sums (each silo's effect as one summary,
-        :mod:`fa_hetdp.protocol.two_arm_sums`); SMD, OR and RR there are refused (each arm
-        would need its own sums: not built). ``design="auto"`` plans both for an MD or RD at
+        :mod:`fa_hetdp.protocol.two_arm_sums`); SMD, OR and RR there are refused (one record
+        moves them by more than ``1/m``: :data:`fa_hetdp.protocol.two_arm.
+        NOT_IN_THE_SECURE_SUMS`). ``design="auto"`` plans both for an MD or RD at
         the public arm sizes (:mod:`fa_hetdp.accuracy.two_arm_planner`) and runs the more
         accurate, runs the others in the silo summaries, and refuses where the silo summaries
         cannot run (the client unit, ``min_records``).
@@ -321,7 +322,7 @@ def _private_two_arm(
     if not (s.design == "secure-sums" and effect in REDUCED_EFFECTS):
         _silo_summaries_only(
             s,
-            SECURE_SUMS_REFUSAL.format(effect=effect) + ".",
+            secure_sums_refusal(effect) + ".",
             lambda problem: silo_summaries_only(effect, problem) + ".",
         )
     if assumptions is not None and not (s.design == "auto" and effect in REDUCED_EFFECTS):

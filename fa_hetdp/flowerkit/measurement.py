@@ -240,7 +240,7 @@ def two_arm_run_problems(effect: str, run: RunSettings) -> list[Problem]:
     ``"silo-summaries"``), or for an MD or RD in the secure sums when ``design =
     "secure-sums"`` is named. Each problem is the run config's own line
     (:func:`fa_hetdp.flowerkit.settings.two_arm_problem`: the secure sums refuse SMD, OR and RR
-    with :data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL` and need the record unit without
+    with :func:`fa_hetdp.protocol.two_arm.secure_sums_refusal` and need the record unit without
     ``min_records``; the client unit and central placement rule the silo summaries out),
     checked one setting at a time so that every one is listed, keyed as the run config's key.
     """

@@ -696,7 +696,7 @@ def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] |
     "meta"``); ``design = "secure-sums"`` builds an MD or RD as one summary per silo
     (:mod:`fa_hetdp.protocol.two_arm_sums`: the record unit, no ``min_records``) and refuses
     SMD, OR and RR with the in-process line (:data:`fa_hetdp.protocol.two_arm.
-    SECURE_SUMS_REFUSAL`); ``"silo-summaries"`` runs the silo summaries and ``"auto"`` may (it
+    secure_sums_refusal`); ``"silo-summaries"`` runs the silo summaries and ``"auto"`` may (it
     weighs both for an MD or RD once the arm sizes are known,
     :func:`fa_hetdp.server.meta_design.two_arm_design`), so the settings that rule the silo
     summaries out (the client unit, central placement) are refused with the in-process line.
@@ -705,7 +705,7 @@ def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] |
     if effect == "mean":
         return None
     from fa_hetdp.protocol.silo_summaries import silo_summaries_problem
-    from fa_hetdp.protocol.two_arm import SECURE_SUMS_REFUSAL
+    from fa_hetdp.protocol.two_arm import secure_sums_refusal
     from fa_hetdp.protocol.two_arm_sums import (
         REDUCED_EFFECTS,
         silo_summaries_only,
@@ -721,7 +721,7 @@ def two_arm_problem(values: Mapping[str, Any], effect: str) -> tuple[str, str] |
     unit, placement = values.get("privacy_unit"), values.get("placement")
     if values.get("design") == "secure-sums":
         if effect not in REDUCED_EFFECTS:
-            return "design", SECURE_SUMS_REFUSAL.format(effect=effect)
+            return "design", secure_sums_refusal(effect)
         floor = values.get("min_records")
         sums_problem = two_arm_sums_problem(effect, unit, floor)
         if sums_problem is not None:

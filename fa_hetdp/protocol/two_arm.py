@@ -64,8 +64,9 @@ silo-summaries design applied to every arm of every silo as its own group of rec
   (:func:`~fa_hetdp.protocol.silo_summaries.noise_bootstrap_errors`) with every arm as a group.
 
 The secure sums release sums over all silos of one summary vector: an MD or RD enters them as
-one summary per silo (:mod:`fa_hetdp.protocol.two_arm_sums`); SMD, OR and RR would need each
-arm's own sums, not built: refused there (:data:`SECURE_SUMS_REFUSAL`).
+one summary per silo (:mod:`fa_hetdp.protocol.two_arm_sums`); SMD, OR and RR are refused there
+(:func:`secure_sums_refusal`): one record moves Hedges' g without bound, and a log odds or risk
+ratio by a constant, not by ``1/m`` (:data:`NOT_IN_THE_SECURE_SUMS`).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ from fa_hetdp.stats.silo_analyses import PerColumnAnalyses
 __all__ = [
     "ARMS",
     "EFFECTS",
-    "SECURE_SUMS_REFUSAL",
+    "NOT_IN_THE_SECURE_SUMS",
     "TWO_ARM_UNIT_OF_PRIVACY",
     "ArmRelease",
     "ArmSummaries",
@@ -140,9 +141,11 @@ __all__ = [
     "release_arm",
     "release_silo_arms",
     "run_two_arm",
+    "secure_sums_refusal",
     "stack_arm_releases",
     "two_arm_intervals",
     "two_arm_noise_errors",
+    "why_not_in_the_secure_sums",
 ]
 
 EFFECTS: Final[tuple[str, ...]] = ("mean", "MD", "SMD", "OR", "RR", "RD")
@@ -151,13 +154,51 @@ EFFECTS: Final[tuple[str, ...]] = ("mean", "MD", "SMD", "OR", "RR", "RD")
 ARMS: Final[tuple[str, str]] = ("treated", "control")
 """The arms in the order every ``(n, 2, ...)`` array holds them (metafor's group 1, group 2)."""
 
-SECURE_SUMS_REFUSAL: Final = (
-    "effect={effect!r} needs each arm's own summaries; the secure sums release sums over all "
-    "silos of one summary per silo, which holds a difference of the arms' means (MD, RD) but "
-    "not an SMD, OR or RR, and per-arm sums are not built: use design='silo-summaries' (or "
-    "'auto')"
-)
-"""The one-line refusal of a two-arm effect the secure sums do not build (SMD, OR, RR)."""
+NOT_IN_THE_SECURE_SUMS: Final[dict[str, str]] = {
+    "SMD": (
+        "one record can move Hedges' g without bound (a pooled sd near 0 makes g as large as "
+        "you like), and the secure sums pool only a summary that one record moves by at most "
+        "1/m"
+    ),
+    "OR": (
+        "one record can move a log odds ratio by up to about 2 whatever the arm sizes (a cell "
+        "near 0), so a silo's summary could count as at most about 4 log(2m + 1) records, not "
+        "the RD's 4m - 3"
+    ),
+    "RR": (
+        "one record can move a log risk ratio by up to about 1.5 whatever the arm sizes (a cell "
+        "near 0), so a silo's summary could count as at most about 5 log(2m + 1) records, not "
+        "the RD's 4m - 3"
+    ),
+}
+"""Why the secure sums do not build SMD, OR and RR (docs/privacy.md, "Why the secure sums stop
+at MD and RD"; the bounds checked by brute force in ``tests/test_two_arm_sums.py``)."""
+
+
+def why_not_in_the_secure_sums(effect: str) -> str:
+    """Why the secure sums do not build ``effect``: :data:`NOT_IN_THE_SECURE_SUMS`' line.
+
+    A name that is no effect (its own check names it) gets what the secure sums do build.
+    """
+    return NOT_IN_THE_SECURE_SUMS.get(
+        effect, "they build 'MD' and 'RD' only (a difference of the arms' means)"
+    )
+
+
+def secure_sums_refusal(effect: str) -> str:
+    """Return the one line refusing ``effect`` in the secure sums, no full stop.
+
+    SMD, OR and RR with :func:`why_not_in_the_secure_sums` and what runs there instead.
+    """
+    why = why_not_in_the_secure_sums(effect)
+    if effect not in NOT_IN_THE_SECURE_SUMS:
+        return f"effect={effect!r} does not run in the secure sums: {why}"
+    instead = "effect='RD' (the same binary outcome)" if effect in ("OR", "RR") else "effect='MD'"
+    return (
+        f"effect={effect!r} does not run in the secure sums: {why}; use {instead} there, or "
+        "design='silo-summaries' (or 'auto')"
+    )
+
 
 TWO_ARM_UNIT_OF_PRIVACY: Final = (
     "one record of one client, replaced by another record of the same arm (within-arm "
@@ -697,12 +738,24 @@ def plan_two_arm(
     name = check_effect(effect, True)
     s = settings or MetaSettings(privacy_unit="record", design="silo-summaries")
     if s.design == "secure-sums":
-        raise PrivacyParameterError(SECURE_SUMS_REFUSAL.format(effect=name) + ".")
+        raise PrivacyParameterError(
+            (
+                secure_sums_refusal(name)
+                if name in NOT_IN_THE_SECURE_SUMS
+                else f"plan_two_arm plans the silo summaries; an {name} in the secure sums runs "
+                "in fa_hetdp.protocol.two_arm_sums.run_two_arm_sums"
+            )
+            + "."
+        )
     problem = silo_summaries_problem(s)
     if problem is not None:
+        where = (
+            f"the secure sums do not build it: {why_not_in_the_secure_sums(name)}"
+            if name in NOT_IN_THE_SECURE_SUMS
+            else "or in the secure sums, named: design='secure-sums'"
+        )
         raise PrivacyParameterError(
-            f"effect={name!r} runs in the silo-summaries design only (the secure sums would need "
-            f"each arm's own sums: not built), and {problem}."
+            f"effect={name!r} runs in the silo-summaries design ({where}), and {problem}."
         )
     m = np.asarray(arm_counts, dtype=np.int64)
     least = min_arm_size(name)

@@ -49,7 +49,7 @@ from fa_hetdp.protocol.meta_client import ClientSummary
 from fa_hetdp.protocol.meta_plan import TWO_ARM_U_BOUND, MetaPlan, MetaSettings, plan_meta
 from fa_hetdp.protocol.meta_server import PrivateMetaAnalysis
 from fa_hetdp.protocol.meta_simulate import run_rounds
-from fa_hetdp.protocol.two_arm import ArmSummaries
+from fa_hetdp.protocol.two_arm import ArmSummaries, why_not_in_the_secure_sums
 
 __all__ = [
     "REDUCED_EFFECTS",
@@ -70,7 +70,8 @@ __all__ = [
 
 REDUCED_EFFECTS: Final[tuple[str, ...]] = ("MD", "RD")
 """The two-arm effects the secure sums build: a difference of the arms' means, one summary per
-silo. SMD, OR and RR are not linear in the arms' means (they would need each arm's own sums)."""
+silo, which one record moves by ``1/m``. SMD, OR and RR are not built
+(:data:`~fa_hetdp.protocol.two_arm.NOT_IN_THE_SECURE_SUMS` says why)."""
 
 REDUCTION: Final[tuple[float, float]] = (4.0, -2.0)
 """``(a, b)``: a location figure of the reduced analysis ``x`` is the effect ``a x + b`` (on the
@@ -150,7 +151,7 @@ def two_arm_sums_problem(effect: str, privacy_unit: object, min_records: object)
     One line without a full stop: the reduction protects one record replaced within its arm with
     every silo's arm sizes public, so it needs ``privacy_unit="record"`` and no
     ``min_records``; and it builds :data:`REDUCED_EFFECTS` only (the other effects' line is
-    :data:`fa_hetdp.protocol.two_arm.SECURE_SUMS_REFUSAL`).
+    :func:`fa_hetdp.protocol.two_arm.secure_sums_refusal`).
     """
     if privacy_unit == "record" and min_records is None:
         return None
@@ -174,7 +175,10 @@ def silo_summaries_only(effect: str, problem: str) -> str:
             "named (at privacy_unit='record', without min_records)"
         )
     else:
-        where = "in the silo-summaries design only (the secure sums would need each arm's own sums)"
+        where = (
+            "in the silo-summaries design only (the secure sums do not build it: "
+            f"{why_not_in_the_secure_sums(effect)})"
+        )
     return f"effect={effect!r} runs {where}, and {problem}"
 
 
@@ -187,8 +191,8 @@ def auto_reason(effect: str, why: str | None = None) -> str:
     if effect in REDUCED_EFFECTS:
         return f"'auto' runs effect={effect!r} in the silo summaries: {why}"
     return (
-        f"'auto' runs effect={effect!r} on per-arm releases, which only the silo summaries make "
-        "(the secure sums would need each arm's own sums)"
+        f"'auto' runs effect={effect!r} in the silo summaries, the one design that builds it "
+        f"(in the secure sums {why_not_in_the_secure_sums(effect)})"
     )
 
 
@@ -202,7 +206,7 @@ def both_designs_problem(
     (:func:`reduced_summaries`). One line without a full stop.
     """
     if effect not in REDUCED_EFFECTS:
-        return "the secure sums would need each arm's own sums"
+        return f"the secure sums do not build it: {why_not_in_the_secure_sums(effect)}"
     problem = two_arm_sums_problem(effect, privacy_unit, min_records)
     if problem is not None:
         return problem
