@@ -195,10 +195,15 @@ def _largest_moves(effect: str, m_t: int, m_c: int) -> tuple[float, float]:
     """The largest change of ``escalc``'s effect and variance under one within-arm replacement.
 
     Every event count of both arms (``a`` of ``m_t``, ``c`` of ``m_c``); a replacement within
-    an arm moves its count by one.
+    an arm moves its count by one. Also checks the effect's range the docs quote: ``|log OR|
+    <= log(2 m_t + 1) + log(2 m_c + 1)``, ``|log RR| <= log(2 max(m_t, m_c) + 1)``.
     """
     a, c = np.meshgrid(np.arange(m_t + 1.0), np.arange(m_c + 1.0), indexing="ij")
     y, v = binary_effects(effect, a, float(m_t), c, float(m_c))
+    if effect == "OR":
+        assert np.max(np.abs(y)) <= np.log(2 * m_t + 1) + np.log(2 * m_c + 1) + 1e-12
+    if effect == "RR":
+        assert np.max(np.abs(y)) <= np.log(2 * max(m_t, m_c) + 1) + 1e-12
     dy = max(np.max(np.abs(np.diff(y, axis=k))) for k in (0, 1))
     dv = max(np.max(np.abs(np.diff(v, axis=k))) for k in (0, 1))
     return float(dy), float(dv)

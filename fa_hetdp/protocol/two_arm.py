@@ -162,13 +162,13 @@ NOT_IN_THE_SECURE_SUMS: Final[dict[str, str]] = {
     ),
     "OR": (
         "one record can move a log odds ratio by up to about 2 whatever the arm sizes (a cell "
-        "near 0), so a silo's summary could count as at most about 4 log(2m + 1) records, not "
-        "the RD's 4m - 3"
+        "near 0) on a range of only 4 log(2m + 1), so a silo's summary could count as at most "
+        "about 4 log(2m + 1) records, not the RD's 4m - 3"
     ),
     "RR": (
         "one record can move a log risk ratio by up to about 1.5 whatever the arm sizes (a cell "
-        "near 0), so a silo's summary could count as at most about 5 log(2m + 1) records, not "
-        "the RD's 4m - 3"
+        "near 0) on a range of only 2 log(2m + 1), so a silo's summary could count as at most "
+        "about 2.7 log(2m + 1) records, not the RD's 4m - 3"
     ),
 }
 """Why the secure sums do not build SMD, OR and RR (docs/privacy.md, "Why the secure sums stop
