@@ -348,6 +348,28 @@ def test_the_noise_added_to_the_variance_is_the_noise_s(effect: str) -> None:
     np.testing.assert_allclose(v_n[:, 0], st[:, 0] ** 2 + st[:, 1] ** 2, rtol=1e-12)
 
 
+def test_an_smd_whose_scale_the_noise_hides_is_flagged_and_one_it_does_not_is_not() -> None:
+    """The note of :func:`fa_hetdp.protocol.two_arm._unresolved_scale` (seeded releases).
+
+    6 sites, sd 0.12 of the range (pooled variance 0.013-0.014): at 30 and 50 records per arm
+    the pooled variance release has a noise sd of 0.049 (12 arms; flagged in each of 10 draws),
+    at 3 000 and 3 020 one of 0.00064 (never flagged). An MD of the same releases gets no note.
+    """
+    for m, flagged in ((30, 10), (3000, 0)):
+        plan, s = _plan_and_truth("SMD", m)
+        md_plan = plan_two_arm(1.0, DELTA, s.m, 1, "MD")
+        st, ss = plan.sigmas
+        rng = np.random.default_rng(12)
+        hits = 0
+        for _ in range(10):
+            theta = s.theta + st[:, :, None] * rng.standard_normal(s.theta.shape)
+            s2 = s.s2 + ss[:, :, None] * rng.standard_normal(s.s2.shape)
+            notes = noisy_effects(plan, theta, s2)[3]
+            hits += any("scale is not resolved at this budget in column(s) [0]" in n for n in notes)
+            assert not any("not resolved" in n for n in noisy_effects(md_plan, theta, s2)[3])
+        assert hits == flagged, (m, hits)
+
+
 @pytest.mark.statistical
 @pytest.mark.parametrize("effect", ["SMD", "OR", "RR", "MD", "RD"])
 def test_the_delta_method_variance_matches_the_noise_draws(effect: str) -> None:

@@ -947,7 +947,37 @@ def noisy_effects(
                 else ""
             )
         )
+    if plan.effect == "SMD" and s2.ndim == 3:  # one release (not the bootstrap's many)
+        unresolved = _unresolved_scale(plan, s2)
+        if unresolved:
+            notes.append(
+                f"the SMD's scale is not resolved at this budget in column(s) {unresolved}: "
+                f"the arms' variance releases pooled (unclipped, unbiased) are within {SCALE_SD:g} "
+                "noise sd of 0, so every site's g divides by a pooled sd that is mostly noise: "
+                "read g and its interval there as noise (effect='MD' is not affected)"
+            )
     return np.asarray(y), np.asarray(v_s), np.asarray(v_n), tuple(notes)
+
+
+SCALE_SD: Final = 2.0
+"""An SMD's scale counts as resolved where the pooled variance release exceeds this many of its
+noise sd (:func:`_unresolved_scale`)."""
+
+
+def _unresolved_scale(plan: TwoArmPlan, s2: FloatArray) -> list[int]:
+    """Columns whose pooled within-arm variance is within :data:`SCALE_SD` noise sd of 0.
+
+    ``P = sum_g (m_g - 1) s2~_g / sum_g (m_g - 1)`` over every arm ``g`` of ``s2`` ``(n, 2,
+    d)`` is unbiased for the pooled variance (no clipping), with noise sd ``sqrt(sum_g (m_g -
+    1)^2 ss_g^2)/sum_g (m_g - 1)`` (public). The noise of every arm's variance enters every
+    site's ``g`` through the pooled variance the shrinkage leans on, so where ``P`` is within
+    a few noise sd of 0 the scale of every ``g`` is noise. Post-processing.
+    """
+    dof = plan.arm_counts.astype(np.float64) - 1.0  # (n, 2)
+    total = float(np.sum(dof))
+    pooled = np.sum(dof[:, :, None] * s2, axis=(0, 1)) / total
+    sd = float(np.sqrt(np.sum((dof * plan.sigmas[1]) ** 2))) / total
+    return [int(j) for j in np.flatnonzero(pooled < SCALE_SD * sd)]
 
 
 def assemble_two_arm(
