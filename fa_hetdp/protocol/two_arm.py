@@ -859,13 +859,24 @@ def _pooled_noise(plan: TwoArmPlan, lam: FloatArray) -> FloatArray:
     ignored). ``lam`` ``(..., n, 2, d)``.
     """
     dof = plan.arm_counts.astype(np.float64) - 1.0  # (n, 2)
-    w = dof / float(np.sum(dof))
+    w, pooled_var = _pooling(plan)
     ss2 = plan.sigmas[1] ** 2
     total = dof.sum(axis=1, keepdims=True)  # M_i
     a = (dof / total)[:, :, None] * lam  # (..., n, 2, d)
     b = np.sum((dof / total)[:, :, None] * (1.0 - lam), axis=-2)  # (..., n, d)
     own = np.sum((a * a + 2.0 * b[..., None, :] * a * w[:, :, None]) * ss2[:, :, None], axis=-2)
-    return np.asarray(own + b * b * float(np.sum(w * w * ss2)))
+    return np.asarray(own + b * b * pooled_var)
+
+
+def _pooling(plan: TwoArmPlan) -> tuple[FloatArray, float]:
+    """Return the arms' pooling weights and the pooled variance release's noise variance.
+
+    ``w_g = (m_g - 1)/sum (m - 1)`` ``(n, 2)``, and ``sum_g w_g^2 ss_g^2``: the noise variance
+    of ``sum_g w_g s2~_g``.
+    """
+    dof = plan.arm_counts.astype(np.float64) - 1.0
+    w = dof / float(np.sum(dof))
+    return np.asarray(w), float(np.sum(w * w * plan.sigmas[1] ** 2))
 
 
 def noisy_effects(
@@ -967,17 +978,15 @@ noise sd (:func:`_unresolved_scale`)."""
 def _unresolved_scale(plan: TwoArmPlan, s2: FloatArray) -> list[int]:
     """Columns whose pooled within-arm variance is within :data:`SCALE_SD` noise sd of 0.
 
-    ``P = sum_g (m_g - 1) s2~_g / sum_g (m_g - 1)`` over every arm ``g`` of ``s2`` ``(n, 2,
-    d)`` is unbiased for the pooled variance (no clipping), with noise sd ``sqrt(sum_g (m_g -
-    1)^2 ss_g^2)/sum_g (m_g - 1)`` (public). The noise of every arm's variance enters every
+    ``P = sum_g w_g s2~_g`` over every arm ``g`` of ``s2`` ``(n, 2, d)`` (:func:`_pooling`) is
+    unbiased for the pooled variance (no clipping), with noise sd ``sqrt(sum_g w_g^2 ss_g^2)``
+    (public). The noise of every arm's variance enters every
     site's ``g`` through the pooled variance the shrinkage leans on, so where ``P`` is within
     a few noise sd of 0 the scale of every ``g`` is noise. Post-processing.
     """
-    dof = plan.arm_counts.astype(np.float64) - 1.0  # (n, 2)
-    total = float(np.sum(dof))
-    pooled = np.sum(dof[:, :, None] * s2, axis=(0, 1)) / total
-    sd = float(np.sqrt(np.sum((dof * plan.sigmas[1]) ** 2))) / total
-    return [int(j) for j in np.flatnonzero(pooled < SCALE_SD * sd)]
+    w, pooled_var = _pooling(plan)
+    pooled = np.sum(w[:, :, None] * s2, axis=(0, 1))
+    return [int(j) for j in np.flatnonzero(pooled < SCALE_SD * np.sqrt(pooled_var))]
 
 
 def assemble_two_arm(
